@@ -1,0 +1,19 @@
+// `peregrine`: the command-line entry point. Subcommands live in cmd_<name>.cpp.
+#include <cstdio>
+#include <vector>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Peregrine: inference engine and OpenAI-compatible server for the DeepSeek-V3 family"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "peregrine 0.1.0");
+  std::vector<pg::cli::Command> commands = {
+      pg::cli::add_info(app),
+      pg::cli::add_tokenize(app),
+  };
+  CLI11_PARSE(app, argc, argv);
+  for (auto& c : commands)
+    if (c.app->parsed()) return c.run();
+  return 2;
+}
