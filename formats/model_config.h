@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -28,11 +29,29 @@ struct RopeScaling {
 
 // quantization_config of DeepSeek FP8 checkpoints:
 // {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+// ModelOpt NVFP4 exports may also carry {"quant_method": "modelopt", "quant_algo": "NVFP4", ...} here;
+// their details are read into ModelConfig::hf_quant_config.
 struct QuantizationConfig {
-  std::string quant_method;  // "" (none), "fp8"; NVFP4 comes from hf_quant_config.json
+  std::string quant_method;  // "" (none), "fp8", "modelopt"
   std::string fmt = "e4m3";
   std::string activation_scheme;
-  int64_t weight_block_size[2] = {128, 128};
+  int64_t weight_block_size[2] = {128, 128};  // [rows (N), cols (K)] of one scale block
+};
+
+// hf_quant_config.json of ModelOpt checkpoints (nvidia/DeepSeek-R1-FP4 layout):
+// {"producer": {"name": "modelopt", "version": ...},
+//  "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16,
+//                   "exclude_modules": ["lm_head", "model.layers.0.self_attn*", ...]}}
+// Parsed only; the NVFP4 tensor layout is described where it is loaded.
+struct HfQuantConfig {
+  std::string quant_algo;           // "NVFP4"
+  std::string kv_cache_quant_algo;  // "" when null / absent
+  int64_t group_size = 16;          // elements along K sharing one FP8 E4M3 scale
+  std::vector<std::string> exclude_modules;  // module names; '*' matches any run of characters
+  std::string producer_name, producer_version;
+
+  // True when `module` (e.g. "model.layers.3.mlp.gate") matches an exclude_modules pattern.
+  bool is_excluded(std::string_view module) const;
 };
 
 struct ModelConfig {
@@ -77,10 +96,13 @@ struct ModelConfig {
   std::string topk_method = "greedy";       // V3: "noaux_tc"; V2: "greedy" | "group_limited_greedy"
 
   std::optional<int64_t> bos_token_id;
-  std::optional<int64_t> eos_token_id;
-  std::string torch_dtype;  // "bfloat16", ...
+  std::optional<int64_t> eos_token_id;  // the first when config.json gives a list
+  std::vector<int64_t> eos_token_ids;   // all of them (empty when null)
+  std::optional<int64_t> pad_token_id;
+  std::string torch_dtype;  // "bfloat16", ... ("dtype" in newer transformers)
 
   QuantizationConfig quantization_config;
+  std::optional<HfQuantConfig> hf_quant_config;  // from hf_quant_config.json (load_model_config)
 
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool is_moe_layer(int64_t layer_idx) const {
@@ -88,9 +110,21 @@ struct ModelConfig {
   }
 };
 
+// "deepseek_v3", "kimi_k2", "deepseek_v2" — for messages.
+std::string supported_model_types();
+
 // Parses and validates config.json text (`source` names the file in messages).
+// Keys that fix tensor shapes are required (vocab_size, hidden_size, intermediate_size,
+// num_hidden_layers, num_attention_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+// v_head_dim): a silent default would mis-read every weight. Other keys default as in
+// transformers' DeepseekV3Config / DeepseekV2Config; for V3, scoring_func "sigmoid" and
+// topk_method "noaux_tc" (what DeepSeek-V3's own config.json states and transformers hard-codes).
+// When "rope_scaling" is absent, newer transformers' "rope_parameters" is read instead.
 Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_view source = "config.json");
-// Reads <dir>/config.json.
+// Parses hf_quant_config.json text.
+Result<HfQuantConfig> parse_hf_quant_config(std::string_view json_text,
+                                            std::string_view source = "hf_quant_config.json");
+// Reads <dir>/config.json, and <dir>/hf_quant_config.json when present.
 Result<ModelConfig> load_model_config(const std::filesystem::path& model_dir);
 
 }  // namespace pg
