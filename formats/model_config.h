@@ -72,6 +72,7 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool attention_bias = false;
+  bool rope_interleave = true;  // DeepSeek checkpoints pair rope dims as (2i, 2i+1); false: (i, i+d/2)
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
 

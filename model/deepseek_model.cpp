@@ -1,0 +1,259 @@
+// The DeepSeek-V3 family forward pass over the CPU reference ops. Shapes are noted on every
+// buffer: T = new tokens in the step (all sequences), H = hidden_size, nh = heads,
+// R = kv_lora_rank, P = qk_rope_head_dim, nope = qk_nope_head_dim, V = v_head_dim.
+#include "model/deepseek_model.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "model/rope_yarn.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace pg {
+
+using ops::Matrix;
+
+DeepseekModel::DeepseekModel(ModelConfig cfg, Checkpoint ckpt) : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)) {}
+
+Result<std::unique_ptr<DeepseekModel>> DeepseekModel::load(const std::filesystem::path& model_dir) {
+  PG_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(model_dir));
+  PG_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(model_dir));
+  std::unique_ptr<DeepseekModel> m(new DeepseekModel(std::move(cfg), std::move(ckpt)));
+  PG_ASSIGN_OR_RETURN(m->w_, load_model_weights(m->cfg_, m->ckpt_));
+  m->rope_ = make_rope_table(m->cfg_);
+  m->softmax_scale_ = mla_softmax_scale(m->cfg_);
+  return m;
+}
+
+namespace {
+
+void rmsnorm_rows(const float* x, const std::vector<float>& w, float* y, int64_t m, int64_t n, float eps,
+                  int64_t x_stride = 0, int64_t y_stride = 0) {
+  ops::RmsNormArgs a;
+  a.x = x; a.weight = w.data(); a.y = y; a.m = m; a.n = n; a.eps = eps;
+  a.x_stride = x_stride; a.y_stride = y_stride;
+  ops::cpu::rmsnorm(a);
+}
+
+void linear(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& pool, bool accumulate = false,
+            int64_t x_stride = 0, int64_t y_stride = 0) {
+  ops::LinearArgs a;
+  a.x = x; a.w = &w; a.y = y; a.m = m; a.accumulate = accumulate; a.x_stride = x_stride; a.y_stride = y_stride;
+  ops::cpu::linear(a, pool);
+}
+
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+}  // namespace
+
+void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y,
+                                bool accumulate) const {
+  ThreadPool& pool = thread_pool();
+  std::vector<float> g(size_t(T * inter)), u(size_t(T * inter));  // [T, inter]
+  linear(x, w.gate, g.data(), T, pool);
+  linear(x, w.up, u.data(), T, pool);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+  linear(g.data(), w.down, y, T, pool, accumulate);  // [T, H]
+}
+
+void DeepseekModel::moe_forward(const MoeWeights& w, const float* x, int64_t T, float* y) const {
+  const int64_t H = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
+  // Router logits in f32: [T, E].
+  std::vector<float> logits(size_t(T * E));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t e = 0; e < E; ++e) logits[t * E + e] = ops::cpu::dot(x + t * H, &w.router_f32[e * H], H);
+  std::vector<int32_t> idx(size_t(T * K));
+  std::vector<float> wt(size_t(T * K));
+  ops::MoeRoutingArgs r;
+  r.logits = logits.data();
+  r.bias = w.e_score_correction_bias.empty() ? nullptr : w.e_score_correction_bias.data();
+  r.expert_idx = idx.data();
+  r.expert_weight = wt.data();
+  r.m = T; r.n_experts = E; r.top_k = K; r.n_group = cfg_.n_group; r.topk_group = cfg_.topk_group;
+  r.scoring = cfg_.scoring_func == "sigmoid" ? ops::MoeScoring::kSigmoid : ops::MoeScoring::kSoftmax;
+  r.method = cfg_.topk_method == "noaux_tc"               ? ops::MoeTopk::kNoAuxTc
+             : cfg_.topk_method == "group_limited_greedy" ? ops::MoeTopk::kGroupLimitedGreedy
+                                                          : ops::MoeTopk::kGreedy;
+  r.norm_topk_prob = cfg_.norm_topk_prob;
+  r.routed_scaling_factor = float(cfg_.routed_scaling_factor);
+  PG_CHECK(ops::validate(r).ok(), "{}", ops::validate(r).message());
+  ops::cpu::moe_routing(r);
+
+  // Shared experts first, then each routed expert over the tokens that chose it, in expert
+  // order (a fixed summation order per token).
+  if (w.has_shared) {
+    mlp_forward(w.shared, x, T, cfg_.moe_intermediate_size * cfg_.n_shared_experts, y, /*accumulate=*/false);
+  } else {
+    std::fill(y, y + T * H, 0.0f);
+  }
+  std::vector<float> routed(size_t(T * H), 0.0f);  // [T, H]
+  std::vector<float> xe, ye;
+  std::vector<int64_t> rows;
+  std::vector<float> row_w;
+  for (int64_t e = 0; e < E; ++e) {
+    rows.clear();
+    row_w.clear();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < K; ++k)
+        if (idx[t * K + k] == e) { rows.push_back(t); row_w.push_back(wt[t * K + k]); }
+    if (rows.empty()) continue;
+    const int64_t n = int64_t(rows.size());
+    xe.resize(size_t(n * H));
+    ye.resize(size_t(n * H));
+    for (int64_t i = 0; i < n; ++i) std::copy(x + rows[i] * H, x + (rows[i] + 1) * H, &xe[i * H]);
+    mlp_forward(w.experts[e], xe.data(), n, cfg_.moe_intermediate_size, ye.data(), false);
+    for (int64_t i = 0; i < n; ++i) ops::cpu::axpy(row_w[i], &ye[i * H], &routed[rows[i] * H], H);
+  }
+  for (int64_t i = 0; i < T * H; ++i) y[i] += routed[i];
+}
+
+void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, float* x, int64_t T,
+                                  const int64_t* positions, const int32_t* token_seq, const int64_t* ctx_len,
+                                  const int32_t* block_tables, int64_t max_blocks, KvCache& cache) const {
+  const ModelConfig& c = cfg_;
+  ThreadPool& pool = thread_pool();
+  const int64_t H = c.hidden_size, nh = c.num_attention_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
+  const int64_t nope = c.qk_nope_head_dim, V = c.v_head_dim, qk = c.qk_head_dim(), D = R + P;
+  const float eps = float(c.rms_norm_eps);
+  const AttentionWeights& A = L.attn;
+
+  std::vector<float> a(size_t(T * H));  // [T, H] normed input
+  rmsnorm_rows(x, L.input_layernorm, a.data(), T, H, eps);
+
+  std::vector<float> q(size_t(T * nh * qk));  // [T, nh, nope + P]
+  if (A.has_q_lora) {
+    const int64_t QR = *c.q_lora_rank;
+    std::vector<float> qa(size_t(T * QR));  // [T, q_lora_rank]
+    linear(a.data(), A.q_a_proj, qa.data(), T, pool);
+    rmsnorm_rows(qa.data(), A.q_a_layernorm, qa.data(), T, QR, eps);
+    linear(qa.data(), A.q_b_proj, q.data(), T, pool);
+  } else {
+    linear(a.data(), A.q_proj, q.data(), T, pool);
+  }
+  std::vector<float> kv(size_t(T * D));  // [T, R + P]: [c_kv | k_pe]
+  linear(a.data(), A.kv_a_proj_with_mqa, kv.data(), T, pool);
+  rmsnorm_rows(kv.data(), A.kv_a_layernorm, kv.data(), T, R, eps, D, D);
+
+  ops::RopeArgs ra;  // q_pe of every head
+  ra.x = q.data(); ra.positions = positions; ra.table = &rope_; ra.m = T; ra.n_heads = nh;
+  ra.head_stride = qk; ra.row_stride = nh * qk; ra.offset = nope; ra.rope_dim = P;
+  ops::cpu::rope(ra);
+  ra.x = kv.data(); ra.n_heads = 1; ra.head_stride = D; ra.row_stride = D; ra.offset = R;  // k_pe
+  ops::cpu::rope(ra);
+
+  // Write [c_kv | k_pe] of the new tokens into the paged cache.
+  float* pool_kv = cache.layer(cache_layer);
+  const int64_t bs = cache.block_size();
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = positions[t];
+    const int32_t blk = block_tables[int64_t(token_seq[t]) * max_blocks + p / bs];
+    std::copy(&kv[t * D], &kv[(t + 1) * D], pool_kv + (int64_t(blk) * bs + p % bs) * D);
+  }
+
+  // Absorb W_UK into the queries: q_lat[t,h] = q_nope[t,h] · W_UK[h]  -> [T, nh, R]; q_pe [T, nh, P].
+  std::vector<float> q_lat(size_t(T * nh * R), 0.0f), q_pe(size_t(T * nh * P));
+  pool.parallel_for(T * nh, [&](int64_t b, int64_t e) {
+    for (int64_t th = b; th < e; ++th) {
+      const int64_t t = th / nh, h = th % nh;
+      const float* qn = &q[(t * nh + h) * qk];
+      float* ql = &q_lat[th * R];
+      for (int64_t d = 0; d < nope; ++d) ops::cpu::axpy(qn[d], &A.w_uk[(h * nope + d) * R], ql, R);
+      std::copy(qn + nope, qn + qk, &q_pe[th * P]);
+    }
+  });
+
+  std::vector<float> o_lat(size_t(T * nh * R));  // [T, nh, R]
+  ops::MlaAttentionArgs m;
+  m.q_lat = q_lat.data(); m.q_pe = q_pe.data(); m.kv = pool_kv; m.block_tables = block_tables;
+  m.token_seq = token_seq; m.ctx_len = ctx_len; m.o_lat = o_lat.data();
+  m.m = T; m.n_heads = nh; m.kv_lora_rank = R; m.rope_dim = P;
+  m.block_size = bs; m.max_blocks_per_seq = max_blocks; m.n_blocks = cache.n_blocks();
+  m.softmax_scale = softmax_scale_;
+  ops::cpu::mla_attention(m, pool);
+
+  // Up-project with W_UV: o[t,h,v] = W_UV[h,v] · o_lat[t,h]  -> [T, nh * V]; then o_proj, residual.
+  std::vector<float> o(size_t(T * nh * V));
+  pool.parallel_for(T * nh, [&](int64_t b, int64_t e) {
+    for (int64_t th = b; th < e; ++th) {
+      const int64_t h = th % nh;
+      for (int64_t v = 0; v < V; ++v) o[th * V + v] = ops::cpu::dot(&A.w_uv[(h * V + v) * R], &o_lat[th * R], R);
+    }
+  });
+  linear(o.data(), A.o_proj, x, T, pool, /*accumulate=*/true);
+
+  // FFN block.
+  rmsnorm_rows(x, L.post_attention_layernorm, a.data(), T, H, eps);
+  std::vector<float> y(size_t(T * H));
+  if (L.is_moe)
+    moe_forward(L.moe, a.data(), T, y.data());
+  else
+    mlp_forward(L.mlp, a.data(), T, c.intermediate_size, y.data(), false);
+  for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
+}
+
+Status DeepseekModel::forward(std::span<const SeqStep> seqs, KvCache& cache, StepOutput& out) const {
+  const ModelConfig& c = cfg_;
+  ThreadPool& pool = thread_pool();
+  const int64_t H = c.hidden_size, bs = cache.block_size();
+  if (cache.row_dim() != kv_row_dim() || cache.n_layers() < c.num_hidden_layers)
+    return invalid_argument("forward: KV cache shape does not match the model");
+
+  // Flatten the step: tokens, positions, which sequence each token reads, context lengths.
+  int64_t T = 0, max_blocks = 1;
+  for (const SeqStep& s : seqs) {
+    T += int64_t(s.tokens.size());
+    max_blocks = std::max<int64_t>(max_blocks, int64_t(s.block_table.size()));
+  }
+  std::vector<int32_t> tokens, token_seq, tables(size_t(int64_t(seqs.size()) * max_blocks), 0);
+  std::vector<int64_t> positions, ctx_len;
+  tokens.reserve(static_cast<size_t>(T));
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const SeqStep& s = seqs[si];
+    const int64_t end = s.start_pos + int64_t(s.tokens.size());
+    if (s.tokens.empty()) return invalid_argument("forward: sequence {} has no new tokens", si);
+    if (s.start_pos < 0 || end > c.max_position_embeddings)
+      return out_of_range("forward: positions {}..{} exceed the model's context of {} tokens", s.start_pos, end - 1,
+                          c.max_position_embeddings);
+    if (int64_t(s.block_table.size()) * bs < end)
+      return invalid_argument("forward: sequence {} has {} KV blocks for {} positions", si, s.block_table.size(), end);
+    for (int32_t b : s.block_table)
+      if (b < 0 || b >= cache.n_blocks()) return invalid_argument("forward: KV block id {} out of range", b);
+    std::copy(s.block_table.begin(), s.block_table.end(), tables.begin() + int64_t(si) * max_blocks);
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      const int32_t tok = s.tokens[i];
+      if (tok < 0 || tok >= c.vocab_size)
+        return invalid_argument("forward: token id {} is outside the vocabulary [0, {})", tok, c.vocab_size);
+      tokens.push_back(tok);
+      token_seq.push_back(int32_t(si));
+      positions.push_back(s.start_pos + int64_t(i));
+      ctx_len.push_back(s.start_pos + int64_t(i) + 1);
+    }
+  }
+
+  std::vector<float> x(size_t(T * H));  // [T, H] residual stream
+  for (int64_t t = 0; t < T; ++t) ops::matrix_row_to_f32(w_.embed_tokens, tokens[t], &x[t * H]);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layer_forward(w_.layers[l], l, x.data(), T, positions.data(), token_seq.data(), ctx_len.data(), tables.data(),
+                  max_blocks, cache);
+
+  // Rows that need logits.
+  std::vector<int64_t> rows;
+  int64_t t0 = 0;
+  for (const SeqStep& s : seqs) {
+    const int64_t n = int64_t(s.tokens.size());
+    if (s.all_logits)
+      for (int64_t i = 0; i < n; ++i) rows.push_back(t0 + i);
+    else
+      rows.push_back(t0 + n - 1);
+    t0 += n;
+  }
+  out.n_rows = int64_t(rows.size());
+  out.hidden.resize(size_t(out.n_rows * H));
+  for (int64_t i = 0; i < out.n_rows; ++i)
+    rmsnorm_rows(&x[rows[i] * H], w_.norm, &out.hidden[i * H], 1, H, float(c.rms_norm_eps));
+  out.logits.resize(size_t(out.n_rows * c.vocab_size));
+  linear(out.hidden.data(), w_.lm_head, out.logits.data(), out.n_rows, pool);
+  return ok_status();
+}
+
+}  // namespace pg

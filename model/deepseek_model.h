@@ -1,0 +1,78 @@
+// DeepseekModel: the DeepSeek-V3 family's forward pass (design.md, "The model, precisely"),
+// written once over the op contracts; this first backend runs the CPU reference ops.
+// One call runs a step for several sequences at once (continuous batching): each brings its
+// new tokens, the position of the first, and the block table of its KV cache.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "formats/model_config.h"
+#include "formats/safetensors.h"
+#include "model/deepseek_weights.h"
+#include "model/kv_cache.h"
+#include "ops/rope.h"
+
+namespace pg {
+
+struct SeqStep {
+  std::span<const int32_t> tokens;       // the new tokens of this sequence
+  int64_t start_pos = 0;                 // position of tokens[0]; earlier positions are cached
+  std::span<const int32_t> block_table;  // physical KV blocks covering start_pos + tokens.size()
+  bool all_logits = false;               // logits for every new token, else for the last only
+};
+
+struct StepOutput {
+  // Rows in order: for each sequence, its new tokens (all) or its last token.
+  std::vector<float> logits;  // [n_rows, vocab_size] f32
+  std::vector<float> hidden;  // [n_rows, hidden_size] f32: final-RMSNorm output (MTP input)
+  int64_t n_rows = 0;
+};
+
+class DeepseekModel {
+ public:
+  // Loads config.json and the safetensors checkpoint of `model_dir` (memory-mapped).
+  static Result<std::unique_ptr<DeepseekModel>> load(const std::filesystem::path& model_dir);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  int64_t vocab_size() const { return cfg_.vocab_size; }
+  // Values per token per layer in the KV cache: kv_lora_rank + qk_rope_head_dim.
+  int64_t kv_row_dim() const { return cfg_.kv_lora_rank + cfg_.qk_rope_head_dim; }
+  // Layers that own KV cache: the main layers, then the MTP layers.
+  int64_t n_cache_layers() const { return cfg_.num_hidden_layers + int64_t(w_.mtp.size()); }
+
+  KvCache make_cache(int64_t n_blocks, int64_t block_size) const {
+    return KvCache(n_cache_layers(), n_blocks, block_size, kv_row_dim());
+  }
+
+  // One forward step. Writes the new tokens' KV into `cache` and fills `out`.
+  Status forward(std::span<const SeqStep> seqs, KvCache& cache, StepOutput& out) const;
+
+  // The pool CPU ops run on (default: ThreadPool::global()).
+  void set_thread_pool(ThreadPool* pool) { pool_ = pool; }
+  ThreadPool& thread_pool() const { return pool_ ? *pool_ : ThreadPool::global(); }
+
+ private:
+  DeepseekModel(ModelConfig cfg, Checkpoint ckpt);
+  // One decoder layer over T tokens, x [T, H] updated in place.
+  void layer_forward(const LayerWeights& L, int64_t cache_layer, float* x, int64_t T, const int64_t* positions,
+                     const int32_t* token_seq, const int64_t* ctx_len, const int32_t* block_tables,
+                     int64_t max_blocks, KvCache& cache) const;
+  void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y, bool accumulate) const;
+  void moe_forward(const MoeWeights& w, const float* x, int64_t T, float* y) const;
+
+  ModelConfig cfg_;
+  Checkpoint ckpt_;
+  ModelWeights w_;
+  ops::RopeTable rope_;
+  float softmax_scale_ = 1.0f;
+  ThreadPool* pool_ = nullptr;
+};
+
+}  // namespace pg

@@ -1,0 +1,179 @@
+// CPU reference ops (see cpu_ops.h).
+#include "ops/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "core/check.h"
+
+namespace pg::ops::cpu {
+
+float dot(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+void axpy(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void linear(const LinearArgs& a, ThreadPool& pool) {
+  const Matrix& w = *a.w;
+  const int64_t xs = a.x_stride ? a.x_stride : w.cols, ys = a.y_stride ? a.y_stride : w.rows;
+  if (a.m == 0) return;
+  // Parallel over output features: each thread dequantizes a row once and uses it for all m.
+  pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> row;
+    row.resize(size_t(w.cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* wr;
+      if (w.format == WeightFormat::kF32) {
+        wr = static_cast<const float*>(w.data) + r * w.cols;
+      } else {
+        matrix_row_to_f32(w, r, row.data());
+        wr = row.data();
+      }
+      for (int64_t i = 0; i < a.m; ++i) {
+        const float v = dot(a.x + i * xs, wr, w.cols);
+        float& out = a.y[i * ys + r];
+        out = a.accumulate ? out + v : v;
+      }
+    }
+  }, /*min_chunk=*/std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols * a.m)));
+}
+
+void rmsnorm(const RmsNormArgs& a) {
+  const int64_t xs = a.x_stride ? a.x_stride : a.n, ys = a.y_stride ? a.y_stride : a.n;
+  for (int64_t i = 0; i < a.m; ++i) {
+    const float* x = a.x + i * xs;
+    float* y = a.y + i * ys;
+    const float ms = dot(x, x, a.n) / float(a.n);
+    const float inv = 1.0f / std::sqrt(ms + a.eps);
+    for (int64_t j = 0; j < a.n; ++j) y[j] = a.weight[j] * (x[j] * inv);
+  }
+}
+
+void rope(const RopeArgs& a) {
+  const int64_t half = a.rope_dim / 2;
+  const RopeTable& t = *a.table;
+  std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+  for (int64_t i = 0; i < a.m; ++i) {
+    const float pos = float(a.positions[i]);
+    for (int64_t k = 0; k < half; ++k) {
+      const float angle = t.inv_freq[k] * pos;  // fp32 product, as the reference computes it
+      cs[k] = float(std::cos(double(angle))) * t.attention_factor;
+      sn[k] = float(std::sin(double(angle))) * t.attention_factor;
+    }
+    for (int64_t h = 0; h < a.n_heads; ++h) {
+      float* x = a.x + i * a.row_stride + h * a.head_stride + a.offset;
+      for (int64_t k = 0; k < half; ++k) {
+        float& x0 = t.interleave ? x[2 * k] : x[k];
+        float& x1 = t.interleave ? x[2 * k + 1] : x[k + half];
+        const float a0 = x0, a1 = x1;
+        x0 = a0 * cs[k] - a1 * sn[k];
+        x1 = a1 * cs[k] + a0 * sn[k];
+      }
+    }
+  }
+}
+
+void mla_attention(const MlaAttentionArgs& a, ThreadPool& pool) {
+  const int64_t R = a.kv_lora_rank, P = a.rope_dim, D = R + P;
+  pool.parallel_for(a.m * a.n_heads, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scores;
+    for (int64_t th = b; th < e; ++th) {
+      const int64_t t = th / a.n_heads, h = th % a.n_heads;
+      const int64_t n = a.ctx_len[t];
+      const int32_t* table = a.block_tables + int64_t(a.token_seq[t]) * a.max_blocks_per_seq;
+      const float* ql = a.q_lat + (t * a.n_heads + h) * R;
+      const float* qp = a.q_pe + (t * a.n_heads + h) * P;
+      scores.resize(static_cast<size_t>(n));
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        const float* row = a.kv + (int64_t(table[j / a.block_size]) * a.block_size + j % a.block_size) * D;
+        const float s = (dot(ql, row, R) + dot(qp, row + R, P)) * a.softmax_scale;
+        scores[j] = s;
+        mx = std::max(mx, s);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+      float* o = a.o_lat + (t * a.n_heads + h) * R;
+      std::fill(o, o + R, 0.0f);
+      const float inv = 1.0f / sum;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* row = a.kv + (int64_t(table[j / a.block_size]) * a.block_size + j % a.block_size) * D;
+        axpy(scores[j] * inv, row, o, R);
+      }
+    }
+  });
+}
+
+namespace {
+// Indices of the k largest values (value descending, index ascending on ties).
+void top_k_indices(const float* v, int64_t n, int64_t k, std::vector<int32_t>& out) {
+  out.resize(static_cast<size_t>(n));
+  std::iota(out.begin(), out.end(), 0);
+  std::partial_sort(out.begin(), out.begin() + k, out.end(), [&](int32_t x, int32_t y) {
+    return v[x] > v[y] || (v[x] == v[y] && x < y);
+  });
+  out.resize(static_cast<size_t>(k));
+}
+}  // namespace
+
+void moe_routing(const MoeRoutingArgs& a) {
+  const int64_t E = a.n_experts, G = a.n_group, per_group = E / G;
+  std::vector<float> s(static_cast<size_t>(E)), choice(static_cast<size_t>(E)), gscore(static_cast<size_t>(G));
+  std::vector<int32_t> top, gtop;
+  for (int64_t t = 0; t < a.m; ++t) {
+    const float* lg = a.logits + t * E;
+    if (a.scoring == MoeScoring::kSigmoid) {
+      for (int64_t e = 0; e < E; ++e) s[e] = 1.0f / (1.0f + std::exp(-lg[e]));
+    } else {
+      const float mx = *std::max_element(lg, lg + E);
+      float sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += (s[e] = std::exp(lg[e] - mx));
+      for (int64_t e = 0; e < E; ++e) s[e] /= sum;
+    }
+    for (int64_t e = 0; e < E; ++e) choice[e] = s[e] + (a.method == MoeTopk::kNoAuxTc ? a.bias[e] : 0.0f);
+    if (a.method != MoeTopk::kGreedy && a.topk_group < G) {
+      for (int64_t g = 0; g < G; ++g) {
+        const float* c = choice.data() + g * per_group;
+        if (a.method == MoeTopk::kNoAuxTc) {  // sum of the group's top-2 (top-1 if the group has one)
+          top_k_indices(c, per_group, std::min<int64_t>(2, per_group), top);
+          float sum = 0;
+          for (int32_t i : top) sum += c[i];
+          gscore[g] = sum;
+        } else {
+          gscore[g] = *std::max_element(c, c + per_group);
+        }
+      }
+      top_k_indices(gscore.data(), G, a.topk_group, gtop);
+      std::vector<bool> keep(size_t(G), false);
+      for (int32_t g : gtop) keep[g] = true;
+      for (int64_t e = 0; e < E; ++e)
+        if (!keep[e / per_group]) choice[e] = -std::numeric_limits<float>::infinity();
+    }
+    top_k_indices(choice.data(), E, a.top_k, top);
+    float sum = 0;
+    for (int64_t k = 0; k < a.top_k; ++k) sum += s[top[k]];
+    const bool norm = a.norm_topk_prob && (a.scoring == MoeScoring::kSigmoid || a.top_k > 1);
+    for (int64_t k = 0; k < a.top_k; ++k) {
+      float w = s[top[k]];
+      if (norm) w /= (sum + 1e-20f);
+      a.expert_idx[t * a.top_k + k] = top[k];
+      a.expert_weight[t * a.top_k + k] = w * a.routed_scaling_factor;
+    }
+  }
+}
+
+}  // namespace pg::ops::cpu

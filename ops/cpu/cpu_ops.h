@@ -1,0 +1,27 @@
+// The CPU reference implementations: the definition of every op (plain loops, fp32
+// accumulation, dequantize on read), parallel over independent outputs so that results do not
+// depend on the number of threads.
+#pragma once
+
+#include "core/thread_pool.h"
+#include "ops/linear.h"
+#include "ops/mla_attention.h"
+#include "ops/moe_routing.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+
+namespace pg::ops::cpu {
+
+void linear(const LinearArgs& a, ThreadPool& pool);
+void rmsnorm(const RmsNormArgs& a);
+void rope(const RopeArgs& a);
+void mla_attention(const MlaAttentionArgs& a, ThreadPool& pool);
+void moe_routing(const MoeRoutingArgs& a);
+
+// Dot product of two f32 vectors in a fixed summation order (16 interleaved partial sums,
+// then a fixed tree), so every backend thread count gives the same bits.
+float dot(const float* a, const float* b, int64_t n);
+// y[i] += alpha * x[i]
+void axpy(float alpha, const float* x, float* y, int64_t n);
+
+}  // namespace pg::ops::cpu

@@ -1,0 +1,40 @@
+// Row dequantization and validation of weight matrices.
+#include "ops/matrix.h"
+
+#include <cstring>
+
+#include "core/dtype.h"
+
+namespace pg::ops {
+
+void matrix_row_to_f32(const Matrix& w, int64_t r, float* out) {
+  switch (w.format) {
+    case WeightFormat::kF32:
+      std::memcpy(out, static_cast<const float*>(w.data) + r * w.cols, size_t(w.cols) * sizeof(float));
+      return;
+    case WeightFormat::kBF16: {
+      const uint16_t* row = static_cast<const uint16_t*>(w.data) + r * w.cols;
+      for (int64_t c = 0; c < w.cols; ++c) out[c] = bf16_to_f32(row[c]);
+      return;
+    }
+    case WeightFormat::kFp8Block: {
+      const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * w.cols;
+      const float* scales = w.scale_inv + (r / w.block_rows) * w.scale_cols();
+      for (int64_t c0 = 0; c0 < w.cols; c0 += w.block_cols) {
+        const float s = scales[c0 / w.block_cols];
+        const int64_t c1 = std::min(w.cols, c0 + w.block_cols);
+        for (int64_t c = c0; c < c1; ++c) out[c] = f8e4m3_to_f32(row[c]) * s;
+      }
+      return;
+    }
+  }
+}
+
+Status validate_matrix(const Matrix& w) {
+  if (!w.data || w.rows <= 0 || w.cols <= 0) return invalid_argument("matrix: empty ({}x{})", w.rows, w.cols);
+  if (w.format == WeightFormat::kFp8Block && (!w.scale_inv || w.block_rows <= 0 || w.block_cols <= 0))
+    return invalid_argument("matrix: FP8 block weights need scale_inv and positive block sizes");
+  return ok_status();
+}
+
+}  // namespace pg::ops

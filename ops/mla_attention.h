@@ -1,0 +1,30 @@
+// mla_attention: DeepSeek MLA in its absorbed form over the paged latent KV cache.
+// Per token t (position p_t) and head h, over cache positions j = 0..p_t:
+//   score_j = (q_lat[t,h] · c_kv[j] + q_pe[t,h] · k_pe[j]) * softmax_scale
+//   o_lat[t,h] = Σ_j softmax(score)_j · c_kv[j]
+// The caller forms q_lat = q_nope · W_UK (per head, from kv_b_proj) before, and applies
+// W_UV to o_lat after. The cache row of position j is [c_kv (kv_lora_rank) | k_pe (rope_dim)].
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace pg::ops {
+
+struct MlaAttentionArgs {
+  const float* q_lat = nullptr;   // [m, n_heads, kv_lora_rank] f32
+  const float* q_pe = nullptr;    // [m, n_heads, rope_dim] f32 (RoPE applied)
+  const float* kv = nullptr;      // one layer's pool: [n_blocks, block_size, kv_lora_rank + rope_dim] f32
+  const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]: physical block ids
+  const int32_t* token_seq = nullptr;     // [m]: which sequence (row of block_tables) token t reads
+  const int64_t* ctx_len = nullptr;       // [m]: cache positions token t attends to (p_t + 1)
+  float* o_lat = nullptr;         // [m, n_heads, kv_lora_rank] f32
+  int64_t m = 0, n_heads = 0, kv_lora_rank = 0, rope_dim = 0;
+  int64_t block_size = 0, max_blocks_per_seq = 0, n_blocks = 0;
+  float softmax_scale = 1.0f;
+};
+
+Status validate(const MlaAttentionArgs& a);
+
+}  // namespace pg::ops

@@ -1,0 +1,187 @@
+// Golden tests: the CPU forward pass against transformers' float32 outputs on tiny random
+// models (made by tools/golden.py). Teacher-forced top-1 and top-10 log-probabilities at every
+// position (prefill and token-by-token decode), and 32-token greedy continuations.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include "model/deepseek_model.h"
+
+namespace pg {
+namespace {
+
+constexpr double kLogprobTol = 1e-3;  // the bound, absolute, on log-probabilities
+const char* kModels[] = {"v3_tiny", "v2_lite_tiny", "v3_odd_dims", "v3_tiny_fp8"};
+
+std::filesystem::path golden_dir(const std::string& name) {
+  return std::filesystem::path(PG_SOURCE_DIR) / "tests" / "golden" / name;
+}
+
+nlohmann::json load_expected(const std::string& name) {
+  std::ifstream f(golden_dir(name) / "expected.json");
+  return nlohmann::json::parse(f);
+}
+
+std::vector<double> log_softmax(const float* logits, int64_t n) {
+  const float mx = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[i] = double(logits[i]) - lse;
+  return out;
+}
+
+int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
+
+struct Session {
+  std::unique_ptr<DeepseekModel> model;
+  KvCache cache;
+  std::vector<int32_t> table;
+  explicit Session(std::unique_ptr<DeepseekModel> m, int64_t block_size = 16)
+      : model(std::move(m)), cache(model->make_cache((model->config().max_position_embeddings + block_size - 1) / block_size, block_size)) {
+    // Blocks handed out in reverse order so a wrong block-table lookup cannot pass by luck.
+    table.resize(size_t(cache.n_blocks()));
+    std::iota(table.rbegin(), table.rend(), 0);
+  }
+  StepOutput run(std::span<const int32_t> tokens, int64_t start, bool all) {
+    SeqStep s{tokens, start, table, all};
+    StepOutput out;
+    Status st = model->forward(std::span<const SeqStep>(&s, 1), cache, out);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return out;
+  }
+};
+
+void check_rows(const std::string& what, const nlohmann::json& expected_rows, const StepOutput& out, int64_t vocab,
+                int64_t first_row) {
+  for (int64_t r = 0; r < out.n_rows; ++r) {
+    const auto& exp = expected_rows[size_t(first_row + r)];
+    const float* lg = &out.logits[size_t(r * vocab)];
+    const auto lp = log_softmax(lg, vocab);
+    EXPECT_EQ(argmax(lg, vocab), exp[0][0].get<int64_t>()) << what << " position " << first_row + r;
+    for (const auto& pair : exp) {
+      const int64_t id = pair[0].get<int64_t>();
+      EXPECT_NEAR(lp[size_t(id)], pair[1].get<double>(), kLogprobTol) << what << " position " << first_row + r << " token " << id;
+    }
+  }
+}
+
+class Golden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Golden, TeacherForcedPrefill) {
+  const std::string name = GetParam();
+  auto m = DeepseekModel::load(golden_dir(name));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const auto expected = load_expected(name);
+  for (const auto& p : expected["prompts"]) {
+    Session s(std::move(m).value());
+    const auto ids = p["ids"].get<std::vector<int32_t>>();
+    StepOutput out = s.run(ids, 0, /*all=*/true);
+    ASSERT_EQ(out.n_rows, int64_t(ids.size()));
+    check_rows(name + " prefill", p["top_logprobs"], out, s.model->vocab_size(), 0);
+    m = std::move(s.model);
+  }
+}
+
+TEST_P(Golden, TeacherForcedDecodeTokenByToken) {
+  const std::string name = GetParam();
+  auto m = DeepseekModel::load(golden_dir(name));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const auto expected = load_expected(name);
+  for (const auto& p : expected["prompts"]) {
+    Session s(std::move(m).value());
+    const auto ids = p["ids"].get<std::vector<int32_t>>();
+    // A chunked prefill of the first third, then one token per step.
+    const int64_t chunk = int64_t(ids.size()) / 3;
+    StepOutput out = s.run(std::span(ids).first(static_cast<size_t>(chunk)), 0, true);
+    check_rows(name + " chunk", p["top_logprobs"], out, s.model->vocab_size(), 0);
+    for (int64_t i = chunk; i < int64_t(ids.size()); ++i) {
+      out = s.run(std::span(ids).subspan(size_t(i), 1), i, false);
+      check_rows(name + " decode", p["top_logprobs"], out, s.model->vocab_size(), i);
+    }
+    m = std::move(s.model);
+  }
+}
+
+TEST_P(Golden, GreedyContinuation) {
+  const std::string name = GetParam();
+  auto m = DeepseekModel::load(golden_dir(name));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const auto expected = load_expected(name);
+  for (const auto& p : expected["prompts"]) {
+    Session s(std::move(m).value());
+    auto ids = p["ids"].get<std::vector<int32_t>>();
+    const auto want = p["greedy"].get<std::vector<int32_t>>();
+    StepOutput out = s.run(ids, 0, false);
+    std::vector<int32_t> got;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const int32_t next = int32_t(argmax(out.logits.data(), s.model->vocab_size()));
+      got.push_back(next);
+      ids.push_back(next);
+      out = s.run(std::span(ids).last(1), int64_t(ids.size()) - 1, false);
+    }
+    EXPECT_EQ(got, want) << name << ": " << p["text"].get<std::string>();
+    m = std::move(s.model);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::ValuesIn(kModels),
+                         [](const auto& info) { return std::string(info.param); });
+
+// Two sequences at different positions in one step give the same logits as each alone.
+TEST(GoldenBatch, BatchedEqualsSingle) {
+  auto m = DeepseekModel::load(golden_dir("v3_tiny"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto model = std::move(m).value();
+  const auto expected = load_expected("v3_tiny");
+  const auto a = expected["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  const auto b = expected["prompts"][1]["ids"].get<std::vector<int32_t>>();
+  KvCache cache = model->make_cache(64, 8);
+  std::vector<int32_t> ta(32), tb(32);
+  std::iota(ta.begin(), ta.end(), 0);
+  std::iota(tb.begin(), tb.end(), 32);
+  // a: prefill all but its last token; then one step with [a's last token, b's whole prompt].
+  StepOutput o1, o2;
+  SeqStep s1{std::span(a).first(a.size() - 1), 0, ta, false};
+  ASSERT_TRUE(model->forward(std::span(&s1, 1), cache, o1).ok());
+  SeqStep both[2] = {{std::span(a).last(1), int64_t(a.size()) - 1, ta, false}, {b, 0, tb, true}};
+  ASSERT_TRUE(model->forward(both, cache, o2).ok());
+  ASSERT_EQ(o2.n_rows, int64_t(1 + b.size()));
+  check_rows("batched a", expected["prompts"][0]["top_logprobs"],
+             StepOutput{std::vector<float>(o2.logits.begin(), o2.logits.begin() + model->vocab_size()), {}, 1},
+             model->vocab_size(), int64_t(a.size()) - 1);
+  StepOutput ob{std::vector<float>(o2.logits.begin() + model->vocab_size(), o2.logits.end()), {}, int64_t(b.size())};
+  check_rows("batched b", expected["prompts"][1]["top_logprobs"], ob, model->vocab_size(), 0);
+}
+
+// 1 and 2 threads give bit-identical logits (each output has one owner and a fixed order).
+TEST(GoldenDeterminism, ThreadCountDoesNotChangeBits) {
+  auto m = DeepseekModel::load(golden_dir("v3_tiny"));
+  ASSERT_TRUE(m.ok());
+  auto model = std::move(m).value();
+  const auto ids = load_expected("v3_tiny")["prompts"][1]["ids"].get<std::vector<int32_t>>();
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    model->set_thread_pool(&pool);
+    KvCache cache = model->make_cache(16, 16);
+    std::vector<int32_t> table(16);
+    std::iota(table.begin(), table.end(), 0);
+    SeqStep s{ids, 0, table, true};
+    StepOutput out;
+    ASSERT_TRUE(model->forward(std::span(&s, 1), cache, out).ok());
+    results.push_back(out.logits);
+    model->set_thread_pool(nullptr);
+  }
+  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results[0], results[2]);
+}
+
+}  // namespace
+}  // namespace pg
