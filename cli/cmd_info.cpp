@@ -231,10 +231,11 @@ void print_text(const std::string& dir, const ModelConfig& c, const Checkpoint& 
   line("KV cache", fmt::format("{} values/token/layer; {}/token in bf16 over {} layers", kv,
                                human_bytes(double(kv) * 2 * c.num_hidden_layers), c.num_hidden_layers));
   if (c.n_routed_experts > 0) {
-    line("experts", fmt::format("{} routed + {} shared, top-{}, {} groups (top-{}), {}, {}, scale {}{}",
-                                c.n_routed_experts, c.n_shared_experts, c.num_experts_per_tok, c.n_group,
-                                c.topk_group, c.scoring_func, c.topk_method, c.routed_scaling_factor,
-                                c.norm_topk_prob ? ", normalized" : ""));
+    const std::string groups = c.n_group > 1 ? fmt::format("{} groups (top-{})", c.n_group, c.topk_group)
+                                             : std::string("no expert groups");
+    line("experts", fmt::format("{} routed + {} shared, top-{}, {}, {}, {}, scale {}{}", c.n_routed_experts,
+                                c.n_shared_experts, c.num_experts_per_tok, groups, c.scoring_func, c.topk_method,
+                                c.routed_scaling_factor, c.norm_topk_prob ? ", normalized" : ""));
   } else {
     line("experts", "none (dense)");
   }

@@ -30,10 +30,11 @@ struct TensorView {
   DType dtype = DType::kU8;
   std::vector<int64_t> shape;   // elements; [] is a scalar
   const uint8_t* data = nullptr;
-  size_t n_bytes = 0;           // == ceil(numel * dtype_bits / 8), checked at open
+  size_t n_bytes = 0;           // == numel * dtype_bits / 8 exactly (packed types fill whole bytes)
   const std::string* file = nullptr;  // path of the file holding it
 
-  int64_t numel() const;
+  int64_t numel() const;  // fits int64: the byte size was checked against the file at open
+  std::span<const uint8_t> bytes() const { return {data, n_bytes}; }
 };
 
 // A parsed header entry: offsets are bytes relative to the first byte after the header.
@@ -94,7 +95,8 @@ class SafetensorsFile {
 //    names must exist, every tensor it lists must be in its shard;
 //  - else model.safetensors;
 //  - else every *.safetensors in the directory.
-// A tensor stored in two files is an error in every case. `path` may also be one .safetensors file.
+// A tensor stored in two files is an error in every case; tensors a shard holds beyond those the
+// index lists are served too (the files are the truth). `path` may also be one .safetensors file.
 class Checkpoint {
  public:
   static Result<Checkpoint> open(const std::filesystem::path& path);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "formats/model_config.h"
 #include "formats/safetensors.h"
 #include "formats/safetensors_writer.h"
 #include "tests/unit/formats/test_util.h"
@@ -154,6 +155,30 @@ TEST(CheckpointBad, NothingThere) {
   auto m = Checkpoint::open(dir / "does_not_exist");
   EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(m.status().message(), HasSubstr("does_not_exist"));
+}
+
+// The golden fixtures (tests/golden/*/, written by transformers + safetensors through
+// tools/golden.py) must open cleanly, and every tensor must be where config.json says.
+TEST(Checkpoint, GoldenFixturesOpen) {
+  const std::filesystem::path golden = std::filesystem::path(PG_SOURCE_DIR) / "tests/golden";
+  if (!std::filesystem::exists(golden)) GTEST_SKIP() << "no tests/golden";
+  int n_models = 0;
+  for (const auto& e : std::filesystem::directory_iterator(golden)) {
+    if (!std::filesystem::exists(e.path() / "config.json")) continue;
+    ++n_models;
+    auto cfg = load_model_config(e.path());
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    auto ck = Checkpoint::open(e.path());
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    auto embed = ck->get("model.embed_tokens.weight");
+    ASSERT_TRUE(embed.ok()) << embed.status().to_string();
+    EXPECT_EQ((*embed)->shape, (std::vector<int64_t>{cfg->vocab_size, cfg->hidden_size})) << e.path();
+    for (int64_t l = 0; l < cfg->num_hidden_layers; ++l) {
+      const std::string gate = fmt::format("model.layers.{}.mlp.gate.weight", l);
+      EXPECT_EQ(ck->find(gate) != nullptr, cfg->is_moe_layer(l)) << gate << " in " << e.path();
+    }
+  }
+  EXPECT_GT(n_models, 0);
 }
 
 }  // namespace
