@@ -397,6 +397,7 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_v
   PG_TRY(k.get("rope_theta", &c.rope_theta));
   PG_TRY(k.get("routed_scaling_factor", &c.routed_scaling_factor));
   PG_TRY(k.get("attention_bias", &c.attention_bias));
+  PG_TRY(k.get("rope_interleave", &c.rope_interleave));
   PG_TRY(k.get("tie_word_embeddings", &c.tie_word_embeddings));
   PG_TRY(k.get("norm_topk_prob", &c.norm_topk_prob));
   PG_TRY(k.get("hidden_act", &c.hidden_act));
