@@ -1,0 +1,69 @@
+// Scheduler implementation (policy described in scheduler.h).
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace pg {
+
+Status Scheduler::add(Sequence* seq) {
+  if (blocks_.blocks_for(int64_t(seq->tokens.size()) + 1) > blocks_.n_blocks())
+    return invalid_argument("the request needs {} KV blocks of {} tokens but the cache holds {} blocks",
+                            blocks_.blocks_for(int64_t(seq->tokens.size()) + 1), blocks_.block_size(), blocks_.n_blocks());
+  if (n_waiting() >= cfg_.max_waiting)
+    return resource_exhausted("the server is at capacity ({} requests waiting); retry later", n_waiting());
+  waiting_.push_back(seq);
+  return ok_status();
+}
+
+void Scheduler::remove(Sequence* seq) {
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) waiting_.erase(it);
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) running_.erase(it);
+  blocks_.release(seq->block_table);
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  blocks_.release(seq->block_table);
+  seq->n_computed = 0;  // recomputed from scratch (prompt + generated so far) when readmitted
+  ++seq->n_preemptions;
+  waiting_.push_front(seq);
+}
+
+std::vector<ScheduledSeq> Scheduler::schedule(std::vector<Sequence*>* preempted) {
+  std::vector<ScheduledSeq> step;
+  int64_t budget = cfg_.max_num_batched_tokens;
+  // 1. Running sequences, oldest first.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* s = running_[i];
+    const int64_t n = std::min(s->pending(), budget);
+    // Blocks for the tokens computed this step (a decode step may open a new block).
+    while (!blocks_.ensure(s->block_table, s->n_computed + n)) {
+      Sequence* victim = running_.back();
+      preempt(victim);
+      if (preempted) preempted->push_back(victim);
+      if (victim == s) break;
+    }
+    if (i >= running_.size() || running_[i] != s) continue;  // s itself was preempted
+    step.push_back({s, s->n_computed, n, s->n_computed + n == int64_t(s->tokens.size())});
+    budget -= n;
+    ++i;
+  }
+  // 2. Waiting sequences, first come first served; admitted only when all their blocks exist.
+  while (!waiting_.empty() && budget > 0 && n_running() < cfg_.max_num_seqs) {
+    Sequence* s = waiting_.front();
+    if (blocks_.missing(s->block_table, int64_t(s->tokens.size())) > blocks_.n_free()) break;
+    blocks_.ensure(s->block_table, int64_t(s->tokens.size()));
+    waiting_.pop_front();
+    running_.push_back(s);
+    const int64_t n = std::min(s->pending(), budget);
+    step.push_back({s, s->n_computed, n, s->n_computed + n == int64_t(s->tokens.size())});
+    budget -= n;
+  }
+  return step;
+}
+
+void Scheduler::commit(const std::vector<ScheduledSeq>& step) {
+  for (const ScheduledSeq& s : step) s.seq->n_computed += s.n_new;
+}
+
+}  // namespace pg
