@@ -191,26 +191,30 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
 }
 
-Status DeepseekModel::forward(std::span<const SeqStep> seqs, KvCache& cache, StepOutput& out) const {
-  const ModelConfig& c = cfg_;
-  ThreadPool& pool = thread_pool();
-  const int64_t H = c.hidden_size, bs = cache.block_size();
-  if (cache.row_dim() != kv_row_dim() || cache.n_layers() < c.num_hidden_layers)
-    return invalid_argument("forward: KV cache shape does not match the model");
-
-  // Flatten the step: tokens, positions, which sequence each token reads, context lengths.
+// Flattens a step's sequences into per-token arrays, validating ids, positions and blocks.
+struct DeepseekModel::StepLayout {
   int64_t T = 0, max_blocks = 1;
-  for (const SeqStep& s : seqs) {
-    T += int64_t(s.tokens.size());
-    max_blocks = std::max<int64_t>(max_blocks, int64_t(s.block_table.size()));
-  }
-  std::vector<int32_t> tokens, token_seq, tables(size_t(int64_t(seqs.size()) * max_blocks), 0);
+  std::vector<int32_t> tokens, token_seq, tables;
   std::vector<int64_t> positions, ctx_len;
-  tokens.reserve(static_cast<size_t>(T));
+  std::vector<int64_t> out_rows;  // token index of every output row
+};
+
+Status DeepseekModel::layout_step(std::span<const SeqStep> seqs, const KvCache& cache, StepLayout& L) const {
+  const ModelConfig& c = cfg_;
+  const int64_t bs = cache.block_size();
+  if (cache.row_dim() != kv_row_dim() || cache.n_layers() < n_cache_layers())
+    return invalid_argument("forward: KV cache shape does not match the model");
+  for (const SeqStep& s : seqs) {
+    L.T += int64_t(s.tokens.size());
+    L.max_blocks = std::max<int64_t>(L.max_blocks, int64_t(s.block_table.size()));
+  }
+  L.tables.assign(size_t(int64_t(seqs.size()) * L.max_blocks), 0);
+  L.tokens.reserve(static_cast<size_t>(L.T));
+  int64_t t0 = 0;
   for (size_t si = 0; si < seqs.size(); ++si) {
     const SeqStep& s = seqs[si];
-    const int64_t end = s.start_pos + int64_t(s.tokens.size());
-    if (s.tokens.empty()) return invalid_argument("forward: sequence {} has no new tokens", si);
+    const int64_t n = int64_t(s.tokens.size()), end = s.start_pos + n;
+    if (n == 0) return invalid_argument("forward: sequence {} has no new tokens", si);
     if (s.start_pos < 0 || end > c.max_position_embeddings)
       return out_of_range("forward: positions {}..{} exceed the model's context of {} tokens", s.start_pos, end - 1,
                           c.max_position_embeddings);
@@ -218,41 +222,79 @@ Status DeepseekModel::forward(std::span<const SeqStep> seqs, KvCache& cache, Ste
       return invalid_argument("forward: sequence {} has {} KV blocks for {} positions", si, s.block_table.size(), end);
     for (int32_t b : s.block_table)
       if (b < 0 || b >= cache.n_blocks()) return invalid_argument("forward: KV block id {} out of range", b);
-    std::copy(s.block_table.begin(), s.block_table.end(), tables.begin() + int64_t(si) * max_blocks);
-    for (size_t i = 0; i < s.tokens.size(); ++i) {
-      const int32_t tok = s.tokens[i];
+    std::copy(s.block_table.begin(), s.block_table.end(), L.tables.begin() + int64_t(si) * L.max_blocks);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t tok = s.tokens[size_t(i)];
       if (tok < 0 || tok >= c.vocab_size)
         return invalid_argument("forward: token id {} is outside the vocabulary [0, {})", tok, c.vocab_size);
-      tokens.push_back(tok);
-      token_seq.push_back(int32_t(si));
-      positions.push_back(s.start_pos + int64_t(i));
-      ctx_len.push_back(s.start_pos + int64_t(i) + 1);
+      L.tokens.push_back(tok);
+      L.token_seq.push_back(int32_t(si));
+      L.positions.push_back(s.start_pos + i);
+      L.ctx_len.push_back(s.start_pos + i + 1);
     }
-  }
-
-  std::vector<float> x(size_t(T * H));  // [T, H] residual stream
-  for (int64_t t = 0; t < T; ++t) ops::matrix_row_to_f32(w_.embed_tokens, tokens[t], &x[t * H]);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    layer_forward(w_.layers[l], l, x.data(), T, positions.data(), token_seq.data(), ctx_len.data(), tables.data(),
-                  max_blocks, cache);
-
-  // Rows that need logits.
-  std::vector<int64_t> rows;
-  int64_t t0 = 0;
-  for (const SeqStep& s : seqs) {
-    const int64_t n = int64_t(s.tokens.size());
-    if (s.all_logits)
-      for (int64_t i = 0; i < n; ++i) rows.push_back(t0 + i);
-    else
-      rows.push_back(t0 + n - 1);
+    if (s.no_logits) {
+    } else if (s.all_logits) {
+      for (int64_t i = 0; i < n; ++i) L.out_rows.push_back(t0 + i);
+    } else {
+      L.out_rows.push_back(t0 + n - 1);
+    }
     t0 += n;
   }
-  out.n_rows = int64_t(rows.size());
+  return ok_status();
+}
+
+Status DeepseekModel::forward(std::span<const SeqStep> seqs, KvCache& cache, StepOutput& out) const {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden_size;
+  StepLayout L;
+  PG_TRY(layout_step(seqs, cache, L));
+  std::vector<float> x(size_t(L.T * H));  // [T, H] residual stream
+  for (int64_t t = 0; t < L.T; ++t) ops::matrix_row_to_f32(w_.embed_tokens, L.tokens[t], &x[t * H]);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layer_forward(w_.layers[l], l, x.data(), L.T, L.positions.data(), L.token_seq.data(), L.ctx_len.data(),
+                  L.tables.data(), L.max_blocks, cache);
+  // Output rows: hidden = final RMSNorm (the MTP module's input), logits = lm_head(hidden).
+  out.n_rows = int64_t(L.out_rows.size());
   out.hidden.resize(size_t(out.n_rows * H));
   for (int64_t i = 0; i < out.n_rows; ++i)
-    rmsnorm_rows(&x[rows[i] * H], w_.norm, &out.hidden[i * H], 1, H, float(c.rms_norm_eps));
+    rmsnorm_rows(&x[L.out_rows[i] * H], w_.norm, &out.hidden[i * H], 1, H, float(c.rms_norm_eps));
   out.logits.resize(size_t(out.n_rows * c.vocab_size));
-  linear(out.hidden.data(), w_.lm_head, out.logits.data(), out.n_rows, pool);
+  linear(out.hidden.data(), w_.lm_head, out.logits.data(), out.n_rows, thread_pool());
+  return ok_status();
+}
+
+Status DeepseekModel::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
+                                  KvCache& cache, StepOutput& out) const {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden_size;
+  if (mtp_idx < 0 || mtp_idx >= int64_t(w_.mtp.size()))
+    return failed_precondition("forward_mtp: the model has {} MTP layer(s), asked for #{}", w_.mtp.size(), mtp_idx);
+  StepLayout L;
+  PG_TRY(layout_step(seqs, cache, L));
+  if (int64_t(prev_hidden.size()) != L.T * H)
+    return invalid_argument("forward_mtp: {} hidden values for {} tokens of {}", prev_hidden.size(), L.T, H);
+  const MtpWeights& m = w_.mtp[size_t(mtp_idx)];
+  const float eps = float(c.rms_norm_eps);
+  // x = eh_proj([enorm(embed(token)) ; hnorm(prev_hidden)])   [T, H]
+  std::vector<float> cat(size_t(L.T * 2 * H)), x(size_t(L.T * H));
+  for (int64_t t = 0; t < L.T; ++t) {
+    ops::matrix_row_to_f32(m.embed_tokens, L.tokens[t], &cat[t * 2 * H]);
+    rmsnorm_rows(&cat[t * 2 * H], m.enorm, &cat[t * 2 * H], 1, H, eps);
+    rmsnorm_rows(&prev_hidden[size_t(t * H)], m.hnorm, &cat[t * 2 * H + H], 1, H, eps);
+  }
+  linear(cat.data(), m.eh_proj, x.data(), L.T, thread_pool());
+  layer_forward(m.block, c.num_hidden_layers + mtp_idx, x.data(), L.T, L.positions.data(), L.token_seq.data(),
+                L.ctx_len.data(), L.tables.data(), L.max_blocks, cache);
+  // hidden = the block's output (what the next draft depth takes); logits via shared_head.
+  out.n_rows = int64_t(L.out_rows.size());
+  out.hidden.resize(size_t(out.n_rows * H));
+  std::vector<float> normed(size_t(out.n_rows * H));
+  for (int64_t i = 0; i < out.n_rows; ++i) {
+    std::copy(&x[L.out_rows[i] * H], &x[(L.out_rows[i] + 1) * H], &out.hidden[i * H]);
+    rmsnorm_rows(&out.hidden[i * H], m.shared_head_norm, &normed[i * H], 1, H, eps);
+  }
+  out.logits.resize(size_t(out.n_rows * c.vocab_size));
+  linear(normed.data(), m.shared_head_head, out.logits.data(), out.n_rows, thread_pool());
   return ok_status();
 }
 

@@ -25,10 +25,11 @@ struct SeqStep {
   int64_t start_pos = 0;                 // position of tokens[0]; earlier positions are cached
   std::span<const int32_t> block_table;  // physical KV blocks covering start_pos + tokens.size()
   bool all_logits = false;               // logits for every new token, else for the last only
+  bool no_logits = false;                // no logits at all (a prefill chunk that samples nothing)
 };
 
 struct StepOutput {
-  // Rows in order: for each sequence, its new tokens (all) or its last token.
+  // Rows in order: for each sequence, its new tokens (all), its last token, or none (no_logits).
   std::vector<float> logits;  // [n_rows, vocab_size] f32
   std::vector<float> hidden;  // [n_rows, hidden_size] f32: final-RMSNorm output (MTP input)
   int64_t n_rows = 0;
@@ -54,11 +55,23 @@ class DeepseekModel {
   // One forward step. Writes the new tokens' KV into `cache` and fills `out`.
   Status forward(std::span<const SeqStep> seqs, KvCache& cache, StepOutput& out) const;
 
+  // MTP layers present in the checkpoint (0: no speculation).
+  int64_t n_mtp_layers() const { return int64_t(w_.mtp.size()); }
+  // One step of MTP module `mtp_idx` (DeepSeek-V3 layer num_hidden_layers + mtp_idx). Token t of
+  // `seqs` at position p is the token at p + 1 and prev_hidden[t] ([T, H] f32) the hidden state
+  // at p: the main model's final-RMSNorm output, or at deeper drafts the previous MTP output.
+  // Writes the MTP layer's KV at p; out.logits predict the token at p + 2; out.hidden is the
+  // MTP block's output (before shared_head.norm), which chains to the next depth.
+  Status forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
+                     KvCache& cache, StepOutput& out) const;
+
   // The pool CPU ops run on (default: ThreadPool::global()).
   void set_thread_pool(ThreadPool* pool) { pool_ = pool; }
   ThreadPool& thread_pool() const { return pool_ ? *pool_ : ThreadPool::global(); }
 
  private:
+  struct StepLayout;
+  Status layout_step(std::span<const SeqStep> seqs, const KvCache& cache, StepLayout& layout) const;
   DeepseekModel(ModelConfig cfg, Checkpoint ckpt);
   // One decoder layer over T tokens, x [T, H] updated in place.
   void layer_forward(const LayerWeights& L, int64_t cache_layer, float* x, int64_t T, const int64_t* positions,
