@@ -1,0 +1,63 @@
+// `peregrine serve` as a library call: options (named as vLLM users know them), model loading,
+// the engine's loop thread, the HTTP server, and the graceful drain on SIGINT/SIGTERM.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/backend.h"
+#include "server/chat.h"
+
+namespace pg::server {
+
+struct ServeOptions {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;                           // empty: no auth
+  std::vector<std::string> served_model_names;   // empty: the model folder's name
+  std::vector<std::string> allowed_origins;      // CORS; empty: off
+  std::string chat_template;                     // a file; empty: the model folder's template
+  std::string reasoning_parser = "deepseek_r1";  // "deepseek_r1" or "none"
+  int64_t max_model_len = 0;                     // 0: the model's
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 512;
+  int64_t max_waiting = 1024;
+  int64_t kv_blocks = 0;                         // 0: enough for max_num_seqs full sequences
+  int64_t block_size = 16;
+  int threads = 0;                               // engine CPU threads; 0: all hardware threads
+  int http_threads = 1;
+  uint64_t max_body_bytes = 16u << 20;
+  uint32_t max_header_bytes = 16u << 10;
+  int max_messages = 1024;
+  int max_n = 16;
+  double shutdown_timeout_s = 30;                // in-flight requests get this long to finish
+  double write_timeout_s = 30;                   // a client not reading this long is dropped
+};
+
+// What run_http needs besides the options.
+struct HttpStack {
+  GenerationBackend* backend = nullptr;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  const ChatTemplate* chat_template = nullptr;
+  bool add_bos_to_completions = true;
+  // Drains the backend: no new work; in-flight work until the deadline, then aborted. Blocks.
+  std::function<void(std::chrono::steady_clock::time_point)> stop_backend;
+};
+
+// Serves until SIGINT/SIGTERM, then drains (health 503, new work 503, in-flight finishes until
+// --shutdown-timeout, the rest ends with finish_reason "abort"). Returns the exit code.
+int run_http(const ServeOptions& opts, HttpStack stack);
+
+// Loads the model folder, starts the engine and serves. Returns the exit code.
+int serve(ServeOptions opts);
+
+// The default model folder, models/peregrine-tiny, looked up under $PEREGRINE_HOME, next to
+// the executable (and its parent), and in the source tree this binary was built from.
+std::string default_model_dir();
+
+}  // namespace pg::server
