@@ -16,5 +16,8 @@ struct Command {
 
 Command add_info(CLI::App& root);
 Command add_tokenize(CLI::App& root);
+Command add_serve(CLI::App& root);
+Command add_bench(CLI::App& root);
+Command add_generate(CLI::App& root);
 
 }  // namespace pg::cli

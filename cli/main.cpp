@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   std::vector<pg::cli::Command> commands = {
       pg::cli::add_info(app),
       pg::cli::add_tokenize(app),
+      pg::cli::add_serve(app),
+      pg::cli::add_bench(app),
+      pg::cli::add_generate(app),
   };
   CLI11_PARSE(app, argc, argv);
   for (auto& c : commands)

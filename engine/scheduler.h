@@ -23,7 +23,7 @@ struct Sequence {
   int64_t n_computed = 0;        // leading tokens whose KV is in the cache
   std::vector<int32_t> block_table;
   int64_t n_preemptions = 0;
-  bool cancelled = false;        // set by the engine; the sequence leaves at the next step
+  void* owner = nullptr;         // the engine's per-request state
 
   int64_t pending() const { return int64_t(tokens.size()) - n_computed; }
 };

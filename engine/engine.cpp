@@ -1,0 +1,286 @@
+// Engine implementation: the step loop (schedule -> forward -> sample -> stream) over the
+// scheduler, the KV block pool and a DeepseekModel, with thread-safe submit/cancel.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/check.h"
+#include "engine/block_manager.h"
+#include "engine/request_state.h"
+#include "model/deepseek_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pg {
+
+using Clock = std::chrono::steady_clock;
+
+struct Engine::Impl {
+  std::unique_ptr<DeepseekModel> model;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  EngineConfig cfg;
+  int64_t max_model_len = 0;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<BlockManager> blocks;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<KvCache> cache;
+  Sampler sampler;  // engine thread only
+
+  // Shared with other threads, under mu.
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<RequestState>> incoming;
+  std::vector<uint64_t> cancels;
+  uint64_t next_id = 1;
+  bool draining = false;
+  Clock::time_point drain_deadline;
+  EngineStats stats;
+  int64_t n_active = 0;  // submitted and not finished
+
+  // Engine thread only.
+  std::map<uint64_t, std::unique_ptr<RequestState>> active;
+  std::thread thread;
+
+  bool step();
+  bool step_inner();
+  void refresh_gauges();  // running / waiting / KV usage into stats (takes mu)
+  void finish(RequestState& r, std::string reason, Status error = {});
+  void emit(RequestState& r, GenerationEvent&& ev);
+  void loop();
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+  if (impl_ && impl_->thread.joinable()) stop(Clock::now());
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<DeepseekModel> model,
+                                               std::shared_ptr<const Tokenizer> tokenizer, EngineConfig cfg) {
+  if (!model || !tokenizer) return invalid_argument("engine: a model and a tokenizer are required");
+  auto impl = std::make_unique<Impl>();
+  const ModelConfig& mc = model->config();
+  impl->max_model_len = cfg.max_model_len > 0 ? std::min(cfg.max_model_len, mc.max_position_embeddings)
+                                              : mc.max_position_embeddings;
+  if (cfg.kv_block_size <= 0) return invalid_argument("engine: kv block size must be > 0, got {}", cfg.kv_block_size);
+  if (cfg.kv_blocks <= 0)
+    cfg.kv_blocks = cfg.scheduler.max_num_seqs * ((impl->max_model_len + cfg.kv_block_size - 1) / cfg.kv_block_size);
+  if (cfg.scheduler.max_num_batched_tokens <= 0 || cfg.scheduler.max_num_seqs <= 0)
+    return invalid_argument("engine: max_num_seqs and max_num_batched_tokens must be > 0");
+  impl->pool = std::make_unique<ThreadPool>(cfg.n_threads);
+  model->set_thread_pool(impl->pool.get());
+  impl->blocks = std::make_unique<BlockManager>(cfg.kv_blocks, cfg.kv_block_size);
+  impl->scheduler = std::make_unique<Scheduler>(cfg.scheduler, *impl->blocks);
+  impl->cache = std::make_unique<KvCache>(model->make_cache(cfg.kv_blocks, cfg.kv_block_size));
+  impl->model = std::move(model);
+  impl->tokenizer = std::move(tokenizer);
+  impl->cfg = cfg;
+  impl->stats.kv_blocks_total = cfg.kv_blocks;
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Result<uint64_t> Engine::submit(GenerationRequest req, EventSink sink) {
+  Impl& m = *impl_;
+  const int64_t vocab = m.model->vocab_size();
+  if (req.prompt_ids.empty()) return invalid_argument("the prompt is empty: at least one token is needed");
+  for (int32_t id : req.prompt_ids)
+    if (id < 0 || id >= vocab) return invalid_argument("token id {} is outside the vocabulary [0, {})", id, vocab);
+  PG_TRY(validate(req.params, vocab));
+  const int64_t n_prompt = int64_t(req.prompt_ids.size());
+  if (n_prompt >= m.max_model_len)
+    return out_of_range("the prompt has {} tokens but the context holds {} (prompt plus at least one generated token)",
+                        n_prompt, m.max_model_len);
+  if (req.params.max_tokens && n_prompt + *req.params.max_tokens > m.max_model_len)
+    return out_of_range("prompt ({} tokens) plus max_tokens ({}) is {}, past the context of {} tokens", n_prompt,
+                        *req.params.max_tokens, n_prompt + *req.params.max_tokens, m.max_model_len);
+  auto r = std::make_unique<RequestState>(std::move(req), std::move(sink), *m.tokenizer, m.max_model_len);
+  std::lock_guard<std::mutex> lk(m.mu);
+  if (m.draining) return failed_precondition("the server is shutting down and takes no new requests");
+  if (int64_t(m.incoming.size()) + m.scheduler->n_waiting() >= m.cfg.scheduler.max_waiting)
+    return resource_exhausted("the server is at capacity ({} requests waiting); retry later",
+                              int64_t(m.incoming.size()) + m.scheduler->n_waiting());
+  const uint64_t id = m.next_id++;
+  r->seq.id = id;
+  m.incoming.push_back(std::move(r));
+  ++m.n_active;
+  m.cv.notify_all();
+  return id;
+}
+
+void Engine::cancel(uint64_t request_id) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->cancels.push_back(request_id);
+  impl_->cv.notify_all();
+}
+
+void Engine::Impl::emit(RequestState& r, GenerationEvent&& ev) {
+  ev.prompt_tokens = r.seq.n_prompt;
+  ev.completion_tokens = r.n_generated();
+  if (r.sink) r.sink(std::move(ev));
+}
+
+void Engine::Impl::finish(RequestState& r, std::string reason, Status error) {
+  if (r.finished) return;
+  r.finished = true;
+  GenerationEvent ev;
+  ev.text = r.flush_text();
+  ev.finished = true;
+  ev.finish_reason = std::move(reason);
+  ev.error = std::move(error);
+  emit(r, std::move(ev));
+  scheduler->remove(&r.seq);
+  std::lock_guard<std::mutex> lk(mu);
+  ++stats.requests_finished_total;
+  --n_active;
+}
+
+void Engine::Impl::refresh_gauges() {
+  std::lock_guard<std::mutex> lk(mu);
+  stats.running = scheduler->n_running();
+  stats.waiting = scheduler->n_waiting() + int64_t(incoming.size());
+  stats.kv_blocks_used = blocks->n_used();
+  stats.kv_usage = blocks->usage();
+}
+
+bool Engine::Impl::step() {
+  const bool busy = step_inner();
+  refresh_gauges();
+  return busy;
+}
+
+bool Engine::Impl::step_inner() {
+  // 1. New requests and cancellations.
+  std::vector<uint64_t> cancel_ids;
+  bool abort_all = false;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    while (!incoming.empty()) {
+      auto r = std::move(incoming.front());
+      incoming.pop_front();
+      const uint64_t id = r->seq.id;
+      active.emplace(id, std::move(r));
+    }
+    cancel_ids.swap(cancels);
+    abort_all = draining && Clock::now() >= drain_deadline;
+  }
+  for (auto& [id, r] : active)
+    if (!r->queued) {
+      Status st = scheduler->add(&r->seq);
+      if (!st.ok()) finish(*r, "error", st);
+      r->queued = true;
+    }
+  const auto now = Clock::now();
+  for (auto& [id, r] : active) {
+    const bool cancelled = abort_all || std::find(cancel_ids.begin(), cancel_ids.end(), id) != cancel_ids.end();
+    const bool expired = r->req.deadline && now >= *r->req.deadline;
+    if (!r->finished && (cancelled || expired)) finish(*r, "abort");
+  }
+  std::erase_if(active, [](const auto& kv) { return kv.second->finished; });
+  if (active.empty()) return false;
+
+  // 2. Plan and run one forward step.
+  std::vector<Sequence*> preempted;
+  std::vector<ScheduledSeq> plan = scheduler->schedule(&preempted);
+  if (plan.empty()) return !active.empty();
+  std::vector<SeqStep> steps;
+  steps.reserve(plan.size());
+  int64_t n_prompt_tokens = 0;
+  for (const ScheduledSeq& p : plan) {
+    SeqStep s;
+    s.tokens = std::span<const int32_t>(p.seq->tokens).subspan(size_t(p.start), size_t(p.n_new));
+    s.start_pos = p.start;
+    s.block_table = p.seq->block_table;
+    s.no_logits = !p.sample;
+    steps.push_back(s);
+    n_prompt_tokens += std::max<int64_t>(0, std::min(p.start + p.n_new, p.seq->n_prompt) - p.start);
+  }
+  StepOutput out;
+  Status st = model->forward(steps, *cache, out);
+  scheduler->commit(plan);
+  if (!st.ok()) {  // a failed step ends every request in it with the error
+    for (const ScheduledSeq& p : plan) finish(*static_cast<RequestState*>(p.seq->owner), "error", st);
+    std::erase_if(active, [](const auto& kv) { return kv.second->finished; });
+    return true;
+  }
+
+  // 3. Sample, detokenize, check stops, stream.
+  int64_t row = 0, n_generated = 0;
+  const int64_t vocab = model->vocab_size();
+  for (const ScheduledSeq& p : plan) {
+    if (!p.sample) continue;
+    RequestState& r = *static_cast<RequestState*>(p.seq->owner);
+    const std::span<const float> logits(&out.logits[size_t(row * vocab)], size_t(vocab));
+    ++row;
+    GenerationEvent ev;
+    std::optional<std::string> reason = r.sample_and_append(logits, sampler, ev);
+    ++n_generated;
+    if (reason) {
+      ev.finished = true;
+      ev.finish_reason = *reason;
+      r.finished = true;
+      emit(r, std::move(ev));
+      scheduler->remove(&r.seq);
+      std::lock_guard<std::mutex> lk(mu);
+      ++stats.requests_finished_total;
+      --n_active;
+    } else if (!ev.token_ids.empty()) {
+      emit(r, std::move(ev));
+    }
+  }
+  std::erase_if(active, [](const auto& kv) { return kv.second->finished; });
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    ++stats.steps_total;
+    stats.prompt_tokens_total += n_prompt_tokens;
+    stats.generation_tokens_total += n_generated;
+    stats.preemptions_total += int64_t(preempted.size());
+  }
+  return true;
+}
+
+void Engine::Impl::loop() {
+  for (;;) {
+    const bool busy = step();
+    std::unique_lock<std::mutex> lk(mu);
+    if (draining && n_active == 0 && incoming.empty()) return;
+    if (!busy && incoming.empty() && cancels.empty()) {
+      if (draining)
+        cv.wait_until(lk, drain_deadline);
+      else
+        cv.wait(lk, [&] { return !incoming.empty() || !cancels.empty() || draining; });
+    }
+  }
+}
+
+void Engine::start() {
+  PG_CHECK(!impl_->thread.joinable(), "engine already started");
+  impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+void Engine::stop(Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->draining = true;
+    impl_->drain_deadline = deadline;
+    impl_->cv.notify_all();
+  }
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+bool Engine::step() { return impl_->step(); }
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->stats;
+}
+
+const DeepseekModel& Engine::model() const { return *impl_->model; }
+const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+int64_t Engine::max_model_len() const { return impl_->max_model_len; }
+
+}  // namespace pg

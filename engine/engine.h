@@ -1,0 +1,110 @@
+// Engine: owns a model, its KV cache, the scheduler and the sampler, and runs the step loop on
+// its own thread. Any thread may submit or cancel requests; results come back as events on the
+// engine thread (the sink must not block: hand them to the HTTP side and return).
+// This header is the contract between the server / CLI and the engine.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampling_params.h"
+#include "engine/scheduler.h"
+
+namespace pg {
+
+class DeepseekModel;
+class Tokenizer;
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0;                              // of the chosen token
+  std::vector<std::pair<int32_t, float>> top;     // top_logprobs alternatives, best first
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  // The request is aborted (finish_reason "abort") when this passes.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Which of a request's n choices this is: choices share the seed and differ by this index in
+  // the random stream (sampler.h, RngPosition).
+  uint32_t choice_idx = 0;
+  // Drop special tokens (special: true in tokenizer.json) from the text, as vLLM does by default.
+  bool skip_special_tokens = true;
+};
+
+// One update of a request, delivered in order. The last one has finished = true.
+struct GenerationEvent {
+  std::vector<int32_t> token_ids;     // tokens generated since the previous event
+  std::string text;                   // text that became safe to show (complete UTF-8; never
+                                      // past or into a stop string)
+  std::vector<TokenLogprob> logprobs; // one per token in token_ids, when requested
+  bool finished = false;
+  std::string finish_reason;          // when finished: "stop" | "length" | "abort" | "error"
+  std::optional<std::string> stop_string;  // the stop string that ended it, if any
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;      // total so far
+  Status error;                       // finish_reason "error"
+};
+
+using EventSink = std::function<void(GenerationEvent&&)>;
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int64_t kv_block_size = 16;
+  int64_t kv_blocks = 0;      // 0: enough for max_num_seqs sequences of max_model_len
+  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  int n_threads = 0;          // CPU backend threads; 0: one per hardware thread
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0;
+  double kv_usage = 0;                  // used / total, in [0, 1]
+  int64_t prompt_tokens_total = 0;      // prompt tokens computed (recomputation included)
+  int64_t generation_tokens_total = 0;
+  int64_t preemptions_total = 0;
+  int64_t requests_finished_total = 0;
+  int64_t steps_total = 0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<DeepseekModel> model,
+                                                std::shared_ptr<const Tokenizer> tokenizer, EngineConfig cfg);
+  ~Engine();
+
+  // Validates and queues a request. Errors: InvalidArgument (bad ids or params), OutOfRange
+  // (prompt, or prompt + max_tokens, past max_model_len), ResourceExhausted (queue full),
+  // FailedPrecondition (draining). Returns the request id.
+  Result<uint64_t> submit(GenerationRequest req, EventSink sink);
+  // The request ends with finish_reason "abort" at the next step; its KV blocks are freed.
+  void cancel(uint64_t request_id);
+
+  // The engine thread. stop() drains: no new requests; in-flight ones run until `deadline`,
+  // then the rest are aborted; returns when the thread has exited.
+  void start();
+  void stop(std::chrono::steady_clock::time_point deadline);
+
+  // Synchronous use (CLI, tests): one scheduler step on the calling thread; false when idle.
+  bool step();
+
+  EngineStats stats() const;
+  const DeepseekModel& model() const;
+  const Tokenizer& tokenizer() const;
+  int64_t max_model_len() const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pg

@@ -1,0 +1,48 @@
+// RequestState: the engine's per-request bookkeeping — the scheduler's Sequence, the seed and
+// penalty history for sampling, the incremental detokenizer and the stop checker — and the one
+// place where a sampled token becomes an event.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/stop_checker.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pg {
+
+struct RequestState {
+  RequestState(GenerationRequest request, EventSink event_sink, const Tokenizer& tokenizer, int64_t max_model_len);
+
+  GenerationRequest req;
+  EventSink sink;
+  Sequence seq;
+  uint64_t seed = 0;
+  bool queued = false;    // handed to the scheduler
+  bool finished = false;  // the final event was sent
+
+  int64_t n_generated() const { return int64_t(seq.tokens.size()) - seq.n_prompt; }
+  const TokenHistory* history() const { return history_ ? &*history_ : nullptr; }
+  RngPosition rng_position() const { return {seed, req.choice_idx, n_generated()}; }
+
+  // Samples the next token from `logits` ([vocab] f32), appends it and adds it to `ev` (token,
+  // logprobs, text that became safe). Returns the finish reason when the request is done.
+  std::optional<std::string> sample_and_append(std::span<const float> logits, Sampler& sampler, GenerationEvent& ev);
+  // Appends an already chosen token (speculative decoding) with its sampled record.
+  std::optional<std::string> append(const SampledToken& tok, GenerationEvent& ev);
+  // The text still held back when the request ends for a reason other than a stop
+  // ("length", "abort", "error").
+  std::string flush_text();
+
+ private:
+  IncrementalDetokenizer detok_;
+  StopChecker stop_;
+  std::optional<TokenHistory> history_;
+};
+
+}  // namespace pg

@@ -1,0 +1,203 @@
+// The engine end to end on the golden models: greedy outputs through the scheduler equal
+// transformers' — alone, with every prompt batched together under a small chunked-prefill
+// budget, and with a KV pool too small for all (queueing and preemption); seeded sampling is
+// reproducible; cancelled requests free their blocks.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <map>
+
+#include "engine/engine.h"
+#include "model/deepseek_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pg {
+namespace {
+
+std::filesystem::path golden_dir(const std::string& name) {
+  return std::filesystem::path(PG_SOURCE_DIR) / "tests" / "golden" / name;
+}
+
+struct Fixture {
+  nlohmann::json expected;
+  std::unique_ptr<Engine> engine;
+};
+
+Fixture make(const std::string& name, EngineConfig cfg) {
+  Fixture f;
+  std::ifstream in(golden_dir(name) / "expected.json");
+  f.expected = nlohmann::json::parse(in);
+  auto model = DeepseekModel::load(golden_dir(name));
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  auto tok = Tokenizer::load(golden_dir(name));
+  EXPECT_TRUE(tok.ok()) << tok.status().to_string();
+  auto e = Engine::create(std::move(model).value(), std::make_shared<Tokenizer>(std::move(tok).value()), cfg);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  f.engine = std::move(e).value();
+  return f;
+}
+
+struct Collected {
+  std::vector<int32_t> ids;
+  std::string text, finish_reason;
+  bool done = false;
+};
+
+GenerationRequest greedy_request(const nlohmann::json& prompt, int64_t max_tokens) {
+  GenerationRequest r;
+  r.prompt_ids = prompt["ids"].get<std::vector<int32_t>>();
+  r.params.temperature = 0;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;  // random weights: run the full length like the fixture
+  return r;
+}
+
+uint64_t submit(Engine& e, GenerationRequest r, Collected& c) {
+  auto id = e.submit(std::move(r), [&c](GenerationEvent&& ev) {
+    c.ids.insert(c.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    c.text += ev.text;
+    if (ev.finished) {
+      c.done = true;
+      c.finish_reason = ev.finish_reason;
+    }
+  });
+  EXPECT_TRUE(id.ok()) << id.status().to_string();
+  return id.ok() ? *id : 0;
+}
+
+void run_until_idle(Engine& e) {
+  for (int i = 0; i < 100000 && e.step(); ++i) {
+  }
+}
+
+class EngineGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineGolden, GreedyAloneAndBatchedMatchTransformers) {
+  EngineConfig one;
+  one.scheduler.max_num_seqs = 1;
+  Fixture f = make(GetParam(), one);
+  for (const auto& p : f.expected["prompts"]) {
+    Collected c;
+    submit(*f.engine, greedy_request(p, 32), c);
+    run_until_idle(*f.engine);
+    ASSERT_TRUE(c.done);
+    EXPECT_EQ(c.finish_reason, "length");
+    EXPECT_EQ(c.ids, p["greedy"].get<std::vector<int32_t>>()) << p["text"];
+  }
+  // All prompts at once, prefill in chunks of 7 tokens next to the others' decode steps.
+  EngineConfig many;
+  many.scheduler.max_num_seqs = 8;
+  many.scheduler.max_num_batched_tokens = 7;
+  Fixture g = make(GetParam(), many);
+  std::vector<Collected> cs(g.expected["prompts"].size());
+  for (size_t i = 0; i < cs.size(); ++i) submit(*g.engine, greedy_request(g.expected["prompts"][i], 32), cs[i]);
+  run_until_idle(*g.engine);
+  for (size_t i = 0; i < cs.size(); ++i)
+    EXPECT_EQ(cs[i].ids, g.expected["prompts"][i]["greedy"].get<std::vector<int32_t>>()) << i;
+  EXPECT_EQ(g.engine->stats().kv_blocks_used, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineGolden, ::testing::Values("v3_tiny", "v2_lite_tiny", "v3_odd_dims", "v3_tiny_fp8"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(EngineScheduling, PreemptionAndQueueingKeepGreedyOutputs) {
+  EngineConfig small;
+  small.scheduler.max_num_seqs = 8;
+  small.scheduler.max_num_batched_tokens = 64;
+  small.kv_block_size = 4;
+  small.kv_blocks = 40;  // 160 positions for five requests that need ~60-75 each
+  Fixture f = make("v3_tiny", small);
+  std::vector<Collected> cs(f.expected["prompts"].size());
+  for (size_t i = 0; i < cs.size(); ++i) submit(*f.engine, greedy_request(f.expected["prompts"][i], 32), cs[i]);
+  run_until_idle(*f.engine);
+  const EngineStats st = f.engine->stats();
+  EXPECT_GT(st.preemptions_total, 0) << "the test must exercise preemption";
+  for (size_t i = 0; i < cs.size(); ++i) {
+    ASSERT_TRUE(cs[i].done);
+    EXPECT_EQ(cs[i].ids, f.expected["prompts"][i]["greedy"].get<std::vector<int32_t>>()) << i;
+  }
+  EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
+TEST(EngineSampling, SeededRequestsReproduceAndChoicesDiffer) {
+  EngineConfig cfg;
+  Fixture f = make("v3_tiny", cfg);
+  auto req = [&](uint32_t choice) {
+    GenerationRequest r;
+    r.prompt_ids = f.expected["prompts"][0]["ids"].get<std::vector<int32_t>>();
+    r.params.temperature = 1.0;
+    r.params.seed = 1234;
+    r.params.max_tokens = 24;
+    r.params.ignore_eos = true;
+    r.choice_idx = choice;
+    return r;
+  };
+  Collected a, b, c;
+  submit(*f.engine, req(0), a);
+  submit(*f.engine, req(0), b);
+  submit(*f.engine, req(1), c);
+  run_until_idle(*f.engine);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_NE(a.ids, c.ids);
+  EXPECT_EQ(a.ids.size(), 24u);
+}
+
+TEST(EngineRequests, CancelFreesBlocksAndBadRequestsAreRejected) {
+  EngineConfig cfg;
+  Fixture f = make("v3_tiny", cfg);
+  Collected c;
+  const uint64_t id = submit(*f.engine, greedy_request(f.expected["prompts"][1], 200), c);
+  for (int i = 0; i < 3; ++i) f.engine->step();
+  EXPECT_GT(f.engine->stats().kv_blocks_used, 0);
+  f.engine->cancel(id);
+  run_until_idle(*f.engine);
+  EXPECT_TRUE(c.done);
+  EXPECT_EQ(c.finish_reason, "abort");
+  EXPECT_EQ(f.engine->stats().kv_blocks_used, 0);
+
+  GenerationRequest empty;
+  EXPECT_EQ(f.engine->submit(empty, nullptr).status().code(), StatusCode::kInvalidArgument);
+  GenerationRequest oov = greedy_request(f.expected["prompts"][0], 4);
+  oov.prompt_ids.push_back(int32_t(f.engine->model().vocab_size()));
+  EXPECT_EQ(f.engine->submit(oov, nullptr).status().code(), StatusCode::kInvalidArgument);
+  GenerationRequest too_long = greedy_request(f.expected["prompts"][0], 4);
+  too_long.prompt_ids.assign(size_t(f.engine->max_model_len()), 5);
+  EXPECT_EQ(f.engine->submit(too_long, nullptr).status().code(), StatusCode::kOutOfRange);
+  GenerationRequest past_ctx = greedy_request(f.expected["prompts"][0], f.engine->max_model_len());
+  EXPECT_EQ(f.engine->submit(past_ctx, nullptr).status().code(), StatusCode::kOutOfRange);
+  GenerationRequest bad_temp = greedy_request(f.expected["prompts"][0], 4);
+  bad_temp.params.temperature = -1;
+  EXPECT_EQ(f.engine->submit(bad_temp, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(EngineThread, StartSubmitStopDrains) {
+  EngineConfig cfg;
+  Fixture f = make("v3_tiny", cfg);
+  f.engine->start();
+  std::mutex mu;
+  std::condition_variable cv;
+  Collected c;
+  bool done = false;
+  auto r = greedy_request(f.expected["prompts"][0], 32);
+  auto id = f.engine->submit(r, [&](GenerationEvent&& ev) {
+    std::lock_guard<std::mutex> lk(mu);
+    c.ids.insert(c.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    if (ev.finished) {
+      done = true;
+      cv.notify_all();
+    }
+  });
+  ASSERT_TRUE(id.ok());
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return done; }));
+  }
+  EXPECT_EQ(c.ids, f.expected["prompts"][0]["greedy"].get<std::vector<int32_t>>());
+  f.engine->stop(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  EXPECT_EQ(f.engine->submit(r, nullptr).status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace pg
