@@ -1,0 +1,773 @@
+// Tree-walking interpreter: statements, expressions, scopes, macros and caller(), loops with
+// LoopContext, and the sandbox's attribute/item lookup (jinja2/sandbox.py + jinja2/runtime.py).
+#include <algorithm>
+
+#include "tokenizer/jinja/py_text.h"
+#include "tokenizer/jinja/runtime.h"
+
+namespace pg::jinja {
+
+Status undefined_error(const Value& v, Pos pos) {
+  const std::string& hint = v.undef_hint();
+  return rt_error(pos, "{}", hint.empty() ? std::string("undefined value") : hint);
+}
+
+Status bind_args(const CallArgs& args, std::initializer_list<std::string_view> names, size_t n_required,
+                 std::vector<const Value*>& out, std::string_view fname, Pos pos) {
+  out.assign(names.size(), nullptr);
+  if (args.pos.size() > names.size())
+    return rt_error(pos, "{}() takes at most {} argument(s) ({} given)", fname, names.size(), args.pos.size());
+  for (size_t i = 0; i < args.pos.size(); ++i) out[i] = &args.pos[i];
+  for (const auto& [k, v] : args.kw) {
+    auto it = std::find(names.begin(), names.end(), std::string_view(k));
+    if (it == names.end()) return rt_error(pos, "{}() got an unexpected keyword argument '{}'", fname, k);
+    const size_t i = static_cast<size_t>(it - names.begin());
+    if (out[i] != nullptr) return rt_error(pos, "{}() got multiple values for argument '{}'", fname, k);
+    out[i] = &v;
+  }
+  for (size_t i = 0; i < n_required; ++i)
+    if (out[i] == nullptr)
+      return rt_error(pos, "{}() missing required argument '{}'", fname, *(names.begin() + i));
+  return ok_status();
+}
+
+Interp::Interp(const RenderOptions& options) : options_(options) {}
+
+Interp::~Interp() {
+  // Namespaces are the only mutable objects, so the only way to build reference cycles.
+  for (auto& ns : namespaces_) ns->attrs.clear();
+}
+
+Status Interp::steps_exceeded() const {
+  return resource_exhausted("template rendering exceeded max_steps ({})", options_.limits.max_steps);
+}
+
+Status Interp::render(const Program& program, const Value& context, StrBuilder& out) {
+  context_ = context;
+  root_ = std::make_shared<Scope>();
+  return exec_body(program.body, root_, out);
+}
+
+Result<Value> Interp::make_str(StrBuilder& b, Pos pos) {
+  if (b.size() > options_.limits.max_output_bytes)
+    return resource_exhausted("template error at {}:{}: string of {} bytes exceeds max_output_bytes ({})", pos.line,
+                              pos.col, b.size(), options_.limits.max_output_bytes);
+  PG_TRY(charge_bytes(b.size()));
+  if (tracker_.live_bytes + static_cast<int64_t>(b.bytes().capacity()) >
+      static_cast<int64_t>(options_.limits.max_memory_bytes))
+    return resource_exhausted("template error at {}:{}: rendering exceeded max_memory_bytes ({})", pos.line, pos.col,
+                              options_.limits.max_memory_bytes);
+  return Value(StrP(b.finish(&tracker_)));
+}
+
+Result<Value> Interp::make_str(std::string s, bool literal, Pos pos) {
+  StrBuilder b;
+  b.append(s, literal);
+  return make_str(b, pos);
+}
+
+Result<Value> Interp::make_list(std::vector<Value> items, ListKind kind, Pos pos) {
+  PG_TRY(step(items.size() / 8 + 1));
+  int depth = 0;
+  for (const Value& v : items) depth = std::max(depth, value_depth(v));
+  if (depth + 1 > kMaxValueDepth)
+    return resource_exhausted("template error at {}:{}: values nested deeper than {} levels", pos.line, pos.col,
+                              kMaxValueDepth);
+  const int64_t bytes = static_cast<int64_t>(items.capacity() * sizeof(Value));
+  if (tracker_.live_bytes + bytes > static_cast<int64_t>(options_.limits.max_memory_bytes))
+    return resource_exhausted("template error at {}:{}: rendering exceeded max_memory_bytes ({})", pos.line, pos.col,
+                              options_.limits.max_memory_bytes);
+  auto l = std::make_shared<ListObj>();
+  l->items = std::move(items);
+  l->kind = kind;
+  l->depth = depth + 1;
+  l->tracker = &tracker_;
+  tracker_.live_bytes += bytes;
+  return Value(ListP(std::move(l)));
+}
+
+Result<Value> Interp::make_dict(std::vector<std::pair<Value, Value>> items, Pos pos) {
+  PG_TRY(step(items.size() / 8 + 1));
+  auto d = std::make_shared<DictObj>();
+  int depth = 0;
+  for (auto& [k, v] : items) {
+    auto key = hash_key(k);
+    if (!key) return rt_error(pos, "unhashable type: '{}'", type_name(k));
+    auto it = d->index.find(*key);
+    if (it != d->index.end()) {
+      d->items[it->second].second = std::move(v);  // Python keeps the first key, updates the value
+      continue;
+    }
+    depth = std::max(depth, value_depth(v));
+    d->index.emplace(std::move(*key), d->items.size());
+    d->items.emplace_back(std::move(k), std::move(v));
+  }
+  for (const auto& kv : d->items) depth = std::max(depth, value_depth(kv.second));
+  if (depth + 1 > kMaxValueDepth)
+    return resource_exhausted("template error at {}:{}: values nested deeper than {} levels", pos.line, pos.col,
+                              kMaxValueDepth);
+  const int64_t bytes = static_cast<int64_t>(d->items.capacity() * 2 * sizeof(Value));
+  if (tracker_.live_bytes + bytes > static_cast<int64_t>(options_.limits.max_memory_bytes))
+    return resource_exhausted("template error at {}:{}: rendering exceeded max_memory_bytes ({})", pos.line, pos.col,
+                              options_.limits.max_memory_bytes);
+  d->depth = depth + 1;
+  d->tracker = &tracker_;
+  tracker_.live_bytes += bytes;
+  return Value(DictP(std::move(d)));
+}
+
+Result<Value> Interp::make_namespace(std::vector<std::pair<std::string, Value>> attrs, Pos pos) {
+  PG_TRY(step(attrs.size() + 1));
+  auto ns = std::make_shared<NsObj>();
+  for (auto& [k, v] : attrs) ns->set(k, std::move(v));
+  namespaces_.push_back(ns);
+  return Value(NsP(std::move(ns)));
+}
+
+void Interp::append_str(StrBuilder& b, const Value& v) {
+  if (v.is_str())
+    b.append(v.as_str());
+  else
+    b.append(to_str(v), false);
+}
+
+Result<Value> Interp::to_str_value(const Value& v, Pos pos) {
+  if (v.is_str()) return v;
+  StrBuilder b;
+  append_str(b, v);
+  return make_str(b, pos);
+}
+
+Value Interp::lookup(const std::string& name, const ScopeP& scope) const {
+  for (const Scope* s = scope.get(); s != nullptr; s = s->parent.get())
+    if (const Value* v = s->find(name)) return *v;
+  if (context_.is_dict())
+    if (const Value* v = context_.as_dict().find_str(name)) return *v;
+  if (is_global_function(name)) {
+    auto f = std::make_shared<FuncObj>();
+    f->kind = FuncKind::kBuiltin;
+    f->name = name;
+    return Value(FuncP(std::move(f)));
+  }
+  return Value::undefined(fmt::format("'{}' is undefined", name));
+}
+
+// --- statements ---
+
+Status Interp::exec_body(const std::vector<StmtPtr>& body, const ScopeP& scope, StrBuilder& out) {
+  for (const auto& s : body) {
+    PG_TRY(exec(*s, scope, out));
+    if (flow_ != Flow::kNormal) return ok_status();
+  }
+  return ok_status();
+}
+
+Status Interp::capture(const std::vector<StmtPtr>& body, const ScopeP& scope, Value& result, Pos pos) {
+  auto inner = std::make_shared<Scope>();
+  inner->parent = scope;
+  StrBuilder b;
+  PG_TRY(exec_body(body, inner, b));
+  PG_ASSIGN_OR_RETURN(result, make_str(b, pos));
+  return ok_status();
+}
+
+Status Interp::exec(const Stmt& s, const ScopeP& scope, StrBuilder& out) {
+  PG_TRY(step());
+  switch (s.kind) {
+    case StmtKind::kText: out.append(s.text.as_str()); break;
+    case StmtKind::kPrint:
+      for (const auto& e : s.exprs) {
+        PG_ASSIGN_OR_RETURN(Value v, eval(*e, scope));
+        append_str(out, v);
+      }
+      break;
+    case StmtKind::kIf: {
+      const Stmt* node = &s;
+      while (true) {
+        PG_ASSIGN_OR_RETURN(Value test, eval(*node->exprs[0], scope));
+        if (truthy(test)) return exec_body(node->body, scope, out);
+        // elif chains are nested Ifs alone in an else body: walk them without recursing.
+        if (node->else_body.size() == 1 && node->else_body[0]->kind == StmtKind::kIf && node->else_body[0]->name == "elif") {
+          node = node->else_body[0].get();
+          PG_TRY(step());
+          continue;
+        }
+        return exec_body(node->else_body, scope, out);
+      }
+    }
+    case StmtKind::kFor: PG_TRY(exec_for(s, scope, out)); break;
+    case StmtKind::kSet: {
+      PG_ASSIGN_OR_RETURN(Value v, eval(*s.exprs[0], scope));
+      PG_TRY(assign(*s.target, v, scope));
+      break;
+    }
+    case StmtKind::kSetBlock:
+    case StmtKind::kFilterBlock: {
+      Value body;
+      PG_TRY(capture(s.body, scope, body, s.pos));
+      if (!s.exprs.empty()) {
+        const Value* saved = block_input_;
+        block_input_ = &body;
+        auto filtered = eval(*s.exprs[0], scope);
+        block_input_ = saved;
+        if (!filtered.ok()) return filtered.status();
+        body = std::move(filtered).value();
+      }
+      if (s.kind == StmtKind::kSetBlock) {
+        PG_TRY(assign(*s.target, body, scope));
+      } else {
+        append_str(out, body);
+      }
+      break;
+    }
+    case StmtKind::kMacro: {
+      auto f = std::make_shared<FuncObj>();
+      f->kind = FuncKind::kMacro;
+      f->name = s.name;
+      f->macro = &s;
+      f->closure = scope;
+      scope->set(s.name, Value(FuncP(std::move(f))));
+      break;
+    }
+    case StmtKind::kCallBlock: PG_TRY(exec_call_block(s, scope, out)); break;
+    case StmtKind::kWith: {
+      std::vector<Value> values;
+      for (const auto& e : s.exprs) {
+        PG_ASSIGN_OR_RETURN(Value v, eval(*e, scope));
+        values.push_back(std::move(v));
+      }
+      auto inner = std::make_shared<Scope>();
+      inner->parent = scope;
+      for (size_t i = 0; i < s.targets.size(); ++i) PG_TRY(assign(*s.targets[i], values[i], inner));
+      PG_TRY(exec_body(s.body, inner, out));
+      break;
+    }
+    case StmtKind::kScope: {
+      auto inner = std::make_shared<Scope>();
+      inner->parent = scope;
+      PG_TRY(exec_body(s.body, inner, out));
+      break;
+    }
+    case StmtKind::kBreak: flow_ = Flow::kBreak; break;
+    case StmtKind::kContinue: flow_ = Flow::kContinue; break;
+  }
+  if (out.size() > options_.limits.max_output_bytes)
+    return resource_exhausted("template error at {}:{}: output exceeds max_output_bytes ({})", s.pos.line, s.pos.col,
+                              options_.limits.max_output_bytes);
+  return ok_status();
+}
+
+Status Interp::exec_for(const Stmt& s, const ScopeP& scope, StrBuilder& out) {
+  PG_ASSIGN_OR_RETURN(Value iterable, eval(*s.exprs[0], scope));
+  PG_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(iterable, s.exprs[0]->pos));
+  if (s.exprs.size() > 1) {  // for x in y if cond
+    std::vector<Value> kept;
+    for (Value& item : items) {
+      auto test_scope = std::make_shared<Scope>();
+      test_scope->parent = scope;
+      PG_TRY(assign(*s.target, item, test_scope));
+      PG_ASSIGN_OR_RETURN(Value keep, eval(*s.exprs[1], test_scope));
+      if (truthy(keep)) kept.push_back(std::move(item));
+    }
+    items = std::move(kept);
+  }
+  if (items.empty()) {
+    auto inner = std::make_shared<Scope>();
+    inner->parent = scope;
+    return exec_body(s.else_body, inner, out);
+  }
+  auto loop = std::make_shared<LoopObj>();
+  loop->items = std::make_shared<const std::vector<Value>>(std::move(items));
+  const Value loop_value{LoopP(loop)};
+  for (size_t i = 0; i < loop->items->size(); ++i) {
+    loop->index0 = i;
+    auto inner = std::make_shared<Scope>();
+    inner->parent = scope;
+    PG_TRY(assign(*s.target, (*loop->items)[i], inner));
+    inner->set("loop", loop_value);
+    PG_TRY(exec_body(s.body, inner, out));
+    if (flow_ == Flow::kBreak) {
+      flow_ = Flow::kNormal;
+      break;
+    }
+    flow_ = Flow::kNormal;
+  }
+  return ok_status();
+}
+
+Status Interp::exec_call_block(const Stmt& s, const ScopeP& scope, StrBuilder& out) {
+  auto caller = std::make_shared<FuncObj>();
+  caller->kind = FuncKind::kMacro;
+  caller->name = "caller";
+  caller->macro = &s;
+  caller->closure = scope;
+  const Expr& call = *s.exprs[0];
+  CallArgs args;
+  PG_TRY(eval_args(call, scope, args));
+  args.kw.emplace_back("caller", Value(FuncP(std::move(caller))));
+  PG_ASSIGN_OR_RETURN(Value fn, eval(*call.args[0], scope));
+  PG_ASSIGN_OR_RETURN(Value result, this->call(fn, args, call.pos));
+  append_str(out, result);
+  return ok_status();
+}
+
+Status Interp::assign(const Expr& target, const Value& v, const ScopeP& scope) {
+  switch (target.kind) {
+    case ExprKind::kName: scope->set(target.name, v); return ok_status();
+    case ExprKind::kNsRef: {
+      Value ns = lookup(target.name, scope);
+      if (ns.kind() != Kind::kNamespace) return rt_error(target.pos, "cannot assign attribute on non-namespace object");
+      PG_TRY(step());
+      ns.as_ns().set(target.attr, v);
+      return ok_status();
+    }
+    case ExprKind::kTuple: {
+      PG_ASSIGN_OR_RETURN(std::vector<Value> parts, iterate(v, target.pos));
+      if (parts.size() > target.args.size())
+        return rt_error(target.pos, "too many values to unpack (expected {})", target.args.size());
+      if (parts.size() < target.args.size())
+        return rt_error(target.pos, "not enough values to unpack (expected {}, got {})", target.args.size(), parts.size());
+      for (size_t i = 0; i < parts.size(); ++i) PG_TRY(assign(*target.args[i], parts[i], scope));
+      return ok_status();
+    }
+    default: return rt_error(target.pos, "can't assign to this expression");
+  }
+}
+
+// --- expressions ---
+
+Status Interp::eval_args(const Expr& e, const ScopeP& scope, CallArgs& args) {
+  for (size_t i = 1; i < e.args.size(); ++i) {
+    PG_ASSIGN_OR_RETURN(Value v, eval(*e.args[i], scope));
+    args.pos.push_back(std::move(v));
+  }
+  for (const auto& [k, ke] : e.kwargs) {
+    PG_ASSIGN_OR_RETURN(Value v, eval(*ke, scope));
+    args.kw.emplace_back(k, std::move(v));
+  }
+  return ok_status();
+}
+
+Result<Value> Interp::eval(const Expr& e, const ScopeP& scope) {
+  PG_TRY(step());
+  switch (e.kind) {
+    case ExprKind::kConst: return e.value;
+    case ExprKind::kName: return lookup(e.name, scope);
+    case ExprKind::kGetattr: {
+      PG_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
+      return getattr(obj, e.name, e.pos);
+    }
+    case ExprKind::kGetitem: {
+      PG_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
+      const Expr& idx = *e.args[1];
+      if (idx.kind != ExprKind::kSlice) {
+        PG_ASSIGN_OR_RETURN(Value key, eval(idx, scope));
+        return getitem(obj, key, e.pos);
+      }
+      Value parts[3] = {Value::none(), Value::none(), Value::none()};
+      for (int i = 0; i < 3; ++i)
+        if (idx.args[i]) {
+      PG_ASSIGN_OR_RETURN(parts[i], eval(*idx.args[i], scope));
+    }
+      // Jinja2 compiles slices to a plain Python subscript (no sandbox getitem), so every
+      // failure is an error rather than an Undefined.
+      if (obj.is_undefined()) return undefined_error(obj, e.pos);
+      const bool is_seq = obj.is_str() || (obj.is_list() && obj.as_list().subscriptable());
+      if (!is_seq) {
+        if (obj.is_dict()) return rt_error(e.pos, "unhashable type: 'slice'");
+        return rt_error(e.pos, "'{}' object is not subscriptable", type_name(obj));
+      }
+      std::vector<size_t> offs;
+      int64_t n;
+      if (obj.is_str()) {
+        if (!obj.as_str().ascii) offs = py::cp_offsets(obj.sv());
+        n = obj.as_str().ascii ? static_cast<int64_t>(obj.sv().size()) : static_cast<int64_t>(offs.size() - 1);
+      } else {
+        n = static_cast<int64_t>(obj.as_list().items.size());
+      }
+      std::vector<int64_t> picks;
+      bool type_error = false;
+      PG_TRY(slice_indices(parts[0], parts[1], parts[2], n, picks, e.pos, type_error));
+      if (type_error) return rt_error(e.pos, "slice indices must be integers or None or have an __index__ method");
+      PG_TRY(step(picks.size() / 8 + 1));
+      if (obj.is_str()) {
+        const Str& src = obj.as_str();
+        StrBuilder b;
+        auto at = [&](int64_t i) { return src.ascii ? static_cast<size_t>(i) : offs[static_cast<size_t>(i)]; };
+        const bool contiguous = parts[2].is_none() || (parts[2].is_integral() && parts[2].as_int() == 1);
+        if (contiguous && !picks.empty()) {
+          b.append(src, at(picks.front()), at(picks.back() + 1));
+        } else {
+          for (int64_t i : picks) b.append(src, at(i), at(i + 1));
+        }
+        return make_str(b, e.pos);
+      }
+      std::vector<Value> items;
+      items.reserve(picks.size());
+      for (int64_t i : picks) items.push_back(obj.as_list().items[static_cast<size_t>(i)]);
+      return make_list(std::move(items), obj.as_list().kind == ListKind::kTuple ? ListKind::kTuple : ListKind::kList, e.pos);
+    }
+    case ExprKind::kCall: return eval_call(e, scope);
+    case ExprKind::kFilter: return eval_filter(e, scope);
+    case ExprKind::kTest: {
+      PG_ASSIGN_OR_RETURN(Value subject, eval(*e.args[0], scope));
+      CallArgs args;
+      PG_TRY(eval_args(e, scope, args));
+      PG_ASSIGN_OR_RETURN(bool r, apply_test(e.fn, subject, args, e.pos));
+      return Value::boolean(r);
+    }
+    case ExprKind::kNeg:
+    case ExprKind::kPos: {
+      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+      return unary_minus(a, e.pos, e.kind == ExprKind::kNeg);
+    }
+    case ExprKind::kNot: {
+      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+      return Value::boolean(!truthy(a));
+    }
+    case ExprKind::kBinary: {
+      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+      PG_ASSIGN_OR_RETURN(Value b, eval(*e.args[1], scope));
+      return binary_op(*this, e.bin, a, b, e.pos);
+    }
+    case ExprKind::kAnd:
+    case ExprKind::kOr: {
+      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+      if (truthy(a) == (e.kind == ExprKind::kOr)) return a;
+      return eval(*e.args[1], scope);
+    }
+    case ExprKind::kConcat: {
+      StrBuilder b;
+      for (const auto& a : e.args) {
+        PG_ASSIGN_OR_RETURN(Value v, eval(*a, scope));
+        append_str(b, v);
+        if (b.size() > options_.limits.max_output_bytes) return make_str(b, e.pos);  // reports the limit
+      }
+      return make_str(b, e.pos);
+    }
+    case ExprKind::kCompare: {
+      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+      for (size_t i = 0; i < e.cmp.size(); ++i) {
+        PG_ASSIGN_OR_RETURN(Value b, eval(*e.args[i + 1], scope));
+        PG_ASSIGN_OR_RETURN(bool r, compare(*this, e.cmp[i], a, b, e.pos));
+        if (!r) return Value::boolean(false);
+        a = std::move(b);
+      }
+      return Value::boolean(true);
+    }
+    case ExprKind::kCondExpr: {
+      PG_ASSIGN_OR_RETURN(Value test, eval(*e.args[0], scope));
+      if (truthy(test)) return eval(*e.args[1], scope);
+      if (e.args[2]) return eval(*e.args[2], scope);
+      return Value::undefined(fmt::format("the inline if-expression on line {} evaluated to false and no else section was defined.", e.pos.line));
+    }
+    case ExprKind::kList:
+    case ExprKind::kTuple: {
+      std::vector<Value> items;
+      items.reserve(e.args.size());
+      for (const auto& a : e.args) {
+        PG_ASSIGN_OR_RETURN(Value v, eval(*a, scope));
+        items.push_back(std::move(v));
+      }
+      return make_list(std::move(items), e.kind == ExprKind::kList ? ListKind::kList : ListKind::kTuple, e.pos);
+    }
+    case ExprKind::kDict: {
+      std::vector<std::pair<Value, Value>> items;
+      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+        PG_ASSIGN_OR_RETURN(Value k, eval(*e.args[i], scope));
+        PG_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1], scope));
+        items.emplace_back(std::move(k), std::move(v));
+      }
+      return make_dict(std::move(items), e.pos);
+    }
+    case ExprKind::kSlice:
+    case ExprKind::kNsRef: break;
+  }
+  return rt_error(e.pos, "unexpected expression");
+}
+
+Result<Value> Interp::eval_call(const Expr& e, const ScopeP& scope) {
+  const Expr& callee = *e.args[0];
+  Value fn;
+  if (callee.kind == ExprKind::kGetattr) {
+    PG_ASSIGN_OR_RETURN(Value obj, eval(*callee.args[0], scope));
+    if (find_method(obj, callee.name) == MethodLookup::kSafe) {  // obj.method(...) without a bound-method value
+      CallArgs args;
+      PG_TRY(eval_args(e, scope, args));
+      return call_method(*this, obj, callee.name, args, e.pos);
+    }
+    PG_ASSIGN_OR_RETURN(fn, getattr(obj, callee.name, callee.pos));
+  } else {
+    PG_ASSIGN_OR_RETURN(fn, eval(callee, scope));
+  }
+  CallArgs args;
+  PG_TRY(eval_args(e, scope, args));
+  return call(fn, args, e.pos);
+}
+
+Result<Value> Interp::eval_filter(const Expr& e, const ScopeP& scope) {
+  Value input;
+  if (e.args[0]) {
+    PG_ASSIGN_OR_RETURN(input, eval(*e.args[0], scope));
+  } else if (block_input_ != nullptr) {
+    input = *block_input_;
+  }
+  CallArgs args;
+  PG_TRY(eval_args(e, scope, args));
+  return apply_filter(e.fn, input, args, e.pos);
+}
+
+Result<Value> Interp::call(const Value& fn, const CallArgs& args, Pos pos) {
+  PG_TRY(step());
+  if (fn.is_undefined()) return undefined_error(fn, pos);
+  if (fn.kind() != Kind::kFunc) return rt_error(pos, "'{}' object is not callable", type_name(fn));
+  const FuncObj& f = fn.as_func();
+  switch (f.kind) {
+    case FuncKind::kBuiltin: return call_global(*this, f.name, args, pos);
+    case FuncKind::kMethod: return call_method(*this, f.self, f.name, args, pos);
+    case FuncKind::kMacro: return call_macro(f, args, pos);
+    case FuncKind::kLoopCycle:
+    case FuncKind::kLoopChanged: return call_loop_fn(f, args, pos);
+  }
+  return rt_error(pos, "object is not callable");
+}
+
+// jinja2.runtime.Macro.__call__ + the compiled macro prologue: positional args, keyword args for
+// the remaining parameters, defaults evaluated in the macro's frame, varargs/kwargs/caller.
+Result<Value> Interp::call_macro(const FuncObj& f, const CallArgs& args, Pos pos) {
+  const Stmt& m = *f.macro;
+  ScopeP closure = f.closure.lock();
+  if (!closure) return rt_error(pos, "macro '{}' called after the scope that defined it ended", f.name);
+  if (call_depth_ >= options_.limits.max_recursion_depth)
+    return resource_exhausted("template error at {}:{}: macro calls nested deeper than max_recursion_depth ({})",
+                              pos.line, pos.col, options_.limits.max_recursion_depth);
+  const size_t n = m.params.size();
+  if (args.pos.size() > n && !m.catch_varargs)
+    return rt_error(pos, "macro '{}' takes not more than {} argument(s)", f.name, n);
+  auto sc = std::make_shared<Scope>();
+  sc->parent = closure;
+  std::vector<const Value*> bound(n, nullptr);
+  for (size_t i = 0; i < std::min(n, args.pos.size()); ++i) bound[i] = &args.pos[i];
+  std::vector<bool> kw_used(args.kw.size(), false);
+  for (size_t i = args.pos.size(); i < n; ++i)
+    for (size_t k = 0; k < args.kw.size(); ++k)
+      if (!kw_used[k] && args.kw[k].first == m.params[i]) {
+        bound[i] = &args.kw[k].second;
+        kw_used[k] = true;
+        break;
+      }
+  Value caller = Value::undefined("No caller defined");
+  std::vector<std::pair<Value, Value>> extra_kw;
+  for (size_t k = 0; k < args.kw.size(); ++k) {
+    if (kw_used[k]) continue;
+    if (args.kw[k].first == "caller" && m.uses_caller) {
+      caller = args.kw[k].second;
+    } else if (m.catch_kwargs) {
+      extra_kw.emplace_back(Value::str(args.kw[k].first, false), args.kw[k].second);
+    } else if (args.kw[k].first == "caller") {
+      return rt_error(pos, "macro '{}' was invoked with two values for the special caller argument", f.name);
+    } else {
+      return rt_error(pos, "macro '{}' takes no keyword argument '{}'", f.name, args.kw[k].first);
+    }
+  }
+  ++call_depth_;
+  struct DepthRestore {
+    int& d;
+    ~DepthRestore() { --d; }
+  } restore{call_depth_};
+  const size_t first_default = n - m.defaults.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (bound[i] != nullptr) {
+      sc->set(m.params[i], *bound[i]);
+    } else if (i >= first_default) {
+      PG_ASSIGN_OR_RETURN(Value d, eval(*m.defaults[i - first_default], sc));
+      sc->set(m.params[i], std::move(d));
+    } else {
+      sc->set(m.params[i], Value::undefined(fmt::format("parameter '{}' was not provided", m.params[i])));
+    }
+  }
+  if (m.catch_varargs) {
+    std::vector<Value> rest;
+    for (size_t i = n; i < args.pos.size(); ++i) rest.push_back(args.pos[i]);
+    PG_ASSIGN_OR_RETURN(Value t, make_list(std::move(rest), ListKind::kTuple, pos));
+    sc->set("varargs", std::move(t));
+  }
+  if (m.catch_kwargs) {
+    PG_ASSIGN_OR_RETURN(Value d, make_dict(std::move(extra_kw), pos));
+    sc->set("kwargs", std::move(d));
+  }
+  if (m.uses_caller) sc->set("caller", caller);
+  StrBuilder b;
+  PG_TRY(exec_body(m.body, sc, b));
+  flow_ = Flow::kNormal;
+  return make_str(b, pos);
+}
+
+Result<Value> Interp::call_loop_fn(const FuncObj& f, const CallArgs& args, Pos pos) {
+  LoopObj& loop = f.self.as_loop();
+  if (!args.kw.empty()) return rt_error(pos, "loop.{}() takes no keyword arguments", f.name);
+  if (f.kind == FuncKind::kLoopCycle) {
+    if (args.pos.empty()) return rt_error(pos, "no items for cycling given");
+    return args.pos[loop.index0 % args.pos.size()];
+  }
+  bool same = loop.changed_seen && loop.changed_last.size() == args.pos.size();
+  for (size_t i = 0; same && i < args.pos.size(); ++i) same = py_eq(loop.changed_last[i], args.pos[i]);
+  if (same) return Value::boolean(false);
+  loop.changed_seen = true;
+  loop.changed_last = args.pos;
+  return Value::boolean(true);
+}
+
+// --- lookups ---
+
+namespace {
+
+Value method_value(const Value& obj, const std::string& name) {
+  auto f = std::make_shared<FuncObj>();
+  f->kind = FuncKind::kMethod;
+  f->name = name;
+  f->self = obj;
+  return Value(FuncP(std::move(f)));
+}
+
+Value unsafe_undefined(const Value& obj, const std::string& name) {
+  return Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe.", name, type_name(obj)));
+}
+
+Value no_attribute(const Value& obj, const std::string& name) {
+  return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(obj), name));
+}
+
+Value loop_attribute(const Value& loop_value, const std::string& name) {
+  const LoopObj& l = loop_value.as_loop();
+  const int64_t len = static_cast<int64_t>(l.items->size());
+  const int64_t i = static_cast<int64_t>(l.index0);
+  if (name == "index") return Value::integer(i + 1);
+  if (name == "index0") return Value::integer(i);
+  if (name == "revindex") return Value::integer(len - i);
+  if (name == "revindex0") return Value::integer(len - i - 1);
+  if (name == "first") return Value::boolean(i == 0);
+  if (name == "last") return Value::boolean(i == len - 1);
+  if (name == "length") return Value::integer(len);
+  if (name == "depth") return Value::integer(1);
+  if (name == "depth0") return Value::integer(0);
+  if (name == "previtem")
+    return i > 0 ? (*l.items)[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item");
+  if (name == "nextitem")
+    return i + 1 < len ? (*l.items)[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item");
+  if (name == "cycle" || name == "changed") {
+    auto f = std::make_shared<FuncObj>();
+    f->kind = name == "cycle" ? FuncKind::kLoopCycle : FuncKind::kLoopChanged;
+    f->name = name;
+    f->self = loop_value;
+    return Value(FuncP(std::move(f)));
+  }
+  return no_attribute(loop_value, name);
+}
+
+}  // namespace
+
+Result<Value> Interp::getattr(const Value& obj, const std::string& name, Pos pos) {
+  switch (obj.kind()) {
+    case Kind::kUndefined: return undefined_error(obj, pos);
+    case Kind::kNamespace: {
+      if (const Value* v = obj.as_ns().find(name)) return *v;
+      return no_attribute(obj, name);
+    }
+    case Kind::kLoop: return loop_attribute(obj, name);
+    default: break;
+  }
+  switch (find_method(obj, name)) {
+    case MethodLookup::kSafe: return method_value(obj, name);
+    case MethodLookup::kUnsafe: return unsafe_undefined(obj, name);
+    case MethodLookup::kNone: break;
+  }
+  if (obj.is_dict()) {  // attribute lookup falls back to the item
+    if (const Value* v = obj.as_dict().find_str(name)) return *v;
+  }
+  return no_attribute(obj, name);
+}
+
+Result<Value> Interp::getitem(const Value& obj, const Value& key, Pos pos) {
+  if (obj.is_undefined()) return undefined_error(obj, pos);
+  if (obj.is_dict()) {
+    if (const Value* v = dict_get(obj.as_dict(), key)) return *v;
+  } else if (key.is_integral() && (obj.is_str() || (obj.is_list() && obj.as_list().subscriptable()))) {
+    int64_t i = key.as_int();
+    if (obj.is_str()) {
+      const Str& s = obj.as_str();
+      const int64_t n = s.ascii ? static_cast<int64_t>(s.s.size()) : static_cast<int64_t>(py::cp_count(s.s));
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) return Value::undefined(fmt::format("str object has no element {}", key.as_int()));
+      size_t b = static_cast<size_t>(i), e = b + 1;
+      if (!s.ascii) {
+        size_t off = 0;
+        for (int64_t k = 0; k < i; ++k) py::next_cp(s.s, off);
+        b = off;
+        py::next_cp(s.s, off);
+        e = off;
+      }
+      StrBuilder sb;
+      sb.append(s, b, e);
+      return make_str(sb, pos);
+    }
+    const auto& items = obj.as_list().items;
+    const int64_t n = static_cast<int64_t>(items.size());
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) return Value::undefined(fmt::format("{} object has no element {}", type_name(obj), key.as_int()));
+    return items[static_cast<size_t>(i)];
+  }
+  if (key.is_str()) {  // item lookup falls back to the attribute
+    if (obj.kind() == Kind::kNamespace || obj.kind() == Kind::kLoop) return getattr(obj, key.sv(), pos);
+    switch (find_method(obj, key.sv())) {
+      case MethodLookup::kSafe: return method_value(obj, key.sv());
+      case MethodLookup::kUnsafe: return unsafe_undefined(obj, key.sv());
+      case MethodLookup::kNone: break;
+    }
+    return no_attribute(obj, key.sv());
+  }
+  return Value::undefined(fmt::format("{} object has no element {}", type_name(obj), to_repr(key)));
+}
+
+Result<std::vector<Value>> Interp::iterate(const Value& v, Pos pos) {
+  switch (v.kind()) {
+    case Kind::kUndefined: return std::vector<Value>{};
+    case Kind::kStr: {
+      const Str& s = v.as_str();
+      // Each character becomes its own string object (~128 bytes with the Value).
+      const size_t n_bytes = s.s.size() * 128;
+      if (static_cast<int64_t>(n_bytes) + tracker_.live_bytes > static_cast<int64_t>(options_.limits.max_memory_bytes))
+        return resource_exhausted("template error at {}:{}: iterating a string of {} bytes exceeds max_memory_bytes",
+                                  pos.line, pos.col, s.s.size());
+      PG_TRY(charge_bytes(s.s.size() * 8));
+      std::vector<Value> out;
+      for (size_t i = 0; i < s.s.size();) {
+        const size_t b = i;
+        py::next_cp(s.s, i);
+        StrBuilder sb;
+        sb.append(s, b, i);
+        out.push_back(Value(StrP(sb.finish(nullptr))));
+      }
+      return out;
+    }
+    case Kind::kList: {
+      const ListObj& l = v.as_list();
+      PG_TRY(step(l.items.size() / 8 + 1));
+      if (l.kind != ListKind::kIterator) return l.items;
+      std::vector<Value> rest(l.items.begin() + static_cast<std::ptrdiff_t>(l.cursor), l.items.end());
+      l.cursor = l.items.size();
+      return rest;
+    }
+    case Kind::kDict: {
+      std::vector<Value> keys;
+      keys.reserve(v.as_dict().items.size());
+      for (const auto& kv : v.as_dict().items) keys.push_back(kv.first);
+      PG_TRY(step(keys.size() / 8 + 1));
+      return keys;
+    }
+    case Kind::kLoop: return *v.as_loop().items;
+    default: return rt_error(pos, "'{}' object is not iterable", type_name(v));
+  }
+}
+
+}  // namespace pg::jinja

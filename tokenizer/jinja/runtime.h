@@ -1,0 +1,172 @@
+// Interpreter internals shared by interpreter.cpp, operators.cpp, filters.cpp, methods.cpp and
+// json_io.cpp: scopes, call arguments, the Interp services (limits, value makers, attribute and
+// item lookup, iteration) and Python's operators. Not part of the public API.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/template.h"
+#include "tokenizer/jinja/value.h"
+
+namespace pg::jinja {
+
+// One variable frame. Loop iterations, macro calls, caller() bodies and {% with %} get their own;
+// `if` and plain blocks share the enclosing one (Jinja2's scoping).
+struct Scope {
+  std::shared_ptr<Scope> parent;
+  std::vector<std::pair<std::string, Value>> vars;
+  const Value* find(std::string_view name) const {
+    for (const auto& [k, v] : vars)
+      if (k == name) return &v;
+    return nullptr;
+  }
+  void set(const std::string& name, Value v) {
+    for (auto& [k, old] : vars)
+      if (k == name) {
+        old = std::move(v);
+        return;
+      }
+    vars.emplace_back(name, std::move(v));
+  }
+};
+using ScopeP = std::shared_ptr<Scope>;
+
+struct CallArgs {
+  std::vector<Value> pos;
+  std::vector<std::pair<std::string, Value>> kw;
+};
+
+// "template error at L:C: message" for runtime failures (TypeError, UndefinedError...).
+template <typename... Args>
+Status rt_error(Pos pos, fmt::format_string<Args...> f, Args&&... args) {
+  return invalid_argument("template error at {}:{}: {}", pos.line, pos.col, fmt::format(f, std::forward<Args>(args)...));
+}
+// The error an operation on an Undefined raises (UndefinedError).
+Status undefined_error(const Value& v, Pos pos);
+
+// Binds args to a Python-style signature `names`, the first n_required of them required.
+// out[i] points at the bound value or is null when an optional parameter was not given.
+Status bind_args(const CallArgs& args, std::initializer_list<std::string_view> names, size_t n_required,
+                 std::vector<const Value*>& out, std::string_view fname, Pos pos);
+
+class Interp {
+ public:
+  explicit Interp(const RenderOptions& options);
+  ~Interp();
+  Interp(const Interp&) = delete;
+  Interp& operator=(const Interp&) = delete;
+
+  // Renders program with `context` (its top-level variables) into out.
+  Status render(const Program& program, const Value& context, StrBuilder& out);
+
+  // --- services for filters, methods and operators ---
+  const RenderOptions& options() const { return options_; }
+  AllocTracker* tracker() { return &tracker_; }
+  Status step(uint64_t n = 1) {
+    steps_ += n;
+    if (steps_ > options_.limits.max_steps) return steps_exceeded();
+    return ok_status();
+  }
+  // Charges bulk work: one step per 64 bytes.
+  Status charge_bytes(size_t n) { return step(n / 64 + 1); }
+  Result<Value> make_str(StrBuilder& b, Pos pos);
+  Result<Value> make_str(std::string s, bool literal, Pos pos);
+  Result<Value> make_list(std::vector<Value> items, ListKind kind, Pos pos);
+  Result<Value> make_dict(std::vector<std::pair<Value, Value>> items, Pos pos);
+  Result<Value> make_namespace(std::vector<std::pair<std::string, Value>> attrs, Pos pos);
+
+  Result<Value> call(const Value& fn, const CallArgs& args, Pos pos);
+  // jinja2 SandboxedEnvironment.getattr / getitem.
+  Result<Value> getattr(const Value& obj, const std::string& name, Pos pos);
+  Result<Value> getitem(const Value& obj, const Value& key, Pos pos);
+  // Python iter(v) materialised; consumes single-pass iterators. Undefined iterates as empty.
+  Result<std::vector<Value>> iterate(const Value& v, Pos pos);
+  // str(v) with provenance kept for strings (other values print as data).
+  void append_str(StrBuilder& b, const Value& v);
+  Result<Value> to_str_value(const Value& v, Pos pos);
+
+  Result<Value> apply_filter(int fn, const Value& input, const CallArgs& args, Pos pos);
+  Result<bool> apply_test(int fn, const Value& input, const CallArgs& args, Pos pos);
+
+ private:
+  enum class Flow : uint8_t { kNormal, kBreak, kContinue };
+  Status steps_exceeded() const;
+  Status exec_body(const std::vector<StmtPtr>& body, const ScopeP& scope, StrBuilder& out);
+  Status exec(const Stmt& s, const ScopeP& scope, StrBuilder& out);
+  Status exec_for(const Stmt& s, const ScopeP& scope, StrBuilder& out);
+  Status exec_call_block(const Stmt& s, const ScopeP& scope, StrBuilder& out);
+  Status capture(const std::vector<StmtPtr>& body, const ScopeP& scope, Value& result, Pos pos);
+  Status assign(const Expr& target, const Value& v, const ScopeP& scope);
+  Result<Value> eval(const Expr& e, const ScopeP& scope);
+  Result<Value> eval_call(const Expr& e, const ScopeP& scope);
+  Result<Value> eval_filter(const Expr& e, const ScopeP& scope);
+  Status eval_args(const Expr& e, const ScopeP& scope, CallArgs& args);
+  Value lookup(const std::string& name, const ScopeP& scope) const;
+  Result<Value> call_macro(const FuncObj& f, const CallArgs& args, Pos pos);
+  Result<Value> call_loop_fn(const FuncObj& f, const CallArgs& args, Pos pos);
+
+  AllocTracker tracker_;  // first member: destroyed last, after every tracked value
+  const RenderOptions& options_;
+  uint64_t steps_ = 0;
+  int call_depth_ = 0;
+  Flow flow_ = Flow::kNormal;
+  const Value* block_input_ = nullptr;  // the captured body a {% filter %} / {% set %} block filters
+  Value context_;
+  ScopeP root_;
+  std::vector<NsP> namespaces_;  // cleared at the end, breaking reference cycles through them
+};
+
+// --- Python operators (operators.cpp) ---
+Result<Value> binary_op(Interp& in, BinOp op, const Value& a, const Value& b, Pos pos);
+Result<Value> unary_minus(const Value& a, Pos pos, bool negate);
+// ==, with Python's numeric tower and container equality.
+bool py_eq(const Value& a, const Value& b, int depth = 0);
+// <: numbers, strings, lists/tuples lexicographically; other pairs are a TypeError.
+Result<bool> py_lt(const Value& a, const Value& b, Pos pos, int depth = 0);
+Result<bool> compare(Interp& in, CmpOp op, const Value& a, const Value& b, Pos pos);
+// `a in b`.
+Result<bool> contains(Interp& in, const Value& container, const Value& item, Pos pos);
+// A dict key's identity (1, 1.0 and True are one key); nullopt for unhashable values.
+std::optional<std::string> hash_key(const Value& v, int depth = 0);
+const Value* dict_get(const DictObj& d, const Value& key);
+// Python slice indices for a sequence of length n.
+Status slice_indices(const Value& start, const Value& stop, const Value& step, int64_t n, std::vector<int64_t>& out,
+                     Pos pos, bool& type_error);
+// Python int(str) parsing (whitespace, sign, underscores); false when not an integer literal.
+bool parse_py_int(std::string_view s, int base, int64_t& out);
+bool parse_py_float(std::string_view s, double& out);
+
+// --- str / list / dict methods and globals (methods.cpp) ---
+enum class MethodLookup : uint8_t { kNone, kSafe, kUnsafe };
+// Whether `name` is a Python attribute of v that is a method (kUnsafe: mutates, and the immutable
+// sandbox refuses it).
+MethodLookup find_method(const Value& v, std::string_view name);
+Result<Value> call_method(Interp& in, const Value& self, const std::string& name, const CallArgs& args, Pos pos);
+// Default globals: range, dict, namespace, raise_exception, strftime_now (+ Jinja's lipsum,
+// cycler, joiner, which we do not implement).
+bool is_global_function(std::string_view name);
+Result<Value> call_global(Interp& in, const std::string& name, const CallArgs& args, Pos pos);
+
+// --- JSON (json_io.cpp) ---
+struct DumpOptions {
+  bool ensure_ascii = false;
+  std::optional<std::string> indent;
+  std::string item_sep = ", ";
+  std::string key_sep = ": ";
+  bool sort_keys = false;
+};
+// Python json.dumps(v, ...) byte for byte.
+Status json_dump(const Value& v, const DumpOptions& opts, std::string& out, Pos pos);
+template <typename Json>
+Result<Value> from_json(const Json& j, bool literal, int depth = 0);
+
+}  // namespace pg::jinja
