@@ -121,7 +121,7 @@ Command add_generate(CLI::App& root) {
   app->add_option("-p,--prompt", o->prompt, "the prompt (default: read stdin)");
   app->add_flag("--chat", o->chat, "wrap the prompt as a user message with the model's chat template");
   app->add_option("--max-tokens", o->max_tokens, "tokens to generate at most")->check(CLI::PositiveNumber);
-  app->add_option("--temperature", o->params.temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
+  app->add_option("--temperature", o->params.temperature, "0 = greedy");
   app->add_option("--top-p", o->params.top_p, "nucleus sampling mass, (0, 1]");
   app->add_option("--top-k", o->params.top_k, "keep the k most likely tokens (-1: off)");
   app->add_option("--min-p", o->params.min_p, "drop tokens below min_p * p_max");
