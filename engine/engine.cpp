@@ -30,6 +30,7 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<KvCache> cache;
   Sampler sampler;  // engine thread only
+  int64_t spec_k = 0;  // draft depth (0: no speculation)
 
   // Shared with other threads, under mu.
   mutable std::mutex mu;
@@ -48,6 +49,8 @@ struct Engine::Impl {
 
   bool step();
   bool step_inner();
+  // Runs the MTP head over the positions computed this step and draws each request's drafts.
+  void draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden, const std::vector<RequestState*>& drafting);
   void refresh_gauges();  // running / waiting / KV usage into stats (takes mu)
   void finish(RequestState& r, std::string reason, Status error = {});
   void emit(RequestState& r, GenerationEvent&& ev);
@@ -81,6 +84,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<DeepseekModel> mo
   impl->tokenizer = std::move(tokenizer);
   impl->cfg = cfg;
   impl->stats.kv_blocks_total = cfg.kv_blocks;
+  if (cfg.num_speculative_tokens < 0 || cfg.num_speculative_tokens > kMaxSpeculativeTokens)
+    return invalid_argument("speculative tokens must be in [0, {}], got {}", kMaxSpeculativeTokens,
+                            cfg.num_speculative_tokens);
+  impl->spec_k = impl->model->n_mtp_layers() > 0 ? cfg.num_speculative_tokens : 0;
+  impl->stats.speculative_tokens = impl->spec_k;
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -183,19 +191,29 @@ bool Engine::Impl::step_inner() {
   std::erase_if(active, [](const auto& kv) { return kv.second->finished; });
   if (active.empty()) return false;
 
-  // 2. Plan and run one forward step.
+  // 2. Plan and run one forward step. Drafts from the MTP head ride along as extra tokens of
+  // their sequence, so the scheduler budgets and allocates blocks for them.
+  if (spec_k > 0)
+    for (auto& [id, r] : active)
+      if (!r->drafts.empty() && r->drafts_in_seq == 0) {
+        r->seq.tokens.insert(r->seq.tokens.end(), r->drafts.begin(), r->drafts.end());
+        r->drafts_in_seq = int64_t(r->drafts.size());
+      }
   std::vector<Sequence*> preempted;
   std::vector<ScheduledSeq> plan = scheduler->schedule(&preempted);
+  for (Sequence* s : preempted) static_cast<RequestState*>(s->owner)->strip_drafts();
   if (plan.empty()) return !active.empty();
   std::vector<SeqStep> steps;
   steps.reserve(plan.size());
   int64_t n_prompt_tokens = 0;
   for (const ScheduledSeq& p : plan) {
+    const RequestState& r = *static_cast<const RequestState*>(p.seq->owner);
     SeqStep s;
     s.tokens = std::span<const int32_t>(p.seq->tokens).subspan(size_t(p.start), size_t(p.n_new));
     s.start_pos = p.start;
     s.block_table = p.seq->block_table;
     s.no_logits = !p.sample;
+    s.all_logits = p.sample && r.drafts_in_seq > 0;  // verify: a row per draft, plus one
     steps.push_back(s);
     n_prompt_tokens += std::max<int64_t>(0, std::min(p.start + p.n_new, p.seq->n_prompt) - p.start);
   }
@@ -208,30 +226,69 @@ bool Engine::Impl::step_inner() {
     return true;
   }
 
-  // 3. Sample, detokenize, check stops, stream.
-  int64_t row = 0, n_generated = 0;
-  const int64_t vocab = model->vocab_size();
+  // 3. Sample (or verify drafts), detokenize, check stops, stream. Collect the MTP inputs.
+  const int64_t vocab = model->vocab_size(), H = model->config().hidden_size;
+  int64_t row = 0, offset = 0, n_generated = 0, n_drafted = 0, n_accepted = 0;
+  std::vector<SeqStep> mtp_steps;
+  std::vector<float> mtp_hidden;
+  std::vector<RequestState*> drafting;  // sequences whose MTP row yields a draft
   for (const ScheduledSeq& p : plan) {
-    if (!p.sample) continue;
     RequestState& r = *static_cast<RequestState*>(p.seq->owner);
-    const std::span<const float> logits(&out.logits[size_t(row * vocab)], size_t(vocab));
-    ++row;
-    GenerationEvent ev;
-    std::optional<std::string> reason = r.sample_and_append(logits, sampler, ev);
-    ++n_generated;
-    if (reason) {
-      ev.finished = true;
-      ev.finish_reason = *reason;
-      r.finished = true;
-      emit(r, std::move(ev));
-      scheduler->remove(&r.seq);
-      std::lock_guard<std::mutex> lk(mu);
-      ++stats.requests_finished_total;
-      --n_active;
-    } else if (!ev.token_ids.empty()) {
-      emit(r, std::move(ev));
+    const int64_t off = offset;
+    offset += p.n_new;
+    int64_t n_valid = p.n_new;  // tokens of this step whose KV stays valid
+    if (!p.sample) {
+      if (r.drafts_in_seq > 0) {  // only part of a verify step fit the budget: drop the drafts
+        r.strip_drafts();
+        continue;
+      }
+    } else {
+      GenerationEvent ev;
+      std::optional<std::string> reason;
+      const int64_t n_d = r.drafts_in_seq;
+      if (n_d > 0) {
+        const int64_t base = int64_t(r.seq.tokens.size()) - n_d;  // tokens before the drafts
+        r.seq.tokens.resize(size_t(base));
+        r.drafts_in_seq = 0;
+        int64_t m = 0;
+        reason = r.verify(std::span<const float>(&out.logits[size_t(row * vocab)], size_t((n_d + 1) * vocab)), vocab,
+                          sampler, ev, &m);
+        row += n_d + 1;
+        r.seq.n_computed = base + m;  // KV of the rejected drafts is stale: rolled back
+        n_valid = 1 + m;
+        n_drafted += n_d;
+        n_accepted += m;
+      } else {
+        reason = r.sample_and_append(std::span<const float>(&out.logits[size_t(row * vocab)], size_t(vocab)), sampler, ev);
+        ++row;
+      }
+      n_generated += int64_t(ev.token_ids.size());
+      if (reason) {
+        ev.finished = true;
+        ev.finish_reason = *reason;
+        r.finished = true;
+        emit(r, std::move(ev));
+        scheduler->remove(&r.seq);
+        std::lock_guard<std::mutex> lk(mu);
+        ++stats.requests_finished_total;
+        --n_active;
+        continue;
+      }
+      if (!ev.token_ids.empty()) emit(r, std::move(ev));
     }
+    if (spec_k == 0) continue;
+    // MTP over the positions just computed: input at position q is (hidden at q, token q + 1).
+    if (p.start + n_valid >= int64_t(r.seq.tokens.size())) continue;  // no next token known yet
+    SeqStep m;
+    m.tokens = std::span<const int32_t>(r.seq.tokens).subspan(size_t(p.start + 1), size_t(n_valid));
+    m.start_pos = p.start;
+    m.block_table = r.seq.block_table;
+    m.no_logits = !p.sample;
+    mtp_steps.push_back(m);
+    mtp_hidden.insert(mtp_hidden.end(), out.hidden_all.begin() + off * H, out.hidden_all.begin() + (off + n_valid) * H);
+    if (p.sample) drafting.push_back(&r);
   }
+  if (!mtp_steps.empty()) draft_next(mtp_steps, mtp_hidden, drafting);
   std::erase_if(active, [](const auto& kv) { return kv.second->finished; });
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -239,8 +296,77 @@ bool Engine::Impl::step_inner() {
     stats.prompt_tokens_total += n_prompt_tokens;
     stats.generation_tokens_total += n_generated;
     stats.preemptions_total += int64_t(preempted.size());
+    stats.spec_draft_tokens_total += n_drafted;
+    stats.spec_accepted_tokens_total += n_accepted;
   }
   return true;
+}
+
+void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden,
+                              const std::vector<RequestState*>& drafting) {
+  const int64_t vocab = model->vocab_size(), H = model->config().hidden_size;
+  StepOutput mo;
+  if (Status st = model->forward_mtp(0, steps, hidden, *cache, mo); !st.ok()) {
+    for (RequestState* r : drafting) r->drafts.clear();  // speculation is an optimisation: go on without
+    return;
+  }
+  // Depth 0 from the last row of each drafting sequence; deeper drafts chain the MTP output.
+  std::vector<RequestState*> live;
+  std::vector<float> prev;  // [live, H]
+  std::vector<int64_t> limit;
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    RequestState& r = *drafting[i];
+    r.drafts.clear();
+    r.draft_dists.clear();
+    // Verify positions run to last + n_drafts: keep them inside the context and max_tokens.
+    const int64_t last = int64_t(r.seq.tokens.size()) - 1;
+    int64_t cap = std::min<int64_t>(spec_k, max_model_len - 1 - last);
+    if (r.req.params.max_tokens) cap = std::min(cap, *r.req.params.max_tokens - r.n_generated() - 1);
+    if (cap <= 0) continue;
+    r.drafts.push_back(r.draw_draft(std::span<const float>(&mo.logits[i * size_t(vocab)], size_t(vocab)), sampler, 0));
+    if (cap > 1) {
+      live.push_back(&r);
+      prev.insert(prev.end(), mo.hidden.begin() + int64_t(i) * H, mo.hidden.begin() + int64_t(i + 1) * H);
+      limit.push_back(cap);
+    }
+  }
+  for (int64_t depth = 1; depth < spec_k && !live.empty(); ++depth) {
+    std::vector<SeqStep> ds;
+    std::vector<RequestState*> next_live;
+    std::vector<float> next_prev;
+    std::vector<int64_t> next_limit;
+    std::vector<float> in;
+    std::vector<RequestState*> used;
+    for (size_t i = 0; i < live.size(); ++i) {
+      RequestState& r = *live[i];
+      // MTP input at position last + depth: (previous MTP hidden, the draft just made).
+      const int64_t pos = int64_t(r.seq.tokens.size()) - 1 + depth;
+      if (!blocks->ensure(r.seq.block_table, pos + 1)) continue;  // no room: stop drafting deeper
+      SeqStep s;
+      s.tokens = std::span<const int32_t>(&r.drafts.back(), 1);
+      s.start_pos = pos;
+      s.block_table = r.seq.block_table;
+      ds.push_back(s);
+      in.insert(in.end(), prev.begin() + int64_t(i) * H, prev.begin() + int64_t(i + 1) * H);
+      used.push_back(&r);
+    }
+    if (ds.empty()) break;
+    StepOutput dm;
+    if (!model->forward_mtp(0, ds, in, *cache, dm).ok()) break;
+    for (size_t i = 0; i < used.size(); ++i) {
+      RequestState& r = *used[i];
+      r.drafts.push_back(r.draw_draft(std::span<const float>(&dm.logits[i * size_t(vocab)], size_t(vocab)), sampler, depth));
+      const size_t li = size_t(std::find(live.begin(), live.end(), &r) - live.begin());
+      if (int64_t(r.drafts.size()) < limit[li]) {
+        next_live.push_back(&r);
+        next_prev.insert(next_prev.end(), dm.hidden.begin() + int64_t(i) * H, dm.hidden.begin() + int64_t(i + 1) * H);
+        next_limit.push_back(limit[li]);
+      }
+    }
+    live.swap(next_live);
+    prev.swap(next_prev);
+    limit.swap(next_limit);
+  }
 }
 
 void Engine::Impl::loop() {

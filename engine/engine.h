@@ -62,7 +62,12 @@ struct EngineConfig {
   int64_t kv_blocks = 0;      // 0: enough for max_num_seqs sequences of max_model_len
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
   int n_threads = 0;          // CPU backend threads; 0: one per hardware thread
+  // Speculative decoding with the model's MTP head: draft depth k (0: off). Models without MTP
+  // weights run without speculation.
+  int64_t num_speculative_tokens = 0;
 };
+
+inline constexpr int64_t kMaxSpeculativeTokens = 8;
 
 struct EngineStats {
   int64_t running = 0, waiting = 0;
@@ -73,6 +78,9 @@ struct EngineStats {
   int64_t preemptions_total = 0;
   int64_t requests_finished_total = 0;
   int64_t steps_total = 0;
+  int64_t spec_draft_tokens_total = 0;     // drafts verified
+  int64_t spec_accepted_tokens_total = 0;  // drafts accepted
+  int64_t speculative_tokens = 0;          // the draft depth in use
 };
 
 class Engine {

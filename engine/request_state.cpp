@@ -57,3 +57,120 @@ std::string RequestState::flush_text() {
 }
 
 }  // namespace pg
+
+// ---- speculative decoding -------------------------------------------------------------------
+namespace pg {
+namespace {
+
+// Sub-streams of the request's Philox counter (sampling_math.h) for speculation.
+constexpr uint32_t kStreamDraft = 1;     // + depth: drawing draft tokens from the MTP head
+constexpr uint32_t kStreamAccept = 16;   // the accept/reject test of a draft
+constexpr uint32_t kStreamResidual = 17; // the draw from the residual distribution
+
+uint64_t philox_u64(uint64_t seed, int64_t output_idx, uint32_t choice, uint32_t stream) {
+  return sampling::uniform_u64(sampling::philox4x32_10(sampling::rng_counter(output_idx, choice, stream),
+                                                       sampling::rng_key(seed)));
+}
+
+double weight_of(std::span<const WeightedToken> dist, int32_t id, double* total) {
+  double w = 0, z = 0;
+  for (const WeightedToken& t : dist) {
+    z += double(t.weight);
+    if (t.token_id == id) w = double(t.weight);
+  }
+  *total = z;
+  return w;
+}
+
+// The raw-logprob record of `id` under `row`, as Sampler::sample would have filled it.
+SampledToken record(int32_t id, std::span<const float> row, const SamplingParams& p) {
+  SampledToken t;
+  t.token_id = id;
+  if (p.logprobs) {
+    const std::vector<float> lp = log_softmax(row);
+    t.logprob = lp[size_t(id)];
+    for (int32_t j : top_k_ids(row, p.top_logprobs)) t.top_logprobs.emplace_back(j, lp[size_t(j)]);
+  }
+  return t;
+}
+
+}  // namespace
+
+void RequestState::strip_drafts() {
+  if (drafts_in_seq == 0) return;
+  seq.tokens.resize(seq.tokens.size() - size_t(drafts_in_seq));
+  seq.n_computed = std::min<int64_t>(seq.n_computed, int64_t(seq.tokens.size()) - 1);
+  drafts_in_seq = 0;
+  drafts.clear();
+  draft_dists.clear();
+}
+
+int32_t RequestState::draw_draft(std::span<const float> mtp_logits, Sampler& sampler, int64_t depth) {
+  if (req.params.is_greedy()) return sampler.sample(mtp_logits, req.params, rng_position(), history()).token_id;
+  const auto dist = sampler.distribution(mtp_logits, req.params, history());
+  draft_dists.emplace_back(dist.begin(), dist.end());
+  const uint64_t u = philox_u64(seed, n_generated() + depth, req.choice_idx, kStreamDraft + uint32_t(depth));
+  return draw_token(draft_dists.back(), u);
+}
+
+std::optional<std::string> RequestState::verify(std::span<const float> rows, int64_t vocab, Sampler& sampler,
+                                                GenerationEvent& ev, int64_t* n_accepted_out) {
+  const std::vector<int32_t> d = std::move(drafts);
+  const auto q = std::move(draft_dists);
+  drafts.clear();
+  draft_dists.clear();
+  *n_accepted_out = 0;
+  ++n_verify_steps;
+  n_drafted += int64_t(d.size());
+  const SamplingParams& p = req.params;
+  for (size_t i = 0; i <= d.size(); ++i) {
+    const std::span<const float> row = rows.subspan(i * size_t(vocab), size_t(vocab));
+    if (i == d.size()) return sample_and_append(row, sampler, ev);  // every draft accepted: one more
+    if (p.is_greedy()) {
+      SampledToken t = sampler.sample(row, p, rng_position(), history());
+      const bool accepted = t.token_id == d[i];
+      if (accepted) ++*n_accepted_out, ++n_accepted;
+      if (auto reason = append(t, ev)) return reason;
+      if (!accepted) return std::nullopt;
+      continue;
+    }
+    // Speculative sampling: accept d with probability min(1, p(d) / q(d)), else draw from
+    // norm(max(0, p - q)). Both distributions are the sampler's filtered weights.
+    std::vector<WeightedToken> target;
+    {
+      const auto dist = sampler.distribution(row, p, history());
+      target.assign(dist.begin(), dist.end());
+    }
+    double zp = 0, zq = 0;
+    const double pd = weight_of(target, d[i], &zp) / std::max(zp, 1.0);
+    const double qd = weight_of(q[i], d[i], &zq) / std::max(zq, 1.0);
+    const uint64_t u = philox_u64(seed, n_generated(), req.choice_idx, kStreamAccept);
+    const double uf = double(u >> 11) * 0x1p-53;  // uniform in [0, 1)
+    if (qd > 0 && uf * qd < pd) {
+      ++*n_accepted_out;
+      ++n_accepted;
+      if (auto reason = append(record(d[i], row, p), ev)) return reason;
+      continue;
+    }
+    // Residual: r(x) = max(0, p(x) - q(x)) over the target's support, in fixed point.
+    std::vector<WeightedToken> residual;
+    residual.reserve(target.size());
+    std::unordered_map<int32_t, double> qmap;
+    for (const WeightedToken& t : q[i]) qmap[t.token_id] = double(t.weight) / std::max(zq, 1.0);
+    for (const WeightedToken& t : target) {
+      const double r = double(t.weight) / std::max(zp, 1.0) - (qmap.count(t.token_id) ? qmap[t.token_id] : 0.0);
+      if (r > 0) residual.push_back({t.token_id, uint64_t(std::ldexp(r, 52))});
+    }
+    int32_t next;
+    if (residual.empty()) {  // p == q up to rounding: the target itself
+      next = draw_token(target, philox_u64(seed, n_generated(), req.choice_idx, kStreamResidual));
+    } else {
+      next = draw_token(residual, philox_u64(seed, n_generated(), req.choice_idx, kStreamResidual));
+    }
+    if (auto reason = append(record(next, row, p), ev)) return reason;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace pg

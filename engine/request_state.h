@@ -35,6 +35,23 @@ struct RequestState {
   std::optional<std::string> sample_and_append(std::span<const float> logits, Sampler& sampler, GenerationEvent& ev);
   // Appends an already chosen token (speculative decoding) with its sampled record.
   std::optional<std::string> append(const SampledToken& tok, GenerationEvent& ev);
+  // --- speculative decoding (MTP drafts) ---
+  // Drafts proposed for the tokens after the last one; while a verify step is planned they are
+  // also appended to seq.tokens (n_in_seq of them), so the scheduler computes them.
+  std::vector<int32_t> drafts;
+  std::vector<std::vector<WeightedToken>> draft_dists;  // sampling: the distribution each was drawn from
+  int64_t drafts_in_seq = 0;
+  int64_t n_drafted = 0, n_accepted = 0, n_verify_steps = 0;
+  // Removes planned drafts from seq.tokens (after a partial schedule or a preemption).
+  void strip_drafts();
+  // Draws a draft for depth `depth` (0-based) from MTP logits.
+  int32_t draw_draft(std::span<const float> mtp_logits, Sampler& sampler, int64_t depth);
+  // Verifies drafts[0..n) against the target rows ([n + 1, vocab]): appends the accepted drafts
+  // and one more token (greedy: the target's argmax; sampling: speculative sampling, so the output
+  // distribution is exactly the target's). Returns the finish reason when the request ended.
+  std::optional<std::string> verify(std::span<const float> rows, int64_t vocab, Sampler& sampler,
+                                    GenerationEvent& ev, int64_t* n_accepted_out);
+
   // The text still held back when the request ends for a reason other than a stop
   // ("length", "abort", "error").
   std::string flush_text();

@@ -253,11 +253,13 @@ Status DeepseekModel::forward(std::span<const SeqStep> seqs, KvCache& cache, Ste
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     layer_forward(w_.layers[l], l, x.data(), L.T, L.positions.data(), L.token_seq.data(), L.ctx_len.data(),
                   L.tables.data(), L.max_blocks, cache);
-  // Output rows: hidden = final RMSNorm (the MTP module's input), logits = lm_head(hidden).
+  // Final RMSNorm of every token (the MTP module's input); output rows take theirs, then lm_head.
+  out.hidden_all.resize(size_t(L.T * H));
+  rmsnorm_rows(x.data(), w_.norm, out.hidden_all.data(), L.T, H, float(c.rms_norm_eps));
   out.n_rows = int64_t(L.out_rows.size());
   out.hidden.resize(size_t(out.n_rows * H));
   for (int64_t i = 0; i < out.n_rows; ++i)
-    rmsnorm_rows(&x[L.out_rows[i] * H], w_.norm, &out.hidden[i * H], 1, H, float(c.rms_norm_eps));
+    std::copy(&out.hidden_all[L.out_rows[i] * H], &out.hidden_all[(L.out_rows[i] + 1) * H], &out.hidden[i * H]);
   out.logits.resize(size_t(out.n_rows * c.vocab_size));
   linear(out.hidden.data(), w_.lm_head, out.logits.data(), out.n_rows, thread_pool());
   return ok_status();
@@ -286,6 +288,7 @@ Status DeepseekModel::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs
   layer_forward(m.block, c.num_hidden_layers + mtp_idx, x.data(), L.T, L.positions.data(), L.token_seq.data(),
                 L.ctx_len.data(), L.tables.data(), L.max_blocks, cache);
   // hidden = the block's output (what the next draft depth takes); logits via shared_head.
+  out.hidden_all.clear();
   out.n_rows = int64_t(L.out_rows.size());
   out.hidden.resize(size_t(out.n_rows * H));
   std::vector<float> normed(size_t(out.n_rows * H));

@@ -33,6 +33,9 @@ struct StepOutput {
   std::vector<float> logits;  // [n_rows, vocab_size] f32
   std::vector<float> hidden;  // [n_rows, hidden_size] f32: final-RMSNorm output (MTP input)
   int64_t n_rows = 0;
+  // forward(): the final-RMSNorm output of every new token, in step order [T, hidden_size]
+  // (what the MTP module takes at every position). Empty from forward_mtp().
+  std::vector<float> hidden_all;
 };
 
 class DeepseekModel {
