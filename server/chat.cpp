@@ -10,7 +10,7 @@
 
 #include "server/reasoning_parser.h"
 #include "tokenizer/added_tokens.h"
-#include "tokenizer/jinja/template.h"
+#include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pg::server {
@@ -19,16 +19,14 @@ namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 struct ChatTemplate::Impl {
-  std::string source;
-  std::optional<jinja::Template> tmpl;
+  std::optional<jinja::ChatTemplate> tmpl;
   std::shared_ptr<const Tokenizer> tokenizer;
   AddedTokenTrie trie;
-  std::string bos_token, eos_token;
 };
 
 ChatTemplate::ChatTemplate(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ChatTemplate::~ChatTemplate() = default;
-const std::string& ChatTemplate::source() const { return impl_->source; }
+const std::string& ChatTemplate::source() const { return impl_->tmpl->source(); }
 
 static Result<std::string> read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -38,40 +36,42 @@ static Result<std::string> read_file(const fs::path& p) {
   return ss.str();
 }
 
-// The template source: --chat-template, chat_template.jinja, or tokenizer_config.json.
-static Result<std::string> find_source(const std::string& model_dir, const std::string& file) {
-  if (!file.empty()) return read_file(file);
+// --chat-template FILE, else <model_dir>/chat_template.jinja, else tokenizer_config.json's
+// "chat_template". Special tokens (bos_token...) come from tokenizer_config.json when it exists.
+static Result<jinja::ChatTemplate> find_template(const std::string& model_dir, const std::string& file) {
   const fs::path dir(model_dir);
   std::error_code ec;
-  if (fs::exists(dir / "chat_template.jinja", ec)) return read_file(dir / "chat_template.jinja");
-  const fs::path cfg_path = dir / "tokenizer_config.json";
-  if (!fs::exists(cfg_path, ec)) return not_found("no chat template: '{}' has no tokenizer_config.json", model_dir);
-  PG_ASSIGN_OR_RETURN(std::string text, read_file(cfg_path));
-  json cfg = json::parse(text, nullptr, false);
-  if (cfg.is_discarded() || !cfg.is_object()) return data_loss("'{}' is not a JSON object", cfg_path.string());
-  auto it = cfg.find("chat_template");
-  if (it == cfg.end() || it->is_null()) return not_found("no chat template in '{}'", cfg_path.string());
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_array()) {  // [{"name": "default", "template": "..."}, ...]
-    for (const json& t : *it)
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
-        return t["template"].get<std::string>();
+  ojson config = ojson::object();
+  if (fs::exists(dir / "tokenizer_config.json", ec)) {
+    PG_ASSIGN_OR_RETURN(std::string text, read_file(dir / "tokenizer_config.json"));
+    config = ojson::parse(text, nullptr, false);
+    if (config.is_discarded() || !config.is_object())
+      return data_loss("'{}' is not a JSON object", (dir / "tokenizer_config.json").string());
   }
-  return not_found("'{}' has no usable \"chat_template\" (a string or a list with a \"default\" entry)",
-                   cfg_path.string());
+  std::string source;
+  if (!file.empty()) {
+    PG_ASSIGN_OR_RETURN(source, read_file(file));
+  } else if (fs::exists(dir / "chat_template.jinja", ec)) {
+    PG_ASSIGN_OR_RETURN(source, read_file(dir / "chat_template.jinja"));
+  } else {
+    if (!config.contains("chat_template")) return not_found("no chat template in '{}'", model_dir);
+    return jinja::ChatTemplate::from_tokenizer_config(config);
+  }
+  // The special tokens as from_tokenizer_config would pass them, with this source.
+  ojson probe = config;
+  probe["chat_template"] = "";
+  auto specials = jinja::ChatTemplate::from_tokenizer_config(probe);
+  return jinja::ChatTemplate::from_source(source, specials.ok() ? specials->special_tokens() : ojson::object());
 }
 
 Result<std::unique_ptr<ChatTemplate>> ChatTemplate::load(const std::string& model_dir, const std::string& template_file,
                                                          std::shared_ptr<const Tokenizer> tokenizer) {
   auto impl = std::make_unique<Impl>();
-  PG_ASSIGN_OR_RETURN(impl->source, find_source(model_dir, template_file));
-  auto parsed = jinja::Template::parse(impl->source);
-  if (!parsed.ok()) return parsed.status().with_context("chat template");
-  impl->tmpl.emplace(std::move(parsed).value());
+  auto t = find_template(model_dir, template_file);
+  if (!t.ok()) return t.status().with_context("chat template");
+  impl->tmpl.emplace(std::move(t).value());
   const auto& added = tokenizer->added_tokens();
   for (size_t i = 0; i < added.size(); ++i) impl->trie.insert(added[i].content, int32_t(i));
-  if (auto id = tokenizer->bos_id()) impl->bos_token = std::string(tokenizer->id_to_token(*id).value_or(""));
-  if (auto id = tokenizer->eos_id()) impl->eos_token = std::string(tokenizer->id_to_token(*id).value_or(""));
   impl->tokenizer = std::move(tokenizer);
   return std::unique_ptr<ChatTemplate>(new ChatTemplate(std::move(impl)));
 }
@@ -95,18 +95,13 @@ static ojson message_json(const ChatMessage& m) {
 
 Result<ChatPrompt> ChatTemplate::render(const ChatRequest& req) const {
   const Impl& m = *impl_;
-  ojson ctx = ojson::object();
-  for (const auto& [k, v] : req.chat_template_kwargs.items()) ctx[k] = ojson::parse(v.dump());
-  ojson messages = ojson::array();
-  for (const ChatMessage& msg : req.messages) messages.push_back(message_json(msg));
-  ctx["messages"] = std::move(messages);
-  if (!req.tools.empty()) ctx["tools"] = ojson::parse(req.tools.dump());
-  ctx["add_generation_prompt"] = req.add_generation_prompt;
-  ctx["bos_token"] = m.bos_token;
-  ctx["eos_token"] = m.eos_token;
-  jinja::RenderOptions opts;
-  opts.literal_vars = {"bos_token", "eos_token"};
-  auto rendered = m.tmpl->render_segments(ctx, opts);
+  jinja::ChatRequest jr;
+  for (const ChatMessage& msg : req.messages) jr.messages.push_back(message_json(msg));
+  jr.add_generation_prompt = req.add_generation_prompt;
+  jr.tools = req.tools.empty() ? ojson(nullptr) : ojson::parse(req.tools.dump());  // None, as transformers
+  for (const auto& [k, v] : req.chat_template_kwargs.items())
+    if (k != "messages" && k != "add_generation_prompt") jr.extra[k] = ojson::parse(v.dump());
+  auto rendered = m.tmpl->render_segments(jr);
   if (!rendered.ok()) return invalid_argument("the chat template failed on these messages: {}", rendered.status().message());
   std::vector<jinja::Segment> segments = std::move(rendered).value();
 

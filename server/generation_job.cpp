@@ -196,9 +196,11 @@ void GenerationJob::process(size_t k, GenerationEvent& ev, std::string& out) {
   c.completion_tokens = ev.completion_tokens;
   c.reasoning_text += rd.reasoning;
 
+  const bool first = !c.started;
+  c.started = true;
   std::string echo;
   json echo_logprobs;
-  if (!c.started && !opts_.chat && !c.setup.echo.empty()) {
+  if (first && !opts_.chat && !c.setup.echo.empty()) {
     echo = c.setup.echo;
     if (opts_.n_logprobs >= 0) {  // prompt tokens: their own logprobs are not computed (null)
       echo_logprobs = {{"tokens", json::array()}, {"token_logprobs", json::array()},
@@ -231,8 +233,6 @@ void GenerationJob::process(size_t k, GenerationEvent& ev, std::string& out) {
   if (!opts_.stream || error_) return;
 
   // Streaming: one chunk with this event's delta, then one with the finish reason.
-  const bool first = !c.started;
-  c.started = true;
   if (opts_.chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

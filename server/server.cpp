@@ -4,7 +4,6 @@
 
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -17,24 +16,6 @@
 namespace pg::server {
 
 namespace fs = std::filesystem;
-
-std::string default_model_dir() {
-  const fs::path rel = fs::path("models") / "peregrine-tiny";
-  std::vector<fs::path> roots;
-  if (const char* home = std::getenv("PEREGRINE_HOME"); home && *home) roots.emplace_back(home);
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    roots.push_back(exe.parent_path());
-    roots.push_back(exe.parent_path().parent_path());
-  }
-#ifdef PG_SOURCE_DIR
-  roots.emplace_back(PG_SOURCE_DIR);
-#endif
-  for (const auto& r : roots)
-    if (fs::exists(r / rel / "config.json", ec)) return (r / rel).string();
-  return rel.string();
-}
 
 int run_http(const ServeOptions& o, HttpStack stack) {
   ServerMetrics metrics;
@@ -94,7 +75,6 @@ int run_http(const ServeOptions& o, HttpStack stack) {
 }
 
 int serve(ServeOptions o) {
-  if (o.model_dir.empty()) o.model_dir = default_model_dir();
   const fs::path dir(o.model_dir);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {

@@ -56,8 +56,4 @@ int run_http(const ServeOptions& opts, HttpStack stack);
 // Loads the model folder, starts the engine and serves. Returns the exit code.
 int serve(ServeOptions opts);
 
-// The default model folder, models/peregrine-tiny, looked up under $PEREGRINE_HOME, next to
-// the executable (and its parent), and in the source tree this binary was built from.
-std::string default_model_dir();
-
 }  // namespace pg::server
