@@ -63,6 +63,17 @@ void rmsnorm(const RmsNormArgs& a) {
   }
 }
 
+void rmsnorm_residual(const RmsNormResidualArgs& a) {
+  const int64_t xs = a.x_stride ? a.x_stride : a.n, rs = a.residual_stride ? a.residual_stride : a.n;
+  const int64_t ys = a.y_stride ? a.y_stride : a.n;
+  for (int64_t i = 0; i < a.m; ++i) {
+    float* r = a.residual + i * rs;
+    const float* x = a.x + i * xs;  // read fully before y (which may alias x) is written
+    for (int64_t j = 0; j < a.n; ++j) r[j] += x[j];
+    rmsnorm(RmsNormArgs{r, a.weight, a.y + i * ys, 1, a.n, 0, 0, a.eps});
+  }
+}
+
 void rope(const RopeArgs& a) {
   const int64_t half = a.rope_dim / 2;
   const RopeTable& t = *a.table;

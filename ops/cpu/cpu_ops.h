@@ -8,12 +8,14 @@
 #include "ops/mla_attention.h"
 #include "ops/moe_routing.h"
 #include "ops/rmsnorm.h"
+#include "ops/rmsnorm_residual.h"
 #include "ops/rope.h"
 
 namespace pg::ops::cpu {
 
 void linear(const LinearArgs& a, ThreadPool& pool);
 void rmsnorm(const RmsNormArgs& a);
+void rmsnorm_residual(const RmsNormResidualArgs& a);
 void rope(const RopeArgs& a);
 void mla_attention(const MlaAttentionArgs& a, ThreadPool& pool);
 void moe_routing(const MoeRoutingArgs& a);

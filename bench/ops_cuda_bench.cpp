@@ -1,0 +1,435 @@
+// bench_ops_cuda: the CUDA decode kernels at real shapes (benchmarks.md "Kernel figures"): µs,
+// GB/s and % of the HBM read ceiling measured in the same run; weights rotated through > L2;
+// medians of timed runs after warm-up; a table on stdout and JSON with --json PATH.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/ops_cuda_bench_kernels.h"
+#include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/device.h"
+#include "ops/cuda/common/device_buffer.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/linear/linear.h"
+
+namespace pg::bench {
+namespace {
+
+using ops::Matrix;
+using ops::WeightFormat;
+namespace cu = ops::cuda;
+
+constexpr int kWarmup = 3;
+constexpr int kTimed = 30;         // per-launch event pairs; the median is reported (>= 10)
+// Kernels per captured graph (back-to-back): at least 40, and for the GEMVs at least one per
+// rotated weight copy, so that replays too stream > 4x L2 of distinct weights.
+constexpr int kGraphLaunches = 40;
+constexpr int kGraphReplays = 7;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+#define BENCH_CHECK(expr)                                                          \
+  do {                                                                             \
+    const ::pg::Status _s = (expr);                                                \
+    if (!_s.ok()) {                                                                \
+      std::fprintf(stderr, "bench_ops_cuda: %s\n  at %s:%d\n", _s.to_string().c_str(), __FILE__, __LINE__); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+Status cuda_status(cudaError_t e, const char* what) {
+  PG_CUDA_TRY(e);
+  (void)what;
+  return ok_status();
+}
+
+struct Events {
+  cudaEvent_t a = nullptr, b = nullptr;
+  Events() {
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+  }
+  ~Events() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  double ms() const {
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    return t;
+  }
+};
+
+// Times `launch(i)` (i = rotation index): median µs of single launches bracketed by events,
+// and µs per kernel when kGraphLaunches of them replay back-to-back from a CUDA graph.
+template <typename Launch>
+void time_kernel(cudaStream_t s, Launch launch, double& us_single, double& us_graph, bool graph = true,
+                 int graph_launches = kGraphLaunches) {
+  int rot = 0;
+  for (int i = 0; i < kWarmup; ++i) BENCH_CHECK(launch(rot++));
+  BENCH_CHECK(cuda_status(cudaStreamSynchronize(s), "warm-up"));
+  std::vector<double> t;
+  for (int i = 0; i < kTimed; ++i) {
+    Events e;
+    cudaEventRecord(e.a, s);
+    BENCH_CHECK(launch(rot++));
+    cudaEventRecord(e.b, s);
+    BENCH_CHECK(cuda_status(cudaEventSynchronize(e.b), "timed run"));
+    t.push_back(e.ms() * 1e3);
+  }
+  us_single = median(t);
+  us_graph = 0;
+  if (!graph) return;
+
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  BENCH_CHECK(cuda_status(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture"));
+  for (int i = 0; i < graph_launches; ++i) BENCH_CHECK(launch(rot++));
+  BENCH_CHECK(cuda_status(cudaStreamEndCapture(s, &g), "end capture"));
+  BENCH_CHECK(cuda_status(cudaGraphInstantiate(&ge, g, 0), "instantiate"));
+  BENCH_CHECK(cuda_status(cudaGraphLaunch(ge, s), "graph warm-up"));
+  BENCH_CHECK(cuda_status(cudaStreamSynchronize(s), "graph warm-up"));
+  t.clear();
+  for (int i = 0; i < kGraphReplays; ++i) {
+    Events e;
+    cudaEventRecord(e.a, s);
+    BENCH_CHECK(cuda_status(cudaGraphLaunch(ge, s), "graph launch"));
+    cudaEventRecord(e.b, s);
+    BENCH_CHECK(cuda_status(cudaEventSynchronize(e.b), "graph replay"));
+    t.push_back(e.ms() * 1e3 / graph_launches);
+  }
+  us_graph = median(t);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+}
+
+struct Ceiling {
+  double read_gbps = 0;   // best read-only reduction
+  double copy_gbps = 0;   // cudaMemcpy device-to-device, bytes read + written
+  std::string config;
+  std::vector<std::pair<std::string, double>> all;
+};
+
+Ceiling measure_ceiling(cudaStream_t s, int sm_count) {
+  Ceiling c;
+  const size_t bytes = size_t(4) << 30;  // 4 GiB: 70x the L2
+  auto buf = cu::DeviceBuffer<uint8_t>::create(bytes);
+  BENCH_CHECK(buf.status());
+  auto sink = cu::DeviceBuffer<uint32_t>::create(1);
+  BENCH_CHECK(sink.status());
+  BENCH_CHECK(cuda_status(launch_fill(buf->data(), bytes / 4, FillKind::kF32Pm1, 99, s), "fill"));
+  for (bool ldg : {false, true})
+    for (int unroll : {4, 8})
+      for (int bps : {2, 4, 8}) {
+        const int threads = 512, blocks = sm_count * bps;
+        double us1 = 0, usg = 0;
+        // A 4 GiB pass is ~1 ms: launch overhead is noise, so the single-launch median is the figure.
+        time_kernel(s, [&](int) {
+          PG_CUDA_TRY(launch_read_ceiling(buf->data(), bytes, blocks, threads, unroll, ldg, sink->data(), s));
+          return ok_status();
+        }, us1, usg, /*graph=*/false);
+        const double gbps = double(bytes) / (us1 * 1e-6) / 1e9;
+        const std::string name = std::string(ldg ? "ldg" : "nc.no_allocate") + " u" + std::to_string(unroll) + " " +
+                                 std::to_string(bps) + "x" + std::to_string(threads) + "/SM";
+        c.all.emplace_back(name, gbps);
+        if (gbps > c.read_gbps) c.read_gbps = gbps, c.config = name;
+      }
+  {
+    const size_t half = bytes / 2;
+    double us1 = 0, usg = 0;
+    time_kernel(s, [&](int) {
+      PG_CUDA_TRY(cudaMemcpyAsync(buf->data() + half, buf->data(), half, cudaMemcpyDeviceToDevice, s));
+      return ok_status();
+    }, us1, usg, /*graph=*/false);
+    c.copy_gbps = 2.0 * double(half) / (us1 * 1e-6) / 1e9;
+  }
+  return c;
+}
+
+struct Shape {
+  const char* name;
+  WeightFormat format;
+  int64_t m, n, k;
+};
+
+const Shape kShapes[] = {
+    // DeepSeek-V3 / R1 (DeepSeek-FP8 checkpoint; lm_head and router bf16).
+    {"v3.q_a+kv_a 7168->2112 fp8", WeightFormat::kFp8Block, 1, 2112, 7168},
+    {"v3.q_b 1536->24576 fp8", WeightFormat::kFp8Block, 1, 24576, 1536},
+    {"v3.kv_b 512->32768 fp8", WeightFormat::kFp8Block, 1, 32768, 512},
+    {"v3.o_proj 16384->7168 fp8", WeightFormat::kFp8Block, 1, 7168, 16384},
+    {"v3.expert gate|up 7168->4096 fp8", WeightFormat::kFp8Block, 1, 4096, 7168},
+    {"v3.expert down 2048->7168 fp8", WeightFormat::kFp8Block, 1, 7168, 2048},
+    {"v3.dense gate|up 7168->36864 fp8", WeightFormat::kFp8Block, 1, 36864, 7168},
+    {"v3.dense down 18432->7168 fp8", WeightFormat::kFp8Block, 1, 7168, 18432},
+    {"v3.router 7168->256 bf16", WeightFormat::kBF16, 1, 256, 7168},
+    {"v3.lm_head 7168->129280 bf16", WeightFormat::kBF16, 1, 129280, 7168},
+    // The brief's bf16 reference shapes.
+    {"bf16 7168->18432", WeightFormat::kBF16, 1, 18432, 7168},
+    {"bf16 18432->7168", WeightFormat::kBF16, 1, 7168, 18432},
+    {"bf16 2048->11264", WeightFormat::kBF16, 1, 11264, 2048},
+    {"bf16 11264->2048", WeightFormat::kBF16, 1, 2048, 11264},
+    // moonlight-16b-a3b, bf16.
+    {"moon.q_proj 2048->3072 bf16", WeightFormat::kBF16, 1, 3072, 2048},
+    {"moon.kv_a 2048->576 bf16", WeightFormat::kBF16, 1, 576, 2048},
+    {"moon.kv_b 512->4096 bf16", WeightFormat::kBF16, 1, 4096, 512},
+    {"moon.o_proj 2048->2048 bf16", WeightFormat::kBF16, 1, 2048, 2048},
+    {"moon.expert gate|up 2048->2816 bf16", WeightFormat::kBF16, 1, 2816, 2048},
+    {"moon.expert down 1408->2048 bf16", WeightFormat::kBF16, 1, 2048, 1408},
+    {"moon.router 2048->64 bf16", WeightFormat::kBF16, 1, 64, 2048},
+    {"moon.lm_head 2048->163840 bf16", WeightFormat::kBF16, 1, 163840, 2048},
+    // Small M (draft verification) at one large shape per format.
+    {"bf16 7168->18432 m2", WeightFormat::kBF16, 2, 18432, 7168},
+    {"bf16 7168->18432 m4", WeightFormat::kBF16, 4, 18432, 7168},
+    {"bf16 7168->18432 m8", WeightFormat::kBF16, 8, 18432, 7168},
+    {"bf16 7168->18432 m16", WeightFormat::kBF16, 16, 18432, 7168},
+    {"fp8 7168->18432 m1", WeightFormat::kFp8Block, 1, 18432, 7168},
+    {"fp8 7168->18432 m4", WeightFormat::kFp8Block, 4, 18432, 7168},
+    {"fp8 7168->18432 m16", WeightFormat::kFp8Block, 16, 18432, 7168},
+};
+
+// Shapes whose tile / k_split variants are compared (the data for config.h).
+const char* const kVariantShapes[] = {"bf16 7168->18432", "bf16 18432->7168", "bf16 2048->11264",
+                                      "moon.expert gate|up 2048->2816 bf16", "fp8 7168->18432 m1",
+                                      "v3.expert down 2048->7168 fp8", "v3.q_a+kv_a 7168->2112 fp8"};
+
+int elem_bytes(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : f == WeightFormat::kBF16 ? 2 : 1; }
+const char* fmt_name(WeightFormat f) { return f == WeightFormat::kF32 ? "f32" : f == WeightFormat::kBF16 ? "bf16" : "fp8"; }
+
+struct GemvResult {
+  std::string name, format, tile;
+  int64_t m, n, k, copies;
+  double bytes, us, us_graph, gbps, gbps_graph, pct, pct_graph;
+};
+
+// Weights of one shape, `copies` times in one allocation (rotated so the working set > L2).
+struct Rotated {
+  cu::DeviceBuffer<uint8_t> w;
+  cu::DeviceBuffer<float> scales, x, y;
+  std::vector<Matrix> mats;
+  int64_t w_bytes = 0, s_bytes = 0;
+};
+
+Rotated make_rotated(const Shape& sh, int64_t l2_bytes, cudaStream_t s) {
+  Rotated r;
+  r.w_bytes = sh.n * sh.k * elem_bytes(sh.format);
+  const int64_t sr = (sh.n + 127) / 128, sc = (sh.k + 127) / 128;
+  r.s_bytes = sh.format == WeightFormat::kFp8Block ? sr * sc * 4 : 0;
+  const int64_t stride_w = (r.w_bytes + 255) / 256 * 256;  // keep every copy 256-byte aligned
+  const int64_t copies = std::clamp<int64_t>((4 * l2_bytes + stride_w - 1) / stride_w, 2, 4096);
+  auto w = cu::DeviceBuffer<uint8_t>::create(size_t(stride_w * copies));
+  BENCH_CHECK(w.status());
+  r.w = std::move(w).value();
+  const FillKind kind = sh.format == WeightFormat::kF32 ? FillKind::kF32Pm1
+                        : sh.format == WeightFormat::kBF16 ? FillKind::kBf16Pm1 : FillKind::kFp8Finite;
+  BENCH_CHECK(cuda_status(launch_fill(r.w.data(), size_t(stride_w * copies) / elem_bytes(sh.format), kind, 7, s), "fill"));
+  const int64_t s_elems = sr * sc;
+  if (r.s_bytes) {
+    auto sb = cu::DeviceBuffer<float>::create(size_t(s_elems * copies));
+    BENCH_CHECK(sb.status());
+    r.scales = std::move(sb).value();
+    BENCH_CHECK(cuda_status(launch_fill(r.scales.data(), r.scales.size(), FillKind::kScalePos, 8, s), "fill"));
+  }
+  auto x = cu::DeviceBuffer<float>::create(size_t(sh.m * sh.k));
+  auto y = cu::DeviceBuffer<float>::create(size_t(sh.m * sh.n));
+  BENCH_CHECK(x.status());
+  BENCH_CHECK(y.status());
+  r.x = std::move(x).value();
+  r.y = std::move(y).value();
+  BENCH_CHECK(cuda_status(launch_fill(r.x.data(), r.x.size(), FillKind::kF32Pm1, 9, s), "fill"));
+  for (int64_t c = 0; c < copies; ++c) {
+    Matrix m{sh.format, sh.n, sh.k, r.w.data() + c * stride_w};
+    if (r.s_bytes) m.scale_inv = r.scales.data() + c * s_elems;
+    r.mats.push_back(m);
+  }
+  BENCH_CHECK(cuda_status(cudaStreamSynchronize(s), "fill"));
+  return r;
+}
+
+GemvResult bench_gemv(const Shape& sh, const Rotated& r, const cu::LinearVariant& v, double ceiling_gbps,
+                      cudaStream_t s, bool graph = true) {
+  GemvResult g{};
+  g.name = sh.name, g.format = fmt_name(sh.format), g.m = sh.m, g.n = sh.n, g.k = sh.k;
+  g.copies = int64_t(r.mats.size());
+  ops::LinearArgs a;
+  a.x = r.x.data(), a.y = const_cast<float*>(r.y.data()), a.m = sh.m, a.w = &r.mats[0];
+  auto plan = cu::linear_plan(a, v);
+  BENCH_CHECK(plan.status());
+  g.tile = plan->vector_path ? "m" + std::to_string(plan->tile.m_tile) + " r" + std::to_string(plan->tile.rows_per_warp) +
+                                   " u" + std::to_string(plan->tile.unroll) + " ks" + std::to_string(plan->k_split)
+                             : std::string("scalar");
+  g.bytes = double(r.w_bytes + r.s_bytes) + 4.0 * double(sh.m) * double(sh.k + sh.n);
+  time_kernel(s, [&](int i) {
+    ops::LinearArgs b = a;
+    b.w = &r.mats[size_t(i) % r.mats.size()];
+    return cu::linear_variant(b, v, s);
+  }, g.us, g.us_graph, graph, std::max<int>(kGraphLaunches, int(r.mats.size())));
+  g.gbps = g.bytes / (g.us * 1e-6) / 1e9;
+  g.gbps_graph = graph ? g.bytes / (g.us_graph * 1e-6) / 1e9 : 0;
+  g.pct = 100.0 * g.gbps / ceiling_gbps;
+  g.pct_graph = 100.0 * g.gbps_graph / ceiling_gbps;
+  return g;
+}
+
+struct SmallOp {
+  std::string name;
+  double us, us_graph;
+};
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+int run(int argc, char** argv) {
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bench_ops_cuda [--json PATH]\n");
+      return 2;
+    }
+  }
+  if (!cu::cuda_available()) {
+    std::printf("bench_ops_cuda: nothing measured: %s\n", cu::cuda_unavailable_reason().c_str());
+    return 0;
+  }
+  const cu::DeviceProps& dp = cu::current_device_props();
+  int driver = 0, mem_clock_khz = 0, bus_bits = 0;
+  cudaDriverGetVersion(&driver);
+  cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, dp.device);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dp.device);
+  const double datasheet_gbps = 2.0 * mem_clock_khz * 1e3 * (bus_bits / 8) / 1e9;
+  cudaStream_t s = nullptr;
+  BENCH_CHECK(cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream"));
+  std::printf("device: %s, %d SMs, L2 %.0f MB, driver %d, memory clock x bus = %.0f GB/s\n", dp.name.c_str(), dp.sm_count,
+              dp.l2_bytes / 1e6, driver, datasheet_gbps);
+
+  const Ceiling ceil = measure_ceiling(s, dp.sm_count);
+  std::printf("\nHBM read ceiling (4 GiB read-only reduction, median of %d):\n", kTimed);
+  for (const auto& [n, g] : ceil.all) std::printf("  %-32s %8.0f GB/s\n", n.c_str(), g);
+  std::printf("  => ceiling %.0f GB/s (%s); device-to-device copy %.0f GB/s (read + write)\n", ceil.read_gbps,
+              ceil.config.c_str(), ceil.copy_gbps);
+
+  std::vector<GemvResult> results, variants;
+  for (const Shape& sh : kShapes) {
+    const Rotated r = make_rotated(sh, dp.l2_bytes, s);
+    results.push_back(bench_gemv(sh, r, {}, ceil.read_gbps, s));
+    if (std::find_if(std::begin(kVariantShapes), std::end(kVariantShapes),
+                     [&](const char* n) { return !std::strcmp(n, sh.name); }) != std::end(kVariantShapes)) {
+      for (const cu::LinearTile& t : cu::linear_tiles(sh.format, ops::cuda::linear_m_tile(sh.m)))
+        for (int ks : {0, 1, 2, 4, 8})
+          variants.push_back(
+              bench_gemv(sh, r, cu::LinearVariant{0, t.rows_per_warp, t.unroll, ks}, ceil.read_gbps, s, /*graph=*/false));
+    }
+  }
+
+  // Small ops (µs; their bytes are tiny, launch latency is the figure).
+  std::vector<SmallOp> small;
+  {
+    for (int64_t n : {2048, 7168}) {
+      auto x = cu::DeviceBuffer<float>::create(size_t(n)), r = cu::DeviceBuffer<float>::create(size_t(n)),
+           w = cu::DeviceBuffer<float>::create(size_t(n)), y = cu::DeviceBuffer<float>::create(size_t(n));
+      BENCH_CHECK(x.status());
+      BENCH_CHECK(r.status());
+      BENCH_CHECK(w.status());
+      BENCH_CHECK(y.status());
+      for (auto* b : {&*x, &*r, &*w}) BENCH_CHECK(cuda_status(launch_fill(b->data(), b->size(), FillKind::kF32Pm1, 3, s), "fill"));
+      ops::RmsNormResidualArgs a;
+      a.x = x->data(), a.residual = r->data(), a.weight = w->data(), a.y = y->data(), a.m = 1, a.n = n;
+      SmallOp o{"rmsnorm_residual n=" + std::to_string(n), 0, 0};
+      time_kernel(s, [&](int) { return cu::rmsnorm_residual(a, s); }, o.us, o.us_graph);
+      small.push_back(o);
+    }
+    struct R { const char* name; int64_t e, k, g, keep; };
+    for (const R& rc : {R{"moe_routing v3 256e top8 8g/4", 256, 8, 8, 4}, R{"moe_routing moonlight 64e top6", 64, 6, 1, 1}}) {
+      auto lg = cu::DeviceBuffer<float>::create(size_t(rc.e)), bias = cu::DeviceBuffer<float>::create(size_t(rc.e)),
+           w = cu::DeviceBuffer<float>::create(size_t(rc.k));
+      auto idx = cu::DeviceBuffer<int32_t>::create(size_t(rc.k));
+      BENCH_CHECK(lg.status());
+      BENCH_CHECK(bias.status());
+      BENCH_CHECK(w.status());
+      BENCH_CHECK(idx.status());
+      BENCH_CHECK(cuda_status(launch_fill(lg->data(), lg->size(), FillKind::kF32Pm1, 4, s), "fill"));
+      BENCH_CHECK(cuda_status(launch_fill(bias->data(), bias->size(), FillKind::kF32Pm1, 5, s), "fill"));
+      ops::MoeRoutingArgs a;
+      a.logits = lg->data(), a.bias = bias->data(), a.expert_idx = idx->data(), a.expert_weight = w->data();
+      a.m = 1, a.n_experts = rc.e, a.top_k = rc.k, a.n_group = rc.g, a.topk_group = rc.keep, a.norm_topk_prob = true;
+      SmallOp o{rc.name, 0, 0};
+      time_kernel(s, [&](int) { return cu::moe_routing(a, s); }, o.us, o.us_graph);
+      small.push_back(o);
+    }
+  }
+
+  std::printf("\nVariants (tile m/rows/unroll, k_split; ks0 = heuristic), M=1 unless named:\n");
+  std::printf("  %-38s %-16s %9s %9s %7s\n", "shape", "tile", "us", "GB/s", "%ceil");
+  for (const GemvResult& g : variants)
+    std::printf("  %-38s %-16s %9.2f %9.0f %6.1f%%\n", g.name.c_str(), g.tile.c_str(), g.us, g.gbps, g.pct);
+  std::printf("\nSmall ops (one token):\n");
+  for (const SmallOp& o : small) std::printf("  %-38s %7.2f us single, %7.2f us in a graph\n", o.name.c_str(), o.us, o.us_graph);
+
+  std::printf("\nGEMV (linear, heuristic config), HBM read ceiling %.0f GB/s; 'graph' = per kernel, >= %d back-to-back in a CUDA graph:\n",
+              ceil.read_gbps, kGraphLaunches);
+  std::printf("  %-38s %-5s %-3s %-16s %8s %8s %8s %7s %8s %7s\n", "shape", "fmt", "m", "tile", "MB", "us", "GB/s", "%ceil",
+              "us graph", "%ceil");
+  for (const GemvResult& g : results)
+    std::printf("  %-38s %-5s %-3lld %-16s %8.1f %8.2f %8.0f %6.1f%% %8.2f %6.1f%%\n", g.name.c_str(), g.format.c_str(),
+                (long long)g.m, g.tile.c_str(), g.bytes / 1e6, g.us, g.gbps, g.pct, g.us_graph, g.pct_graph);
+
+  if (json_path) {
+    FILE* f = std::fopen(json_path, "w");
+    if (!f) {
+      std::fprintf(stderr, "bench_ops_cuda: cannot write %s\n", json_path);
+      return 1;
+    }
+    std::fprintf(f, "{\n  \"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d, \"driver\": %d,\n", json_escape(dp.name).c_str(),
+                 dp.sm_count, dp.l2_bytes, driver);
+    std::fprintf(f, "  \"hbm_read_ceiling_gbps\": %.1f, \"ceiling_config\": \"%s\", \"d2d_copy_gbps\": %.1f,\n", ceil.read_gbps,
+                 ceil.config.c_str(), ceil.copy_gbps);
+    std::fprintf(f, "  \"timing\": \"median of %d single launches after %d warm-ups; graph = median of %d replays of >= %d launches (one per rotated copy)\",\n",
+                 kTimed, kWarmup, kGraphReplays, kGraphLaunches);
+    auto dump = [&](const char* key, const std::vector<GemvResult>& v, bool last) {
+      std::fprintf(f, "  \"%s\": [\n", key);
+      for (size_t i = 0; i < v.size(); ++i) {
+        const GemvResult& g = v[i];
+        std::fprintf(f,
+                     "    {\"shape\": \"%s\", \"format\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"tile\": \"%s\", "
+                     "\"bytes\": %.0f, \"copies\": %lld, \"us\": %.3f, \"gbps\": %.1f, \"pct_ceiling\": %.2f, "
+                     "\"us_graph\": %.3f, \"gbps_graph\": %.1f, \"pct_ceiling_graph\": %.2f}%s\n",
+                     json_escape(g.name).c_str(), g.format.c_str(), (long long)g.m, (long long)g.n, (long long)g.k,
+                     g.tile.c_str(), g.bytes, (long long)g.copies, g.us, g.gbps, g.pct, g.us_graph, g.gbps_graph,
+                     g.pct_graph, i + 1 < v.size() ? "," : "");
+      }
+      std::fprintf(f, "  ]%s\n", last ? "" : ",");
+    };
+    dump("gemv", results, false);
+    dump("variants", variants, false);
+    std::fprintf(f, "  \"small_ops\": [\n");
+    for (size_t i = 0; i < small.size(); ++i)
+      std::fprintf(f, "    {\"op\": \"%s\", \"us\": %.3f, \"us_graph\": %.3f}%s\n", small[i].name.c_str(), small[i].us,
+                   small[i].us_graph, i + 1 < small.size() ? "," : "");
+    std::fprintf(f, "  ]\n}\n");
+    std::fclose(f);
+  }
+  cudaStreamDestroy(s);
+  return 0;
+}
+
+}  // namespace
+}  // namespace pg::bench
+
+int main(int argc, char** argv) { return pg::bench::run(argc, argv); }

@@ -1,0 +1,76 @@
+// Device side of bench_ops_cuda: the read-only reduction that measures the HBM read ceiling
+// (benchmarks.md: "a large read-only reduction, not the datasheet") and the random fills.
+#include "bench/ops_cuda_bench_kernels.h"
+#include "ops/cuda/common/vec.cuh"
+
+namespace pg::bench {
+namespace {
+
+using ops::cuda::ld_stream;
+
+template <int kUnroll, bool kLdg>
+__global__ void read_ceiling_kernel(const uint4* __restrict__ p, size_t n_vec, uint32_t* sink) {
+  uint32_t acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < n_vec; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = kLdg ? __ldg(p + i + u * stride) : ld_stream(p + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n_vec; i += stride) {
+    const uint4 v = kLdg ? __ldg(p + i) : ld_stream(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never stores
+}
+
+__device__ __forceinline__ uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_kernel(void* p, size_t n, FillKind kind, uint64_t seed) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = mix(seed * 0x100000001b3ull + i);
+    const float u = float(int64_t(r >> 40) - (int64_t(1) << 23)) * (1.0f / float(1 << 23));  // [-1, 1)
+    switch (kind) {
+      case FillKind::kF32Pm1: static_cast<float*>(p)[i] = u; break;
+      case FillKind::kBf16Pm1: static_cast<uint16_t*>(p)[i] = uint16_t(__float_as_uint(u) >> 16); break;
+      case FillKind::kFp8Finite: {
+        const uint8_t b = uint8_t(r >> 56);
+        static_cast<uint8_t*>(p)[i] = (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;  // no NaN codes
+        break;
+      }
+      case FillKind::kScalePos: static_cast<float*>(p)[i] = exp2f(-9.0f + 3.0f * u); break;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int threads, int unroll, bool ldg,
+                                uint32_t* sink, cudaStream_t stream) {
+  const auto* v = static_cast<const uint4*>(p);
+  const size_t n = bytes / 16;
+  if (unroll == 8) {
+    if (ldg) read_ceiling_kernel<8, true><<<blocks, threads, 0, stream>>>(v, n, sink);
+    else read_ceiling_kernel<8, false><<<blocks, threads, 0, stream>>>(v, n, sink);
+  } else {
+    if (ldg) read_ceiling_kernel<4, true><<<blocks, threads, 0, stream>>>(v, n, sink);
+    else read_ceiling_kernel<4, false><<<blocks, threads, 0, stream>>>(v, n, sink);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill(void* p, size_t n_elems, FillKind kind, uint64_t seed, cudaStream_t stream) {
+  if (n_elems == 0) return cudaSuccess;
+  fill_kernel<<<4096, 256, 0, stream>>>(p, n_elems, kind, seed);
+  return cudaGetLastError();
+}
+
+}  // namespace pg::bench

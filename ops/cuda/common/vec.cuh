@@ -1,0 +1,47 @@
+// 16-byte vector loads and the register-level unpacking of weight formats (bf16, fp8 e4m3).
+// Weights are streamed once per kernel: ld_stream skips L1 (no_allocate) so it keeps the
+// activations that are re-read; activations use the read-only path (__ldg).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pg::ops::cuda {
+
+// 16 bytes of read-only, read-once data; p must be 16-byte aligned. The L2::256B hint lets the
+// L2 fetch the rest of the 256-byte sector group a warp streams through next.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// 16 bytes of read-only data that other warps of the SM re-read (kept in L1).
+__device__ __forceinline__ float4 ld_f4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+
+// Two bf16 packed in a 32-bit word (element 0 in the low half) -> exact f32.
+__device__ __forceinline__ void bf16x2_to_f32(uint32_t u, float& lo, float& hi) {
+  lo = __uint_as_float(u << 16);
+  hi = __uint_as_float(u & 0xffff0000u);
+}
+
+// Two fp8 e4m3fn in a 16-bit value (element 0 in the low byte) -> exact f32: one
+// cvt.rn.f16x2.e4m3x2 (sm_89+; every e4m3 value is exact in f16) then f16 -> f32.
+__device__ __forceinline__ float2 fp8x2_e4m3_to_f32(uint32_t two_bytes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+__device__ __forceinline__ float fp8_e4m3_to_f32(uint8_t v) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+__device__ __forceinline__ bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace pg::ops::cuda

@@ -1,0 +1,40 @@
+// The small ops' kernel interface for both sides: Params structs and the launch functions the
+// .cu files define (returning the launch's cudaError_t). fmt-free, so kernel files include it;
+// the Status-returning launchers that validate Args and fill these are in cuda_ops.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace pg::ops::cuda {
+
+// rmsnorm / rmsnorm_residual, one block per row (rmsnorm.cu).
+struct RmsNormParams {
+  const float* x = nullptr;       // [m, n] f32, row stride x_stride
+  float* residual = nullptr;      // [m, n] f32, row stride r_stride; residual += x (residual variant only)
+  const float* weight = nullptr;  // [n] f32
+  float* y = nullptr;             // [m, n] f32, row stride y_stride; may alias x
+  int64_t n = 0, x_stride = 0, r_stride = 0, y_stride = 0;
+  float eps = 1e-6f;
+  bool vec4 = false;              // every row and the weight 16-byte aligned, n % 4 == 0
+};
+cudaError_t launch_rmsnorm(const RmsNormParams& p, int64_t m, bool residual, cudaStream_t stream);
+
+// moe_routing, one warp per token (moe_routing.cu).
+struct MoeRoutingParams {
+  const float* logits = nullptr;   // [m, n_experts] f32
+  const float* bias = nullptr;     // [n_experts] f32 (noaux_tc)
+  int32_t* expert_idx = nullptr;   // [m, top_k]
+  float* expert_weight = nullptr;  // [m, top_k]
+  int m = 0, n_experts = 0, top_k = 0, n_group = 1, topk_group = 1;
+  bool sigmoid = true;          // else softmax
+  bool noaux_tc = true;         // bias added to the selection values
+  bool group_limited = false;   // restrict to the best topk_group groups
+  bool group_top2_sum = true;   // group score: sum of its top-2 (noaux_tc) or its max (V2)
+  bool normalize = false;
+  float routed_scaling_factor = 1.0f;
+};
+cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
+
+}  // namespace pg::ops::cuda

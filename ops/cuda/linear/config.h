@@ -1,0 +1,75 @@
+// Launch heuristics and tile constants of the small-M linear (GEMV) kernels; no kernel code.
+// A warp owns `rows_per_warp` output rows (and a 1/k_split slice of K); each lane streams 16-byte
+// chunks of those rows, `unroll` chunks per row in flight, so one lane has rows x unroll x 16 B
+// of weight loads outstanding before it first multiplies.
+#pragma once
+
+#include <cstdint>
+
+namespace pg::ops::cuda {
+
+// The weight formats of ops/matrix.h's WeightFormat, restated here because kernel files (.cu)
+// include no header that pulls in fmt (nvcc rejects fmt 9's constexpr code): see linear/launch.cpp.
+enum class LinearWeight : uint8_t { kF32, kBF16, kFp8Block };
+
+constexpr int kLinearThreads = 256;
+constexpr int kLinearWarps = kLinearThreads / 32;
+// At most 128 registers per thread: 2 blocks x 256 threads per SM (16 warps).
+constexpr int kLinearMinBlocksPerSm = 2;
+// Rows of x one block multiplies per pass over W (m above this streams W once per 16 rows).
+constexpr int kLinearMaxMTile = 16;
+// k_split grows until the grid has this many warps per SM. Derivation: 16 warps x 32 lanes x
+// >= 128 B of loads in flight = 64 KB per SM, twice what Little's law asks at 4.25 TB/s
+// x ~1 us latency / 132 SMs (~32 KB).
+constexpr int kLinearMinWarpsPerSm = 16;
+
+// Bytes of W in one vector load, and elements of each format in it.
+constexpr int kLinearVecBytes = 16;
+constexpr int linear_elem_bytes(LinearWeight f) { return f == LinearWeight::kF32 ? 4 : f == LinearWeight::kBF16 ? 2 : 1; }
+constexpr int linear_vec_elems(LinearWeight f) { return kLinearVecBytes / linear_elem_bytes(f); }
+
+struct LinearTile {
+  int m_tile = 1;         // rows of x per block (the kernel's register tile)
+  int rows_per_warp = 1;  // output rows per warp
+  int unroll = 1;         // 16-byte chunks per row in flight per lane
+};
+
+// The m tile: the next power of two >= m, capped at 16.
+inline int linear_m_tile(int64_t m) {
+  int t = 1;
+  while (t < m && t < kLinearMaxMTile) t *= 2;
+  return t;
+}
+
+// Default tile per (format, m tile). Registers: acc m_tile x rows, loads rows x unroll x 4,
+// dequantized rows x vec_elems; each choice stays under the 128-register cap (checked by ptxas
+// -warn-spills in the build). fp8 carries 16 values per load, so it holds fewer rows.
+constexpr LinearTile linear_default_tile(LinearWeight f, int m_tile) {
+  if (f == LinearWeight::kFp8Block) {
+    switch (m_tile) {
+      case 1: return {1, 2, 4};
+      case 2: return {2, 2, 2};
+      case 4: return {4, 2, 2};
+      default: return {m_tile, 1, 2};
+    }
+  }
+  switch (m_tile) {  // bf16 and f32
+    case 1: return {1, 4, 4};
+    case 2: return {2, 4, 2};
+    case 4: return {4, 2, 2};
+    case 8: return {8, 2, 2};
+    default: return {16, 1, 2};
+  }
+}
+
+// Warps splitting K for one row group (1..kLinearWarps, a power of two): grown while the grid
+// has fewer than kLinearMinWarpsPerSm warps per SM and each K slice still gives every lane at
+// least one 16-byte chunk per row per unrolled step.
+inline int linear_k_split(int64_t row_groups, int64_t k_chunks, int unroll, int sm_count) {
+  const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
+  int ks = 1;
+  while (ks < kLinearWarps && row_groups * ks < want && k_chunks / (2 * ks) >= int64_t(32) * unroll) ks *= 2;
+  return ks;
+}
+
+}  // namespace pg::ops::cuda

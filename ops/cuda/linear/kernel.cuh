@@ -1,0 +1,149 @@
+// The small-M linear kernel (vector path): y[m0.., rows] = x · Wᵀ with W streamed once from HBM
+// in 16-byte loads and dequantized in registers; f32 accumulation. Included only by the
+// instantiation files (linear/instantiations/*.cu). The CPU definition is ops::cpu::linear.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "ops/cuda/common/vec.cuh"
+#include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/linear/config.h"
+#include "ops/cuda/linear/params.h"
+
+namespace pg::ops::cuda {
+
+// One 16-byte chunk of W -> its kVec f32 values (fp8: without the block scale).
+template <LinearWeight F>
+__device__ __forceinline__ void unpack_chunk(const uint4& v, float (&out)[linear_vec_elems(F)]) {
+  if constexpr (F == LinearWeight::kF32) {
+    out[0] = __uint_as_float(v.x), out[1] = __uint_as_float(v.y);
+    out[2] = __uint_as_float(v.z), out[3] = __uint_as_float(v.w);
+  } else if constexpr (F == LinearWeight::kBF16) {
+    bf16x2_to_f32(v.x, out[0], out[1]);
+    bf16x2_to_f32(v.y, out[2], out[3]);
+    bf16x2_to_f32(v.z, out[4], out[5]);
+    bf16x2_to_f32(v.w, out[6], out[7]);
+  } else {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 lo = fp8x2_e4m3_to_f32(words[j]), hi = fp8x2_e4m3_to_f32(words[j] >> 16);
+      out[4 * j] = lo.x, out[4 * j + 1] = lo.y, out[4 * j + 2] = hi.x, out[4 * j + 3] = hi.y;
+    }
+  }
+}
+
+// Grid: x = row groups (kLinearWarps / k_split of them per block), y = m tiles.
+// Warp w of a block: row group blockIdx.x * (warps / k_split) + w / k_split, K slice w % k_split.
+template <LinearWeight F, int kMTile, int kRows, int kUnroll>
+__global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
+    linear_vec_kernel(const __grid_constant__ LinearParams p) {
+  constexpr int kVec = linear_vec_elems(F);
+  constexpr int kElemBytes = linear_elem_bytes(F);
+  constexpr int kOut = kMTile * kRows;  // outputs of one warp; lane j < kOut writes output j
+  static_assert(kOut <= kWarpSize, "one lane per output of the warp");
+  constexpr bool kFp8 = F == LinearWeight::kFp8Block;
+
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int k_split = p.k_split;
+  const int kpart = warp % k_split;
+  const int64_t row0 = (int64_t(blockIdx.x) * (kLinearWarps / k_split) + warp / k_split) * kRows;
+  const int64_t m0 = int64_t(blockIdx.y) * kMTile;
+  const int m_valid = int(min(int64_t(kMTile), p.m - m0));
+
+  const int64_t k_chunks = p.k / kVec;  // vector path: k % kVec == 0
+  const int64_t per_part = (k_chunks + k_split - 1) / k_split;
+  const int64_t c_begin = kpart * per_part, c_end = min(k_chunks, c_begin + per_part);
+
+  const uint8_t* wrow[kRows];
+  const float* srow[kRows];  // fp8: this row's row of block scales
+  bool rvalid[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = min(row0 + r, p.n - 1);  // rows past n re-read row n-1 and are never written
+    rvalid[r] = row0 + r < p.n;
+    wrow[r] = static_cast<const uint8_t*>(p.w) + row * p.k * kElemBytes;
+    srow[r] = kFp8 ? p.scale_inv + (row / p.block_rows) * p.scale_cols : nullptr;
+  }
+  const float* xb = p.x + m0 * p.x_stride;
+
+  float acc[kMTile][kRows];
+#pragma unroll
+  for (int i = 0; i < kMTile; ++i)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[i][r] = 0.0f;
+
+  for (int64_t c = c_begin + lane; c < c_end; c += int64_t(kWarpSize) * kUnroll) {
+    // All loads of this step first: kRows x kUnroll independent 16-byte loads in flight.
+    uint4 wv[kUnroll][kRows];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t cc = c + int64_t(kWarpSize) * u;
+        wv[u][r] = (cc < c_end && rvalid[r]) ? ld_stream(wrow[r] + cc * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t cc = c + int64_t(kWarpSize) * u;
+      if (cc < c_end) {
+        float wf[kRows][kVec];
+        float sc[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          unpack_chunk<F>(wv[u][r], wf[r]);
+          if constexpr (kFp8) sc[r] = __ldg(srow[r] + ((cc * kVec) >> p.log2_block_cols));
+        }
+#pragma unroll
+        for (int i = 0; i < kMTile; ++i) {
+          if (i < m_valid) {
+            const float* xp = xb + i * p.x_stride + cc * kVec;
+            float xf[kVec];
+#pragma unroll
+            for (int q = 0; q < kVec / 4; ++q) {
+              const float4 t = ld_f4(xp + 4 * q);
+              xf[4 * q] = t.x, xf[4 * q + 1] = t.y, xf[4 * q + 2] = t.z, xf[4 * q + 3] = t.w;
+            }
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              float d = 0.0f;  // one chunk's dot product, then added (fp8: scaled) into the row's sum
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) d = fmaf(wf[r][e], xf[e], d);
+              acc[i][r] = kFp8 ? fmaf(d, sc[r], acc[i][r]) : acc[i][r] + d;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // Reduce over the warp; lane j keeps output j = (i, r) = (j / kRows, j % kRows).
+  float mine = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMTile; ++i)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float v = warp_sum(acc[i][r]);
+      if (lane == i * kRows + r) mine = v;
+    }
+  if (k_split > 1) {  // uniform over the block: the barrier below is reached by every thread
+    __shared__ float partial[kLinearWarps][kOut];
+    if (lane < kOut) partial[warp][lane] = mine;
+    __syncthreads();
+    if (kpart != 0) return;
+    for (int s = 1; s < k_split; ++s) mine += lane < kOut ? partial[warp + s][lane] : 0.0f;  // fixed order
+  }
+  const int i = lane / kRows, r = lane % kRows;
+  if (lane < kOut && i < m_valid && row0 + r < p.n) {
+    float* yp = p.y + (m0 + i) * p.y_stride + row0 + r;
+    *yp = p.accumulate ? *yp + mine : mine;
+  }
+}
+
+template <LinearWeight F, int kMTile, int kRows, int kUnroll>
+cudaError_t launch_linear_vec(const LinearParams& p, dim3 grid, cudaStream_t stream) {
+  linear_vec_kernel<F, kMTile, kRows, kUnroll><<<grid, kLinearThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace pg::ops::cuda

@@ -1,0 +1,129 @@
+// ops::cuda::linear: validates, picks the path (vector kernel when W rows are whole 16-byte
+// chunks and pointers are aligned, else the scalar kernel), the tile and k_split (config.h),
+// and launches. Host C++ (no nvcc): the kernels are behind linear/params.h.
+#include <bit>
+#include <climits>
+
+#include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/device.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/linear/linear.h"
+#include "ops/cuda/linear/params.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+using LaunchFn = cudaError_t (*)(const LinearParams&, dim3, cudaStream_t);
+struct TileEntry {
+  LinearWeight format;
+  LinearTile tile;
+  LaunchFn launch;
+};
+
+#define PG_TILE_ENTRY(fmt, mt, rows, unroll) \
+  TileEntry{LinearWeight::fmt, LinearTile{mt, rows, unroll}, &launch_linear_vec<LinearWeight::fmt, mt, rows, unroll>},
+const TileEntry kTiles[] = {PG_LINEAR_TILES_F32(PG_TILE_ENTRY) PG_LINEAR_TILES_BF16(PG_TILE_ENTRY)
+                                PG_LINEAR_TILES_FP8(PG_TILE_ENTRY)};
+#undef PG_TILE_ENTRY
+
+LinearWeight to_kernel_format(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return LinearWeight::kF32;
+    case WeightFormat::kBF16: return LinearWeight::kBF16;
+    case WeightFormat::kFp8Block: return LinearWeight::kFp8Block;
+  }
+  return LinearWeight::kF32;
+}
+
+const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
+  for (const TileEntry& e : kTiles)
+    if (e.format == f && e.tile.m_tile == t.m_tile && e.tile.rows_per_warp == t.rows_per_warp && e.tile.unroll == t.unroll)
+      return &e;
+  return nullptr;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+LinearParams make_params(const LinearArgs& a) {
+  const Matrix& w = *a.w;
+  LinearParams p;
+  p.x = a.x;
+  p.w = w.data;
+  p.scale_inv = w.scale_inv;
+  p.y = a.y;
+  p.m = a.m;
+  p.n = w.rows;
+  p.k = w.cols;
+  p.x_stride = a.x_stride ? a.x_stride : w.cols;
+  p.y_stride = a.y_stride ? a.y_stride : w.rows;
+  p.block_rows = w.block_rows;
+  p.block_cols = w.block_cols;
+  p.scale_cols = w.format == WeightFormat::kFp8Block ? w.scale_cols() : 0;
+  p.log2_block_cols = w.format == WeightFormat::kFp8Block && w.block_cols > 0 ? std::countr_zero(uint64_t(w.block_cols)) : 0;
+  p.accumulate = a.accumulate;
+  return p;
+}
+
+bool vector_path_ok(LinearWeight f, const LinearParams& p) {
+  const int vec = linear_vec_elems(f);
+  if (p.k % vec || !aligned16(p.w) || !aligned16(p.x) || p.x_stride % 4) return false;
+  if (f == LinearWeight::kFp8Block)  // a chunk must lie in one scale block, found by a shift
+    return p.block_cols >= vec && std::has_single_bit(uint64_t(p.block_cols));
+  return true;
+}
+
+}  // namespace
+
+std::vector<LinearTile> linear_tiles(WeightFormat f, int m_tile) {
+  std::vector<LinearTile> out;
+  for (const TileEntry& e : kTiles)
+    if (e.format == to_kernel_format(f) && e.tile.m_tile == m_tile) out.push_back(e.tile);
+  return out;
+}
+
+Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
+  PG_TRY(validate(a));
+  const LinearParams p = make_params(a);
+  const LinearWeight f = to_kernel_format(a.w->format);
+  LinearPlan plan;
+  plan.vector_path = vector_path_ok(f, p);
+  if (!plan.vector_path) {
+    plan.blocks = (p.n + kLinearWarps - 1) / kLinearWarps;
+    return plan;
+  }
+  plan.tile = linear_default_tile(f, v.m_tile ? v.m_tile : linear_m_tile(p.m));
+  if (v.rows_per_warp) plan.tile.rows_per_warp = v.rows_per_warp;
+  if (v.unroll) plan.tile.unroll = v.unroll;
+  if (!find_tile(f, plan.tile))
+    return unsupported("linear: no kernel instantiated for tile m={} rows={} unroll={}", plan.tile.m_tile,
+                       plan.tile.rows_per_warp, plan.tile.unroll);
+  const int64_t groups = (p.n + plan.tile.rows_per_warp - 1) / plan.tile.rows_per_warp;
+  const int64_t k_chunks = p.k / linear_vec_elems(f);
+  plan.k_split = v.k_split ? v.k_split : linear_k_split(groups, k_chunks, plan.tile.unroll, current_device_props().sm_count);
+  if (plan.k_split < 1 || plan.k_split > kLinearWarps || kLinearWarps % plan.k_split)
+    return invalid_argument("linear: k_split {} must divide {}", plan.k_split, kLinearWarps);
+  const int64_t groups_per_block = kLinearWarps / plan.k_split;
+  plan.blocks = (groups + groups_per_block - 1) / groups_per_block;
+  return plan;
+}
+
+Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t stream) {
+  PG_ASSIGN_OR_RETURN(const LinearPlan plan, linear_plan(a, v));
+  if (a.m == 0) return ok_status();
+  LinearParams p = make_params(a);
+  const LinearWeight f = to_kernel_format(a.w->format);
+  if (!plan.vector_path) {
+    PG_CUDA_TRY(launch_linear_scalar(f, p, stream));
+    return ok_status();
+  }
+  p.k_split = plan.k_split;
+  const int64_t m_tiles = (p.m + plan.tile.m_tile - 1) / plan.tile.m_tile;
+  if (plan.blocks > INT32_MAX || m_tiles > 65535)
+    return unsupported("linear: grid {} x {} is too large", plan.blocks, m_tiles);
+  PG_CUDA_TRY(find_tile(f, plan.tile)->launch(p, dim3(unsigned(plan.blocks), unsigned(m_tiles)), stream));
+  return ok_status();
+}
+
+Status linear(const LinearArgs& a, cudaStream_t stream) { return linear_variant(a, LinearVariant{}, stream); }
+
+}  // namespace pg::ops::cuda

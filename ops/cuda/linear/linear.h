@@ -1,0 +1,36 @@
+// Host-side extras of the CUDA linear for the microbenchmark (bench/ops_cuda_bench.cpp): force
+// a tile or k_split, list the instantiated tiles, and see what linear() would launch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "core/status.h"
+#include "ops/cuda/linear/config.h"
+#include "ops/linear.h"
+
+namespace pg::ops::cuda {
+
+// A tile choice; 0 fields take the heuristic (config.h).
+struct LinearVariant {
+  int m_tile = 0;  // 1, 2, 4, 8, 16 (m above it takes several tiles)
+  int rows_per_warp = 0;
+  int unroll = 0;
+  int k_split = 0;
+};
+// linear() with a forced tile and/or k_split; unsupported when the tile is not instantiated.
+Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t stream);
+// The instantiated tiles of a format at one m tile.
+std::vector<LinearTile> linear_tiles(WeightFormat f, int m_tile);
+
+// What linear() launches for these args.
+struct LinearPlan {
+  bool vector_path = false;
+  LinearTile tile;
+  int k_split = 1;
+  int64_t blocks = 0;  // grid.x
+};
+Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v = {});
+
+}  // namespace pg::ops::cuda

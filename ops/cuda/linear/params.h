@@ -1,0 +1,47 @@
+// The linear kernels' interface for both sides: the Params struct, the instantiated tiles and
+// the launch functions the .cu files define (return the launch's cudaError_t). fmt-free, so
+// kernel files can include it; the Status-returning launcher is linear/launch.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ops/cuda/linear/config.h"
+
+namespace pg::ops::cuda {
+
+// One launch of a linear kernel, passed as `const __grid_constant__`.
+struct LinearParams {
+  const float* x = nullptr;          // [m, k] f32, row stride x_stride (16-byte aligned rows on the vector path)
+  const void* w = nullptr;           // [n, k] f32 | bf16 | fp8 e4m3fn, rows contiguous
+  const float* scale_inv = nullptr;  // fp8: [ceil(n / block_rows), scale_cols] f32
+  float* y = nullptr;                // [m, n] f32, row stride y_stride
+  int64_t m = 0, n = 0, k = 0;
+  int64_t x_stride = 0, y_stride = 0;  // elements
+  int64_t block_rows = 128, block_cols = 128, scale_cols = 0;
+  int log2_block_cols = 7;  // vector path: block_cols is a power of two >= 16
+  int k_split = 1;          // warps sharing one row group, each over a 1/k_split slice of K
+  bool accumulate = false;
+};
+
+// Every instantiated vector-path tile: X(format, m_tile, rows_per_warp, unroll). The defaults of
+// linear_default_tile() must be in this list; the others are there for the benchmark to compare.
+#define PG_LINEAR_TILES_F32(X) \
+  X(kF32, 1, 4, 4) X(kF32, 2, 4, 2) X(kF32, 4, 2, 2) X(kF32, 8, 2, 2) X(kF32, 16, 1, 2)
+#define PG_LINEAR_TILES_BF16(X)                                                                \
+  X(kBF16, 1, 4, 4) X(kBF16, 2, 4, 2) X(kBF16, 4, 2, 2) X(kBF16, 8, 2, 2) X(kBF16, 16, 1, 2) \
+  X(kBF16, 1, 2, 4) X(kBF16, 1, 4, 2) X(kBF16, 1, 2, 8) X(kBF16, 1, 1, 8)
+#define PG_LINEAR_TILES_FP8(X)                                                                         \
+  X(kFp8Block, 1, 2, 4) X(kFp8Block, 2, 2, 2) X(kFp8Block, 4, 2, 2) X(kFp8Block, 8, 1, 2)             \
+  X(kFp8Block, 16, 1, 2) X(kFp8Block, 1, 4, 2) X(kFp8Block, 1, 2, 2) X(kFp8Block, 1, 1, 8) X(kFp8Block, 1, 4, 4)
+
+// Vector path, grid (row-group blocks, m tiles) x kLinearThreads. Defined in linear/kernel.cuh,
+// instantiated in linear/instantiations/*.cu.
+template <LinearWeight F, int kMTile, int kRows, int kUnroll>
+cudaError_t launch_linear_vec(const LinearParams& p, dim3 grid, cudaStream_t stream);
+
+// Scalar path (any shape and alignment): one warp per output row. linear/scalar.cu.
+cudaError_t launch_linear_scalar(LinearWeight f, const LinearParams& p, cudaStream_t stream);
+
+}  // namespace pg::ops::cuda

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Fetches (here, on the Debian 12 dev machine) the .deb files that scripts/gpu_suite.sh unpacks
+# on the GPU machine (Ubuntu 24.04, no Debian dev packages, no network) into .deps/gpu-debs/.
+# Boost is left out on purpose (large; only server/ needs it and the GPU run skips it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=.deps/gpu-debs
+packages=(
+  nlohmann-json3-dev libcli11-dev          # header-only
+  libfmt-dev libfmt9                       # fmt 9.1 (+ runtime .so)
+  libspdlog-dev libspdlog1.10              # spdlog 1.10 (+ runtime .so)
+  libpcre2-dev libpcre2-8-0                # PCRE2 headers, .pc and libpcre2-8
+  libgtest-dev libgmock-dev                # prebuilt static GoogleTest/GoogleMock + CMake config
+  libbenchmark-dev libbenchmark1debian     # Google Benchmark, for bench/ targets that use it
+  pkgconf pkgconf-bin libpkgconf3          # pkg-config, used only if the GPU machine lacks one
+)
+mkdir -p "$dest"
+rm -f "$dest"/*.deb
+(cd "$dest" && apt-get download "${packages[@]}")
+du -sh "$dest"
+ls "$dest"

@@ -1,0 +1,286 @@
+// ops::cuda::linear against ops::cpu::linear on seeded random inputs: the decode shapes of
+// moonlight / DeepSeek-V3 (bf16 and DeepSeek-FP8 128x128 blocks), vocab-sized N, m = 1..33,
+// primes, strides, accumulate, misaligned inputs (scalar path), and every instantiated tile.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/linear/linear.h"
+#include "tests/ops/test_util.h"
+
+namespace pg::ops::test {
+namespace {
+
+// Tolerance, derived. CPU and GPU sum the same K exact products (bf16/fp8 weights are exact in
+// f32; the fp8 block scale is applied per element on the CPU, per 16-element chunk on the GPU)
+// in different orders: the CPU in 16 interleaved chains of ceil(K/16) terms then a 4-level tree,
+// the GPU in one chain per lane of at most 2*ceil(K/32) roundings (chunk dot + chunk add), a
+// 5-level shuffle tree and <= 3 k_split adds. Higham & Mary's probabilistic bound (SIAM J. Sci.
+// Comput. 41(5), 2019, Thm 3.1): a computed sum of n rounded terms errs by at most
+// lambda*sqrt(n)*u*sum|terms| with probability >= 1 - 2n*exp(-lambda^2 (1-u)^2 / 2). With
+// lambda = 10 that failure probability is < 1e-18 per output, so per output
+//   |y_gpu - y_cpu| <= 10 * (sqrt(n_cpu) + sqrt(n_gpu)) * u * sum_k |x_k w_k|  (+ 2u(|y0| + ...) when accumulating).
+constexpr double kLambda = 10.0;
+// A wrong chunk or row shows up in the cosine long before the bound; with the bound above the
+// relative error norm stays < 1e-4, so the cosine stays > 1 - 1e-8.
+constexpr double kMinCosine = 1.0 - 1e-6;
+
+struct LinearCase {
+  const char* name;
+  WeightFormat format;
+  int64_t m, n, k;
+  int64_t x_pad = 0, y_pad = 0;  // row strides k + x_pad, n + y_pad
+  bool accumulate = false;
+  bool misalign_x = false;       // x starts 4 bytes past a 16-byte boundary: scalar path
+  int64_t block = 128;           // fp8 block_rows = block_cols
+};
+// gtest prints a case by its name (test names and failure messages stay readable).
+void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.name; }
+
+uint64_t seed_of(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
+  return h;
+}
+
+bool sync_ok() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  return e == cudaSuccess;
+}
+
+// Host weights of one case, in the case's format; `w` points into them.
+struct HostWeights {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> fp8;
+  std::vector<float> scale;
+  Matrix w;
+};
+
+HostWeights make_weights(const LinearCase& c, uint64_t seed) {
+  HostWeights h;
+  h.w.format = c.format;
+  h.w.rows = c.n;
+  h.w.cols = c.k;
+  h.w.block_rows = h.w.block_cols = c.block;
+  const size_t nk = size_t(c.n * c.k);
+  switch (c.format) {
+    case WeightFormat::kF32:
+      h.f32.resize(nk);
+      parallel_fill(h.f32, [&](uint64_t i) { return uniform_pm1(seed, i); });
+      h.w.data = h.f32.data();
+      break;
+    case WeightFormat::kBF16:
+      h.bf16.resize(nk);
+      parallel_fill(h.bf16, [&](uint64_t i) { return f32_to_bf16(uniform_pm1(seed, i)); });
+      h.w.data = h.bf16.data();
+      break;
+    case WeightFormat::kFp8Block: {
+      // Every finite e4m3 code (the two NaN codes S.1111.111 become +-448), as quantized
+      // checkpoints use the whole range; block scales in [2^-12, 2^-6].
+      h.fp8.resize(nk);
+      parallel_fill(h.fp8, [&](uint64_t i) {
+        uint8_t b = uint8_t(splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull)) >> 56);
+        return (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;
+      });
+      h.scale.resize(size_t(((c.n + c.block - 1) / c.block) * h.w.scale_cols()));
+      parallel_fill(h.scale, [&](uint64_t i) { return std::exp2(-9.0f + 3.0f * uniform_pm1(seed + 1, i)); });
+      h.w.data = h.fp8.data();
+      h.w.scale_inv = h.scale.data();
+      break;
+    }
+  }
+  return h;
+}
+
+// Runs one case on both backends and compares; `v` forces a tile / k_split on the GPU.
+void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
+  const uint64_t seed = seed_of(c.name);
+  const int64_t xs = c.k + c.x_pad, ys = c.n + c.y_pad;
+  const int64_t x_off = c.misalign_x ? 1 : 0;  // floats
+  HostWeights hw = make_weights(c, seed);
+  std::vector<float> x(size_t(c.m * xs + x_off));
+  parallel_fill(x, [&](uint64_t i) { return uniform_pm1(seed + 2, i); });
+  std::vector<float> y0(size_t(c.m * ys));
+  if (c.accumulate) parallel_fill(y0, [&](uint64_t i) { return 4.0f * uniform_pm1(seed + 3, i); });
+  else std::fill(y0.begin(), y0.end(), std::numeric_limits<float>::quiet_NaN());
+
+  // CPU reference.
+  std::vector<float> y_cpu = y0;
+  LinearArgs ha;
+  ha.x = x.data() + x_off, ha.w = &hw.w, ha.y = y_cpu.data(), ha.m = c.m, ha.x_stride = xs, ha.y_stride = ys;
+  ha.accumulate = c.accumulate;
+  ASSERT_TRUE(validate(ha).ok());
+  cpu::linear(ha, ThreadPool::global());
+
+  // sum_k |x_ik w_rk| per output, the scale of the rounding error.
+  std::vector<double> absdot(size_t(c.m * c.n));
+  ThreadPool::global().parallel_for(c.n, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(size_t(c.k));
+    for (int64_t r = r0; r < r1; ++r) {
+      matrix_row_to_f32(hw.w, r, row.data());
+      for (int64_t i = 0; i < c.m; ++i) {
+        const float* xi = x.data() + x_off + i * xs;
+        double s = 0;
+        for (int64_t j = 0; j < c.k; ++j) s += std::fabs(double(xi[j]) * row[size_t(j)]);
+        absdot[size_t(i * c.n + r)] = s;
+      }
+    }
+  });
+
+  // GPU: same inputs; output poisoned with NaN (0xff bytes) unless accumulating.
+  auto dx = to_device(x);
+  cuda::DeviceBuffer<float> dy;
+  if (c.accumulate) {
+    dy = to_device(y0);
+  } else {
+    auto r = cuda::DeviceBuffer<float>::create(y0.size());
+    PG_ASSERT_OK(r.status());
+    dy = std::move(r).value();
+    PG_ASSERT_OK(dy.fill_bytes(0xff));
+  }
+  cuda::DeviceBuffer<float> dscale;
+  cuda::DeviceBuffer<uint8_t> dw8;
+  cuda::DeviceBuffer<uint16_t> dwb;
+  cuda::DeviceBuffer<float> dwf;
+  Matrix dw = hw.w;
+  switch (c.format) {
+    case WeightFormat::kF32: dwf = to_device(hw.f32), dw.data = dwf.data(); break;
+    case WeightFormat::kBF16: dwb = to_device(hw.bf16), dw.data = dwb.data(); break;
+    case WeightFormat::kFp8Block:
+      dw8 = to_device(hw.fp8), dw.data = dw8.data();
+      dscale = to_device(hw.scale), dw.scale_inv = dscale.data();
+      break;
+  }
+  LinearArgs da = ha;
+  da.x = dx.data() + x_off, da.w = &dw, da.y = dy.data();
+  PG_ASSERT_OK(cuda::linear_variant(da, v, nullptr));
+  ASSERT_TRUE(sync_ok());
+  const std::vector<float> y_gpu = to_host(dy);
+
+  std::vector<float> got, ref;
+  std::vector<double> tol;
+  int64_t gap_touched = 0;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t r = 0; r < c.n; ++r) {
+      const size_t o = size_t(i * ys + r);
+      got.push_back(y_gpu[o]);
+      ref.push_back(y_cpu[o]);
+      const double a = absdot[size_t(i * c.n + r)];
+      const double n_cpu = std::ceil(double(c.k) / 16) + 6, n_gpu = 2 * std::ceil(double(c.k) / 32) + 10;
+      double t = kLambda * (std::sqrt(n_cpu) + std::sqrt(n_gpu)) * kF32Unit * a;
+      if (c.accumulate) t += 2 * kF32Unit * (std::fabs(double(y0[o])) + a);
+      tol.push_back(t);
+    }
+    for (int64_t j = c.n; j < ys; ++j) {  // the row gap is never written
+      const size_t o = size_t(i * ys + j);
+      if (c.accumulate ? y_gpu[o] != y0[o] : !is_poison(y_gpu[o])) ++gap_touched;
+    }
+  }
+  const Diff d = compare(got.data(), ref.data(), int64_t(got.size()), [&](int64_t i) { return tol[size_t(i)]; });
+  EXPECT_EQ(d.non_finite, 0) << "unwritten or non-finite outputs: " << d.summary();
+  EXPECT_EQ(d.over_tol, 0) << d.summary();
+  EXPECT_GE(d.cosine, kMinCosine) << d.summary();
+  EXPECT_EQ(gap_touched, 0) << "elements between rows (y_stride > n) were written";
+  std::printf("[ linear   ] %-34s m=%-3lld n=%-6lld k=%-6lld %s\n", c.name, (long long)c.m, (long long)c.n,
+              (long long)c.k, d.summary().c_str());
+}
+
+constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block;
+
+const LinearCase kCases[] = {
+    // DeepSeek-V3 (hidden 7168, dense inter 18432, moe inter 2048, q_lora 1536, vocab 129280).
+    {"v3_dense_gate_up_bf16", kBF16, 1, 18432, 7168},
+    {"v3_dense_down_bf16", kBF16, 1, 7168, 18432},
+    {"v3_dense_down_fp8", kFp8, 1, 7168, 18432},
+    {"v3_expert_gate_fp8", kFp8, 1, 2048, 7168},
+    {"v3_expert_down_fp8", kFp8, 1, 7168, 2048},
+    {"v3_q_a_kv_a_fp8", kFp8, 1, 2112, 7168},
+    {"v3_q_b_fp8", kFp8, 1, 24576, 1536},
+    {"v3_o_proj_fp8", kFp8, 1, 7168, 16384},
+    {"v3_router_bf16", kBF16, 1, 256, 7168},
+    {"vocab_129280_bf16", kBF16, 1, 129280, 2048},
+    // moonlight-16b-a3b (hidden 2048, dense inter 11264, moe inter 1408).
+    {"moonlight_dense_gate_bf16", kBF16, 1, 11264, 2048},
+    {"moonlight_dense_down_bf16", kBF16, 1, 2048, 11264},
+    {"moonlight_q_proj_bf16", kBF16, 1, 3072, 2048},
+    {"moonlight_kv_a_bf16", kBF16, 1, 576, 2048},
+    {"moonlight_kv_b_bf16", kBF16, 1, 4096, 512},
+    {"moonlight_expert_gate_up_bf16", kBF16, 1, 2816, 2048},
+    {"moonlight_expert_down_bf16", kBF16, 1, 2048, 1408},
+    {"moonlight_router_f32", kF32, 1, 64, 2048},
+    {"moonlight_o_proj_f32", kF32, 1, 2048, 2048},
+    // Small M (verification of drafts, small batches): every m tile and the masked rows.
+    {"m2_bf16", kBF16, 2, 2048, 7168},
+    {"m3_bf16", kBF16, 3, 2048, 7168},
+    {"m5_fp8", kFp8, 5, 2048, 7168},
+    {"m8_fp8", kFp8, 8, 1408, 2048},
+    {"m13_bf16", kBF16, 13, 1408, 2048},
+    {"m16_bf16", kBF16, 16, 2048, 7168},
+    {"m16_fp8", kFp8, 16, 2048, 7168},
+    {"m17_bf16", kBF16, 17, 1408, 2048},
+    {"m33_fp8", kFp8, 33, 576, 2048},
+    // Primes, ones, partial blocks, strides, accumulate, misalignment.
+    {"one_by_one_f32", kF32, 1, 1, 1},
+    {"prime_nk_scalar_bf16", kBF16, 3, 97, 131},
+    {"prime_nk_scalar_fp8", kFp8, 2, 131, 263},
+    {"prime_n_bf16", kBF16, 1, 4099, 2048},
+    {"partial_blocks_fp8", kFp8, 5, 257, 1040},
+    {"small_blocks_fp8", kFp8, 3, 200, 512, 0, 0, false, false, 32},
+    {"odd_blocks_scalar_fp8", kFp8, 2, 150, 480, 0, 0, false, false, 48},
+    {"strided_bf16", kBF16, 3, 1408, 2048, 4, 3},
+    {"accumulate_bf16", kBF16, 4, 2048, 2048, 0, 5, true},
+    {"accumulate_fp8", kFp8, 1, 7168, 2048, 0, 0, true},
+    {"misaligned_x_scalar_bf16", kBF16, 1, 1408, 2048, 0, 0, false, true},
+    {"k_not_vector_bf16", kBF16, 2, 300, 2044},
+};
+
+class LinearCuda : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(LinearCuda, MatchesCpu) {
+  PG_REQUIRE_CUDA();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearCuda, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<LinearCase>& i) { return std::string(i.param.name); });
+
+// Every instantiated tile (the benchmark's variants included) and every k_split, at a prime N
+// and a K whose chunk count is no multiple of 32 x unroll, with m = the tile and m = tile - 1.
+TEST(LinearCudaTiles, EveryTileAndSplitMatchesCpu) {
+  PG_REQUIRE_CUDA();
+  for (WeightFormat f : {kF32, kBF16, kFp8})
+    for (int mt : {1, 2, 4, 8, 16})
+      for (const cuda::LinearTile& t : cuda::linear_tiles(f, mt))
+        for (int ks : {1, 2, 8})
+          for (int64_t m : {int64_t(mt), int64_t(std::max(1, mt - 1))}) {
+            const std::string name = "tile_f" + std::to_string(int(f)) + "_m" + std::to_string(m) + "_r" +
+                                     std::to_string(t.rows_per_warp) + "_u" + std::to_string(t.unroll) + "_ks" +
+                                     std::to_string(ks);
+            SCOPED_TRACE(name);
+            const LinearCase c{name.c_str(), f, m, 263, 1040};
+            run_case(c, cuda::LinearVariant{mt, t.rows_per_warp, t.unroll, ks});
+            if (HasFatalFailure()) return;
+          }
+}
+
+TEST(LinearCudaArgs, BadArgumentsAreStatusNotCrash) {
+  LinearArgs a;  // no weight
+  EXPECT_FALSE(cuda::linear(a, nullptr).ok());
+  Matrix w{WeightFormat::kBF16, 4, 8, nullptr};
+  a.w = &w;
+  a.m = 1;
+  EXPECT_FALSE(cuda::linear(a, nullptr).ok());  // null data
+}
+
+}  // namespace
+}  // namespace pg::ops::test

@@ -1,0 +1,147 @@
+// ops::cuda::moe_routing against ops::cpu::moe_routing: DeepSeek-V3 (noaux_tc, 8 groups keep 4),
+// moonlight, Kimi-K2, V2-Lite (softmax greedy), V2 (group-limited greedy), the kernel's limits,
+// and tie-heavy logits on a coarse grid, where only the tie order decides. Indices: exact.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
+#include "tests/ops/test_util.h"
+
+namespace pg::ops::test {
+namespace {
+
+// Weights: both sides run the same IEEE operations in the same order except exp, which the GPU
+// evaluates in double and rounds once while the host's expf is within 0.502 ulp: a score may
+// differ by 1 ulp, and a 1-ulp difference in one term moves a sequential sum of up to 1024
+// terms by a few ulps (rounding flips random-walk). 64 ulps bounds that with room; an actual
+// bug (a wrong expert, a missed normalisation) is off by far more.
+constexpr double kWeightMaxRel = 64 * kF32Unit;
+
+struct RoutingCase {
+  const char* name;
+  int64_t m, n_experts, top_k, n_group, topk_group;
+  MoeScoring scoring;
+  MoeTopk method;
+  bool norm_topk_prob;
+  float routed_scaling_factor;
+  bool grid = false;  // logits in {-1, -0.5, 0, 0.5, 1}, bias in {0, 0.25}: many exact ties
+};
+// gtest prints a case by its name (test names and failure messages stay readable).
+void PrintTo(const RoutingCase& c, std::ostream* os) { *os << c.name; }
+
+constexpr MoeScoring kSig = MoeScoring::kSigmoid, kSoft = MoeScoring::kSoftmax;
+constexpr MoeTopk kNoAux = MoeTopk::kNoAuxTc, kGreedy = MoeTopk::kGreedy, kGroupGreedy = MoeTopk::kGroupLimitedGreedy;
+
+const RoutingCase kCases[] = {
+    {"v3_m1", 1, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f},
+    {"v3_m7", 7, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f},
+    {"v3_m2048", 2048, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f},
+    {"v3_ties", 512, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f, true},
+    {"moonlight", 300, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f},
+    {"moonlight_ties", 300, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f, true},
+    {"kimi_k2", 100, 384, 8, 1, 1, kSig, kNoAux, true, 2.827f},
+    {"v2_lite_greedy", 300, 64, 6, 1, 1, kSoft, kGreedy, false, 1.0f},
+    {"v2_group_limited", 300, 160, 6, 8, 3, kSoft, kGroupGreedy, false, 16.0f},
+    {"v2_group_limited_ties", 300, 160, 6, 8, 3, kSoft, kGroupGreedy, true, 16.0f, true},
+    {"softmax_top1_norm", 50, 64, 1, 1, 1, kSoft, kGreedy, true, 1.0f},
+    {"one_expert_per_group", 40, 8, 3, 8, 3, kSig, kNoAux, true, 1.0f, true},
+    {"odd_groups", 33, 9, 3, 3, 2, kSig, kNoAux, false, 1.5f},
+    {"single_expert", 5, 1, 1, 1, 1, kSig, kNoAux, true, 1.0f},
+    {"kernel_limits", 50, 1024, 16, 32, 8, kSig, kNoAux, true, 2.0f},
+};
+
+MoeRoutingArgs args_of(const RoutingCase& c) {
+  MoeRoutingArgs a;
+  a.m = c.m, a.n_experts = c.n_experts, a.top_k = c.top_k, a.n_group = c.n_group, a.topk_group = c.topk_group;
+  a.scoring = c.scoring, a.method = c.method, a.norm_topk_prob = c.norm_topk_prob;
+  a.routed_scaling_factor = c.routed_scaling_factor;
+  return a;
+}
+
+class MoeRoutingCuda : public ::testing::TestWithParam<RoutingCase> {};
+
+TEST_P(MoeRoutingCuda, SameExpertsAndWeightsAsCpu) {
+  PG_REQUIRE_CUDA();
+  const RoutingCase& c = GetParam();
+  const uint64_t seed = 1000 + uint64_t(c.m) * 31 + uint64_t(c.n_experts);
+  std::vector<float> logits(size_t(c.m * c.n_experts)), bias(size_t(c.n_experts));
+  if (c.grid) {
+    parallel_fill(logits, [&](uint64_t i) { return 0.5f * float(int(splitmix64(seed + i) % 5) - 2); });
+    parallel_fill(bias, [&](uint64_t i) { return 0.25f * float(splitmix64(seed + 7 + i) % 2); });
+  } else {
+    // Roughly normal logits (sum of three uniforms, sd 1.5) and small correction biases.
+    parallel_fill(logits, [&](uint64_t i) {
+      return 1.5f * (uniform_pm1(seed, 3 * i) + uniform_pm1(seed, 3 * i + 1) + uniform_pm1(seed, 3 * i + 2));
+    });
+    parallel_fill(bias, [&](uint64_t i) { return 0.1f * uniform_pm1(seed + 5, i); });
+  }
+  const size_t out = size_t(c.m * c.top_k);
+  std::vector<int32_t> idx_cpu(out, -1);
+  std::vector<float> w_cpu(out);
+  MoeRoutingArgs ha = args_of(c);
+  ha.logits = logits.data(), ha.bias = c.method == kNoAux ? bias.data() : nullptr;
+  ha.expert_idx = idx_cpu.data(), ha.expert_weight = w_cpu.data();
+  ASSERT_TRUE(validate(ha).ok()) << validate(ha).to_string();
+  cpu::moe_routing(ha);
+
+  auto dl = to_device(logits), db = to_device(bias);
+  auto ri = cuda::DeviceBuffer<int32_t>::create(out);
+  auto rw = cuda::DeviceBuffer<float>::create(out);
+  PG_ASSERT_OK(ri.status());
+  PG_ASSERT_OK(rw.status());
+  cuda::DeviceBuffer<int32_t> di = std::move(ri).value();
+  cuda::DeviceBuffer<float> dw = std::move(rw).value();
+  PG_ASSERT_OK(di.fill_bytes(0xff));  // -1 indices, NaN weights
+  PG_ASSERT_OK(dw.fill_bytes(0xff));
+  MoeRoutingArgs da = ha;
+  da.logits = dl.data(), da.bias = c.method == kNoAux ? db.data() : nullptr;
+  da.expert_idx = di.data(), da.expert_weight = dw.data();
+  PG_ASSERT_OK(cuda::moe_routing(da, nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int32_t> idx_gpu = to_host(di);
+  const std::vector<float> w_gpu = to_host(dw);
+
+  int64_t bad_tokens = 0, first_bad = -1;
+  for (int64_t t = 0; t < c.m; ++t)
+    for (int64_t k = 0; k < c.top_k; ++k)
+      if (idx_gpu[size_t(t * c.top_k + k)] != idx_cpu[size_t(t * c.top_k + k)]) {
+        if (first_bad < 0) first_bad = t;
+        ++bad_tokens;
+        break;
+      }
+  std::string detail;
+  if (first_bad >= 0)
+    for (int64_t k = 0; k < c.top_k; ++k)
+      detail += " " + std::to_string(idx_cpu[size_t(first_bad * c.top_k + k)]) + "/" +
+                std::to_string(idx_gpu[size_t(first_bad * c.top_k + k)]);
+  EXPECT_EQ(bad_tokens, 0) << "tokens whose experts differ; first token " << first_bad << " (cpu/gpu):" << detail;
+  const Diff d = compare(w_gpu.data(), w_cpu.data(), int64_t(out),
+                         [&](int64_t i) { return kWeightMaxRel * std::fabs(double(w_cpu[size_t(i)])); });
+  EXPECT_EQ(d.non_finite, 0) << d.summary();
+  EXPECT_EQ(d.over_tol, 0) << d.summary();
+  std::printf("[ routing  ] %-22s m=%-5lld E=%-5lld k=%-3lld index mismatches=%lld weights %s\n", c.name,
+              (long long)c.m, (long long)c.n_experts, (long long)c.top_k, (long long)bad_tokens, d.summary().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MoeRoutingCuda, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<RoutingCase>& i) { return std::string(i.param.name); });
+
+TEST(MoeRoutingCudaArgs, OverTheKernelLimitsIsUnsupportedNotACrash) {
+  MoeRoutingArgs a;
+  a.m = 1, a.n_experts = 2048, a.top_k = 8, a.n_group = 1, a.topk_group = 1;
+  float dummy = 0;
+  int32_t idx = 0;
+  a.logits = &dummy, a.bias = &dummy, a.expert_idx = &idx, a.expert_weight = &dummy;
+  const Status s = cuda::moe_routing(a, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
+}
+
+}  // namespace
+}  // namespace pg::ops::test
