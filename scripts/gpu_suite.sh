@@ -27,7 +27,7 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 # ---- 1. the machine ------------------------------------------------------------------------
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || cat "$ROOT/.pg_commit" 2>/dev/null || echo unknown)"
+  echo "commit: ${PG_COMMIT:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv 2>&1
   nvcc --version 2>&1 | tail -2
   cmake --version | head -1
