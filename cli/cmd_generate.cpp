@@ -9,6 +9,7 @@
 #include "cli/default_model.h"
 #include "engine/engine.h"
 #include "model/deepseek_model.h"
+#include "server/chat.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pg::cli {
@@ -107,8 +108,18 @@ int run_generate(GenerateOptions o) {
   return 0;
 }
 
-Result<std::vector<int32_t>> render_chat_prompt(const std::string&, const std::string&, const Tokenizer&) {
-  return unsupported("--chat needs the chat-template renderer, which is not built in yet");
+Result<std::vector<int32_t>> render_chat_prompt(const std::string& model_dir, const std::string& prompt,
+                                                const Tokenizer& tok) {
+  // The same path as the server's /v1/chat/completions: the model folder's template, and
+  // only the template's own literals may become special tokens.
+  PG_ASSIGN_OR_RETURN(auto tmpl, server::ChatTemplate::load(model_dir, "", std::make_shared<Tokenizer>(tok)));
+  server::ChatRequest req;
+  server::ChatMessage msg;
+  msg.role = "user";
+  msg.content = prompt;
+  req.messages.push_back(std::move(msg));
+  PG_ASSIGN_OR_RETURN(server::ChatPrompt rendered, tmpl->render(req));
+  return rendered.ids;
 }
 
 }  // namespace
