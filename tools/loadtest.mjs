@@ -5,19 +5,21 @@
 // KV usage returns to its baseline, and the server's RSS over the run (should stay flat).
 //
 //   node tools/loadtest.mjs --clients 32 --minutes 2 [--url http://127.0.0.1:8000] [--pid PID]
-//   node tools/loadtest.mjs --start tests/golden/v3_tiny --clients 32 --minutes 1   (starts a server)
+//   node tools/loadtest.mjs --start tests/golden/v3_tiny --clients 32 --minutes 1 --serve-args='--threads 2'
+//   (--start: runs build/peregrine serve on a free port itself and reads its RSS)
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
-  if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1] && !all[i + 1].startsWith('--') ? all[i + 1] : 'true']);
-  return acc;
-}, []));
+const { values: args } = parseArgs({
+  options: Object.fromEntries(['url', 'pid', 'start', 'bin', 'serve-args', 'clients', 'minutes', 'seconds', 'disconnect-prob',
+    'max-tokens', 'api-key'].map((k) => [k, { type: 'string' }])),
+});
 const clients = Number(args.clients ?? 16);
 const seconds = Number(args.seconds ?? Number(args.minutes ?? 1) * 60);
 const disconnectP = Number(args['disconnect-prob'] ?? 0.15);

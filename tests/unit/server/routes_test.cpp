@@ -304,6 +304,20 @@ TEST_F(RoutesTest, SamplingErrorsNameTheField) {
   EXPECT_EQ(e["error"]["code"], "model_not_found");
 }
 
+TEST_F(RoutesTest, ErrorMidStreamIsAnErrorChunkThenDone) {
+  auto [st, sse] = run(post("/v1/chat/completions", {{"messages", user("SCRIPT:error")}, {"stream", true}}));
+  std::vector<json> evs = events(sse);  // checks that [DONE] comes last
+  ASSERT_GE(evs.size(), 2u);
+  EXPECT_EQ(evs.front()["choices"][0]["delta"]["role"], "assistant");  // streaming had begun
+  const json& last = evs.back();
+  ASSERT_TRUE(last.contains("error")) << last.dump();
+  EXPECT_NE(last["error"]["message"].get<std::string>().find("scripted failure"), std::string::npos);
+  EXPECT_EQ(last["error"]["type"], "server_error");
+  // Not streamed: the whole answer is the error, with a 5xx status.
+  json e = run_json(post("/v1/completions", {{"prompt", "SCRIPT:error"}, {"n", 2}}), 500);
+  EXPECT_TRUE(e["error"].is_object());
+}
+
 TEST_F(RoutesTest, AbandonCancelsEveryChoice) {
   RouteResult r = router->handle(post("/v1/completions", {{"prompt", "SCRIPT:long"}, {"n", 3}, {"max_tokens", 200},
                                                           {"stream", true}}));

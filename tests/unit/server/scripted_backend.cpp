@@ -60,7 +60,7 @@ Result<uint64_t> ScriptedBackend::submit(GenerationRequest req, EventSink sink) 
   eo.add_eos = false;
   auto ids = tokenizer_->encode(script(name), eo);
   if (!ids.ok()) return ids.status();
-  Active a{std::move(req), std::move(sink), std::move(*ids), 0, false};
+  Active a{std::move(req), std::move(sink), std::move(*ids), 0, false, name == "error" ? 3 : -1};
   if (tokenizer_->eos_id()) a.out.push_back(*tokenizer_->eos_id());
   std::lock_guard<std::mutex> lk(mu_);
   if (draining_) return failed_precondition("the server is shutting down and takes no new requests");
@@ -111,6 +111,10 @@ void ScriptedBackend::loop() {
       if (a.cancelled || past_deadline) {
         ev.finished = true;
         ev.finish_reason = "abort";
+      } else if (a.fail_at >= 0 && int64_t(a.pos) == a.fail_at) {
+        ev.finished = true;
+        ev.finish_reason = "error";
+        ev.error = internal_error("scripted failure after {} tokens", a.pos);
       } else {
         const int32_t tok = a.out[a.pos++];
         const bool eos = a.pos == a.out.size();

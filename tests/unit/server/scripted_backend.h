@@ -1,7 +1,8 @@
 // A stand-in for the engine in server tests: it "generates" a scripted text chosen by a
 // `SCRIPT:name` marker in the prompt, one token per step on its own thread, with Engine's
 // submit/cancel/stop contract. It drives tool-call and reasoning output (which a random-weight
-// model never writes) through the real HTTP server and protocol code.
+// model never writes) through the real HTTP server and protocol code. Script "error" fails
+// mid-generation (finish_reason "error"), as a sticky device error would.
 #pragma once
 
 #include <chrono>
@@ -41,6 +42,7 @@ class ScriptedBackend final : public GenerationBackend {
     std::vector<int32_t> out;  // the scripted tokens (EOS last)
     size_t pos = 0;
     bool cancelled = false;
+    int64_t fail_at = -1;  // script "error": the request fails after this many tokens
   };
   void loop();
 
