@@ -23,7 +23,11 @@
 //  7. Draw: x = philox4x32_10(rng_counter(output_idx, choice_idx, kStreamSample), rng_key(seed)),
 //     u = uniform_u64(x), Zk = sum of the kept q, R = scale_u64(u, Zk) = floor(u * Zk / 2^64).
 //     In token-id order over the kept set, the result is the first token whose inclusive prefix
-//     sum of q exceeds R. Integer sums are order-independent, so a parallel scan gets the same.
+//     sum of q exceeds R (a single kept token needs no draw).
+// Why integers from step 4 on: sums, thresholds and prefix sums of uint64 weights are exact in
+// any order, so a GPU's parallel reductions and scans reproduce them bit for bit; only step 1,
+// 3 and sampling_exp are fp32, and those are elementwise. Losing weights below 2^-42 of the
+// maximum moves at most 129280 * 2^-42 < 3e-8 of probability.
 //
 // Logprobs are those of the raw model distribution (vLLM's default "raw_logprobs"): log_softmax
 // of the logits as given, before penalties, temperature and filters, for the chosen token and
@@ -32,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -107,9 +112,21 @@ class Sampler {
                                               const TokenHistory* history = nullptr);
 
  private:
-  std::vector<float> scores_;     // [vocab] penalized (and scaled) logits
-  std::vector<uint64_t> keys_;    // selection scratch: packed (key, id)
-  std::vector<int32_t> ids_;      // top-k candidates
+  // Steps 1-6. The candidates are every token (no top-k) or the top-k ids; the kept set is the
+  // candidates whose packed (weight desc, id asc) key is >= cut_ (top-p and min-p both cut a
+  // prefix of that order), or single_ alone (greedy, no finite score).
+  void filter(std::span<const float> logits, const SamplingParams& params, const TokenHistory* history);
+  int32_t candidate_id(size_t j) const { return dense_ ? int32_t(j) : ids_[j]; }
+  int32_t draw(uint64_t u) const;
+
+  std::optional<int32_t> single_;
+  bool dense_ = false;            // candidates are all tokens, ids_ unused
+  uint64_t cut_ = 0;
+  uint64_t kept_weight_ = 0;      // sum of the kept weights
+  std::vector<float> scores_;     // [vocab] penalized, scaled scores, then their sampling_exp
+  std::vector<int32_t> ids_;      // [top_k] candidate ids, ascending
+  std::vector<uint64_t> weights_; // [candidates] fixed-point weights
+  std::vector<uint64_t> keys_;    // selection scratch
   std::vector<WeightedToken> kept_;
 };
 

@@ -60,7 +60,8 @@ constexpr uint64_t scale_u64(uint64_t u, uint64_t n) {
 // exp(d) for d <= 0, the weight of a token whose score is d below the maximum. Defined by the
 // fp32 operations below, each rounded to nearest once: no FMA contraction (compile with
 // -ffp-contract=off; on CUDA use __fmul_rn / __fadd_rn), so every IEEE machine gets the same bits.
-//   d < -30 (or NaN) -> 0: e^-30 * 2^42 < 1, so such a weight is 0 in fixed point anyway.
+//   d < -30 (or NaN) -> 0: e^-30 * 2^42 < 1, so such a weight is 0 in fixed point anyway;
+//   d > 0 is outside the contract.
 //   k = -int(0.5f - d * log2e)          round(d / ln 2), halves toward -inf; k in [-43, 0]
 //   r = (d - k * ln2_hi) - k * ln2_lo    Cody-Waite: ln2_hi has 17 significant bits, so
 //                                         k * ln2_hi is exact; |r| <= ln2 / 2 (+ rounding)
@@ -69,16 +70,19 @@ constexpr uint64_t scale_u64(uint64_t u, uint64_t n) {
 // Relative error against exp is about 2^-23 (checked in the tests); exp(0) is exactly 1.
 inline constexpr float kMinExpArg = -30.0f;
 constexpr float sampling_exp(float d) {
-  if (!(d >= kMinExpArg)) return 0.0f;
   constexpr float kLog2e = 0x1.715476p+0f;    // fp32(1 / ln 2)
   constexpr float kLn2Hi = 0x1.62e4p-1f;      // 0.693145751953125
   constexpr float kLn2Lo = 0x1.7f7d1cp-20f;   // fp32(ln 2 - kLn2Hi)
-  const float t = d * kLog2e;
+  // Branch-free so that loops over a vocabulary vectorize: out-of-range inputs are computed on
+  // a clamped value and replaced by 0 at the end.
+  const bool in_range = d >= kMinExpArg;  // false for NaN
+  const float x = in_range ? d : kMinExpArg;
+  const float t = x * kLog2e;
   const float half_minus_t = 0.5f - t;
   const int32_t k = -static_cast<int32_t>(half_minus_t);
   const float kf = static_cast<float>(k);
   const float a = kf * kLn2Hi;
-  float r = d - a;
+  float r = x - a;
   const float b = kf * kLn2Lo;
   r = r - b;
   // 1/n! rounded to fp32, n = 7 .. 2.
@@ -98,7 +102,8 @@ constexpr float sampling_exp(float d) {
   p = p * r;
   p = p + 1.0f;
   const float scale = std::bit_cast<float>(uint32_t(k + 127) << 23);
-  return p * scale;
+  const float w = p * scale;
+  return in_range ? w : 0.0f;
 }
 
 // Fixed-point weights: trunc(w * 2^42). The maximum token weighs exactly 2^42; weights below
@@ -107,7 +112,8 @@ constexpr float sampling_exp(float d) {
 inline constexpr int kWeightFracBits = 42;
 inline constexpr uint64_t kMaxWeight = uint64_t(1) << kWeightFracBits;
 inline constexpr int64_t kMaxVocab = int64_t(1) << 20;
-constexpr uint64_t fixed_weight(float w) { return static_cast<uint64_t>(w * 0x1p42f); }
+// (Through int64: w * 2^42 < 2^63, and the signed conversion is one instruction on x86.)
+constexpr uint64_t fixed_weight(float w) { return static_cast<uint64_t>(static_cast<int64_t>(w * 0x1p42f)); }
 
 static_assert(sampling_exp(0.0f) == 1.0f);
 static_assert(fixed_weight(sampling_exp(0.0f)) == kMaxWeight);

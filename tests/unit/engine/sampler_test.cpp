@@ -130,6 +130,22 @@ TEST(Greedy, ArgmaxTiesToLowestId) {
   EXPECT_EQ(dist[0].weight, kMaxWeight);
 }
 
+TEST(Greedy, LongRowsWithNaNAndInf) {  // long enough for the vectorized max
+  Sampler s;
+  std::vector<float> l(1001, 0.5f);
+  for (size_t i = 0; i < l.size(); i += 3) l[i] = kNaN;
+  l[700] = 2.0f;
+  l[900] = 2.0f;
+  EXPECT_EQ(s.sample(l, sampled(0.0), RngPosition{}).token_id, 700);
+  l[5] = kInf;
+  EXPECT_EQ(s.sample(l, sampled(0.0), RngPosition{}).token_id, 5);
+  std::fill(l.begin(), l.end(), kNaN);
+  l[999] = -kInf;
+  EXPECT_EQ(s.sample(l, sampled(0.0), RngPosition{}).token_id, 0);
+  l[998] = -1e30f;
+  EXPECT_EQ(s.sample(l, sampled(0.0), RngPosition{}).token_id, 998);
+}
+
 TEST(Greedy, SameForEverySeed) {
   Sampler s;
   std::mt19937 gen(3);
@@ -334,19 +350,28 @@ TEST(Draw, InverseCdfInTokenIdOrder) {
   EXPECT_EQ(draw_token(dist, std::numeric_limits<uint64_t>::max()), 9);
 }
 
+// sample() is draw_token over distribution() with the Philox number of its position, for the
+// dense (no top-k) and top-k paths, with and without top-p / min-p.
 TEST(Draw, SampleIsDistributionThenPhilox) {
   Sampler s;
   std::mt19937 gen(9);
   std::normal_distribution<float> normal(0, 2);
-  std::vector<float> logits(1000);
+  std::vector<float> logits(3000);
   for (float& v : logits) v = normal(gen);
-  SamplingParams p = sampled(0.8);
-  p.top_p = 0.9;
-  const RngPosition rng{0xfeedfacecafebeefull, 2, 17};
-  const std::vector<WeightedToken> dist(s.distribution(logits, p).begin(), s.distribution(logits, p).end());
-  const auto x = sampling::philox4x32_10(sampling::rng_counter(17, 2, sampling::kStreamSample),
-                                         sampling::rng_key(0xfeedfacecafebeefull));
-  EXPECT_EQ(s.sample(logits, p, rng).token_id, draw_token(dist, sampling::uniform_u64(x)));
+  for (int c = 0; c < 24; ++c) {
+    SamplingParams p = sampled(std::array<double, 3>{0.8, 1.0, 1.6}[size_t(c % 3)]);
+    p.top_k = std::array<int64_t, 4>{-1, 40, 1500, -1}[size_t(c % 4)];
+    p.top_p = c % 2 ? 0.9 : 1.0;
+    p.min_p = c % 6 >= 3 ? 0.01 : 0.0;
+    for (int64_t pos : {0, 1, 17, 1000000007}) {
+      const RngPosition rng{0xfeedfacecafebeefull + uint64_t(c), uint32_t(c % 3), pos};
+      const auto dist = s.distribution(logits, p);
+      const std::vector<WeightedToken> copy(dist.begin(), dist.end());
+      const auto x = sampling::philox4x32_10(sampling::rng_counter(pos, rng.choice_idx, sampling::kStreamSample),
+                                             sampling::rng_key(rng.seed));
+      EXPECT_EQ(s.sample(logits, p, rng).token_id, draw_token(copy, sampling::uniform_u64(x))) << c << " " << pos;
+    }
+  }
 }
 
 std::vector<int32_t> draw_many(std::span<const float> logits, const SamplingParams& p, uint64_t seed,
