@@ -128,18 +128,18 @@ Ceiling measure_ceiling(cudaStream_t s, int sm_count) {
   auto sink = cu::DeviceBuffer<uint32_t>::create(1);
   BENCH_CHECK(sink.status());
   BENCH_CHECK(cuda_status(launch_fill(buf->data(), bytes / 4, FillKind::kF32Pm1, 99, s), "fill"));
-  for (bool ldg : {false, true})
+  for (LoadKind kind : {LoadKind::kNc, LoadKind::kNcNoAlloc, LoadKind::kNcNoAllocL2Prefetch})
     for (int unroll : {4, 8})
       for (int bps : {2, 4, 8}) {
         const int threads = 512, blocks = sm_count * bps;
         double us1 = 0, usg = 0;
         // A 4 GiB pass is ~1 ms: launch overhead is noise, so the single-launch median is the figure.
         time_kernel(s, [&](int) {
-          PG_CUDA_TRY(launch_read_ceiling(buf->data(), bytes, blocks, threads, unroll, ldg, sink->data(), s));
+          PG_CUDA_TRY(launch_read_ceiling(buf->data(), bytes, blocks, threads, unroll, kind, sink->data(), s));
           return ok_status();
         }, us1, usg, /*graph=*/false);
         const double gbps = double(bytes) / (us1 * 1e-6) / 1e9;
-        const std::string name = std::string(ldg ? "ldg" : "nc.no_allocate") + " u" + std::to_string(unroll) + " " +
+        const std::string name = std::string(load_kind_name(kind)) + " u" + std::to_string(unroll) + " " +
                                  std::to_string(bps) + "x" + std::to_string(threads) + "/SM";
         c.all.emplace_back(name, gbps);
         if (gbps > c.read_gbps) c.read_gbps = gbps, c.config = name;

@@ -6,9 +6,22 @@
 namespace pg::bench {
 namespace {
 
-using ops::cuda::ld_stream;
+template <LoadKind kKind>
+__device__ __forceinline__ uint4 load(const uint4* p) {
+  uint4 v;
+  if constexpr (kKind == LoadKind::kNc) {
+    v = ops::cuda::ld_stream(p);
+  } else if constexpr (kKind == LoadKind::kNcNoAlloc) {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  }
+  return v;
+}
 
-template <int kUnroll, bool kLdg>
+template <int kUnroll, LoadKind kKind>
 __global__ void read_ceiling_kernel(const uint4* __restrict__ p, size_t n_vec, uint32_t* sink) {
   uint32_t acc = 0;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -16,12 +29,12 @@ __global__ void read_ceiling_kernel(const uint4* __restrict__ p, size_t n_vec, u
   for (; i + (kUnroll - 1) * stride < n_vec; i += kUnroll * stride) {
     uint4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = kLdg ? __ldg(p + i + u * stride) : ld_stream(p + i + u * stride);
+    for (int u = 0; u < kUnroll; ++u) v[u] = load<kKind>(p + i + u * stride);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   for (; i < n_vec; i += stride) {
-    const uint4 v = kLdg ? __ldg(p + i) : ld_stream(p + i);
+    const uint4 v = load<kKind>(p + i);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never stores
@@ -53,17 +66,32 @@ __global__ void fill_kernel(void* p, size_t n, FillKind kind, uint64_t seed) {
 
 }  // namespace
 
-cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int threads, int unroll, bool ldg,
+const char* load_kind_name(LoadKind k) {
+  switch (k) {
+    case LoadKind::kNc: return "ld.global.nc";
+    case LoadKind::kNcNoAlloc: return "nc.L1::no_allocate";
+    case LoadKind::kNcNoAllocL2Prefetch: return "nc.no_allocate.L2::256B";
+  }
+  return "?";
+}
+
+template <int kUnroll>
+void launch_unrolled(const uint4* v, size_t n, int blocks, int threads, LoadKind kind, uint32_t* sink, cudaStream_t s) {
+  switch (kind) {
+    case LoadKind::kNc: read_ceiling_kernel<kUnroll, LoadKind::kNc><<<blocks, threads, 0, s>>>(v, n, sink); break;
+    case LoadKind::kNcNoAlloc: read_ceiling_kernel<kUnroll, LoadKind::kNcNoAlloc><<<blocks, threads, 0, s>>>(v, n, sink); break;
+    case LoadKind::kNcNoAllocL2Prefetch:
+      read_ceiling_kernel<kUnroll, LoadKind::kNcNoAllocL2Prefetch><<<blocks, threads, 0, s>>>(v, n, sink);
+      break;
+  }
+}
+
+cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int threads, int unroll, LoadKind kind,
                                 uint32_t* sink, cudaStream_t stream) {
   const auto* v = static_cast<const uint4*>(p);
   const size_t n = bytes / 16;
-  if (unroll == 8) {
-    if (ldg) read_ceiling_kernel<8, true><<<blocks, threads, 0, stream>>>(v, n, sink);
-    else read_ceiling_kernel<8, false><<<blocks, threads, 0, stream>>>(v, n, sink);
-  } else {
-    if (ldg) read_ceiling_kernel<4, true><<<blocks, threads, 0, stream>>>(v, n, sink);
-    else read_ceiling_kernel<4, false><<<blocks, threads, 0, stream>>>(v, n, sink);
-  }
+  if (unroll == 8) launch_unrolled<8>(v, n, blocks, threads, kind, sink, stream);
+  else launch_unrolled<4>(v, n, blocks, threads, kind, sink, stream);
   return cudaGetLastError();
 }
 

@@ -9,10 +9,14 @@
 
 namespace pg::bench {
 
-// Reads `bytes` (a multiple of 16) once with 16-byte streaming loads, `unroll` loads in flight
-// per thread, grid = blocks x threads; writes nothing unless an impossible checksum appears.
-// unroll: 4 or 8; threads: 256 or 512; `ldg` picks the plain read-only path (L1 allocating).
-cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int threads, int unroll, bool ldg,
+// How the ceiling kernel loads: ld.global.nc (as ops::cuda::ld_stream), with
+// .L1::no_allocate, or with .L1::no_allocate.L2::256B.
+enum class LoadKind { kNc, kNcNoAlloc, kNcNoAllocL2Prefetch };
+const char* load_kind_name(LoadKind k);
+
+// Reads `bytes` (a multiple of 16) once with 16-byte loads, `unroll` (4 or 8) loads in flight per
+// thread, grid = blocks x threads; writes nothing unless an impossible checksum appears.
+cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int threads, int unroll, LoadKind kind,
                                 uint32_t* sink, cudaStream_t stream);
 
 // Random fills, a pure function of (seed, index).

@@ -18,10 +18,11 @@ constexpr int kLinearWarps = kLinearThreads / 32;
 constexpr int kLinearMinBlocksPerSm = 2;
 // Rows of x one block multiplies per pass over W (m above this streams W once per 16 rows).
 constexpr int kLinearMaxMTile = 16;
-// k_split grows until the grid has this many warps per SM. Derivation: 16 warps x 32 lanes x
-// >= 128 B of loads in flight = 64 KB per SM, twice what Little's law asks at 4.25 TB/s
-// x ~1 us latency / 132 SMs (~32 KB).
-constexpr int kLinearMinWarpsPerSm = 16;
+// k_split grows until the grid has this many warps per SM. Little's law asks ~32 KB in flight
+// per SM (4.5 TB/s x ~1 us / 132 SMs); 32 warps x 32 lanes x >= 128 B is 4x that, and the
+// smaller tasks shorten the tail wave: on the H200 bf16 7168x18432 went from 79% (ks1) to
+// 84% (ks8) of the read ceiling (bench_ops_cuda, 2026-11-30).
+constexpr int kLinearMinWarpsPerSm = 32;
 
 // Bytes of W in one vector load, and elements of each format in it.
 constexpr int kLinearVecBytes = 16;
@@ -43,18 +44,20 @@ inline int linear_m_tile(int64_t m) {
 
 // Default tile per (format, m tile). Registers: acc m_tile x rows, loads rows x unroll x 4,
 // dequantized rows x vec_elems; each choice stays under the 128-register cap (checked by ptxas
-// -warn-spills in the build). fp8 carries 16 values per load, so it holds fewer rows.
+// -warn-spills in the build). M = 1 choices from the H200 sweep of bench_ops_cuda
+// (2026-11-30): bf16 rows 2 x unroll 4 (82% vs 79% for 4 x 4 at 7168x18432), fp8 rows 4 x
+// unroll 2 (60% vs 51% for 2 x 4, before the integer fp8 unpack).
 constexpr LinearTile linear_default_tile(LinearWeight f, int m_tile) {
   if (f == LinearWeight::kFp8Block) {
     switch (m_tile) {
-      case 1: return {1, 2, 4};
+      case 1: return {1, 4, 2};
       case 2: return {2, 2, 2};
       case 4: return {4, 2, 2};
       default: return {m_tile, 1, 2};
     }
   }
   switch (m_tile) {  // bf16 and f32
-    case 1: return {1, 4, 4};
+    case 1: return {1, f == LinearWeight::kBF16 ? 2 : 4, 4};
     case 2: return {2, 4, 2};
     case 4: return {4, 2, 2};
     case 8: return {8, 2, 2};
