@@ -11,13 +11,14 @@
 # OUT_DIR (default $OUT, else out/train_tiny) receives the weight shards as soon as they exist, and
 # results.tar.gz: config.json, generation_config.json, model.safetensors.index.json, tokenizer.json,
 # tokenizer_config.json, metrics.json, train_log.json, preflight.json, tokens_meta.json.
-# Environment: STEPS (0 = fit TIME_BUDGET seconds of training, default 270), WORK (scratch).
+# Environment: STEPS (default 8884, the committed model's run; 0 = as many as fit TIME_BUDGET seconds,
+# default 270), COMPILE (1: torch.compile, default), WORK (scratch folder).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT_DIR=${1:-${OUT:-$PWD/out/train_tiny}}
 DATA=.cache/train_tiny/gpu
 W=${WORK:-/tmp/peregrine_tiny}
-STEPS=${STEPS:-0}
+STEPS=${STEPS:-8884}
 TIME_BUDGET=${TIME_BUDGET:-270}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT_DIR" "$W"
