@@ -18,11 +18,10 @@ constexpr int kLinearWarps = kLinearThreads / 32;
 constexpr int kLinearMinBlocksPerSm = 2;
 // Rows of x one block multiplies per pass over W (m above this streams W once per 16 rows).
 constexpr int kLinearMaxMTile = 16;
-// k_split grows until the grid has this many warps per SM. Little's law asks ~32 KB in flight
-// per SM (4.5 TB/s x ~1 us / 132 SMs); 32 warps x 32 lanes x >= 128 B is 4x that, and the
-// smaller tasks shorten the tail wave: on the H200 bf16 7168x18432 went from 79% (ks1) to
-// 84% (ks8) of the read ceiling (bench_ops_cuda, 2026-11-30).
-constexpr int kLinearMinWarpsPerSm = 32;
+// k_split's second rule: grow while the grid has fewer than this many warps per SM (few output
+// rows). Little's law asks ~32 KB in flight per SM (4.4 TB/s x ~1 us / 132 SMs); 16 warps x 32
+// lanes x >= 128 B is 2x that.
+constexpr int kLinearMinWarpsPerSm = 16;
 
 // Bytes of W in one vector load, and elements of each format in it.
 constexpr int kLinearVecBytes = 16;
@@ -46,7 +45,7 @@ inline int linear_m_tile(int64_t m) {
 // dequantized rows x vec_elems; each choice stays under the 128-register cap (checked by ptxas
 // -warn-spills in the build). M = 1 choices from the H200 sweep of bench_ops_cuda
 // (2026-11-30): bf16 rows 2 x unroll 4 (82% vs 79% for 4 x 4 at 7168x18432), fp8 rows 4 x
-// unroll 2 (60% vs 51% for 2 x 4, before the integer fp8 unpack).
+// unroll 2 (60% vs 51% for 2 x 4).
 constexpr LinearTile linear_default_tile(LinearWeight f, int m_tile) {
   if (f == LinearWeight::kFp8Block) {
     switch (m_tile) {
@@ -65,13 +64,18 @@ constexpr LinearTile linear_default_tile(LinearWeight f, int m_tile) {
   }
 }
 
-// Warps splitting K for one row group (1..kLinearWarps, a power of two): grown while the grid
-// has fewer than kLinearMinWarpsPerSm warps per SM and each K slice still gives every lane at
-// least one 16-byte chunk per row per unrolled step.
+// Warps splitting K for one row group (1..kLinearWarps, a power of two). Long K: split while
+// every lane keeps >= 2 unrolled steps (the second step's loads overlap the first's math); on
+// the H200, bf16 7168x18432 at rows 2 x unroll 4 went 80% -> 83% -> 86% of the read ceiling
+// for k_split 1 -> 2 -> 4, while fp8 and K = 2048 shapes, with fewer steps per lane, lost
+// from splitting (bench_ops_cuda, 2026-11-30). Few rows: split further while the grid is short
+// of warps and each slice still gives every lane one step.
 inline int linear_k_split(int64_t row_groups, int64_t k_chunks, int unroll, int sm_count) {
+  const int64_t step = int64_t(32) * unroll;  // chunks a warp consumes per unrolled step
   const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
   int ks = 1;
-  while (ks < kLinearWarps && row_groups * ks < want && k_chunks / (2 * ks) >= int64_t(32) * unroll) ks *= 2;
+  while (ks < kLinearWarps && k_chunks / (2 * ks) >= 2 * step) ks *= 2;
+  while (ks < kLinearWarps && row_groups * ks < want && k_chunks / (2 * ks) >= step) ks *= 2;
   return ks;
 }
 

@@ -12,7 +12,7 @@
 
 namespace pg::ops::cuda {
 
-// One 16-byte chunk of W -> its kVec f32 values (fp8: x 2^-8 and without the block scale).
+// One 16-byte chunk of W -> its kVec f32 values (fp8: without the block scale).
 template <LinearWeight F>
 __device__ __forceinline__ void unpack_chunk(const uint4& v, float (&out)[linear_vec_elems(F)]) {
   if constexpr (F == LinearWeight::kF32) {
@@ -24,11 +24,12 @@ __device__ __forceinline__ void unpack_chunk(const uint4& v, float (&out)[linear
     bf16x2_to_f32(v.z, out[4], out[5]);
     bf16x2_to_f32(v.w, out[6], out[7]);
   } else {
-    // Values x 2^-8 (exact); the kernel multiplies the block scale by 2^8 instead.
-    fp8x4_e4m3_to_f32_div256(v.x, out[0], out[1], out[2], out[3]);
-    fp8x4_e4m3_to_f32_div256(v.y, out[4], out[5], out[6], out[7]);
-    fp8x4_e4m3_to_f32_div256(v.z, out[8], out[9], out[10], out[11]);
-    fp8x4_e4m3_to_f32_div256(v.w, out[12], out[13], out[14], out[15]);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 lo = fp8x2_e4m3_to_f32(words[j]), hi = fp8x2_e4m3_to_f32(words[j] >> 16);
+      out[4 * j] = lo.x, out[4 * j + 1] = lo.y, out[4 * j + 2] = hi.x, out[4 * j + 3] = hi.y;
+    }
   }
 }
 
@@ -91,8 +92,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           unpack_chunk<F>(wv[u][r], wf[r]);
-          // x 2^8 undoes unpack_chunk's 2^-8: a power of two, so every rounding stays the same.
-          if constexpr (kFp8) sc[r] = 256.0f * __ldg(srow[r] + ((cc * kVec) >> p.log2_block_cols));
+          if constexpr (kFp8) sc[r] = __ldg(srow[r] + ((cc * kVec) >> p.log2_block_cols));
         }
 #pragma unroll
         for (int i = 0; i < kMTile; ++i) {
