@@ -366,14 +366,66 @@ MODELS = {
 }
 
 
+TRAINED_PROMPTS = [
+    "The function returns a pointer to",
+    "In the beginning God created the heaven and the earth.",
+    "import os\nimport sys\n\ndef main():\n",
+    "Python is a programming language that",
+    "SELECT name FROM users WHERE id = 42;",
+    "<｜User｜>What does the ls command do?<｜Assistant｜>",
+]
+
+
+def reference_for_trained(model_dir, out_path, n_greedy=64):
+    """Expected outputs of an existing (trained) model folder: top-10 logprobs at every position
+    and greedy continuations, cut before the first step whose top-1/top-2 margin is < 1e-3 (a
+    near-tie that fp32 summation order may flip)."""
+    from transformers import AutoModelForCausalLM
+    tk = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager",
+                                                 experts_implementation="eager")
+    model.eval()
+    prompts = []
+    for p in TRAINED_PROMPTS:
+        ids = [0] + tk.encode(p, add_special_tokens=False).ids
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].float()
+        lp = torch.log_softmax(logits, -1)
+        top = lp.topk(TOP_K, dim=-1)
+        rows = [[[int(i), float(v)] for v, i in zip(top.values[q], top.indices[q])] for q in range(len(ids))]
+        seq, greedy, margins = list(ids), [], []
+        for _ in range(n_greedy):
+            with torch.no_grad():
+                last = model(torch.tensor([seq])).logits[0, -1].float()
+            m = top_margin(last)
+            if m < 1e-3:
+                break
+            margins.append(m)
+            greedy.append(int(last.argmax()))
+            seq.append(greedy[-1])
+        prompts.append({"text": p, "ids": ids, "top_logprobs": rows, "greedy": greedy,
+                        "greedy_text": tk.decode(greedy), "min_margin": min(margins) if margins else None})
+        print(f"{p!r}: {len(greedy)} greedy tokens, min margin {prompts[-1]['min_margin']}", flush=True)
+    import transformers
+    json.dump({"model": os.path.basename(os.path.normpath(model_dir)), "transformers": transformers.__version__,
+               "torch": torch.__version__, "dtype": "float32", "top_k": TOP_K, "prompts": prompts},
+              open(out_path, "w"), ensure_ascii=False)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tokenizer-dir", required=True)
+    ap.add_argument("--tokenizer-dir")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--reference", help="an existing model folder: write only its expected outputs to --out")
     ap.add_argument("--vocab-keep", type=int, default=3000)
     ap.add_argument("--only", nargs="*")
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if args.reference:
+        reference_for_trained(args.reference, args.out)
+        return
+    if not args.tokenizer_dir:
+        raise SystemExit("--tokenizer-dir is required to make the random golden models")
 
     tok_dir = os.path.join(args.out, "_tokenizer")
     vocab_size = shrink_tokenizer(args.tokenizer_dir, args.vocab_keep, tok_dir)

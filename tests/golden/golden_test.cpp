@@ -11,19 +11,24 @@
 #include <numeric>
 
 #include "model/deepseek_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pg {
 namespace {
 
 constexpr double kLogprobTol = 1e-3;  // the bound, absolute, on log-probabilities
-const char* kModels[] = {"v3_tiny", "v2_lite_tiny", "v3_odd_dims", "v3_tiny_fp8"};
+// Random tiny models (tools/golden.py) and the embedded trained model (models/peregrine-tiny,
+// whose expected outputs live in tests/golden/peregrine_tiny/).
+const char* kModels[] = {"v3_tiny", "v2_lite_tiny", "v3_odd_dims", "v3_tiny_fp8", "peregrine_tiny"};
 
 std::filesystem::path golden_dir(const std::string& name) {
-  return std::filesystem::path(PG_SOURCE_DIR) / "tests" / "golden" / name;
+  const auto root = std::filesystem::path(PG_SOURCE_DIR);
+  if (name == "peregrine_tiny") return root / "models" / "peregrine-tiny";
+  return root / "tests" / "golden" / name;
 }
 
 nlohmann::json load_expected(const std::string& name) {
-  std::ifstream f(golden_dir(name) / "expected.json");
+  std::ifstream f(std::filesystem::path(PG_SOURCE_DIR) / "tests" / "golden" / name / "expected.json");
   return nlohmann::json::parse(f);
 }
 
@@ -128,6 +133,18 @@ TEST_P(Golden, GreedyContinuation) {
     }
     EXPECT_EQ(got, want) << name << ": " << p["text"].get<std::string>();
     m = std::move(s.model);
+  }
+}
+
+// Our tokenizer gives the ids the fixtures were made with (Hugging Face tokenizers, BOS first).
+TEST_P(Golden, TokenizerGivesTheReferenceIds) {
+  const std::string name = GetParam();
+  auto tok = Tokenizer::load(golden_dir(name));
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  for (const auto& p : load_expected(name)["prompts"]) {
+    auto ids = tok->encode(p["text"].get<std::string>());
+    ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+    EXPECT_EQ(*ids, p["ids"].get<std::vector<int32_t>>()) << p["text"];
   }
 }
 
