@@ -162,7 +162,7 @@ Status PreTokenizer::split(const PreTokenizerStep& step, std::string_view piece,
   size_t last_end = 0;
   while (search <= piece.size()) {
     size_t b = 0, e = 0;
-    const int rc = step.regex->find(scratch.match, piece, search, &b, &e);
+    const int rc = step.regex->find(scratch.match, piece, search, &b, &e, scratch.unicode_supplement);
     if (rc < 0) return Regex::error_status(rc, step.regex->pattern());
     if (rc == 0) break;
     if (b == e && have_last && last_end == e) {
@@ -209,6 +209,7 @@ Status PreTokenizer::run_from(size_t step_idx, std::string_view piece, PreTokeni
 
 Status PreTokenizer::run(std::string_view text, PreTokenizerScratch& scratch, PieceSink& sink) const {
   scratch.prefixed.clear();
+  scratch.unicode_supplement = needs_unicode_supplement(text);
   return run_from(0, text, scratch, sink);
 }
 

@@ -35,6 +35,7 @@ struct PreTokenizerScratch {
     bool removed = false;
   };
   RegexMatchState match;
+  bool unicode_supplement = false;             // the text needs the newer-Unicode regex variants
   std::vector<std::vector<Segment>> segments;  // one list per step (recursion depth)
   std::deque<std::string> prefixed;            // pieces with an added prefix space
 };

@@ -8,7 +8,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <vector>
+
 #include "core/check.h"
+#include "tokenizer/utf8.h"
 
 namespace pg {
 namespace {
@@ -16,8 +21,48 @@ namespace {
 // Unicode White_Space as a class body (Oniguruma's Unicode \s).
 constexpr std::string_view kSpaceBody =
     "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
-constexpr std::string_view kWordBody = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}";
 constexpr std::string_view kHexBody = "0-9a-fA-F";
+
+// PCRE2's Unicode tables lag (10.42: Unicode 14); these ranges bring \p{L}, \p{M}, \p{N}, \p{P},
+// \p{S} up to the Unicode version of the generator's Node.js, so e.g. the 2022+ emoji are \p{S}
+// as in Oniguruma and tokenizers.js.
+struct SupplementRange {
+  char category;
+  uint32_t first, last;  // inclusive
+};
+constexpr SupplementRange kSupplement[] = {
+#include "tokenizer/unicode_supplement.inc"
+};
+
+// Class-body text for the supplement of a one-letter category ("" when none).
+const std::string& supplement_body_of(char category) {
+  static const auto bodies = [] {
+    std::array<std::string, 128> b;
+    for (const auto& r : kSupplement) {
+      b[size_t(r.category)] += r.first == r.last ? fmt::format("\\x{{{:X}}}", r.first)
+                                                 : fmt::format("\\x{{{:X}}}-\\x{{{:X}}}", r.first, r.last);
+    }
+    return b;
+  }();
+  return bodies[size_t(category) & 127];
+}
+
+// Oniguruma's Unicode \w: Letter | Mark | Decimal_Number | Connector_Punctuation.
+std::string word_body(bool supplement) {
+  return "\\p{L}" + (supplement ? supplement_body_of('L') : std::string()) + "\\p{M}" +
+         (supplement ? supplement_body_of('M') : std::string()) + "\\p{Nd}\\p{Pc}";
+}
+
+// The one-letter general category a property name stands for, or 0.
+char category_letter(std::string_view name) {
+  if (name.size() == 1 && std::string_view("LMNPS").find(name[0]) != std::string_view::npos) return name[0];
+  if (name == "Letter") return 'L';
+  if (name == "Mark") return 'M';
+  if (name == "Number") return 'N';
+  if (name == "Punctuation") return 'P';
+  if (name == "Symbol") return 'S';
+  return 0;
+}
 
 size_t utf8_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
 
@@ -31,7 +76,7 @@ Result<size_t> copy_braced(std::string_view p, size_t i, std::string& out) {
 
 }  // namespace
 
-Result<std::string> Regex::translate_oniguruma(std::string_view p) {
+Result<std::string> Regex::translate_oniguruma(std::string_view p, bool supplement) {
   std::string out;
   out.reserve(p.size() + 64);
   bool in_class = false;
@@ -64,12 +109,12 @@ Result<std::string> Regex::translate_oniguruma(std::string_view p) {
           i += 2;
           continue;
         case 'w':
-          out += in_class ? std::string(kWordBody) : fmt::format("[{}]", kWordBody);
+          out += in_class ? word_body(supplement) : fmt::format("[{}]", word_body(supplement));
           i += 2;
           continue;
         case 'W':
           if (in_class) return unsupported_at("\\W inside a character class");
-          out += fmt::format("[^{}]", kWordBody);
+          out += fmt::format("[^{}]", word_body(supplement));
           i += 2;
           continue;
         case 'b':
@@ -77,9 +122,9 @@ Result<std::string> Regex::translate_oniguruma(std::string_view p) {
           if (in_class) {  // [\b] is a backspace in both engines
             out += "\\x{8}";
           } else if (d == 'b') {
-            out += fmt::format("(?:(?<=[{0}])(?![{0}])|(?<![{0}])(?=[{0}]))", kWordBody);
+            out += fmt::format("(?:(?<=[{0}])(?![{0}])|(?<![{0}])(?=[{0}]))", word_body(supplement));
           } else {
-            out += fmt::format("(?:(?<=[{0}])(?=[{0}])|(?<![{0}])(?![{0}]))", kWordBody);
+            out += fmt::format("(?:(?<=[{0}])(?=[{0}])|(?<![{0}])(?![{0}]))", word_body(supplement));
           }
           i += 2;
           continue;
@@ -90,7 +135,39 @@ Result<std::string> Regex::translate_oniguruma(std::string_view p) {
         case 'V': case 'O': case 'y': case 'Y':
           return unsupported_at(fmt::format("\\{}", d));
         case 'p':
-        case 'P':
+        case 'P': {
+          // \p{X}, \pX, \P{X}, \p{^X}: add the newer-Unicode supplement of L, M, N, P, S.
+          std::string_view name;
+          size_t next = i + 3;
+          if (i + 2 < p.size() && p[i + 2] == '{') {
+            const size_t close = p.find('}', i + 3);
+            if (close == std::string_view::npos) return invalid_argument("unterminated '{{' at offset {}", i + 2);
+            name = p.substr(i + 3, close - i - 3);
+            next = close + 1;
+          } else if (i + 2 < p.size()) {
+            name = p.substr(i + 2, 1);
+          } else {
+            return invalid_argument("pattern ends inside \\{}", d);
+          }
+          bool negated = d == 'P';
+          if (name.starts_with('^')) {
+            negated = !negated;
+            name.remove_prefix(1);
+          }
+          const char cat = category_letter(name);
+          const std::string extra = cat != 0 && supplement ? supplement_body_of(cat) : std::string();
+          const std::string prop = fmt::format("\\p{{{}}}", name);
+          if (extra.empty() || (negated && in_class)) {
+            // A negated property inside a class cannot exclude the supplement: left as PCRE2's.
+            out.append(p.substr(i, next - i));
+          } else if (in_class) {
+            out += prop + extra;
+          } else {
+            out += (negated ? "[^" : "[") + prop + extra + "]";
+          }
+          i = next;
+          continue;
+        }
         case 'x':
           if (i + 2 < p.size() && p[i + 2] == '{') {
             out.append(p.substr(i, 2));
@@ -162,20 +239,9 @@ Result<std::string> Regex::translate_oniguruma(std::string_view p) {
   return out;
 }
 
-Result<Regex> Regex::compile(std::string_view pattern, RegexSyntax syntax) {
-  std::string translated;
-  uint32_t options = PCRE2_UTF;
-  if (syntax == RegexSyntax::kLiteral) {
-    translated = std::string(pattern);
-    options |= PCRE2_LITERAL;  // UCP is not allowed with LITERAL, and means nothing there
-  } else {
-    options |= PCRE2_UCP;
-    auto t = translate_oniguruma(pattern);
-    if (!t.ok()) return t.status().with_context(fmt::format("regex '{}'", pattern));
-    translated = std::move(t).value();
-    // Oniguruma's ^ and $ are line anchors that only know '\n'.
-    options |= PCRE2_MULTILINE;
-  }
+namespace {
+
+Result<pcre2_code*> compile_pcre2(const std::string& translated, uint32_t options, std::string_view original) {
   pcre2_compile_context* cc = pcre2_compile_context_create(nullptr);
   if (cc == nullptr) return internal_error("out of memory creating a PCRE2 compile context");
   pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
@@ -187,23 +253,83 @@ Result<Regex> Regex::compile(std::string_view pattern, RegexSyntax syntax) {
   if (code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
-    return invalid_argument("regex '{}' does not compile (as PCRE2 '{}'): {} at offset {}", pattern, translated,
+    return invalid_argument("regex '{}' does not compile (as PCRE2 '{}'): {} at offset {}", original, translated,
                             reinterpret_cast<const char*>(msg), err_offset);
   }
+  return code;
+}
+
+std::shared_ptr<pcre2_real_code_8> own(pcre2_code* code) {
+  // JIT when the platform has it; pcre2_match interprets otherwise.
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  return std::shared_ptr<pcre2_real_code_8>(code, [](pcre2_code* c) { pcre2_code_free(c); });
+}
+
+}  // namespace
+
+Result<Regex> Regex::compile(std::string_view pattern, RegexSyntax syntax) {
   Regex r;
   r.pattern_ = std::string(pattern);
-  r.code_ = std::shared_ptr<pcre2_real_code_8>(code, [](pcre2_code* c) { pcre2_code_free(c); });
-  r.jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;  // interpreter fallback without JIT
+  if (syntax == RegexSyntax::kLiteral) {
+    // UCP is not allowed with LITERAL, and means nothing there.
+    PG_ASSIGN_OR_RETURN(pcre2_code* code, compile_pcre2(r.pattern_, PCRE2_UTF | PCRE2_LITERAL, pattern));
+    r.code_ = own(code);
+    return r;
+  }
+  // Oniguruma's ^ and $ are line anchors that only know '\n'.
+  const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE;
+  auto plain = translate_oniguruma(pattern, /*supplement=*/false);
+  if (!plain.ok()) return plain.status().with_context(fmt::format("regex '{}'", pattern));
+  auto full = translate_oniguruma(pattern, /*supplement=*/true);
+  if (!full.ok()) return full.status().with_context(fmt::format("regex '{}'", pattern));
+  PG_ASSIGN_OR_RETURN(pcre2_code* code, compile_pcre2(*plain, options, pattern));
+  r.code_ = own(code);
+  if (*full != *plain) {
+    PG_ASSIGN_OR_RETURN(pcre2_code* sup, compile_pcre2(*full, options, pattern));
+    r.code_supplemented_ = own(sup);
+  }
   return r;
 }
 
-int Regex::find(RegexMatchState& state, std::string_view subject, size_t start, size_t* begin, size_t* end) const {
+namespace {
+
+constexpr bool supplement_starts_at_u0800() {
+  for (const auto& r : kSupplement)
+    if (r.first < 0x800) return false;
+  return true;
+}
+// needs_unicode_supplement skips 1- and 2-byte characters.
+static_assert(supplement_starts_at_u0800(), "a supplement range below U+0800");
+
+}  // namespace
+
+bool needs_unicode_supplement(std::string_view text) {
+  // All supplement ranges, any category, sorted by first code point.
+  static const std::vector<std::pair<uint32_t, uint32_t>> kSorted = [] {
+    std::vector<std::pair<uint32_t, uint32_t>> v;
+    for (const auto& r : kSupplement) v.emplace_back(r.first, r.last);
+    std::sort(v.begin(), v.end());
+    return v;
+  }();
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (uint8_t(text[i]) < 0xE0) continue;  // ASCII, continuation bytes, 2-byte leads
+    size_t j = i;
+    if (utf8::sequence_length(text.substr(i)) == 0) continue;
+    const uint32_t cp = utf8::decode(text, j);
+    auto it = std::upper_bound(kSorted.begin(), kSorted.end(), std::make_pair(cp, UINT32_MAX));
+    if (it != kSorted.begin() && cp <= std::prev(it)->second) return true;
+    i = j - 1;
+  }
+  return false;
+}
+
+int Regex::find(RegexMatchState& state, std::string_view subject, size_t start, size_t* begin, size_t* end,
+                bool supplement) const {
   static const char kEmpty[1] = {0};
   const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.empty() ? kEmpty : subject.data());
-  const int rc = jit_ ? pcre2_jit_match(code_.get(), s, subject.size(), start, PCRE2_NO_UTF_CHECK,
-                                        state.match_data_, state.context_)
-                      : pcre2_match(code_.get(), s, subject.size(), start, PCRE2_NO_UTF_CHECK, state.match_data_,
-                                    state.context_);
+  pcre2_code* code = supplement && code_supplemented_ ? code_supplemented_.get() : code_.get();
+  // pcre2_match runs the JIT code when there is some (and interprets otherwise).
+  const int rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK, state.match_data_, state.context_);
   if (rc == PCRE2_ERROR_NOMATCH) return 0;
   if (rc < 0) return rc;
   // rc == 0 only says the ovector holds fewer pairs than the pattern has groups; pair 0 is set.

@@ -43,22 +43,31 @@ class Regex {
 
   // The PCRE2 pattern an Oniguruma pattern becomes: \s -> Unicode White_Space class (PCRE2's
   // misses U+0085), \h -> hex digit, \w/\b -> letters, marks, decimal digits, connector
-  // punctuation; Oniguruma's (?m) is PCRE2's (?s). Unsupported constructs (class intersection
-  // &&, nested classes, absent operator...) give an Unsupported error naming them.
-  static Result<std::string> translate_oniguruma(std::string_view pattern);
+  // punctuation; Oniguruma's (?m) is PCRE2's (?s); \p{L|M|N|P|S} gain the code points assigned
+  // after PCRE2's Unicode version (unicode_supplement.inc). Unsupported constructs (class
+  // intersection &&, nested classes, absent operator...) give an Unsupported error naming them.
+  // With `supplement` false the classes are PCRE2's own (its Unicode version).
+  static Result<std::string> translate_oniguruma(std::string_view pattern, bool supplement = true);
 
   const std::string& pattern() const { return pattern_; }
 
   // Leftmost match in `subject` starting the search at byte `start`. `subject` must be valid
   // UTF-8 (not re-checked) and `start` on a character boundary. Returns 1 and sets [*begin,
   // *end) on a match, 0 when there is none, a negative PCRE2 error code on failure.
-  int find(RegexMatchState& state, std::string_view subject, size_t start, size_t* begin, size_t* end) const;
+  // `supplement`: use the variant with the newer-Unicode classes. It is slower (its classes
+  // carry ~150 extra ranges), so callers pass needs_unicode_supplement(text) of their text.
+  int find(RegexMatchState& state, std::string_view subject, size_t start, size_t* begin, size_t* end,
+           bool supplement = true) const;
   static Status error_status(int code, std::string_view pattern);
 
  private:
   std::string pattern_;  // as written in tokenizer.json
-  std::shared_ptr<pcre2_real_code_8> code_;
-  bool jit_ = false;
+  std::shared_ptr<pcre2_real_code_8> code_;              // PCRE2's Unicode tables
+  std::shared_ptr<pcre2_real_code_8> code_supplemented_;  // plus unicode_supplement.inc; null if same
 };
+
+// Whether `text` (valid UTF-8) holds a code point from unicode_supplement.inc, i.e. one PCRE2's
+// tables classify differently from newer Unicode. False for all text below U+0800.
+bool needs_unicode_supplement(std::string_view text);
 
 }  // namespace pg

@@ -103,6 +103,19 @@ TEST(PreTokenizer, DeepSeekV3Sequence) {
   EXPECT_EQ(pieces_of(kDeepSeekV3PreTokenizer, "カタカナとひらがな"), (Pieces{"カタカナとひらがな"}));
   EXPECT_EQ(pieces_of(kDeepSeekV3PreTokenizer, " \u0085x"), (Pieces{" ", "\u0085x"}));  // NEL is \s, not \S
   EXPECT_TRUE(pieces_of(kDeepSeekV3PreTokenizer, "").empty());
+  // Emoji newer than PCRE2's Unicode 14 tables are \p{S} through unicode_supplement.inc.
+  EXPECT_EQ(pieces_of(kDeepSeekV3PreTokenizer, "hi \U0001FAE8\U0001FA77!"), (Pieces{"hi", " \U0001FAE8\U0001FA77!"}));
+}
+
+TEST(Regex, UnicodeSupplement) {
+  EXPECT_FALSE(needs_unicode_supplement("plain ASCII, café, Ελληνικά, русский"));
+  EXPECT_FALSE(needs_unicode_supplement("你好 👍"));       // in Unicode 14 already
+  EXPECT_TRUE(needs_unicode_supplement("shaking \U0001FAE8"));  // U+1FAE8, Unicode 15
+  RegexMatchState st;
+  auto sym = Regex::compile(R"(\p{S}+)", RegexSyntax::kOniguruma);
+  ASSERT_TRUE(sym.ok());
+  size_t b = 0, e = 0;
+  EXPECT_EQ(sym->find(st, "\U0001FAE8", 0, &b, &e, /*supplement=*/true), 1);
 }
 
 TEST(PreTokenizer, SplitBehaviours) {
