@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "tokenizer/regex.h"
@@ -249,7 +250,9 @@ TEST(TokenizerParity, MatchesJavaScriptTokenizers) {
     n_lenml_decode_diff += *a != js["lenml_decode"][i].get<std::string>();
   }
   json disagreeing_inputs = json::array();
-  for (const auto& d : hf_vs_lenml) disagreeing_inputs.push_back(d["text"]);
+  std::set<std::string> seen;
+  for (const auto& d : hf_vs_lenml)
+    if (seen.insert(d["text"].get<std::string>()).second) disagreeing_inputs.push_back(d["text"]);
   report["ours_vs_hf"] = ours_vs_hf;
   report["hf_vs_lenml"] = hf_vs_lenml;
   report["decode_diffs"] = decode_diffs;
