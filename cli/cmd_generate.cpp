@@ -22,6 +22,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
   bool quiet = false;
   int threads = 0;
+  int64_t speculative_tokens = 0;
   SamplingParams params;
   int64_t max_tokens = 128;
   int64_t seed = -1;
@@ -66,6 +67,7 @@ int run_generate(GenerateOptions o) {
   ec.scheduler.max_num_seqs = 1;
   ec.scheduler.max_num_batched_tokens = 8192;
   ec.n_threads = o.threads;
+  ec.num_speculative_tokens = o.speculative_tokens;
   ec.kv_blocks = 0;
   auto engine = Engine::create(std::move(model).value(), std::make_shared<Tokenizer>(*tok), ec);
   if (!engine.ok()) return fail(engine.status());
@@ -104,6 +106,16 @@ int run_generate(GenerateOptions o) {
                  o.model_dir.c_str(), load_s, (long long)last.prompt_tokens,
                  prefill_s > 0 ? double(last.prompt_tokens) / prefill_s : 0.0, (long long)last.completion_tokens,
                  decode_s > 0 ? double(n_decode) / decode_s : 0.0, last.finish_reason.c_str());
+    const EngineStats st = (*engine)->stats();
+    if (st.speculative_tokens > 0 && st.spec_draft_tokens_total > 0) {
+      const double steps = double(st.spec_draft_tokens_total) / double(st.speculative_tokens);
+      std::fprintf(stderr, "[peregrine] speculation k=%lld: %lld drafted, %lld accepted (%.1f%%), "
+                   "mean accepted length %.2f tokens per verify step\n",
+                   (long long)st.speculative_tokens, (long long)st.spec_draft_tokens_total,
+                   (long long)st.spec_accepted_tokens_total,
+                   100.0 * double(st.spec_accepted_tokens_total) / double(st.spec_draft_tokens_total),
+                   1.0 + double(st.spec_accepted_tokens_total) / steps);
+    }
   }
   return 0;
 }
@@ -143,6 +155,8 @@ Command add_generate(CLI::App& root) {
   app->add_option("--stop", o->params.stop, "stop string (repeatable)");
   app->add_flag("--ignore-eos", o->ignore_eos, "keep generating past the end-of-sequence token");
   app->add_option("--threads", o->threads, "CPU threads (0: all)");
+  app->add_option("--speculative-tokens", o->speculative_tokens,
+                  "draft depth k of MTP speculative decoding (0: off; needs MTP weights)");
   app->add_flag("-q,--quiet", o->quiet, "no statistics on stderr");
   return {app, [o] { return run_generate(*o); }};
 }

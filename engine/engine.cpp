@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -52,6 +53,7 @@ struct Engine::Impl {
   // Runs the MTP head over the positions computed this step and draws each request's drafts.
   void draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden, const std::vector<RequestState*>& drafting);
   void refresh_gauges();  // running / waiting / KV usage into stats (takes mu)
+  void mask_padding(std::vector<float>& logits) const;  // -inf for ids the tokenizer lacks
   void finish(RequestState& r, std::string reason, Status error = {});
   void emit(RequestState& r, GenerationEvent&& ev);
   void loop();
@@ -147,6 +149,16 @@ void Engine::Impl::finish(RequestState& r, std::string reason, Status error) {
   --n_active;
 }
 
+void Engine::Impl::mask_padding(std::vector<float>& logits) const {
+  // Checkpoints pad lm_head past the tokenizer (DeepSeek-V3: 129280 rows, 128815 tokens): those
+  // ids have no text and must never be sampled.
+  const int64_t vocab = model->vocab_size(), n_text = std::min<int64_t>(vocab, tokenizer->vocab_size());
+  if (n_text == vocab) return;
+  for (size_t r = 0; r < logits.size() / size_t(vocab); ++r)
+    std::fill(logits.begin() + int64_t(r) * vocab + n_text, logits.begin() + int64_t(r + 1) * vocab,
+              -std::numeric_limits<float>::infinity());
+}
+
 void Engine::Impl::refresh_gauges() {
   std::lock_guard<std::mutex> lk(mu);
   stats.running = scheduler->n_running();
@@ -228,6 +240,7 @@ bool Engine::Impl::step_inner() {
 
   // 3. Sample (or verify drafts), detokenize, check stops, stream. Collect the MTP inputs.
   const int64_t vocab = model->vocab_size(), H = model->config().hidden_size;
+  mask_padding(out.logits);
   int64_t row = 0, offset = 0, n_generated = 0, n_drafted = 0, n_accepted = 0;
   std::vector<SeqStep> mtp_steps;
   std::vector<float> mtp_hidden;
@@ -310,6 +323,7 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
     for (RequestState* r : drafting) r->drafts.clear();  // speculation is an optimisation: go on without
     return;
   }
+  mask_padding(mo.logits);
   // Depth 0 from the last row of each drafting sequence; deeper drafts chain the MTP output.
   std::vector<RequestState*> live;
   std::vector<float> prev;  // [live, H]
@@ -353,6 +367,7 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
     if (ds.empty()) break;
     StepOutput dm;
     if (!model->forward_mtp(0, ds, in, *cache, dm).ok()) break;
+    mask_padding(dm.logits);
     for (size_t i = 0; i < used.size(); ++i) {
       RequestState& r = *used[i];
       r.drafts.push_back(r.draw_draft(std::span<const float>(&dm.logits[i * size_t(vocab)], size_t(vocab)), sampler, depth));

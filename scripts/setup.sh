@@ -10,8 +10,10 @@ apt_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libboost1.81-dev
   clang libclang-rt-14-dev
   python3 python3-jinja2
-  nodejs npm
 )
+# Node.js and npm may come from elsewhere (a newer distribution): only install Debian's when absent.
+command -v node >/dev/null 2>&1 || apt_packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
