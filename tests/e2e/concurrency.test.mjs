@@ -62,7 +62,10 @@ test('a client that disconnects mid-stream is cancelled and its KV blocks return
     }, 5000, 5);
     assert.ok(done, 'the request left the engine and freed its blocks');
     const generated = done['peregrine:generation_tokens_total'] - before['peregrine:generation_tokens_total'];
+    const stepsAfter = done['peregrine:engine_steps_total'] - atAbort['peregrine:engine_steps_total'];
+    console.log(`disconnect: ${generated} of 200 tokens generated; ${stepsAfter} engine steps after the abort was seen`);
     assert.ok(generated < 60, `cancelled promptly (${generated} of 200 tokens generated)`);
+    assert.ok(stepsAfter <= 3, `the request left within a step of the disconnect (${stepsAfter} steps)`);
     assert.equal(done[`peregrine:request_success_total{model_name="${MODEL}",finished_reason="abort"}`], 1);
     const r = await openai.completions.create({ model: MODEL, prompt: 'still there?', max_tokens: 2 });
     assert.equal(r.choices.length, 1);
