@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <unordered_set>
 
 #include "tokenizer/jinja/parser.h"
 #include "tokenizer/jinja/py_text.h"
@@ -105,7 +106,7 @@ Result<Value> f_attr(Interp& in, const Value& v, const CallArgs& args, Pos pos) 
   std::vector<const Value*> a;
   PG_TRY(bind_args(args, {"name"}, 1, a, "attr", pos));
   if (v.is_undefined()) return undefined_error(v, pos);
-  const std::string name = to_str(*a[0]);
+  const std::string name = to_str(*a[0], in.str_limit());
   if (v.kind() == Kind::kNamespace || v.kind() == Kind::kLoop || find_method(v, name) != MethodLookup::kNone)
     return in.getattr(v, name, pos);
   return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(v), name));
@@ -160,7 +161,7 @@ Result<Value> f_dictsort(Interp& in, const Value& v, const CallArgs& args, Pos p
   const bool cs = a[0] != nullptr && truthy(*a[0]);
   int which = 0;
   if (a[1] != nullptr) {
-    const std::string by = to_str(*a[1]);
+    const std::string by = to_str(*a[1], in.str_limit());
     if (by == "value")
       which = 1;
     else if (by != "key")
@@ -183,23 +184,17 @@ Result<Value> f_dictsort(Interp& in, const Value& v, const CallArgs& args, Pos p
   return in.make_list(std::move(out), ListKind::kList, pos);
 }
 
-Result<Value> f_escape(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
+Result<Value> escape_filter(Interp& in, const Value& v, const CallArgs& args, Pos pos, bool force) {
   std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {}, 0, a, "escape", pos));
+  PG_TRY(bind_args(args, {}, 0, a, force ? "forceescape" : "escape", pos));
+  if (!force && v.is_str() && v.as_str().markup) return v;  // already escaped
   PG_ASSIGN_OR_RETURN(Value s, soft_str(in, v, pos));
-  std::string out;
-  for (char c : s.sv()) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
-  return in.make_str(std::move(out), s.as_str().all_literal() && !s.sv().empty(), pos);
+  StrBuilder b;
+  escape_into(b, s.as_str());
+  return in.make_str(b, pos, true);
 }
+Result<Value> f_escape(Interp& in, const Value& v, const CallArgs& a, Pos p) { return escape_filter(in, v, a, p, false); }
+Result<Value> f_forceescape(Interp& in, const Value& v, const CallArgs& a, Pos p) { return escape_filter(in, v, a, p, true); }
 
 Result<Value> f_first(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
@@ -269,7 +264,10 @@ Result<Value> f_indent(Interp& in, const Value& v, const CallArgs& args, Pos pos
   }
   const bool first = a[1] != nullptr && truthy(*a[1]);
   const bool blank = a[2] != nullptr && truthy(*a[2]);
-  PG_ASSIGN_OR_RETURN(Value sv, soft_str(in, v, pos));
+  // do_indent appends "\n" to the value itself: only strings survive that.
+  if (v.is_undefined()) return undefined_error(v, pos);
+  if (!v.is_str()) return rt_error(pos, "indent: unsupported operand type(s) for +=: '{}' and 'str'", type_name(v));
+  const Value& sv = v;
   const Str& s = sv.as_str();
   // Python: (s + "\n").splitlines(), then rejoin with "\n" + indent.
   std::vector<std::pair<size_t, size_t>> lines;
@@ -407,7 +405,7 @@ Result<Value> f_map(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
     return iterator_of(in, std::move(out), pos);
   }
   if (args.pos.empty()) return rt_error(pos, "map requires a filter argument");
-  const std::string name = to_str(args.pos[0]);
+  const std::string name = to_str(args.pos[0], in.str_limit());
   const int fn = find_filter(name);
   if (fn < 0) return rt_error(pos, "No filter named '{}'.", name);
   CallArgs rest;
@@ -433,7 +431,7 @@ Result<Value> select_or_reject(Interp& in, const Value& v, const CallArgs& args,
   int fn = -1;
   CallArgs rest;
   if (args.pos.size() > off) {
-    const std::string name = to_str(args.pos[off]);
+    const std::string name = to_str(args.pos[off], in.str_limit());
     fn = find_test(name);
     if (fn < 0) return rt_error(pos, "No test named '{}'.", name);
     rest.pos.assign(args.pos.begin() + static_cast<std::ptrdiff_t>(off + 1), args.pos.end());
@@ -521,11 +519,11 @@ Result<Value> f_reverse(Interp& in, const Value& v, const CallArgs& args, Pos po
   return in.make_list(std::move(items), reversible ? ListKind::kIterator : ListKind::kList, pos);
 }
 
-Result<Value> f_round(Interp&, const Value& v, const CallArgs& args, Pos pos) {
+Result<Value> f_round(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
   PG_TRY(bind_args(args, {"precision", "method"}, 0, a, "round", pos));
   PG_ASSIGN_OR_RETURN(int64_t precision, int_arg(a[0], 0, "precision", pos));
-  const std::string method = a[1] != nullptr ? to_str(*a[1]) : "common";
+  const std::string method = a[1] != nullptr ? to_str(*a[1], in.str_limit()) : "common";
   if (method != "common" && method != "ceil" && method != "floor")
     return rt_error(pos, "method must be common, ceil or floor");
   if (!v.is_number()) return rt_error(pos, "type {} doesn't define __round__ method", type_name(v));
@@ -536,9 +534,7 @@ Result<Value> f_round(Interp&, const Value& v, const CallArgs& args, Pos pos) {
     if (!std::isfinite(x)) return Value::floating(x);
     if (precision >= 0) {
       // CPython rounds through the correctly rounded decimal string (half to even on the exact value).
-      char buf[400];
-      std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(precision), x);
-      const double r = std::strtod(buf, nullptr);
+      const double r = std::strtod(cformat("%.*f", static_cast<int>(precision), x).c_str(), nullptr);
       if (v.is_integral()) return Value::integer(static_cast<int64_t>(r));
       return Value::floating(r);
     }
@@ -555,7 +551,13 @@ Result<Value> f_round(Interp&, const Value& v, const CallArgs& args, Pos pos) {
 Result<Value> f_safe(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
   PG_TRY(bind_args(args, {}, 0, a, "safe", pos));
-  return soft_str(in, v, pos);
+  if (v.is_str() && v.as_str().markup) return v;
+  StrBuilder b;
+  if (v.is_str())
+    b.append(v.as_str());
+  else
+    in.append_str(b, v);
+  return in.make_str(b, pos, true);
 }
 
 Result<Value> f_slice(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
@@ -665,6 +667,7 @@ Result<Value> f_tojson(Interp& in, const Value& v, const CallArgs& args, Pos pos
     o.key_sep = seps[1].sv();
   }
   o.sort_keys = a[3] != nullptr && truthy(*a[3]);
+  o.max_bytes = in.options().limits.max_output_bytes;
   std::string out;
   PG_TRY(json_dump(v, o, out, pos));
   return in.make_str(std::move(out), false, pos);
@@ -684,12 +687,18 @@ Result<Value> f_truncate(Interp& in, const Value& v, const CallArgs& args, Pos p
   PG_TRY(bind_args(args, {"length", "killwords", "end", "leeway"}, 0, a, "truncate", pos));
   PG_ASSIGN_OR_RETURN(int64_t length, int_arg(a[0], 255, "length", pos));
   const bool killwords = a[1] != nullptr && truthy(*a[1]);
-  const std::string end = a[2] != nullptr ? to_str(*a[2]) : "...";
+  const std::string end = a[2] != nullptr ? to_str(*a[2], in.str_limit()) : "...";
   PG_ASSIGN_OR_RETURN(int64_t leeway, int_arg(a[3], 5, "leeway", pos));
-  PG_ASSIGN_OR_RETURN(Value sv, soft_str(in, v, pos));
   const int64_t end_len = static_cast<int64_t>(py::cp_count(end));
   if (length < end_len) return rt_error(pos, "expected length >= {}, got {}", end_len, length);
   if (leeway < 0) return rt_error(pos, "expected leeway >= 0, got {}", leeway);
+  // do_truncate takes len() of the value itself; only a string is cut.
+  if (!v.is_str()) {
+    PG_ASSIGN_OR_RETURN(Value n, f_length(in, v, {}, pos));
+    if (n.as_int() <= length + leeway) return v;
+    return rt_error(pos, "truncate: cannot truncate a {}", type_name(v));
+  }
+  const Value& sv = v;
   const auto offs = py::cp_offsets(sv.sv());
   const int64_t n = static_cast<int64_t>(offs.size()) - 1;
   if (n <= length + leeway) return sv;
@@ -709,14 +718,13 @@ Result<Value> f_unique(Interp& in, const Value& v, const CallArgs& args, Pos pos
   PG_TRY(bind_args(args, {"case_sensitive", "attribute"}, 0, a, "unique", pos));
   PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
   PG_ASSIGN_OR_RETURN(std::vector<Value> keys, sort_keys(in, items, a[1], a[0] != nullptr && truthy(*a[0]), pos));
-  std::vector<std::string> seen;
+  std::unordered_set<std::string> seen;
   std::vector<Value> out;
   for (size_t i = 0; i < items.size(); ++i) {
     auto k = hash_key(keys[i]);
     if (!k) return rt_error(pos, "unhashable type: '{}'", type_name(keys[i]));
-    if (std::find(seen.begin(), seen.end(), *k) != seen.end()) continue;
-    PG_TRY(in.step(seen.size() / 8 + 1));
-    seen.push_back(*k);
+    PG_TRY(in.charge_bytes(k->size()));
+    if (!seen.insert(std::move(*k)).second) continue;
     out.push_back(items[i]);
   }
   return iterator_of(in, std::move(out), pos);
@@ -747,7 +755,7 @@ constexpr FilterDef kFilters[] = {
     {"abs", f_abs},           {"attr", f_attr},       {"batch", f_batch},         {"capitalize", f_capitalize},
     {"center", f_center},     {"count", f_length},    {"d", f_default},           {"default", f_default},
     {"dictsort", f_dictsort}, {"e", f_escape},        {"escape", f_escape},       {"first", f_first},
-    {"float", f_float},       {"forceescape", f_escape}, {"format", f_format},    {"indent", f_indent},
+    {"float", f_float},       {"forceescape", f_forceescape}, {"format", f_format},    {"indent", f_indent},
     {"int", f_int},           {"items", f_items},     {"join", f_join},           {"last", f_last},
     {"length", f_length},     {"list", f_list},       {"lower", f_lower},         {"map", f_map},
     {"max", f_max},           {"min", f_min},         {"reject", f_reject},       {"rejectattr", f_rejectattr},
@@ -777,8 +785,9 @@ Result<bool> t_float(Interp&, const Value& v, const CallArgs&, Pos) { return v.i
 Result<bool> t_number(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_number(); }
 Result<bool> t_string(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_str(); }
 Result<bool> t_mapping(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_dict(); }
-Result<bool> t_callable(Interp&, const Value& v, const CallArgs&, Pos) { return v.kind() == Kind::kFunc; }
-Result<bool> t_escaped(Interp&, const Value&, const CallArgs&, Pos) { return false; }
+// Undefined defines __call__ (to raise), so callable() says yes.
+Result<bool> t_callable(Interp&, const Value& v, const CallArgs&, Pos) { return v.kind() == Kind::kFunc || v.is_undefined(); }
+Result<bool> t_escaped(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_str() && v.as_str().markup; }
 Result<bool> t_iterable(Interp&, const Value& v, const CallArgs&, Pos) {
   return v.is_undefined() || v.is_str() || v.is_list() || v.is_dict() || v.kind() == Kind::kLoop;
 }
@@ -801,8 +810,8 @@ Result<bool> t_divisibleby(Interp& in, const Value& v, const CallArgs& args, Pos
   PG_TRY(num_mod(in, v, *a[0], pos, zero).status());
   return zero == 1;
 }
-Result<bool> t_lower(Interp&, const Value& v, const CallArgs&, Pos) {
-  const std::string s = to_str(v);
+Result<bool> t_lower(Interp& in, const Value& v, const CallArgs&, Pos) {
+  const std::string s = to_str(v, in.str_limit());
   bool cased = false;
   for (size_t i = 0; i < s.size();) {
     const char32_t c = py::next_cp(s, i);
@@ -811,8 +820,8 @@ Result<bool> t_lower(Interp&, const Value& v, const CallArgs&, Pos) {
   }
   return cased;
 }
-Result<bool> t_upper(Interp&, const Value& v, const CallArgs&, Pos) {
-  const std::string s = to_str(v);
+Result<bool> t_upper(Interp& in, const Value& v, const CallArgs&, Pos) {
+  const std::string s = to_str(v, in.str_limit());
   bool cased = false;
   for (size_t i = 0; i < s.size();) {
     const char32_t c = py::next_cp(s, i);
@@ -853,20 +862,21 @@ Result<bool> t_sameas(Interp&, const Value& v, const CallArgs& args, Pos pos) {
 struct TestDef {
   std::string_view name;
   TestFn fn;
+  size_t max_args = 0;  // arguments after the tested value
 };
 
 constexpr TestDef kTests[] = {
-    {"!=", t_cmp<CmpOp::kNe>},     {"<", t_cmp<CmpOp::kLt>},        {"<=", t_cmp<CmpOp::kLe>},
-    {"==", t_cmp<CmpOp::kEq>},     {">", t_cmp<CmpOp::kGt>},        {">=", t_cmp<CmpOp::kGe>},
+    {"!=", t_cmp<CmpOp::kNe>, 1},     {"<", t_cmp<CmpOp::kLt>, 1},        {"<=", t_cmp<CmpOp::kLe>, 1},
+    {"==", t_cmp<CmpOp::kEq>, 1},     {">", t_cmp<CmpOp::kGt>, 1},        {">=", t_cmp<CmpOp::kGe>, 1},
     {"boolean", t_boolean},        {"callable", t_callable},        {"defined", t_defined},
-    {"divisibleby", t_divisibleby}, {"eq", t_cmp<CmpOp::kEq>},      {"equalto", t_cmp<CmpOp::kEq>},
+    {"divisibleby", t_divisibleby, 1}, {"eq", t_cmp<CmpOp::kEq>, 1},      {"equalto", t_cmp<CmpOp::kEq>, 1},
     {"escaped", t_escaped},        {"even", t_even},                {"false", t_false},
-    {"filter", t_filter},          {"float", t_float},              {"ge", t_cmp<CmpOp::kGe>},
-    {"greaterthan", t_cmp<CmpOp::kGt>}, {"gt", t_cmp<CmpOp::kGt>},  {"in", t_in},
-    {"integer", t_integer},        {"iterable", t_iterable},        {"le", t_cmp<CmpOp::kLe>},
-    {"lessthan", t_cmp<CmpOp::kLt>}, {"lower", t_lower},            {"lt", t_cmp<CmpOp::kLt>},
-    {"mapping", t_mapping},        {"ne", t_cmp<CmpOp::kNe>},       {"none", t_none},
-    {"number", t_number},          {"odd", t_odd},                  {"sameas", t_sameas},
+    {"filter", t_filter},          {"float", t_float},              {"ge", t_cmp<CmpOp::kGe>, 1},
+    {"greaterthan", t_cmp<CmpOp::kGt>, 1}, {"gt", t_cmp<CmpOp::kGt>, 1},  {"in", t_in, 1},
+    {"integer", t_integer},        {"iterable", t_iterable},        {"le", t_cmp<CmpOp::kLe>, 1},
+    {"lessthan", t_cmp<CmpOp::kLt>, 1}, {"lower", t_lower},            {"lt", t_cmp<CmpOp::kLt>, 1},
+    {"mapping", t_mapping},        {"ne", t_cmp<CmpOp::kNe>, 1},       {"none", t_none},
+    {"number", t_number},          {"odd", t_odd},                  {"sameas", t_sameas, 1},
     {"sequence", t_sequence},      {"string", t_string},            {"test", t_test},
     {"true", t_true},              {"undefined", t_undefined},      {"upper", t_upper},
 };
@@ -892,6 +902,10 @@ Result<Value> Interp::apply_filter(int fn, const Value& input, const CallArgs& a
 
 Result<bool> Interp::apply_test(int fn, const Value& input, const CallArgs& args, Pos pos) {
   PG_TRY(step());
+  const TestDef& t = kTests[static_cast<size_t>(fn)];
+  if (args.pos.size() + args.kw.size() > t.max_args)
+    return rt_error(pos, "test '{}' takes {} argument(s) but {} were given", t.name, t.max_args + 1,
+                    args.pos.size() + args.kw.size() + 1);
   return kTests[static_cast<size_t>(fn)].fn(*this, input, args, pos);
 }
 

@@ -42,13 +42,31 @@ Status Interp::steps_exceeded() const {
   return resource_exhausted("template rendering exceeded max_steps ({})", options_.limits.max_steps);
 }
 
+Status Interp::stack_check() const {
+  const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (stack_base_ > here && stack_base_ - here > kStackBudgetBytes)
+    return resource_exhausted("template nesting exceeds the interpreter's stack budget ({} bytes)", kStackBudgetBytes);
+  return ok_status();
+}
+
 Status Interp::render(const Program& program, const Value& context, StrBuilder& out) {
+  stack_base_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   context_ = context;
   root_ = std::make_shared<Scope>();
   return exec_body(program.body, root_, out);
 }
 
-Result<Value> Interp::make_str(StrBuilder& b, Pos pos) {
+Result<Value> Interp::eval_const(const Expr& e) {
+  stack_base_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  const_mode_ = true;
+  auto v = eval(e, nullptr);
+  const_mode_ = false;
+  return v;
+}
+
+Status Interp::not_constant() { return failed_precondition("expression is not constant"); }
+
+Result<Value> Interp::make_str(StrBuilder& b, Pos pos, bool markup) {
   if (b.size() > options_.limits.max_output_bytes)
     return resource_exhausted("template error at {}:{}: string of {} bytes exceeds max_output_bytes ({})", pos.line,
                               pos.col, b.size(), options_.limits.max_output_bytes);
@@ -57,7 +75,9 @@ Result<Value> Interp::make_str(StrBuilder& b, Pos pos) {
       static_cast<int64_t>(options_.limits.max_memory_bytes))
     return resource_exhausted("template error at {}:{}: rendering exceeded max_memory_bytes ({})", pos.line, pos.col,
                               options_.limits.max_memory_bytes);
-  return Value(StrP(b.finish(&tracker_)));
+  auto s = b.finish(&tracker_);
+  s->markup = markup;
+  return Value(StrP(std::move(s)));
 }
 
 Result<Value> Interp::make_str(std::string s, bool literal, Pos pos) {
@@ -128,7 +148,7 @@ void Interp::append_str(StrBuilder& b, const Value& v) {
   if (v.is_str())
     b.append(v.as_str());
   else
-    b.append(to_str(v), false);
+    b.append(to_str(v, str_limit()), false);
 }
 
 Result<Value> Interp::to_str_value(const Value& v, Pos pos) {
@@ -173,6 +193,7 @@ Status Interp::capture(const std::vector<StmtPtr>& body, const ScopeP& scope, Va
 
 Status Interp::exec(const Stmt& s, const ScopeP& scope, StrBuilder& out) {
   PG_TRY(step());
+  PG_TRY(stack_check());
   switch (s.kind) {
     case StmtKind::kText: out.append(s.text.as_str()); break;
     case StmtKind::kPrint:
@@ -271,15 +292,14 @@ Status Interp::exec_for(const Stmt& s, const ScopeP& scope, StrBuilder& out) {
     }
     items = std::move(kept);
   }
-  if (items.empty()) {
-    auto inner = std::make_shared<Scope>();
-    inner->parent = scope;
-    return exec_body(s.else_body, inner, out);
-  }
+  // Jinja2 clears its "else" indicator at the end of the loop body, so `else` also runs when
+  // every iteration left early through break or continue.
+  bool body_completed = false;
   auto loop = std::make_shared<LoopObj>();
   loop->items = std::make_shared<const std::vector<Value>>(std::move(items));
   const Value loop_value{LoopP(loop)};
   for (size_t i = 0; i < loop->items->size(); ++i) {
+    PG_TRY(step());
     loop->index0 = i;
     auto inner = std::make_shared<Scope>();
     inner->parent = scope;
@@ -290,9 +310,13 @@ Status Interp::exec_for(const Stmt& s, const ScopeP& scope, StrBuilder& out) {
       flow_ = Flow::kNormal;
       break;
     }
+    if (flow_ == Flow::kNormal) body_completed = true;
     flow_ = Flow::kNormal;
   }
-  return ok_status();
+  if (body_completed || s.else_body.empty()) return ok_status();
+  auto inner = std::make_shared<Scope>();
+  inner->parent = scope;
+  return exec_body(s.else_body, inner, out);
 }
 
 Status Interp::exec_call_block(const Stmt& s, const ScopeP& scope, StrBuilder& out) {
@@ -350,9 +374,12 @@ Status Interp::eval_args(const Expr& e, const ScopeP& scope, CallArgs& args) {
 
 Result<Value> Interp::eval(const Expr& e, const ScopeP& scope) {
   PG_TRY(step());
+  PG_TRY(stack_check());
   switch (e.kind) {
     case ExprKind::kConst: return e.value;
-    case ExprKind::kName: return lookup(e.name, scope);
+    case ExprKind::kName:
+      if (const_mode_) return not_constant();
+      return lookup(e.name, scope);
     case ExprKind::kGetattr: {
       PG_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
       return getattr(obj, e.name, e.pos);
@@ -373,6 +400,7 @@ Result<Value> Interp::eval(const Expr& e, const ScopeP& scope) {
       // failure is an error rather than an Undefined.
       if (obj.is_undefined()) return undefined_error(obj, e.pos);
       const bool is_seq = obj.is_str() || (obj.is_list() && obj.as_list().subscriptable());
+      if (!is_seq && const_mode_) return Value::undefined(fmt::format("'{}' object is not subscriptable", type_name(obj)));
       if (!is_seq) {
         if (obj.is_dict()) return rt_error(e.pos, "unhashable type: 'slice'");
         return rt_error(e.pos, "'{}' object is not subscriptable", type_name(obj));
@@ -387,7 +415,9 @@ Result<Value> Interp::eval(const Expr& e, const ScopeP& scope) {
       }
       std::vector<int64_t> picks;
       bool type_error = false;
-      PG_TRY(slice_indices(parts[0], parts[1], parts[2], n, picks, e.pos, type_error));
+      int64_t bounds[3];
+      PG_TRY(slice_indices(parts[0], parts[1], parts[2], n, picks, e.pos, type_error, bounds));
+      if (type_error && const_mode_) return Value::undefined("slice indices must be integers or None");
       if (type_error) return rt_error(e.pos, "slice indices must be integers or None or have an __index__ method");
       PG_TRY(step(picks.size() / 8 + 1));
       if (obj.is_str()) {
@@ -405,7 +435,16 @@ Result<Value> Interp::eval(const Expr& e, const ScopeP& scope) {
       std::vector<Value> items;
       items.reserve(picks.size());
       for (int64_t i : picks) items.push_back(obj.as_list().items[static_cast<size_t>(i)]);
-      return make_list(std::move(items), obj.as_list().kind == ListKind::kTuple ? ListKind::kTuple : ListKind::kList, e.pos);
+      const ListObj& src = obj.as_list();
+      const ListKind kind = src.kind == ListKind::kList ? ListKind::kList : src.kind;
+      PG_ASSIGN_OR_RETURN(Value sliced, make_list(std::move(items), kind, e.pos));
+      if (kind == ListKind::kRange) {  // range(...)[a:b:c] is a range again
+        auto& r = const_cast<ListObj&>(sliced.as_list());  // freshly made, not yet shared
+        r.range_start = src.range_start + bounds[0] * src.range_step;
+        r.range_stop = src.range_start + bounds[1] * src.range_step;
+        r.range_step = src.range_step * bounds[2];
+      }
+      return sliced;
     }
     case ExprKind::kCall: return eval_call(e, scope);
     case ExprKind::kFilter: return eval_filter(e, scope);
@@ -480,13 +519,15 @@ Result<Value> Interp::eval(const Expr& e, const ScopeP& scope) {
       }
       return make_dict(std::move(items), e.pos);
     }
-    case ExprKind::kSlice:
+    case ExprKind::kSlice:  // only inside a subscript tuple (x[1:2, 3]); no container takes it
+      return Value::undefined("slice objects are not supported as values");
     case ExprKind::kNsRef: break;
   }
   return rt_error(e.pos, "unexpected expression");
 }
 
 Result<Value> Interp::eval_call(const Expr& e, const ScopeP& scope) {
+  if (const_mode_) return not_constant();
   const Expr& callee = *e.args[0];
   Value fn;
   if (callee.kind == ExprKind::kGetattr) {
@@ -506,6 +547,9 @@ Result<Value> Interp::eval_call(const Expr& e, const ScopeP& scope) {
 }
 
 Result<Value> Interp::eval_filter(const Expr& e, const ScopeP& scope) {
+  if (const_mode_ && (!e.args[0] || e.name == "map" || e.name == "select" || e.name == "reject" ||
+                      e.name == "selectattr" || e.name == "rejectattr"))
+    return not_constant();  // filters that take the render context are never constant
   Value input;
   if (e.args[0]) {
     PG_ASSIGN_OR_RETURN(input, eval(*e.args[0], scope));
@@ -726,7 +770,7 @@ Result<Value> Interp::getitem(const Value& obj, const Value& key, Pos pos) {
     }
     return no_attribute(obj, key.sv());
   }
-  return Value::undefined(fmt::format("{} object has no element {}", type_name(obj), to_repr(key)));
+  return Value::undefined(fmt::format("{} object has no element {}", type_name(obj), short_repr(key)));
 }
 
 Result<std::vector<Value>> Interp::iterate(const Value& v, Pos pos) {

@@ -67,6 +67,8 @@ class Dumper {
 
   Status dump(const Value& v, int level) {
     if (level > kMaxValueDepth) return rt_error(pos_, "ValueError: Circular reference detected");
+    if (out_.size() > o_.max_bytes)
+      return resource_exhausted("template error at {}:{}: tojson output exceeds max_output_bytes", pos_.line, pos_.col);
     switch (v.kind()) {
       case Kind::kNone: out_ += "null"; return ok_status();
       case Kind::kBool: out_ += v.as_bool() ? "true" : "false"; return ok_status();

@@ -85,7 +85,7 @@ std::string py_title(std::string_view s) {
     if (prev_cased)
       py::append_lower(out, c);
     else
-      py::append_upper(out, c);
+      py::append_title(out, c);
     prev_cased = py::is_cased(c);
   }
   return out;
@@ -135,10 +135,12 @@ Result<Value> split(Interp& in, const Value& self, const CallArgs& args, Pos pos
   } else {
     PG_ASSIGN_OR_RETURN(std::string sep, str_arg(a[0], "split", pos));
     if (sep.empty()) return rt_error(pos, "empty separator");
+    // Forward search is linear; the reverse one may compare every needle byte at every offset.
+    PG_TRY(in.charge_bytes(from_right ? t.size() * std::min<size_t>(sep.size(), 64) : t.size()));
     std::vector<size_t> hits;
     if (!from_right) {
-      for (size_t p = t.find(sep); p != std::string::npos && (maxsplit < 0 || static_cast<int64_t>(hits.size()) < maxsplit);
-           p = t.find(sep, p + sep.size()))
+      for (size_t p = py::find(t, sep); p != std::string::npos && (maxsplit < 0 || static_cast<int64_t>(hits.size()) < maxsplit);
+           p = py::find(t, sep, p + sep.size()))
         hits.push_back(p);
     } else {
       size_t end = t.size();
@@ -189,7 +191,8 @@ Result<Value> replace(Interp& in, const Str& s, const std::string& old, const St
   }
   size_t from = 0;
   int64_t done = 0;
-  for (size_t p = t.find(old); p != std::string::npos && (count < 0 || done < count); p = t.find(old, from)) {
+  PG_TRY(in.charge_bytes(t.size()));
+  for (size_t p = py::find(t, old); p != std::string::npos && (count < 0 || done < count); p = py::find(t, old, from)) {
     b.append(s, from, p);
     b.append(repl);
     from = p + old.size();
@@ -201,8 +204,8 @@ Result<Value> replace(Interp& in, const Str& s, const std::string& old, const St
 }
 
 // Python's format-spec mini-language for str, int and float (the parts templates use).
-Result<std::string> format_spec(const Value& v, std::string_view spec, Pos pos) {
-  if (spec.empty()) return to_str(v);
+Result<std::string> format_spec(const Value& v, std::string_view spec, size_t limit, Pos pos) {
+  if (spec.empty()) return to_str(v, limit);
   size_t i = 0;
   std::string fill = " ";
   char align = 0;
@@ -235,14 +238,21 @@ Result<std::string> format_spec(const Value& v, std::string_view spec, Pos pos) 
     ++i;
   }
   size_t width = 0;
-  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') width = std::min<size_t>(width * 10 + static_cast<size_t>(spec[i++] - '0'), 100000);
+  // Widths and precisions past 99999 only pad or add digits: refuse them instead of building them.
+  for (int n = 0; i < spec.size() && spec[i] >= '0' && spec[i] <= '9'; ++n) {
+    if (n == 5) return rt_error(pos, "format width too large");
+    width = width * 10 + static_cast<size_t>(spec[i++] - '0');
+  }
   char grouping = 0;
   if (i < spec.size() && (spec[i] == ',' || spec[i] == '_')) grouping = spec[i++];
   int precision = -1;
   if (i < spec.size() && spec[i] == '.') {
     ++i;
     precision = 0;
-    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') precision = std::min(precision * 10 + (spec[i++] - '0'), 1000);
+    for (int n = 0; i < spec.size() && spec[i] >= '0' && spec[i] <= '9'; ++n) {
+      if (n == 5) return rt_error(pos, "format precision too large");
+      precision = precision * 10 + (spec[i++] - '0');
+    }
   }
   char type = 0;
   if (i < spec.size()) type = spec[i++];
@@ -263,7 +273,6 @@ Result<std::string> format_spec(const Value& v, std::string_view spec, Pos pos) 
                                             type == 'b' || type == 'n' || type == 'c');
     if (v.is_float() && (type == 'd' || type == 'x' || type == 'X' || type == 'o' || type == 'b' || type == 'c'))
       return rt_error(pos, "unknown format code '{}' for object of type 'float'", type);
-    char buf[1200];
     if (as_int) {
       const int64_t x = v.as_int();
       const uint64_t mag = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
@@ -292,13 +301,10 @@ Result<std::string> format_spec(const Value& v, std::string_view spec, Pos pos) 
       if (t == 0 && precision < 0) {
         body = v.is_float() ? py::float_repr(m) : std::to_string(std::llabs(v.as_int()));
       } else if (t == '%') {
-        std::snprintf(buf, sizeof(buf), "%.*f%%", precision < 0 ? 6 : precision, m * 100.0);
-        body = buf;
+        body = cformat("%.*f%%", precision < 0 ? 6 : precision, m * 100.0);
       } else {
         if (t == 0 || t == 'n') t = 'g';
-        const std::string f = std::string("%") + (alt ? "#" : "") + ".*" + t;
-        std::snprintf(buf, sizeof(buf), f.c_str(), precision < 0 ? 6 : precision, m);
-        body = buf;
+        body = cformat(std::string("%") + (alt ? "#" : "") + ".*" + t, precision < 0 ? 6 : precision, m);
       }
     }
     if (grouping != 0) {
@@ -419,13 +425,13 @@ Result<Value> str_format(Interp& in, const Str& f, const CallArgs& args, Pos pos
     }
     if (v.is_undefined()) v = Value::str("", false);
     if (conv == "r" || conv == "a") {
-      v = Value::str(to_repr(v), false);
+      v = Value::str(to_repr(v, in.str_limit()), false);
     } else if (conv == "s") {
-      v = Value::str(to_str(v), false);
+      v = Value::str(to_str(v, in.str_limit()), false);
     } else if (!conv.empty()) {
       return rt_error(pos, "Unknown conversion specifier {}", conv);
     }
-    PG_ASSIGN_OR_RETURN(std::string piece, format_spec(v, spec, pos));
+    PG_ASSIGN_OR_RETURN(std::string piece, format_spec(v, spec, in.str_limit(), pos));
     out += piece;
     if (out.size() > in.options().limits.max_output_bytes)
       return resource_exhausted("template error at {}:{}: formatted string exceeds max_output_bytes", pos.line, pos.col);
@@ -523,7 +529,7 @@ Result<Value> str_method(Interp& in, const Value& self, const std::string& name,
       const char32_t c = py::next_cp(t, i);
       if (name == "capitalize") {
         if (first)
-          py::append_upper(out, c);
+          py::append_title(out, c);
         else
           py::append_lower(out, c);
       } else if (py::is_upper(c)) {
@@ -541,19 +547,19 @@ Result<Value> str_method(Interp& in, const Value& self, const std::string& name,
     CpView cv(s);
     int64_t b, e;
     PG_TRY(start_end(a[1], a[2], cv.len(), b, e, pos));
-    PG_TRY(in.charge_bytes(t.size()));
+    PG_TRY(in.charge_bytes(name[0] == 'r' ? t.size() * std::min<size_t>(sub.size(), 64) : t.size()));
     if (name == "count") {
       if (b > e) return Value::integer(0);
       if (sub.empty()) return Value::integer(e - b + 1);
       const std::string_view part = std::string_view(t).substr(cv.byte(b), cv.byte(e) - cv.byte(b));
       int64_t n = 0;
-      for (size_t p = part.find(sub); p != std::string_view::npos; p = part.find(sub, p + sub.size())) ++n;
+      for (size_t p = py::find(part, sub); p != std::string_view::npos; p = py::find(part, sub, p + sub.size())) ++n;
       return Value::integer(n);
     }
     int64_t found = -1;
     if (b <= e) {
       const std::string_view part = std::string_view(t).substr(cv.byte(b), cv.byte(e) - cv.byte(b));
-      const size_t p = (name == "find" || name == "index") ? part.find(sub) : part.rfind(sub);
+      const size_t p = (name == "find" || name == "index") ? py::find(part, sub) : part.rfind(sub);
       if (p != std::string_view::npos) found = cv.cp_of(cv.byte(b) + p);
     }
     if (found < 0 && (name == "index" || name == "rindex")) return rt_error(pos, "substring not found");
@@ -617,7 +623,8 @@ Result<Value> str_method(Interp& in, const Value& self, const std::string& name,
     PG_TRY(bind_args(args, {"sep"}, 1, a, name, pos));
     PG_ASSIGN_OR_RETURN(std::string sep, str_arg(a[0], name, pos));
     if (sep.empty()) return rt_error(pos, "empty separator");
-    const size_t p = name == "partition" ? t.find(sep) : t.rfind(sep);
+    PG_TRY(in.charge_bytes(name == "partition" ? t.size() : t.size() * std::min<size_t>(sep.size(), 64)));
+    const size_t p = name == "partition" ? py::find(t, sep) : t.rfind(sep);
     std::vector<Value> parts;
     if (p == std::string::npos) {
       Value empty = Value::str("", false);
@@ -688,7 +695,7 @@ Result<Value> list_method(Interp& in, const Value& self, const std::string& name
     PG_TRY(in.step(l.items.size() + 1));
     for (int64_t i = b; i < e; ++i)
       if (py_eq(l.items[static_cast<size_t>(i)], *a[0])) return Value::integer(i);
-    return rt_error(pos, "{} is not in list", to_repr(*a[0]));
+    return rt_error(pos, "{} is not in list", short_repr(*a[0]));
   }
   return unsupported("template error at {}:{}: {}.{}() is not supported", pos.line, pos.col, type_name(self), name);
 }
@@ -824,13 +831,13 @@ Result<Value> call_global(Interp& in, const std::string& name, const CallArgs& a
     PG_TRY(dict_items_from_args(in, args, name, items, pos));
     if (name == "dict") return in.make_dict(std::move(items), pos);
     std::vector<std::pair<std::string, Value>> attrs;
-    for (auto& [k, v] : items) attrs.emplace_back(to_str(k), std::move(v));
+    for (auto& [k, v] : items) attrs.emplace_back(to_str(k, in.str_limit()), std::move(v));
     return in.make_namespace(std::move(attrs), pos);
   }
   if (name == "raise_exception") {
     std::vector<const Value*> a;
     PG_TRY(bind_args(args, {"message"}, 1, a, name, pos));
-    return invalid_argument("{}", to_str(*a[0]));
+    return invalid_argument("{}", to_str(*a[0], in.str_limit()));
   }
   if (name == "strftime_now") {
     std::vector<const Value*> a;

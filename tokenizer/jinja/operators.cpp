@@ -45,7 +45,7 @@ Result<Value> repeat(Interp& in, const Value& seq, int64_t n, Pos pos) {
       return resource_exhausted("template error at {}:{}: string repetition exceeds max_output_bytes", pos.line, pos.col);
     StrBuilder b;
     for (int64_t i = 0; i < n; ++i) b.append(s);
-    return in.make_str(b, pos);
+    return in.make_str(b, pos, s.markup);
   }
   const ListObj& l = seq.as_list();
   if (!l.items.empty() && static_cast<uint64_t>(n) > (in.options().limits.max_memory_bytes / sizeof(Value)) / l.items.size())
@@ -72,6 +72,10 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
     if (args.is_dict()) mapping = &args.as_dict();
     values.push_back(args);
   }
+  // CPython treats any non-tuple, non-str argument with __getitem__ as a mapping, and then does
+  // not complain about unused arguments.
+  const bool mapping_like = args.is_dict() || args.is_undefined() ||
+                            (args.is_list() && args.as_list().subscriptable() && args.as_list().kind != ListKind::kTuple);
   size_t next_arg = 0;
   bool used_mapping = false;
   std::string out;
@@ -92,11 +96,17 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
       i = close + 1;
     }
     std::string spec = "%";
-    while (i < f.size() && std::string_view("-+ #0").find(f[i]) != std::string_view::npos) spec.push_back(f[i++]);
-    while (i < f.size() && f[i] >= '0' && f[i] <= '9') spec.push_back(f[i++]);
+    while (i < f.size() && std::string_view("-+ #0").find(f[i]) != std::string_view::npos && spec.size() < 8) spec.push_back(f[i++]);
+    for (int n = 0; i < f.size() && f[i] >= '0' && f[i] <= '9'; ++n) {
+      if (n == 5) return rt_error(pos, "format width too large");
+      spec.push_back(f[i++]);
+    }
     if (i < f.size() && f[i] == '.') {
       spec.push_back(f[i++]);
-      while (i < f.size() && f[i] >= '0' && f[i] <= '9') spec.push_back(f[i++]);
+      for (int n = 0; i < f.size() && f[i] >= '0' && f[i] <= '9'; ++n) {
+        if (n == 5) return rt_error(pos, "format precision too large");
+        spec.push_back(f[i++]);
+      }
     }
     while (i < f.size() && (f[i] == 'h' || f[i] == 'l' || f[i] == 'L')) ++i;
     if (i >= f.size()) return rt_error(pos, "incomplete format");
@@ -109,13 +119,13 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
       if (next_arg >= values.size()) return rt_error(pos, "not enough arguments for format string");
       arg = &values[next_arg++];
     }
-    if (spec.size() > 24) return rt_error(pos, "format specification too long");
-    char buf[512];
+    // Width/precision beyond 5 digits would only pad: refuse them rather than build huge strings.
+    if (spec.size() > 12) return rt_error(pos, "format specification too long");
     switch (conv) {
       case 's':
       case 'r':
       case 'a': {
-        std::string s = conv == 's' ? to_str(*arg) : to_repr(*arg);
+        std::string s = conv == 's' ? to_str(*arg, in.str_limit()) : to_repr(*arg, in.str_limit());
         // Width and precision count code points; only '-' matters among the flags.
         const bool left = spec.find('-') != std::string::npos;
         size_t width = 0, prec = std::string::npos;
@@ -153,8 +163,7 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
           return rt_error(pos, "%{} format: a number is required, not {}", conv, type_name(*arg));
         }
         const char c = conv == 'i' || conv == 'u' ? 'd' : conv;
-        std::snprintf(buf, sizeof(buf), (spec + "ll" + c).c_str(), static_cast<long long>(v));
-        out += buf;
+        out += cformat(spec + "ll" + c, static_cast<long long>(v));
         break;
       }
       case 'f':
@@ -164,8 +173,7 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
       case 'g':
       case 'G': {
         if (!arg->is_number()) return rt_error(pos, "must be real number, not {}", type_name(*arg));
-        std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), arg->as_double());
-        out += buf;
+        out += cformat(spec + conv, arg->as_double());
         break;
       }
       case 'c': {
@@ -183,14 +191,53 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
     if (out.size() > in.options().limits.max_output_bytes)
       return resource_exhausted("template error at {}:{}: formatted string exceeds max_output_bytes", pos.line, pos.col);
   }
-  if (!used_mapping && mapping == nullptr && next_arg < values.size())
+  if (!used_mapping && !mapping_like && next_arg < values.size())
     return rt_error(pos, "not all arguments converted during string formatting");
   return in.make_str(std::move(out), false, pos);
 }
 
 }  // namespace
 
+namespace {
+
+template <typename... T>
+std::string cformat_impl(const std::string& f, T... v) {
+  const int n = std::snprintf(nullptr, 0, f.c_str(), v...);
+  if (n <= 0) return {};
+  std::string s(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(s.data(), s.size(), f.c_str(), v...);
+  s.resize(static_cast<size_t>(n));
+  return s;
+}
+
+}  // namespace
+
+std::string cformat(const std::string& f, long long v) { return cformat_impl(f, v); }
+std::string cformat(const std::string& f, double v) { return cformat_impl(f, v); }
+std::string cformat(const std::string& f, int precision, double v) { return cformat_impl(f, precision, v); }
+
+void escape_into(StrBuilder& b, const Str& s) {
+  size_t begin = 0;
+  for (const Run& r : s.runs) {
+    std::string out;
+    for (size_t i = begin; i < r.end; ++i) {
+      switch (s.s[i]) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '"': out += "&#34;"; break;
+        case '\'': out += "&#39;"; break;
+        default: out.push_back(s.s[i]);
+      }
+    }
+    b.append(out, r.literal);
+    begin = r.end;
+  }
+}
+
 Result<Value> binary_op(Interp& in, BinOp op, const Value& a, const Value& b, Pos pos) {
+  // str.__mod__ runs before any reflected operator of the right operand (even an Undefined).
+  if (op == BinOp::kMod && a.is_str()) return percent_format(in, a, b, pos);
   if (a.is_undefined()) return undefined_error(a, pos);
   if (b.is_undefined()) return undefined_error(b, pos);
   const bool ints = a.is_integral() && b.is_integral();
@@ -206,10 +253,18 @@ Result<Value> binary_op(Interp& in, BinOp op, const Value& a, const Value& b, Po
       if (a.is_str() && b.is_str()) {
         if (a.sv().size() + b.sv().size() > in.options().limits.max_output_bytes)
           return resource_exhausted("template error at {}:{}: string exceeds max_output_bytes", pos.line, pos.col);
+        // Markup + str escapes the str (and str + Markup goes through Markup.__radd__).
+        const bool markup = a.as_str().markup || b.as_str().markup;
         StrBuilder sb;
-        sb.append(a.as_str());
-        sb.append(b.as_str());
-        return in.make_str(sb, pos);
+        if (markup && !a.as_str().markup)
+          escape_into(sb, a.as_str());
+        else
+          sb.append(a.as_str());
+        if (markup && !b.as_str().markup)
+          escape_into(sb, b.as_str());
+        else
+          sb.append(b.as_str());
+        return in.make_str(sb, pos, markup);
       }
       if (is_concat_seq(a) && is_concat_seq(b) && a.as_list().kind == b.as_list().kind) {
         std::vector<Value> items = a.as_list().items;
@@ -412,7 +467,7 @@ Result<bool> contains(Interp& in, const Value& container, const Value& item, Pos
       if (!item.is_str())
         return rt_error(pos, "'in <string>' requires string as left operand, not {}", type_name(item));
       PG_TRY(in.charge_bytes(container.sv().size()));
-      return container.sv().find(item.sv()) != std::string::npos;
+      return py::find(container.sv(), item.sv()) != std::string::npos;
     case Kind::kDict: {
       if (!hash_key(item)) return rt_error(pos, "unhashable type: '{}'", type_name(item));
       return dict_get(container.as_dict(), item) != nullptr;
@@ -471,7 +526,7 @@ const Value* dict_get(const DictObj& d, const Value& key) {
 }
 
 Status slice_indices(const Value& start_v, const Value& stop_v, const Value& step_v, int64_t n, std::vector<int64_t>& out,
-                     Pos pos, bool& type_error) {
+                     Pos pos, bool& type_error, int64_t bounds[3]) {
   type_error = false;
   auto ok_type = [](const Value& v) { return v.is_none() || v.is_integral(); };
   if (!ok_type(start_v) || !ok_type(stop_v) || !ok_type(step_v)) {
@@ -495,6 +550,11 @@ Status slice_indices(const Value& start_v, const Value& stop_v, const Value& ste
   };
   const int64_t start = adjust(start_v, step > 0 ? lower : upper);
   const int64_t stop = adjust(stop_v, step > 0 ? upper : lower);
+  if (bounds != nullptr) {
+    bounds[0] = start;
+    bounds[1] = stop;
+    bounds[2] = step;
+  }
   // All indices lie in [0, n), so the loop runs at most n times; the guards stop before overflow.
   if (step > 0) {
     for (int64_t i = start; i < stop; i += step) {

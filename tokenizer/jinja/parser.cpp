@@ -3,6 +3,8 @@
 // one bare argument, comparisons chain).
 #include "tokenizer/jinja/parser.h"
 
+#include "tokenizer/jinja/runtime.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -49,6 +51,7 @@ class Parser {
   explicit Parser(std::vector<Token> toks) : t_(std::move(toks)) {}
 
   Status parse_all(std::vector<StmtPtr>& body) {
+    stack_base_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
     PG_TRY(subparse(nullptr, body));
     return ok_status();
   }
@@ -103,6 +106,9 @@ class Parser {
     return n;
   }
   Status nest_check() const {
+    const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    if (stack_base_ > here && stack_base_ - here > kStackBudgetBytes)
+      return unsupported("template error at {}:{}: nesting exceeds the parser's stack budget", cur().pos.line, cur().pos.col);
     if (nesting_ > kMaxNesting) return unsupported("template error at {}:{}: nesting deeper than {} levels", cur().pos.line, cur().pos.col, kMaxNesting);
     return ok_status();
   }
@@ -165,7 +171,8 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int nesting_ = 0;
-  int loop_depth_ = 0;  // for break/continue: 0 outside loops and inside macro bodies
+  int loop_depth_ = 0;
+  uintptr_t stack_base_ = 0;  // for break/continue: 0 outside loops and inside macro bodies
 };
 
 // Names loaded anywhere below a macro body that make it take *varargs / **kwargs / caller.
@@ -809,8 +816,7 @@ Result<ExprPtr> Parser::parse_subscript(ExprPtr e) {
     args.push_back(std::move(a));
   }
   PG_TRY(expect_op("]"));
-  if (args.empty()) return fail(tok, "expected a subscript");
-  ExprPtr index;
+  ExprPtr index;  // x[] indexes with an empty tuple, as in Jinja2
   if (args.size() == 1) {
     index = std::move(args[0]);
   } else {
@@ -954,6 +960,7 @@ Result<std::shared_ptr<const Program>> parse_program(std::string_view source) {
   Parser parser(std::move(tokens));
   auto program = std::make_shared<Program>();
   PG_TRY(parser.parse_all(program->body));
+  fold_constants(*program);
   return std::shared_ptr<const Program>(std::move(program));
 }
 

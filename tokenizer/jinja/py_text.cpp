@@ -2,6 +2,8 @@
 // ranges chat templates meet; the float formatting follows CPython's repr (float_repr_style short).
 #include "tokenizer/jinja/py_text.h"
 
+#include <string.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -209,6 +211,14 @@ void append_upper(std::string& out, char32_t c) {
   append_utf8(out, upper_of(c));
 }
 
+void append_title(std::string& out, char32_t c) {
+  if (c == 0xDF) {
+    out += "Ss";
+    return;
+  }
+  append_utf8(out, upper_of(c));
+}
+
 void append_lower(std::string& out, char32_t c) {
   if (c == 0x130) {
     out += "i\xCC\x87";  // Python: 'İ'.lower() == 'i̇'
@@ -260,6 +270,13 @@ ByteRange strip_range(std::string_view s, const std::string_view* chars, bool le
     end = last_keep;
   }
   return {begin, end};
+}
+
+size_t find(std::string_view hay, std::string_view needle, size_t from) {
+  if (from > hay.size()) return std::string_view::npos;
+  if (needle.empty()) return from;
+  const void* p = memmem(hay.data() + from, hay.size() - from, needle.data(), needle.size());
+  return p == nullptr ? std::string_view::npos : static_cast<size_t>(static_cast<const char*>(p) - hay.data());
 }
 
 std::string float_repr(double x) {

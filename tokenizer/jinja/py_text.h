@@ -32,6 +32,8 @@ bool is_lower(char32_t c);
 // Cyrillic; other scripts are caseless here (documented approximation).
 void append_upper(std::string& out, char32_t c);
 void append_lower(std::string& out, char32_t c);
+// Title case of one code point (str.title / str.capitalize): like upper, but ß gives "Ss".
+void append_title(std::string& out, char32_t c);
 std::string upper(std::string_view s);
 std::string lower(std::string_view s);
 
@@ -41,6 +43,10 @@ struct ByteRange {
   size_t begin, end;
 };
 ByteRange strip_range(std::string_view s, const std::string_view* chars, bool left, bool right);
+
+// Byte offset of the first occurrence of needle in hay at or after `from` (npos if none), in
+// linear time (glibc's two-way memmem), so hostile inputs cannot make searches quadratic.
+size_t find(std::string_view hay, std::string_view needle, size_t from = 0);
 
 // repr(float) / str(float): shortest round-trip digits, fixed notation for 1e-4 <= |x| < 1e16.
 std::string float_repr(double x);

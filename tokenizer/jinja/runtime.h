@@ -45,6 +45,11 @@ struct CallArgs {
   std::vector<std::pair<std::string, Value>> kw;
 };
 
+// Stack the interpreter may use below its entry point. Nesting is bounded by the parser and
+// RenderLimits, but frames differ by build (sanitizers triple them); this guard turns any
+// remaining overflow risk into an error. Threads rendering templates need ~1.5x this much stack.
+inline constexpr size_t kStackBudgetBytes = size_t{2} << 20;
+
 // "template error at L:C: message" for runtime failures (TypeError, UndefinedError...).
 template <typename... Args>
 Status rt_error(Pos pos, fmt::format_string<Args...> f, Args&&... args) {
@@ -67,10 +72,15 @@ class Interp {
 
   // Renders program with `context` (its top-level variables) into out.
   Status render(const Program& program, const Value& context, StrBuilder& out);
+  // jinja2's Expr.as_const: evaluates e without a context. Fails for names, calls and filters
+  // that need the render context; slicing fails soft (the sandbox's getitem gives Undefined).
+  Result<Value> eval_const(const Expr& e);
 
   // --- services for filters, methods and operators ---
   const RenderOptions& options() const { return options_; }
   AllocTracker* tracker() { return &tracker_; }
+  // Cap for to_str/to_repr: one byte past the largest string a render may make.
+  size_t str_limit() const { return options_.limits.max_output_bytes + 1; }
   Status step(uint64_t n = 1) {
     steps_ += n;
     if (steps_ > options_.limits.max_steps) return steps_exceeded();
@@ -78,7 +88,7 @@ class Interp {
   }
   // Charges bulk work: one step per 64 bytes.
   Status charge_bytes(size_t n) { return step(n / 64 + 1); }
-  Result<Value> make_str(StrBuilder& b, Pos pos);
+  Result<Value> make_str(StrBuilder& b, Pos pos, bool markup = false);
   Result<Value> make_str(std::string s, bool literal, Pos pos);
   Result<Value> make_list(std::vector<Value> items, ListKind kind, Pos pos);
   Result<Value> make_dict(std::vector<std::pair<Value, Value>> items, Pos pos);
@@ -113,12 +123,19 @@ class Interp {
   Value lookup(const std::string& name, const ScopeP& scope) const;
   Result<Value> call_macro(const FuncObj& f, const CallArgs& args, Pos pos);
   Result<Value> call_loop_fn(const FuncObj& f, const CallArgs& args, Pos pos);
+  static Status not_constant();
+  Status stack_check() const;
 
   AllocTracker tracker_;  // first member: destroyed last, after every tracked value
   const RenderOptions& options_;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
   Flow flow_ = Flow::kNormal;
+  uintptr_t stack_base_ = 0;  // address near the bottom of the render's stack (see stack_check)
+  bool const_mode_ = false;  // eval_const: names, calls and context filters are not constant
+  bool lenient_slices_ = false;        // evaluating a folded constant (see eval_folded)
+  const Expr* strict_ = nullptr;       // re-evaluating this folded constant at render time
+  const Expr* print_root_ = nullptr;   // the expression of the {{ }} being printed
   const Value* block_input_ = nullptr;  // the captured body a {% filter %} / {% set %} block filters
   Value context_;
   ScopeP root_;
@@ -138,12 +155,16 @@ Result<bool> contains(Interp& in, const Value& container, const Value& item, Pos
 // A dict key's identity (1, 1.0 and True are one key); nullopt for unhashable values.
 std::optional<std::string> hash_key(const Value& v, int depth = 0);
 const Value* dict_get(const DictObj& d, const Value& key);
-// Python slice indices for a sequence of length n.
+// Python slice indices for a sequence of length n; bounds = slice.indices(n) (start, stop, step).
 Status slice_indices(const Value& start, const Value& stop, const Value& step, int64_t n, std::vector<int64_t>& out,
-                     Pos pos, bool& type_error);
+                     Pos pos, bool& type_error, int64_t bounds[3] = nullptr);
 // Python int(str) parsing (whitespace, sign, underscores); false when not an integer literal.
 bool parse_py_int(std::string_view s, int base, int64_t& out);
 bool parse_py_float(std::string_view s, double& out);
+// snprintf(fmt, v) into a string of whatever length it needs.
+std::string cformat(const std::string& fmt, long long v);
+std::string cformat(const std::string& fmt, double v);
+std::string cformat(const std::string& fmt, int precision, double v);
 
 // --- str / list / dict methods and globals (methods.cpp) ---
 enum class MethodLookup : uint8_t { kNone, kSafe, kUnsafe };
@@ -156,6 +177,15 @@ Result<Value> call_method(Interp& in, const Value& self, const std::string& name
 bool is_global_function(std::string_view name);
 Result<Value> call_global(Interp& in, const std::string& name, const CallArgs& args, Pos pos);
 
+// markupsafe.escape of s's text into b, run by run (provenance kept).
+void escape_into(StrBuilder& b, const Str& s);
+
+// --- constant folding (optimizer.cpp) ---
+// What jinja2's Optimizer and CodeGenerator.visit_Output evaluate at compile time: constant
+// subtrees whose value has a safe repr become constants, and constant {{ }} expressions become
+// text. Runs once after parsing; a subtree whose folding fails is left to the render.
+void fold_constants(Program& program);
+
 // --- JSON (json_io.cpp) ---
 struct DumpOptions {
   bool ensure_ascii = false;
@@ -163,6 +193,7 @@ struct DumpOptions {
   std::string item_sep = ", ";
   std::string key_sep = ": ";
   bool sort_keys = false;
+  size_t max_bytes = SIZE_MAX;  // fail once the output passes this
 };
 // Python json.dumps(v, ...) byte for byte.
 Status json_dump(const Value& v, const DumpOptions& opts, std::string& out, Pos pos);

@@ -156,115 +156,181 @@ std::string type_name(const Value& v) {
 
 namespace {
 
-void repr_into(std::string& out, const Value& v, int depth);
+// str()/repr() writer. Output stops growing past `max` (callers compare sizes). Like CPython's
+// Py_ReprEnter, a list/dict/namespace already being printed prints as [...] / {...}, so
+// self-containing namespaces print finitely; kMaxValueDepth bounds the recursion regardless.
+class Printer {
+ public:
+  Printer(std::string& out, size_t max) : out_(out), max_(max) {}
 
-void seq_into(std::string& out, const std::vector<Value>& items, size_t from, const char* open, const char* close,
-              int depth) {
-  out += open;
-  for (size_t i = from; i < items.size(); ++i) {
-    if (i > from) out += ", ";
-    repr_into(out, items[i], depth + 1);
+  void str(const Value& v) {
+    if (full()) return;
+    if (v.is_str()) {
+      out_.append(v.sv(), 0, std::min(v.sv().size(), room()));
+    } else if (v.is_undefined()) {
+      return;
+    } else {
+      object(v);
+    }
   }
-  out += close;
-}
 
-void str_into(std::string& out, const Value& v, int depth) {
-  if (depth > kMaxValueDepth) {
-    out += "...";
-    return;
+  void repr(const Value& v) {
+    if (full()) return;
+    if (v.is_str()) {
+      if (v.sv().size() >= room()) {
+        out_.append(room(), '.');  // over the limit anyway; skip quoting it
+        return;
+      }
+      if (v.as_str().markup) out_ += "Markup(";
+      out_ += py::str_repr(v.sv());
+      if (v.as_str().markup) out_ += ")";
+    } else if (v.is_undefined()) {
+      out_ += "Undefined";
+    } else {
+      object(v);
+    }
   }
-  switch (v.kind()) {
-    case Kind::kUndefined: return;
-    case Kind::kNone: out += "None"; return;
-    case Kind::kBool: out += v.as_bool() ? "True" : "False"; return;
-    case Kind::kInt: out += std::to_string(v.as_int()); return;
-    case Kind::kFloat: out += py::float_repr(v.as_double()); return;
-    case Kind::kStr: out += v.sv(); return;
-    case Kind::kList: {
-      const ListObj& l = v.as_list();
-      switch (l.kind) {
-        case ListKind::kList: seq_into(out, l.items, 0, "[", "]", depth); return;
-        case ListKind::kTuple:
-          seq_into(out, l.items, 0, "(", l.items.size() == 1 ? ",)" : ")", depth);
+
+ private:
+  bool full() const { return out_.size() > max_; }
+  size_t room() const {
+    const size_t r = max_ - out_.size();
+    return r == SIZE_MAX ? r : r + 1;  // one past max, so an overflow shows
+  }
+  // Enters a container; false when it is already being printed (or nesting is too deep).
+  bool enter(const void* id) {
+    if (active_.size() > static_cast<size_t>(kMaxValueDepth)) return false;
+    for (const void* a : active_)
+      if (a == id) return false;
+    active_.push_back(id);
+    return true;
+  }
+
+  void seq(const ListObj& l, const char* open, const char* close) {
+    out_ += open;
+    for (size_t i = 0; i < l.items.size() && !full(); ++i) {
+      if (i > 0) out_ += ", ";
+      repr(l.items[i]);
+    }
+    out_ += close;
+  }
+
+  void object(const Value& v) {
+    switch (v.kind()) {
+      case Kind::kNone: out_ += "None"; return;
+      case Kind::kBool: out_ += v.as_bool() ? "True" : "False"; return;
+      case Kind::kInt: out_ += std::to_string(v.as_int()); return;
+      case Kind::kFloat: out_ += py::float_repr(v.as_double()); return;
+      case Kind::kList: list(v); return;
+      case Kind::kDict: {
+        if (!enter(v.identity())) {
+          out_ += "{...}";
           return;
-        case ListKind::kIterator: out += "<generator object>"; return;
-        case ListKind::kDictKeys: seq_into(out, l.items, 0, "dict_keys([", "])", depth); return;
-        case ListKind::kDictValues: seq_into(out, l.items, 0, "dict_values([", "])", depth); return;
-        case ListKind::kDictItems: seq_into(out, l.items, 0, "dict_items([", "])", depth); return;
-        case ListKind::kRange:
-          out += fmt::format("range({}, {}", l.range_start, l.range_stop);
-          if (l.range_step != 1) out += fmt::format(", {}", l.range_step);
-          out += ")";
+        }
+        out_ += "{";
+        bool first = true;
+        for (const auto& [k, val] : v.as_dict().items) {
+          if (full()) break;
+          if (!first) out_ += ", ";
+          first = false;
+          repr(k);
+          out_ += ": ";
+          repr(val);
+        }
+        out_ += "}";
+        active_.pop_back();
+        return;
+      }
+      case Kind::kNamespace: {
+        if (!enter(v.identity())) {
+          out_ += "<Namespace {...}>";
           return;
+        }
+        out_ += "<Namespace {";
+        bool first = true;
+        for (const auto& [k, val] : v.as_ns().attrs) {
+          if (full()) break;
+          if (!first) out_ += ", ";
+          first = false;
+          out_ += py::str_repr(k);
+          out_ += ": ";
+          repr(val);
+        }
+        out_ += "}>";
+        active_.pop_back();
+        return;
       }
-      return;
-    }
-    case Kind::kDict: {
-      out += "{";
-      bool first = true;
-      for (const auto& [k, val] : v.as_dict().items) {
-        if (!first) out += ", ";
-        first = false;
-        repr_into(out, k, depth + 1);
-        out += ": ";
-        repr_into(out, val, depth + 1);
+      case Kind::kFunc: {
+        const FuncObj& f = v.as_func();
+        if (f.kind == FuncKind::kMacro)
+          out_ += fmt::format("<Macro {}>", py::str_repr(f.name));
+        else if (f.kind == FuncKind::kMethod)
+          out_ += fmt::format("<built-in method {} of {} object>", f.name, type_name(f.self));
+        else
+          out_ += fmt::format("<built-in function {}>", f.name);
+        return;
       }
-      out += "}";
-      return;
-    }
-    case Kind::kNamespace: {
-      out += "<Namespace {";
-      bool first = true;
-      for (const auto& [k, val] : v.as_ns().attrs) {
-        if (!first) out += ", ";
-        first = false;
-        out += py::str_repr(k);
-        out += ": ";
-        repr_into(out, val, depth + 1);
+      case Kind::kLoop: {
+        const LoopObj& l = v.as_loop();
+        out_ += fmt::format("<LoopContext {}/{}>", l.index0 + 1, l.items ? l.items->size() : 0);
+        return;
       }
-      out += "}>";
-      return;
-    }
-    case Kind::kFunc: {
-      const FuncObj& f = v.as_func();
-      if (f.kind == FuncKind::kMacro)
-        out += fmt::format("<Macro {}>", py::str_repr(f.name));
-      else if (f.kind == FuncKind::kMethod)
-        out += fmt::format("<built-in method {} of {} object>", f.name, type_name(f.self));
-      else
-        out += fmt::format("<built-in function {}>", f.name);
-      return;
-    }
-    case Kind::kLoop: {
-      const LoopObj& l = v.as_loop();
-      out += fmt::format("<LoopContext {}/{}>", l.index0 + 1, l.items ? l.items->size() : 0);
-      return;
+      default: return;
     }
   }
-}
 
-void repr_into(std::string& out, const Value& v, int depth) {
-  if (v.is_str()) {
-    out += py::str_repr(v.sv());
-  } else if (v.is_undefined()) {
-    out += "Undefined";
-  } else {
-    str_into(out, v, depth);
+  void list(const Value& v) {
+    const ListObj& l = v.as_list();
+    if (l.kind == ListKind::kRange) {
+      out_ += fmt::format("range({}, {}", l.range_start, l.range_stop);
+      if (l.range_step != 1) out_ += fmt::format(", {}", l.range_step);
+      out_ += ")";
+      return;
+    }
+    if (l.kind == ListKind::kIterator) {
+      out_ += "<generator object>";
+      return;
+    }
+    if (!enter(v.identity())) {
+      out_ += l.kind == ListKind::kTuple ? "(...)" : "[...]";
+      return;
+    }
+    switch (l.kind) {
+      case ListKind::kTuple: seq(l, "(", l.items.size() == 1 ? ",)" : ")"); break;
+      case ListKind::kDictKeys: seq(l, "dict_keys([", "])"); break;
+      case ListKind::kDictValues: seq(l, "dict_values([", "])"); break;
+      case ListKind::kDictItems: seq(l, "dict_items([", "])"); break;
+      default: seq(l, "[", "]"); break;
+    }
+    active_.pop_back();
   }
-}
+
+  std::string& out_;
+  size_t max_;
+  std::vector<const void*> active_;
+};
 
 }  // namespace
 
-std::string to_str(const Value& v) {
+std::string to_str(const Value& v, size_t max_bytes) {
   std::string out;
-  str_into(out, v, 0);
+  Printer(out, max_bytes).str(v);
   return out;
 }
 
-std::string to_repr(const Value& v) {
+std::string to_repr(const Value& v, size_t max_bytes) {
   std::string out;
-  repr_into(out, v, 0);
+  Printer(out, max_bytes).repr(v);
   return out;
+}
+
+std::string short_repr(const Value& v) {
+  std::string s = to_repr(v, 200);
+  if (s.size() > 200) {
+    s.resize(200);
+    s += "...";
+  }
+  return s;
 }
 
 }  // namespace pg::jinja

@@ -30,6 +30,7 @@ struct Str {
   std::string s;
   std::vector<Run> runs;
   bool ascii = true;             // every byte < 0x80: byte offsets are code point offsets
+  bool markup = false;           // markupsafe.Markup (from safe / escape): repr differs, `+` escapes
   AllocTracker* tracker = nullptr;
   Str() = default;
   Str(const Str&) = delete;
@@ -213,8 +214,12 @@ int value_depth(const Value& v);
 bool truthy(const Value& v);
 // Python type name as error messages show it ("str", "int", "dict", "NoneType"...).
 std::string type_name(const Value& v);
-// Python str(v) and repr(v); containers print their items with repr. depth guards recursion.
-std::string to_str(const Value& v);
-std::string to_repr(const Value& v);
+// Python str(v) and repr(v); containers print their items with repr. Output stops growing once
+// it passes max_bytes (callers compare the size against their limit), so printing a list that
+// holds one huge string many times cannot exhaust memory.
+std::string to_str(const Value& v, size_t max_bytes);
+std::string to_repr(const Value& v, size_t max_bytes);
+// For error messages: at most ~200 bytes.
+std::string short_repr(const Value& v);
 
 }  // namespace pg::jinja
