@@ -20,13 +20,17 @@ Command add_serve(CLI::App& root) {
                   "Require 'Authorization: Bearer KEY' on every route but /health (or env PEREGRINE_API_KEY)")
       ->envname("PEREGRINE_API_KEY");
   app->add_option("--served-model-name", opts->served_model_names,
-                  "Model name(s) the API answers to; the first is reported (default: the folder name)");
+                  "Model name the API answers to (repeat or comma-separate for aliases; the first is reported; "
+                  "default: the folder name)")
+      ->allow_extra_args(false)->take_all()->delimiter(',');
   app->add_option("--chat-template", opts->chat_template,
                   "Chat template file (Jinja); default: the model folder's. Never taken from requests");
   app->add_option("--reasoning-parser", opts->reasoning_parser,
                   "Split <think> blocks into reasoning_content: deepseek_r1 or none")
       ->capture_default_str()->check(CLI::IsMember({"deepseek_r1", "none"}));
-  app->add_option("--allowed-origins", opts->allowed_origins, "CORS origins to allow ('*': any); default: CORS off");
+  app->add_option("--allowed-origins", opts->allowed_origins,
+                  "CORS origins to allow (repeat or comma-separate; '*': any); default: CORS off")
+      ->allow_extra_args(false)->take_all()->delimiter(',');
   app->add_option("--max-model-len", opts->max_model_len, "Context length (0: the model's)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--max-num-seqs", opts->max_num_seqs, "Sequences running at once")->capture_default_str()
