@@ -57,12 +57,24 @@ Result<Value> get_attribute(Interp& in, const Value& item, const Value& attribut
   return cur;
 }
 
-// Stable merge sort whose comparison may fail (Python's sorted() raising TypeError).
-Status sort_values(std::vector<Value>& keys, std::vector<size_t>& order, bool reverse, Pos pos) {
+// Python list comparison of sort keys: the first pair that is not == decides with <.
+Result<bool> keys_lt(const std::vector<Value>& a, const std::vector<Value>& b, Pos pos) {
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (py_eq(a[i], b[i])) continue;
+    return py_lt(a[i], b[i], pos);
+  }
+  return a.size() < b.size();
+}
+
+// Stable merge sort whose comparison may fail (Python's sorted() raising TypeError). Keys are
+// lists (sort's make_multi_attrgetter) when list_keys, else compared directly (dictsort).
+Status sort_values(std::vector<std::vector<Value>>& keys, std::vector<size_t>& order, bool reverse, bool list_keys,
+                   Pos pos) {
   Status err;
   auto less = [&](size_t x, size_t y) -> bool {
     if (!err.ok()) return false;
-    auto r = reverse ? py_lt(keys[y], keys[x], pos) : py_lt(keys[x], keys[y], pos);
+    if (reverse) std::swap(x, y);
+    auto r = list_keys ? keys_lt(keys[x], keys[y], pos) : py_lt(keys[x][0], keys[y][0], pos);
     if (!r.ok()) {
       err = r.status();
       return false;
@@ -168,14 +180,14 @@ Result<Value> f_dictsort(Interp& in, const Value& v, const CallArgs& args, Pos p
       return rt_error(pos, "You can only sort by either \"key\" or \"value\"");
   }
   const auto& items = v.as_dict().items;
-  std::vector<Value> keys;
+  std::vector<std::vector<Value>> keys;
   std::vector<size_t> order;
   for (size_t i = 0; i < items.size(); ++i) {
-    keys.push_back(fold(which == 0 ? items[i].first : items[i].second, cs));
+    keys.push_back({fold(which == 0 ? items[i].first : items[i].second, cs)});
     order.push_back(i);
   }
   PG_TRY(in.step(items.size() * 4 + 1));
-  PG_TRY(sort_values(keys, order, a[2] != nullptr && truthy(*a[2]), pos));
+  PG_TRY(sort_values(keys, order, a[2] != nullptr && truthy(*a[2]), false, pos));
   std::vector<Value> out;
   for (size_t i : order) {
     PG_ASSIGN_OR_RETURN(Value pair, in.make_list({items[i].first, items[i].second}, ListKind::kTuple, pos));
@@ -588,11 +600,34 @@ Result<Value> f_sort(Interp& in, const Value& v, const CallArgs& args, Pos pos) 
   std::vector<const Value*> a;
   PG_TRY(bind_args(args, {"reverse", "case_sensitive", "attribute"}, 0, a, "sort", pos));
   PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
-  PG_ASSIGN_OR_RETURN(std::vector<Value> keys, sort_keys(in, items, a[2], a[1] != nullptr && truthy(*a[1]), pos));
+  // make_multi_attrgetter: "a,b.c" sorts by several keys; each item's key is a list.
+  std::vector<Value> attrs;
+  if (a[2] != nullptr && a[2]->is_str()) {
+    const std::string& spec = a[2]->sv();
+    for (size_t b = 0;;) {
+      const size_t e = spec.find(',', b);
+      attrs.push_back(Value::str(spec.substr(b, e == std::string::npos ? std::string::npos : e - b), false));
+      if (e == std::string::npos) break;
+      b = e + 1;
+    }
+  } else if (a[2] != nullptr && !a[2]->is_none()) {
+    attrs.push_back(*a[2]);
+  }
+  const bool cs = a[1] != nullptr && truthy(*a[1]);
+  std::vector<std::vector<Value>> keys;
+  for (const Value& item : items) {
+    std::vector<Value> k;
+    if (attrs.empty()) k.push_back(fold(item, cs));
+    for (const Value& attr : attrs) {
+      PG_ASSIGN_OR_RETURN(Value x, get_attribute(in, item, attr, nullptr, pos));
+      k.push_back(fold(x, cs));
+    }
+    keys.push_back(std::move(k));
+  }
   std::vector<size_t> order(items.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   PG_TRY(in.step(items.size() * 4 + 1));
-  PG_TRY(sort_values(keys, order, a[0] != nullptr && truthy(*a[0]), pos));
+  PG_TRY(sort_values(keys, order, a[0] != nullptr && truthy(*a[0]), true, pos));
   std::vector<Value> out;
   for (size_t i : order) out.push_back(items[i]);
   return in.make_list(std::move(out), ListKind::kList, pos);
@@ -897,11 +932,13 @@ int find_test(std::string_view name) {
 
 Result<Value> Interp::apply_filter(int fn, const Value& input, const CallArgs& args, Pos pos) {
   PG_TRY(step());
+  if (fn < 0) return internal_error("template error at {}:{}: unknown filter", pos.line, pos.col);
   return kFilters[static_cast<size_t>(fn)].fn(*this, input, args, pos);
 }
 
 Result<bool> Interp::apply_test(int fn, const Value& input, const CallArgs& args, Pos pos) {
   PG_TRY(step());
+  if (fn < 0) return internal_error("template error at {}:{}: unknown test", pos.line, pos.col);
   const TestDef& t = kTests[static_cast<size_t>(fn)];
   if (args.pos.size() + args.kw.size() > t.max_args)
     return rt_error(pos, "test '{}' takes {} argument(s) but {} were given", t.name, t.max_args + 1,

@@ -47,7 +47,9 @@ Value detach(const Value& v) {
     case Kind::kStr: {
       StrBuilder b;
       b.append(v.as_str());
-      return Value(StrP(b.finish(nullptr)));
+      auto s = b.finish(nullptr);
+      s->markup = v.as_str().markup;
+      return Value(StrP(std::move(s)));
     }
     case Kind::kList: {
       auto l = std::make_shared<ListObj>();

@@ -904,9 +904,7 @@ Result<ExprPtr> Parser::parse_filter(ExprPtr e, bool start_inline) {
       PG_ASSIGN_OR_RETURN(std::string part, expect_name());
       name += "." + part;
     }
-    const int fn = find_filter(name);
-    if (fn < 0)
-      return unsupported("template error at {}:{}: no filter named '{}' (unknown or not supported)", tok.pos.line, tok.pos.col, name);
+    const int fn = find_filter(name);  // unknown (-1): check_names() decides whether that is an error
     auto f = node(ExprKind::kFilter, tok.pos);
     f->name = std::move(name);
     f->fn = fn;
@@ -929,9 +927,7 @@ Result<ExprPtr> Parser::parse_test(ExprPtr e) {
     name += "." + part;
   }
   const int fn = find_test(name);
-  if (fn < 0)
-    return unsupported("template error at {}:{}: no test named '{}' (unknown or not supported)", tok.pos.line, tok.pos.col, name);
-  auto t = node(ExprKind::kTest, pos);
+  auto t = node(ExprKind::kTest, tok.pos);
   t->name = std::move(name);
   t->fn = fn;
   t->args.push_back(std::move(e));
@@ -953,6 +949,58 @@ Result<ExprPtr> Parser::parse_test(ExprPtr e) {
   return n;
 }
 
+// Jinja2's code generator rejects an unknown filter or test at compile time, except in a "soft"
+// frame (an if statement's tests and bodies, an inline if) where it fails only when it runs.
+// Loops, macros, call/filter/set blocks and with open inner, non-soft frames.
+class NameChecker {
+ public:
+  Status body(const std::vector<StmtPtr>& stmts, bool soft) {
+    for (const auto& s : stmts) PG_TRY(stmt(*s, soft));
+    return ok_status();
+  }
+
+ private:
+  Status stmt(const Stmt& s, bool soft) {
+    switch (s.kind) {
+      case StmtKind::kIf:
+        PG_TRY(expr(s.exprs[0].get(), true));
+        PG_TRY(body(s.body, true));
+        return body(s.else_body, true);
+      case StmtKind::kFor:
+        PG_TRY(expr(s.exprs[0].get(), soft));
+        if (s.exprs.size() > 1) PG_TRY(expr(s.exprs[1].get(), false));
+        PG_TRY(body(s.body, false));
+        return body(s.else_body, false);
+      case StmtKind::kCallBlock:
+        PG_TRY(expr(s.exprs[0].get(), soft));
+        for (const auto& d : s.defaults) PG_TRY(expr(d.get(), false));
+        return body(s.body, false);
+      case StmtKind::kWith:
+        for (const auto& e : s.exprs) PG_TRY(expr(e.get(), soft));
+        return body(s.body, false);
+      case StmtKind::kPrint:
+      case StmtKind::kSet:
+        for (const auto& e : s.exprs) PG_TRY(expr(e.get(), soft));
+        return ok_status();
+      default:  // macro, set/filter blocks, generation: inner frames
+        for (const auto& e : s.exprs) PG_TRY(expr(e.get(), false));
+        for (const auto& d : s.defaults) PG_TRY(expr(d.get(), false));
+        return body(s.body, false);
+    }
+  }
+
+  Status expr(const Expr* e, bool soft) {
+    if (e == nullptr) return ok_status();
+    if (e->kind == ExprKind::kCondExpr) soft = true;
+    if ((e->kind == ExprKind::kFilter || e->kind == ExprKind::kTest) && e->fn < 0 && !soft)
+      return unsupported("template error at {}:{}: no {} named '{}' (unknown or not supported)", e->pos.line,
+                         e->pos.col, e->kind == ExprKind::kFilter ? "filter" : "test", e->name);
+    for (const auto& a : e->args) PG_TRY(expr(a.get(), soft));
+    for (const auto& kv : e->kwargs) PG_TRY(expr(kv.second.get(), soft));
+    return ok_status();
+  }
+};
+
 }  // namespace
 
 Result<std::shared_ptr<const Program>> parse_program(std::string_view source) {
@@ -960,6 +1008,7 @@ Result<std::shared_ptr<const Program>> parse_program(std::string_view source) {
   Parser parser(std::move(tokens));
   auto program = std::make_shared<Program>();
   PG_TRY(parser.parse_all(program->body));
+  PG_TRY(NameChecker().body(program->body, false));
   fold_constants(*program);
   return std::shared_ptr<const Program>(std::move(program));
 }
