@@ -108,7 +108,7 @@ int run_generate(GenerateOptions o) {
                  decode_s > 0 ? double(n_decode) / decode_s : 0.0, last.finish_reason.c_str());
     const EngineStats st = (*engine)->stats();
     if (st.speculative_tokens > 0 && st.spec_draft_tokens_total > 0) {
-      const double steps = double(st.spec_draft_tokens_total) / double(st.speculative_tokens);
+      const double steps = double(std::max<int64_t>(1, st.spec_verify_steps_total));
       std::fprintf(stderr, "[peregrine] speculation k=%lld: %lld drafted, %lld accepted (%.1f%%), "
                    "mean accepted length %.2f tokens per verify step\n",
                    (long long)st.speculative_tokens, (long long)st.spec_draft_tokens_total,

@@ -46,6 +46,9 @@ Command add_serve(CLI::App& root) {
       ->check(CLI::PositiveNumber);
   app->add_option("--threads", opts->threads, "CPU threads for the engine (0: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--speculative-tokens", opts->speculative_tokens,
+                  "Draft depth k of speculative decoding with the model's MTP head (0: off)")
+      ->capture_default_str()->check(CLI::Range(0, 8));
   app->add_option("--http-threads", opts->http_threads, "Threads serving HTTP connections")->capture_default_str()
       ->check(CLI::PositiveNumber);
   app->add_option("--max-body-bytes", opts->max_body_bytes, "Largest request body (larger: 413)")

@@ -241,7 +241,7 @@ bool Engine::Impl::step_inner() {
   // 3. Sample (or verify drafts), detokenize, check stops, stream. Collect the MTP inputs.
   const int64_t vocab = model->vocab_size(), H = model->config().hidden_size;
   mask_padding(out.logits);
-  int64_t row = 0, offset = 0, n_generated = 0, n_drafted = 0, n_accepted = 0;
+  int64_t row = 0, offset = 0, n_generated = 0, n_drafted = 0, n_accepted = 0, n_verify = 0;
   std::vector<SeqStep> mtp_steps;
   std::vector<float> mtp_hidden;
   std::vector<RequestState*> drafting;  // sequences whose MTP row yields a draft
@@ -271,6 +271,7 @@ bool Engine::Impl::step_inner() {
         n_valid = 1 + m;
         n_drafted += n_d;
         n_accepted += m;
+        ++n_verify;
       } else {
         reason = r.sample_and_append(std::span<const float>(&out.logits[size_t(row * vocab)], size_t(vocab)), sampler, ev);
         ++row;
@@ -309,6 +310,7 @@ bool Engine::Impl::step_inner() {
     stats.prompt_tokens_total += n_prompt_tokens;
     stats.generation_tokens_total += n_generated;
     stats.preemptions_total += int64_t(preempted.size());
+    stats.spec_verify_steps_total += n_verify;
     stats.spec_draft_tokens_total += n_drafted;
     stats.spec_accepted_tokens_total += n_accepted;
   }

@@ -78,6 +78,7 @@ struct EngineStats {
   int64_t preemptions_total = 0;
   int64_t requests_finished_total = 0;
   int64_t steps_total = 0;
+  int64_t spec_verify_steps_total = 0;     // sequence-steps that verified drafts
   int64_t spec_draft_tokens_total = 0;     // drafts verified
   int64_t spec_accepted_tokens_total = 0;  // drafts accepted
   int64_t speculative_tokens = 0;          // the draft depth in use

@@ -93,6 +93,12 @@ std::string ServerMetrics::render(const EngineStats& e, std::string_view model_n
          double(e.generation_tokens_total));
   scalar(out, "peregrine:engine_steps_total", "counter", "Number of engine steps run.", labels,
          double(e.steps_total));
+  scalar(out, "peregrine:spec_decode_num_drafts_total", "counter", "Number of verify steps with MTP drafts.", labels,
+         double(e.spec_verify_steps_total));
+  scalar(out, "peregrine:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens verified.", labels,
+         double(e.spec_draft_tokens_total));
+  scalar(out, "peregrine:spec_decode_num_accepted_tokens_total", "counter", "Number of draft tokens accepted.",
+         labels, double(e.spec_accepted_tokens_total));
   ttft_.render(out, "peregrine:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels);
   itl_.render(out, "peregrine:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", labels);
   e2e_.render(out, "peregrine:e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds.",

@@ -115,6 +115,7 @@ int serve(ServeOptions o) {
   ec_cfg.kv_blocks = o.kv_blocks;
   ec_cfg.max_model_len = o.max_model_len;
   ec_cfg.n_threads = o.threads;
+  ec_cfg.num_speculative_tokens = o.speculative_tokens;
   auto engine = Engine::create(std::move(model).value(), tokenizer, ec_cfg);
   if (!engine.ok()) {
     std::fprintf(stderr, "peregrine serve: %s\n", engine.status().to_string().c_str());

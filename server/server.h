@@ -30,6 +30,7 @@ struct ServeOptions {
   int64_t kv_blocks = 0;                         // 0: enough for max_num_seqs full sequences
   int64_t block_size = 16;
   int threads = 0;                               // engine CPU threads; 0: all hardware threads
+  int64_t speculative_tokens = 0;                // MTP draft depth (0: off)
   int http_threads = 1;
   uint64_t max_body_bytes = 16u << 20;
   uint32_t max_header_bytes = 16u << 10;
