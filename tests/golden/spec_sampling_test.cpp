@@ -1,5 +1,5 @@
-// Speculative sampling is exact: at temperature 1 the tokens drawn with MTP drafts (k = 2) follow
-// the same distribution as without. Thousands of seeded requests generate 4 tokens each from one
+// Speculative sampling is exact: on the embedded model at temperature 1, the tokens drawn with MTP
+// drafts (k = 2) follow the same distribution as without. Thousands of seeded requests generate 4 tokens each from one
 // prompt; for each output position after the first, a two-sample chi-square test compares the
 // token counts of both runs. A test that can fail: a biased acceptance rule or residual shows up
 // as a p-value far below the threshold (the counts are large, so the test is sensitive).
@@ -83,8 +83,9 @@ TEST(SpecSampling, ChiSquareHelperDetectsADifference) {
 
 std::vector<std::map<int32_t, int64_t>> sample_counts(const std::string& model_name, int64_t k, int n_requests,
                                                       int64_t n_tokens, int64_t* drafted, int64_t* accepted) {
-  const auto dir = std::filesystem::path(PG_SOURCE_DIR) / "tests" / "golden" / model_name;
-  std::ifstream in(dir / "expected.json");
+  const auto root = std::filesystem::path(PG_SOURCE_DIR);
+  const auto dir = model_name == "peregrine_tiny" ? root / "models" / "peregrine-tiny" : root / "tests" / "golden" / model_name;
+  std::ifstream in(root / "tests" / "golden" / model_name / "expected.json");
   const auto expected = nlohmann::json::parse(in);
   auto model = DeepseekModel::load(dir);
   auto tok = Tokenizer::load(dir);
@@ -124,10 +125,13 @@ TEST(SpecSampling, DraftsDoNotChangeTheDistribution) {
   constexpr int kRequests = 6000;
   constexpr int64_t kTokens = 4;  // 24,000 sampled tokens per run
   int64_t d0, a0, d2, a2;
-  const auto base = sample_counts("v3_tiny", 0, kRequests, kTokens, &d0, &a0);
-  const auto spec = sample_counts("v3_tiny", 2, kRequests, kTokens, &d2, &a2);
+  // The embedded trained model: its MTP drafts are often accepted, so both the acceptance test and
+  // the residual draw carry weight.
+  const auto base = sample_counts("peregrine_tiny", 0, kRequests, kTokens, &d0, &a0);
+  const auto spec = sample_counts("peregrine_tiny", 2, kRequests, kTokens, &d2, &a2);
   EXPECT_EQ(d0, 0);
   EXPECT_GT(d2, 0);
+  EXPECT_GT(a2, d2 / 10);
   std::printf("speculation: %lld drafts, %lld accepted\n", (long long)d2, (long long)a2);
   for (int64_t j = 1; j < kTokens; ++j) {  // position 0 is drawn before any draft exists
     int dof = 0;
