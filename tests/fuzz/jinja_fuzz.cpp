@@ -1,9 +1,8 @@
 // libFuzzer target for pg_jinja (tokenizer/jinja): any bytes parse and render under tight limits
 // without crashing, hanging or leaking; rendered segments must concatenate to the rendered text.
 // Input: TEMPLATE [\0 CONTEXT_JSON]; without a context, a small chat-shaped one is used.
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 

@@ -13,19 +13,19 @@
 namespace pg::jinja {
 
 enum class ExprKind : uint8_t {
-  kConst,     // value
-  kName,      // name
-  kNsRef,     // assignment target `ns.attr`: name = ns, attr
-  kGetattr,   // args[0].name
-  kGetitem,   // args[0][args[1]]  (args[1] may be a kSlice)
-  kSlice,     // args[0]:args[1]:args[2], each may be null
-  kCall,      // args[0](args[1..], kwargs)
-  kFilter,    // args[0] | name(args[1..], kwargs); args[0] is null for {% filter %} / {% set %} blocks
-  kTest,      // args[0] is name(args[1..], kwargs)
+  kConst,    // value
+  kName,     // name
+  kNsRef,    // assignment target `ns.attr`: name = ns, attr
+  kGetattr,  // args[0].name
+  kGetitem,  // args[0][args[1]]  (args[1] may be a kSlice)
+  kSlice,    // args[0]:args[1]:args[2], each may be null
+  kCall,     // args[0](args[1..], kwargs)
+  kFilter,   // args[0] | name(args[1..], kwargs); args[0] is null for {% filter %} / {% set %} blocks
+  kTest,     // args[0] is name(args[1..], kwargs)
   kNeg,
   kPos,
   kNot,
-  kBinary,    // args[0] bin args[1]
+  kBinary,  // args[0] bin args[1]
   kAnd,
   kOr,
   kConcat,    // args joined with ~
@@ -33,7 +33,7 @@ enum class ExprKind : uint8_t {
   kCondExpr,  // args[1] if args[0] else args[2] (args[2] may be null)
   kList,
   kTuple,
-  kDict,      // args: key0, value0, key1, value1, ...
+  kDict,  // args: key0, value0, key1, value1, ...
 };
 
 enum class BinOp : uint8_t { kAdd, kSub, kMul, kDiv, kFloorDiv, kMod, kPow };

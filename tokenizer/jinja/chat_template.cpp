@@ -95,7 +95,8 @@ Result<nlohmann::ordered_json> ChatTemplate::context(const ChatRequest& request,
   return ctx;
 }
 
-Result<std::vector<Segment>> ChatTemplate::render_segments(const ChatRequest& request, const RenderOptions& options) const {
+Result<std::vector<Segment>> ChatTemplate::render_segments(const ChatRequest& request,
+                                                           const RenderOptions& options) const {
   RenderOptions opts = options;
   PG_ASSIGN_OR_RETURN(auto ctx, context(request, opts));
   return tmpl_.render_segments(ctx, opts);

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,11 +26,12 @@ class ChatTemplate {
   // `config` is a parsed tokenizer_config.json. chat_template is a string, or a list of
   // {"name", "template"} from which `name` is picked. Special tokens (bos_token, eos_token, ...,
   // plain strings or AddedToken objects) become template variables whose text counts as literal.
-  static Result<ChatTemplate> from_tokenizer_config(const nlohmann::ordered_json& config, std::string_view name = "default");
+  static Result<ChatTemplate> from_tokenizer_config(const nlohmann::ordered_json& config,
+                                                    std::string_view name = "default");
   static Result<ChatTemplate> from_tokenizer_config(const nlohmann::json& config, std::string_view name = "default");
   // A template source with its special tokens ({"bos_token": "<s>", ...}).
-  static Result<ChatTemplate> from_source(std::string_view source,
-                                          const nlohmann::ordered_json& special_tokens = nlohmann::ordered_json::object());
+  static Result<ChatTemplate> from_source(
+      std::string_view source, const nlohmann::ordered_json& special_tokens = nlohmann::ordered_json::object());
 
   Result<std::vector<Segment>> render_segments(const ChatRequest& request, const RenderOptions& options = {}) const;
   Result<std::string> render(const ChatRequest& request, const RenderOptions& options = {}) const;

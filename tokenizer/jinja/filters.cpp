@@ -1,32 +1,23 @@
-// Jinja2 3.1's builtin filters and tests (jinja2/filters.py, jinja2/tests.py) with transformers'
-// tojson override. Results that Jinja returns as generators (map, select, reverse, batch...)
-// are single-pass iterators here too: they have no len() and are always truthy.
+// Jinja2 3.1's builtin filters (jinja2/filters.py) with transformers' tojson override; the
+// sequence filters (map, select, sort, unique, ...) live in seq_filters.cpp. Results that Jinja
+// returns as generators are single-pass iterators here too: no len(), always truthy.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <unordered_set>
 
+#include "tokenizer/jinja/filter_fns.h"
 #include "tokenizer/jinja/parser.h"
 #include "tokenizer/jinja/py_text.h"
 #include "tokenizer/jinja/runtime.h"
 
 namespace pg::jinja {
-namespace {
-
-using FilterFn = Result<Value> (*)(Interp&, const Value&, const CallArgs&, Pos);
-using TestFn = Result<bool> (*)(Interp&, const Value&, const CallArgs&, Pos);
 
 // soft_str(v): strings keep their provenance, anything else prints as data.
 Result<Value> soft_str(Interp& in, const Value& v, Pos pos) { return in.to_str_value(v, pos); }
 
 Result<Value> iterator_of(Interp& in, std::vector<Value> items, Pos pos) {
   return in.make_list(std::move(items), ListKind::kIterator, pos);
-}
-
-// ignore_case(): lower-case strings for case-insensitive sorting/comparison.
-Value fold(const Value& v, bool case_sensitive) {
-  if (case_sensitive || !v.is_str()) return v;
-  return Value::str(py::lower(v.sv()), false);
 }
 
 // make_attrgetter: "a.b.0" walks getitem (which falls back to getattr); digits index.
@@ -57,51 +48,15 @@ Result<Value> get_attribute(Interp& in, const Value& item, const Value& attribut
   return cur;
 }
 
-// Python list comparison of sort keys: the first pair that is not == decides with <.
-Result<bool> keys_lt(const std::vector<Value>& a, const std::vector<Value>& b, Pos pos) {
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (py_eq(a[i], b[i])) continue;
-    return py_lt(a[i], b[i], pos);
-  }
-  return a.size() < b.size();
-}
-
-// Stable merge sort whose comparison may fail (Python's sorted() raising TypeError). Keys are
-// lists (sort's make_multi_attrgetter) when list_keys, else compared directly (dictsort).
-Status sort_values(std::vector<std::vector<Value>>& keys, std::vector<size_t>& order, bool reverse, bool list_keys,
-                   Pos pos) {
-  Status err;
-  auto less = [&](size_t x, size_t y) -> bool {
-    if (!err.ok()) return false;
-    if (reverse) std::swap(x, y);
-    auto r = list_keys ? keys_lt(keys[x], keys[y], pos) : py_lt(keys[x][0], keys[y][0], pos);
-    if (!r.ok()) {
-      err = r.status();
-      return false;
-    }
-    return *r;
-  };
-  std::vector<size_t> tmp(order.size());
-  for (size_t width = 1; width < order.size(); width *= 2) {
-    for (size_t lo = 0; lo < order.size(); lo += 2 * width) {
-      const size_t mid = std::min(lo + width, order.size()), hi = std::min(lo + 2 * width, order.size());
-      size_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi) tmp[k++] = less(order[j], order[i]) ? order[j++] : order[i++];
-      while (i < mid) tmp[k++] = order[i++];
-      while (j < hi) tmp[k++] = order[j++];
-    }
-    order.swap(tmp);
-  }
-  return err;
-}
-
 Result<int64_t> int_arg(const Value* v, int64_t dflt, std::string_view what, Pos pos) {
   if (v == nullptr) return dflt;
   if (!v->is_integral()) return rt_error(pos, "{} must be an integer, not {}", what, type_name(*v));
   return v->as_int();
 }
 
-// --- filters ---
+namespace {
+
+using FilterFn = Result<Value> (*)(Interp&, const Value&, const CallArgs&, Pos);
 
 Result<Value> f_abs(Interp&, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
@@ -122,24 +77,6 @@ Result<Value> f_attr(Interp& in, const Value& v, const CallArgs& args, Pos pos) 
   if (v.kind() == Kind::kNamespace || v.kind() == Kind::kLoop || find_method(v, name) != MethodLookup::kNone)
     return in.getattr(v, name, pos);
   return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(v), name));
-}
-
-Result<Value> f_batch(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"linecount", "fill_with"}, 1, a, "batch", pos));
-  PG_ASSIGN_OR_RETURN(int64_t n, int_arg(a[0], 0, "linecount", pos));
-  if (n <= 0) return rt_error(pos, "batch() linecount must be positive (Jinja2 would loop forever)");
-  PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
-  std::vector<Value> out;
-  for (size_t i = 0; i < items.size(); i += static_cast<size_t>(n)) {
-    std::vector<Value> row(items.begin() + static_cast<std::ptrdiff_t>(i),
-                           items.begin() + static_cast<std::ptrdiff_t>(std::min(items.size(), i + static_cast<size_t>(n))));
-    if (a[1] != nullptr && !a[1]->is_none())
-      while (row.size() < static_cast<size_t>(n)) row.push_back(*a[1]);
-    PG_ASSIGN_OR_RETURN(Value r, in.make_list(std::move(row), ListKind::kList, pos));
-    out.push_back(std::move(r));
-  }
-  return iterator_of(in, std::move(out), pos);
 }
 
 Result<Value> f_capitalize(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
@@ -166,36 +103,6 @@ Result<Value> f_default(Interp&, const Value& v, const CallArgs& args, Pos pos) 
   return v;
 }
 
-Result<Value> f_dictsort(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"case_sensitive", "by", "reverse"}, 0, a, "dictsort", pos));
-  if (!v.is_dict()) return rt_error(pos, "dictsort: '{}' object has no attribute 'items'", type_name(v));
-  const bool cs = a[0] != nullptr && truthy(*a[0]);
-  int which = 0;
-  if (a[1] != nullptr) {
-    const std::string by = to_str(*a[1], in.str_limit());
-    if (by == "value")
-      which = 1;
-    else if (by != "key")
-      return rt_error(pos, "You can only sort by either \"key\" or \"value\"");
-  }
-  const auto& items = v.as_dict().items;
-  std::vector<std::vector<Value>> keys;
-  std::vector<size_t> order;
-  for (size_t i = 0; i < items.size(); ++i) {
-    keys.push_back({fold(which == 0 ? items[i].first : items[i].second, cs)});
-    order.push_back(i);
-  }
-  PG_TRY(in.step(items.size() * 4 + 1));
-  PG_TRY(sort_values(keys, order, a[2] != nullptr && truthy(*a[2]), false, pos));
-  std::vector<Value> out;
-  for (size_t i : order) {
-    PG_ASSIGN_OR_RETURN(Value pair, in.make_list({items[i].first, items[i].second}, ListKind::kTuple, pos));
-    out.push_back(std::move(pair));
-  }
-  return in.make_list(std::move(out), ListKind::kList, pos);
-}
-
 Result<Value> escape_filter(Interp& in, const Value& v, const CallArgs& args, Pos pos, bool force) {
   std::vector<const Value*> a;
   PG_TRY(bind_args(args, {}, 0, a, force ? "forceescape" : "escape", pos));
@@ -205,8 +112,12 @@ Result<Value> escape_filter(Interp& in, const Value& v, const CallArgs& args, Po
   escape_into(b, s.as_str());
   return in.make_str(b, pos, true);
 }
-Result<Value> f_escape(Interp& in, const Value& v, const CallArgs& a, Pos p) { return escape_filter(in, v, a, p, false); }
-Result<Value> f_forceescape(Interp& in, const Value& v, const CallArgs& a, Pos p) { return escape_filter(in, v, a, p, true); }
+Result<Value> f_escape(Interp& in, const Value& v, const CallArgs& a, Pos p) {
+  return escape_filter(in, v, a, p, false);
+}
+Result<Value> f_forceescape(Interp& in, const Value& v, const CallArgs& a, Pos p) {
+  return escape_filter(in, v, a, p, true);
+}
 
 Result<Value> f_first(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
@@ -361,12 +272,15 @@ Result<Value> f_join(Interp& in, const Value& v, const CallArgs& args, Pos pos) 
   return in.make_str(b, pos);
 }
 
+}  // namespace
+
 Result<Value> f_length(Interp&, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
   PG_TRY(bind_args(args, {}, 0, a, "length", pos));
   switch (v.kind()) {
     case Kind::kUndefined: return Value::integer(0);
-    case Kind::kStr: return Value::integer(static_cast<int64_t>(v.as_str().ascii ? v.sv().size() : py::cp_count(v.sv())));
+    case Kind::kStr:
+      return Value::integer(static_cast<int64_t>(v.as_str().ascii ? v.sv().size() : py::cp_count(v.sv())));
     case Kind::kList:
       if (!v.as_list().has_len()) return rt_error(pos, "object of type 'generator' has no len()");
       return Value::integer(static_cast<int64_t>(v.as_list().items.size()));
@@ -375,6 +289,8 @@ Result<Value> f_length(Interp&, const Value& v, const CallArgs& args, Pos pos) {
     default: return rt_error(pos, "object of type '{}' has no len()", type_name(v));
   }
 }
+
+namespace {
 
 Result<Value> f_list(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
@@ -396,111 +312,6 @@ Result<Value> f_upper(Interp& in, const Value& v, const CallArgs& args, Pos pos)
   PG_ASSIGN_OR_RETURN(Value s, soft_str(in, v, pos));
   return call_method(in, s, "upper", {}, pos);
 }
-
-Result<Value> f_map(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  if (!truthy(v)) return iterator_of(in, {}, pos);
-  PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
-  std::vector<Value> out;
-  const Value* attribute = nullptr;
-  const Value* dflt = nullptr;
-  for (const auto& [k, x] : args.kw) {
-    if (k == "attribute") attribute = &x;
-    else if (k == "default") dflt = &x;
-  }
-  if (args.pos.empty() && attribute != nullptr) {
-    for (const auto& [k, x] : args.kw)
-      if (k != "attribute" && k != "default") return rt_error(pos, "Unexpected keyword argument '{}'", k);
-    for (const Value& item : items) {
-      PG_ASSIGN_OR_RETURN(Value r, get_attribute(in, item, *attribute, dflt, pos));
-      out.push_back(std::move(r));
-    }
-    return iterator_of(in, std::move(out), pos);
-  }
-  if (args.pos.empty()) return rt_error(pos, "map requires a filter argument");
-  const std::string name = to_str(args.pos[0], in.str_limit());
-  const int fn = find_filter(name);
-  if (fn < 0) return rt_error(pos, "No filter named '{}'.", name);
-  CallArgs rest;
-  rest.pos.assign(args.pos.begin() + 1, args.pos.end());
-  rest.kw = args.kw;
-  for (const Value& item : items) {
-    PG_ASSIGN_OR_RETURN(Value r, in.apply_filter(fn, item, rest, pos));
-    out.push_back(std::move(r));
-  }
-  return iterator_of(in, std::move(out), pos);
-}
-
-// select / reject / selectattr / rejectattr (jinja2.filters.select_or_reject).
-Result<Value> select_or_reject(Interp& in, const Value& v, const CallArgs& args, Pos pos, bool select, bool attr) {
-  if (!truthy(v)) return iterator_of(in, {}, pos);
-  size_t off = 0;
-  const Value* attribute = nullptr;
-  if (attr) {
-    if (args.pos.empty()) return rt_error(pos, "Missing parameter for attribute name");
-    attribute = &args.pos[0];
-    off = 1;
-  }
-  int fn = -1;
-  CallArgs rest;
-  if (args.pos.size() > off) {
-    const std::string name = to_str(args.pos[off], in.str_limit());
-    fn = find_test(name);
-    if (fn < 0) return rt_error(pos, "No test named '{}'.", name);
-    rest.pos.assign(args.pos.begin() + static_cast<std::ptrdiff_t>(off + 1), args.pos.end());
-    rest.kw = args.kw;
-  }
-  PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
-  std::vector<Value> out;
-  for (Value& item : items) {
-    Value subject = item;
-    if (attribute != nullptr) {
-      PG_ASSIGN_OR_RETURN(subject, get_attribute(in, item, *attribute, nullptr, pos));
-    }
-    bool keep;
-    if (fn >= 0) {
-      PG_ASSIGN_OR_RETURN(keep, in.apply_test(fn, subject, rest, pos));
-    } else {
-      keep = truthy(subject);
-    }
-    if (keep == select) out.push_back(std::move(item));
-  }
-  return iterator_of(in, std::move(out), pos);
-}
-
-Result<Value> f_select(Interp& in, const Value& v, const CallArgs& a, Pos p) { return select_or_reject(in, v, a, p, true, false); }
-Result<Value> f_reject(Interp& in, const Value& v, const CallArgs& a, Pos p) { return select_or_reject(in, v, a, p, false, false); }
-Result<Value> f_selectattr(Interp& in, const Value& v, const CallArgs& a, Pos p) { return select_or_reject(in, v, a, p, true, true); }
-Result<Value> f_rejectattr(Interp& in, const Value& v, const CallArgs& a, Pos p) { return select_or_reject(in, v, a, p, false, true); }
-
-// min / max / unique / sort share the key function: attribute lookup, then case folding.
-Result<std::vector<Value>> sort_keys(Interp& in, const std::vector<Value>& items, const Value* attribute, bool cs, Pos pos) {
-  std::vector<Value> keys;
-  for (const Value& item : items) {
-    Value k = item;
-    if (attribute != nullptr && !attribute->is_none()) {
-      PG_ASSIGN_OR_RETURN(k, get_attribute(in, item, *attribute, nullptr, pos));
-    }
-    keys.push_back(fold(k, cs));
-  }
-  return keys;
-}
-
-Result<Value> min_max(Interp& in, const Value& v, const CallArgs& args, Pos pos, bool is_max) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"case_sensitive", "attribute"}, 0, a, is_max ? "max" : "min", pos));
-  PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
-  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-  PG_ASSIGN_OR_RETURN(std::vector<Value> keys, sort_keys(in, items, a[1], a[0] != nullptr && truthy(*a[0]), pos));
-  size_t best = 0;
-  for (size_t i = 1; i < items.size(); ++i) {
-    PG_ASSIGN_OR_RETURN(bool better, is_max ? py_lt(keys[best], keys[i], pos) : py_lt(keys[i], keys[best], pos));
-    if (better) best = i;
-  }
-  return items[best];
-}
-
-Result<Value> f_max(Interp& in, const Value& v, const CallArgs& a, Pos p) { return min_max(in, v, a, p, true); }
-Result<Value> f_min(Interp& in, const Value& v, const CallArgs& a, Pos p) { return min_max(in, v, a, p, false); }
 
 Result<Value> f_replace(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
@@ -572,88 +383,6 @@ Result<Value> f_safe(Interp& in, const Value& v, const CallArgs& args, Pos pos) 
   return in.make_str(b, pos, true);
 }
 
-Result<Value> f_slice(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"slices", "fill_with"}, 1, a, "slice", pos));
-  PG_ASSIGN_OR_RETURN(int64_t slices, int_arg(a[0], 0, "slices", pos));
-  PG_ASSIGN_OR_RETURN(std::vector<Value> seq, in.iterate(v, pos));
-  if (slices == 0) return rt_error(pos, "integer division or modulo by zero");
-  if (slices < 0) return iterator_of(in, {}, pos);
-  PG_TRY(in.step(static_cast<uint64_t>(slices)));
-  const int64_t length = static_cast<int64_t>(seq.size());
-  const int64_t per = length / slices, extra = length % slices;
-  int64_t offset = 0;
-  std::vector<Value> out;
-  for (int64_t k = 0; k < slices; ++k) {
-    const int64_t start = offset + k * per;
-    if (k < extra) ++offset;
-    const int64_t end = offset + (k + 1) * per;
-    std::vector<Value> tmp(seq.begin() + start, seq.begin() + end);
-    if (a[1] != nullptr && !a[1]->is_none() && k >= extra) tmp.push_back(*a[1]);
-    PG_ASSIGN_OR_RETURN(Value l, in.make_list(std::move(tmp), ListKind::kList, pos));
-    out.push_back(std::move(l));
-  }
-  return iterator_of(in, std::move(out), pos);
-}
-
-Result<Value> f_sort(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"reverse", "case_sensitive", "attribute"}, 0, a, "sort", pos));
-  PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
-  // make_multi_attrgetter: "a,b.c" sorts by several keys; each item's key is a list.
-  std::vector<Value> attrs;
-  if (a[2] != nullptr && a[2]->is_str()) {
-    const std::string& spec = a[2]->sv();
-    for (size_t b = 0;;) {
-      const size_t e = spec.find(',', b);
-      attrs.push_back(Value::str(spec.substr(b, e == std::string::npos ? std::string::npos : e - b), false));
-      if (e == std::string::npos) break;
-      b = e + 1;
-    }
-  } else if (a[2] != nullptr && !a[2]->is_none()) {
-    attrs.push_back(*a[2]);
-  }
-  const bool cs = a[1] != nullptr && truthy(*a[1]);
-  std::vector<std::vector<Value>> keys;
-  for (const Value& item : items) {
-    std::vector<Value> k;
-    if (attrs.empty()) k.push_back(fold(item, cs));
-    for (const Value& attr : attrs) {
-      PG_ASSIGN_OR_RETURN(Value x, get_attribute(in, item, attr, nullptr, pos));
-      k.push_back(fold(x, cs));
-    }
-    keys.push_back(std::move(k));
-  }
-  std::vector<size_t> order(items.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  PG_TRY(in.step(items.size() * 4 + 1));
-  PG_TRY(sort_values(keys, order, a[0] != nullptr && truthy(*a[0]), true, pos));
-  std::vector<Value> out;
-  for (size_t i : order) out.push_back(items[i]);
-  return in.make_list(std::move(out), ListKind::kList, pos);
-}
-
-Result<Value> f_string(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {}, 0, a, "string", pos));
-  return soft_str(in, v, pos);
-}
-
-Result<Value> f_sum(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"attribute", "start"}, 0, a, "sum", pos));
-  PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
-  Value acc = a[1] != nullptr ? *a[1] : Value::integer(0);
-  for (const Value& item : items) {
-    Value x = item;
-    if (a[0] != nullptr) {
-      PG_ASSIGN_OR_RETURN(x, get_attribute(in, item, *a[0], nullptr, pos));
-    }
-    PG_ASSIGN_OR_RETURN(acc, binary_op(in, BinOp::kAdd, acc, x, pos));
-  }
-  return acc;
-}
-
 Result<Value> f_title(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
   PG_TRY(bind_args(args, {}, 0, a, "title", pos));
@@ -692,7 +421,7 @@ Result<Value> f_tojson(Interp& in, const Value& v, const CallArgs& args, Pos pos
     } else {
       return rt_error(pos, "can't multiply sequence by non-int of type '{}'", type_name(*a[1]));
     }
-    o.item_sep = ",";
+    o.item_sep.assign(1, ',');  // json.dumps: "," once an indent is set
   }
   if (a[2] != nullptr && !a[2]->is_none()) {
     PG_ASSIGN_OR_RETURN(std::vector<Value> seps, in.iterate(*a[2], pos));
@@ -748,23 +477,6 @@ Result<Value> f_truncate(Interp& in, const Value& v, const CallArgs& args, Pos p
   return in.make_str(b, pos);
 }
 
-Result<Value> f_unique(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"case_sensitive", "attribute"}, 0, a, "unique", pos));
-  PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
-  PG_ASSIGN_OR_RETURN(std::vector<Value> keys, sort_keys(in, items, a[1], a[0] != nullptr && truthy(*a[0]), pos));
-  std::unordered_set<std::string> seen;
-  std::vector<Value> out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    auto k = hash_key(keys[i]);
-    if (!k) return rt_error(pos, "unhashable type: '{}'", type_name(keys[i]));
-    PG_TRY(in.charge_bytes(k->size()));
-    if (!seen.insert(std::move(*k)).second) continue;
-    out.push_back(items[i]);
-  }
-  return iterator_of(in, std::move(out), pos);
-}
-
 Result<Value> f_wordcount(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
   PG_TRY(bind_args(args, {}, 0, a, "wordcount", pos));
@@ -787,133 +499,51 @@ struct FilterDef {
 };
 
 constexpr FilterDef kFilters[] = {
-    {"abs", f_abs},           {"attr", f_attr},       {"batch", f_batch},         {"capitalize", f_capitalize},
-    {"center", f_center},     {"count", f_length},    {"d", f_default},           {"default", f_default},
-    {"dictsort", f_dictsort}, {"e", f_escape},        {"escape", f_escape},       {"first", f_first},
-    {"float", f_float},       {"forceescape", f_forceescape}, {"format", f_format},    {"indent", f_indent},
-    {"int", f_int},           {"items", f_items},     {"join", f_join},           {"last", f_last},
-    {"length", f_length},     {"list", f_list},       {"lower", f_lower},         {"map", f_map},
-    {"max", f_max},           {"min", f_min},         {"reject", f_reject},       {"rejectattr", f_rejectattr},
-    {"replace", f_replace},   {"reverse", f_reverse}, {"round", f_round},         {"safe", f_safe},
-    {"select", f_select},     {"selectattr", f_selectattr}, {"slice", f_slice},   {"sort", f_sort},
-    {"string", f_string},     {"sum", f_sum},         {"title", f_title},         {"tojson", f_tojson},
-    {"trim", f_trim},         {"truncate", f_truncate}, {"unique", f_unique},     {"upper", f_upper},
+    {"abs", f_abs},
+    {"attr", f_attr},
+    {"batch", f_batch},
+    {"capitalize", f_capitalize},
+    {"center", f_center},
+    {"count", f_length},
+    {"d", f_default},
+    {"default", f_default},
+    {"dictsort", f_dictsort},
+    {"e", f_escape},
+    {"escape", f_escape},
+    {"first", f_first},
+    {"float", f_float},
+    {"forceescape", f_forceescape},
+    {"format", f_format},
+    {"indent", f_indent},
+    {"int", f_int},
+    {"items", f_items},
+    {"join", f_join},
+    {"last", f_last},
+    {"length", f_length},
+    {"list", f_list},
+    {"lower", f_lower},
+    {"map", f_map},
+    {"max", f_max},
+    {"min", f_min},
+    {"reject", f_reject},
+    {"rejectattr", f_rejectattr},
+    {"replace", f_replace},
+    {"reverse", f_reverse},
+    {"round", f_round},
+    {"safe", f_safe},
+    {"select", f_select},
+    {"selectattr", f_selectattr},
+    {"slice", f_slice},
+    {"sort", f_sort},
+    {"string", f_string},
+    {"sum", f_sum},
+    {"title", f_title},
+    {"tojson", f_tojson},
+    {"trim", f_trim},
+    {"truncate", f_truncate},
+    {"unique", f_unique},
+    {"upper", f_upper},
     {"wordcount", f_wordcount},
-};
-
-// --- tests ---
-
-Result<bool> num_mod(Interp& in, const Value& v, const Value& d, Pos pos, int64_t& out_is_zero) {
-  PG_ASSIGN_OR_RETURN(Value r, binary_op(in, BinOp::kMod, v, d, pos));
-  out_is_zero = py_eq(r, Value::integer(0)) ? 1 : 0;
-  return true;
-}
-
-Result<bool> t_defined(Interp&, const Value& v, const CallArgs&, Pos) { return !v.is_undefined(); }
-Result<bool> t_undefined(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_undefined(); }
-Result<bool> t_none(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_none(); }
-Result<bool> t_boolean(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_bool(); }
-Result<bool> t_true(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_bool() && v.as_bool(); }
-Result<bool> t_false(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_bool() && !v.as_bool(); }
-Result<bool> t_integer(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_int(); }
-Result<bool> t_float(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_float(); }
-Result<bool> t_number(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_number(); }
-Result<bool> t_string(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_str(); }
-Result<bool> t_mapping(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_dict(); }
-// Undefined defines __call__ (to raise), so callable() says yes.
-Result<bool> t_callable(Interp&, const Value& v, const CallArgs&, Pos) { return v.kind() == Kind::kFunc || v.is_undefined(); }
-Result<bool> t_escaped(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_str() && v.as_str().markup; }
-Result<bool> t_iterable(Interp&, const Value& v, const CallArgs&, Pos) {
-  return v.is_undefined() || v.is_str() || v.is_list() || v.is_dict() || v.kind() == Kind::kLoop;
-}
-Result<bool> t_sequence(Interp&, const Value& v, const CallArgs&, Pos) {
-  return v.is_undefined() || v.is_str() || v.is_dict() || (v.is_list() && v.as_list().subscriptable());
-}
-Result<bool> t_even(Interp& in, const Value& v, const CallArgs&, Pos pos) {
-  int64_t zero;
-  PG_TRY(num_mod(in, v, Value::integer(2), pos, zero).status());
-  return zero == 1;
-}
-Result<bool> t_odd(Interp& in, const Value& v, const CallArgs&, Pos pos) {
-  PG_ASSIGN_OR_RETURN(Value r, binary_op(in, BinOp::kMod, v, Value::integer(2), pos));
-  return py_eq(r, Value::integer(1));
-}
-Result<bool> t_divisibleby(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"num"}, 1, a, "divisibleby", pos));
-  int64_t zero;
-  PG_TRY(num_mod(in, v, *a[0], pos, zero).status());
-  return zero == 1;
-}
-Result<bool> t_lower(Interp& in, const Value& v, const CallArgs&, Pos) {
-  const std::string s = to_str(v, in.str_limit());
-  bool cased = false;
-  for (size_t i = 0; i < s.size();) {
-    const char32_t c = py::next_cp(s, i);
-    if (py::is_upper(c)) return false;
-    cased |= py::is_cased(c);
-  }
-  return cased;
-}
-Result<bool> t_upper(Interp& in, const Value& v, const CallArgs&, Pos) {
-  const std::string s = to_str(v, in.str_limit());
-  bool cased = false;
-  for (size_t i = 0; i < s.size();) {
-    const char32_t c = py::next_cp(s, i);
-    if (py::is_lower(c)) return false;
-    cased |= py::is_cased(c);
-  }
-  return cased;
-}
-Result<bool> t_filter(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_str() && find_filter(v.sv()) >= 0; }
-Result<bool> t_test(Interp&, const Value& v, const CallArgs&, Pos) { return v.is_str() && find_test(v.sv()) >= 0; }
-
-template <CmpOp kOp>
-Result<bool> t_cmp(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"other"}, 1, a, "comparison test", pos));
-  return compare(in, kOp, v, *a[0], pos);
-}
-Result<bool> t_in(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"seq"}, 1, a, "in", pos));
-  return contains(in, *a[0], v, pos);
-}
-Result<bool> t_sameas(Interp&, const Value& v, const CallArgs& args, Pos pos) {
-  std::vector<const Value*> a;
-  PG_TRY(bind_args(args, {"other"}, 1, a, "sameas", pos));
-  const Value& o = *a[0];
-  if (v.kind() != o.kind()) return false;
-  switch (v.kind()) {
-    case Kind::kNone:
-    case Kind::kUndefined: return v.is_none() || v.identity() == o.identity();
-    case Kind::kBool: return v.as_bool() == o.as_bool();
-    case Kind::kInt: return v.as_int() == o.as_int() && v.as_int() >= -5 && v.as_int() <= 256;  // CPython's small ints
-    case Kind::kFloat: return false;
-    default: return v.identity() == o.identity();
-  }
-}
-
-struct TestDef {
-  std::string_view name;
-  TestFn fn;
-  size_t max_args = 0;  // arguments after the tested value
-};
-
-constexpr TestDef kTests[] = {
-    {"!=", t_cmp<CmpOp::kNe>, 1},     {"<", t_cmp<CmpOp::kLt>, 1},        {"<=", t_cmp<CmpOp::kLe>, 1},
-    {"==", t_cmp<CmpOp::kEq>, 1},     {">", t_cmp<CmpOp::kGt>, 1},        {">=", t_cmp<CmpOp::kGe>, 1},
-    {"boolean", t_boolean},        {"callable", t_callable},        {"defined", t_defined},
-    {"divisibleby", t_divisibleby, 1}, {"eq", t_cmp<CmpOp::kEq>, 1},      {"equalto", t_cmp<CmpOp::kEq>, 1},
-    {"escaped", t_escaped},        {"even", t_even},                {"false", t_false},
-    {"filter", t_filter},          {"float", t_float},              {"ge", t_cmp<CmpOp::kGe>, 1},
-    {"greaterthan", t_cmp<CmpOp::kGt>, 1}, {"gt", t_cmp<CmpOp::kGt>, 1},  {"in", t_in, 1},
-    {"integer", t_integer},        {"iterable", t_iterable},        {"le", t_cmp<CmpOp::kLe>, 1},
-    {"lessthan", t_cmp<CmpOp::kLt>, 1}, {"lower", t_lower},            {"lt", t_cmp<CmpOp::kLt>, 1},
-    {"mapping", t_mapping},        {"ne", t_cmp<CmpOp::kNe>, 1},       {"none", t_none},
-    {"number", t_number},          {"odd", t_odd},                  {"sameas", t_sameas, 1},
-    {"sequence", t_sequence},      {"string", t_string},            {"test", t_test},
-    {"true", t_true},              {"undefined", t_undefined},      {"upper", t_upper},
 };
 
 }  // namespace
@@ -923,27 +553,9 @@ int find_filter(std::string_view name) {
     if (kFilters[i].name == name) return static_cast<int>(i);
   return -1;
 }
-
-int find_test(std::string_view name) {
-  for (size_t i = 0; i < std::size(kTests); ++i)
-    if (kTests[i].name == name) return static_cast<int>(i);
-  return -1;
-}
-
 Result<Value> Interp::apply_filter(int fn, const Value& input, const CallArgs& args, Pos pos) {
   PG_TRY(step());
   if (fn < 0) return internal_error("template error at {}:{}: unknown filter", pos.line, pos.col);
   return kFilters[static_cast<size_t>(fn)].fn(*this, input, args, pos);
 }
-
-Result<bool> Interp::apply_test(int fn, const Value& input, const CallArgs& args, Pos pos) {
-  PG_TRY(step());
-  if (fn < 0) return internal_error("template error at {}:{}: unknown test", pos.line, pos.col);
-  const TestDef& t = kTests[static_cast<size_t>(fn)];
-  if (args.pos.size() + args.kw.size() > t.max_args)
-    return rt_error(pos, "test '{}' takes {} argument(s) but {} were given", t.name, t.max_args + 1,
-                    args.pos.size() + args.kw.size() + 1);
-  return kTests[static_cast<size_t>(fn)].fn(*this, input, args, pos);
-}
-
 }  // namespace pg::jinja

@@ -1,10 +1,9 @@
 // JSON in and out: context JSON -> template values, and Python's json.dumps (the encoder
 // transformers' tojson filter calls) byte for byte: separators, indent, ensure_ascii, sort_keys,
 // float repr, NaN/Infinity.
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "tokenizer/jinja/py_text.h"
 #include "tokenizer/jinja/runtime.h"
@@ -143,8 +142,7 @@ class Dumper {
         case Kind::kBool: out_ += k.as_bool() ? "\"true\"" : "\"false\""; break;
         case Kind::kInt: out_ += "\"" + std::to_string(k.as_int()) + "\""; break;
         case Kind::kFloat: out_ += "\"" + float_json(k.as_double()) + "\""; break;
-        default:
-          return rt_error(pos_, "TypeError: keys must be str, int, float, bool or None, not {}", type_name(k));
+        default: return rt_error(pos_, "TypeError: keys must be str, int, float, bool or None, not {}", type_name(k));
       }
       out_ += o_.key_sep;
       PG_TRY(dump(kv->second, level + 1));
@@ -168,7 +166,8 @@ Status json_dump(const Value& v, const DumpOptions& opts, std::string& out, Pos 
 
 template <typename Json>
 Result<Value> from_json(const Json& j, bool literal, int depth) {
-  if (depth > kMaxValueDepth) return invalid_argument("template context is nested deeper than {} levels", kMaxValueDepth);
+  if (depth > kMaxValueDepth)
+    return invalid_argument("template context is nested deeper than {} levels", kMaxValueDepth);
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value::boolean(j.template get<bool>());

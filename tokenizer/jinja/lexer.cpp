@@ -474,7 +474,7 @@ Status Lexer::lex_string(size_t& p, std::vector<Token>& out, bool& matched) {
           size_t k = i - 1;
           const char32_t ch = py::next_cp(body, k);
           i = k;
-          val += ch < 0x100 ? fmt::format("\\x{:02x}", static_cast<uint32_t>(ch))
+          val += ch < 0x100     ? fmt::format("\\x{:02x}", static_cast<uint32_t>(ch))
                  : ch < 0x10000 ? fmt::format("\\u{:04x}", static_cast<uint32_t>(ch))
                                 : fmt::format("\\U{:08x}", static_cast<uint32_t>(ch));
         } else {

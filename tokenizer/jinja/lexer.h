@@ -24,10 +24,10 @@ enum class TokType : uint8_t {
   kBlockBegin,  // {%
   kBlockEnd,    // %}
   kName,
-  kString,      // text holds the decoded value
+  kString,  // text holds the decoded value
   kInt,
   kFloat,
-  kOp,          // text holds the operator: + - * / // % ** ~ == != < > <= >= = . : | , ( ) [ ] { } ;
+  kOp,  // text holds the operator: + - * / // % ** ~ == != < > <= >= = . : | , ( ) [ ] { } ;
   kEof,
 };
 

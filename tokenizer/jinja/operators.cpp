@@ -42,13 +42,15 @@ Result<Value> repeat(Interp& in, const Value& seq, int64_t n, Pos pos) {
   if (seq.is_str()) {
     const Str& s = seq.as_str();
     if (!s.s.empty() && static_cast<uint64_t>(n) > in.options().limits.max_output_bytes / s.s.size())
-      return resource_exhausted("template error at {}:{}: string repetition exceeds max_output_bytes", pos.line, pos.col);
+      return resource_exhausted("template error at {}:{}: string repetition exceeds max_output_bytes", pos.line,
+                                pos.col);
     StrBuilder b;
     for (int64_t i = 0; i < n; ++i) b.append(s);
     return in.make_str(b, pos, s.markup);
   }
   const ListObj& l = seq.as_list();
-  if (!l.items.empty() && static_cast<uint64_t>(n) > (in.options().limits.max_memory_bytes / sizeof(Value)) / l.items.size())
+  if (!l.items.empty() &&
+      static_cast<uint64_t>(n) > (in.options().limits.max_memory_bytes / sizeof(Value)) / l.items.size())
     return resource_exhausted("template error at {}:{}: list repetition exceeds max_memory_bytes", pos.line, pos.col);
   PG_TRY(in.step(static_cast<uint64_t>(n) * l.items.size() / 8));
   std::vector<Value> items;
@@ -74,8 +76,9 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
   }
   // CPython treats any non-tuple, non-str argument with __getitem__ as a mapping, and then does
   // not complain about unused arguments.
-  const bool mapping_like = args.is_dict() || args.is_undefined() ||
-                            (args.is_list() && args.as_list().subscriptable() && args.as_list().kind != ListKind::kTuple);
+  const bool mapping_like =
+      args.is_dict() || args.is_undefined() ||
+      (args.is_list() && args.as_list().subscriptable() && args.as_list().kind != ListKind::kTuple);
   size_t next_arg = 0;
   bool used_mapping = false;
   std::string out;
@@ -96,7 +99,8 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
       i = close + 1;
     }
     std::string spec = "%";
-    while (i < f.size() && std::string_view("-+ #0").find(f[i]) != std::string_view::npos && spec.size() < 8) spec.push_back(f[i++]);
+    while (i < f.size() && std::string_view("-+ #0").find(f[i]) != std::string_view::npos && spec.size() < 8)
+      spec.push_back(f[i++]);
     for (int n = 0; i < f.size() && f[i] >= '0' && f[i] <= '9'; ++n) {
       if (n == 5) return rt_error(pos, "format width too large");
       spec.push_back(f[i++]);
@@ -131,11 +135,13 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
         size_t width = 0, prec = std::string::npos;
         size_t k = 1;
         while (k < spec.size() && !(spec[k] >= '1' && spec[k] <= '9') && spec[k] != '.') ++k;
-        while (k < spec.size() && spec[k] >= '0' && spec[k] <= '9') width = width * 10 + static_cast<size_t>(spec[k++] - '0');
+        while (k < spec.size() && spec[k] >= '0' && spec[k] <= '9')
+          width = width * 10 + static_cast<size_t>(spec[k++] - '0');
         if (k < spec.size() && spec[k] == '.') {
           prec = 0;
           ++k;
-          while (k < spec.size() && spec[k] >= '0' && spec[k] <= '9') prec = prec * 10 + static_cast<size_t>(spec[k++] - '0');
+          while (k < spec.size() && spec[k] >= '0' && spec[k] <= '9')
+            prec = prec * 10 + static_cast<size_t>(spec[k++] - '0');
         }
         if (prec != std::string::npos) {
           auto offs = py::cp_offsets(s);
@@ -189,7 +195,8 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
       default: return rt_error(pos, "unsupported format character '{}'", conv);
     }
     if (out.size() > in.options().limits.max_output_bytes)
-      return resource_exhausted("template error at {}:{}: formatted string exceeds max_output_bytes", pos.line, pos.col);
+      return resource_exhausted("template error at {}:{}: formatted string exceeds max_output_bytes", pos.line,
+                                pos.col);
   }
   if (!used_mapping && !mapping_like && next_arg < values.size())
     return rt_error(pos, "not all arguments converted during string formatting");
@@ -304,7 +311,9 @@ Result<Value> binary_op(Interp& in, BinOp op, const Value& a, const Value& b, Po
       if (op == BinOp::kMod && a.is_str()) return percent_format(in, a, b, pos);
       if (ints) {
         const int64_t x = a.as_int(), y = b.as_int();
-        if (y == 0) return rt_error(pos, "{}", op == BinOp::kMod ? "integer modulo by zero" : "integer division or modulo by zero");
+        if (y == 0)
+          return rt_error(pos, "{}",
+                          op == BinOp::kMod ? "integer modulo by zero" : "integer division or modulo by zero");
         if (x == std::numeric_limits<int64_t>::min() && y == -1) {
           if (op == BinOp::kMod) return Value::integer(0);
           return overflow(pos);
@@ -317,7 +326,8 @@ Result<Value> binary_op(Interp& in, BinOp op, const Value& a, const Value& b, Po
         return Value::integer(op == BinOp::kMod ? r : q);
       }
       if (nums) {
-        if (b.as_double() == 0.0) return rt_error(pos, "{}", op == BinOp::kMod ? "float modulo" : "float floor division by zero");
+        if (b.as_double() == 0.0)
+          return rt_error(pos, "{}", op == BinOp::kMod ? "float modulo" : "float floor division by zero");
         double q, r;
         float_divmod(a.as_double(), b.as_double(), q, r);
         return Value::floating(op == BinOp::kMod ? r : q);
@@ -338,7 +348,8 @@ Result<Value> binary_op(Interp& in, BinOp op, const Value& a, const Value& b, Po
         if (x == 0.0 && y < 0) return rt_error(pos, "0.0 cannot be raised to a negative power");
         if (x < 0 && y != std::floor(y)) return rt_error(pos, "complex results are not supported");
         const double r = std::pow(x, y);
-        if (std::isinf(r) && std::isfinite(x) && std::isfinite(y)) return rt_error(pos, "numerical result out of range");
+        if (std::isinf(r) && std::isfinite(x) && std::isfinite(y))
+          return rt_error(pos, "numerical result out of range");
         return Value::floating(r);
       }
       return type_error_binop("** or pow()", a, b, pos);
@@ -494,7 +505,8 @@ std::optional<std::string> hash_key(const Value& v, int depth) {
     case Kind::kInt: return "i" + std::to_string(v.as_int());
     case Kind::kFloat: {
       const double d = v.as_double();
-      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) return "i" + std::to_string(static_cast<int64_t>(d));
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18)
+        return "i" + std::to_string(static_cast<int64_t>(d));
       return "f" + py::float_repr(d);
     }
     case Kind::kStr: return "s" + v.sv();
@@ -510,6 +522,10 @@ std::optional<std::string> hash_key(const Value& v, int depth) {
         return k;
       }
       if (l.kind == ListKind::kIterator) return fmt::format("p{}", fmt::ptr(v.identity()));
+      if (l.kind == ListKind::kRange) {  // ranges hash by the sequence they describe
+        const size_t n = l.items.size();
+        return fmt::format("r{}:{}:{}", n, n > 0 ? l.range_start : 0, n > 1 ? l.range_step : 0);
+      }
       return std::nullopt;
     }
     case Kind::kDict: return std::nullopt;
@@ -525,8 +541,8 @@ const Value* dict_get(const DictObj& d, const Value& key) {
   return it == d.index.end() ? nullptr : &d.items[it->second].second;
 }
 
-Status slice_indices(const Value& start_v, const Value& stop_v, const Value& step_v, int64_t n, std::vector<int64_t>& out,
-                     Pos pos, bool& type_error, int64_t bounds[3]) {
+Status slice_indices(const Value& start_v, const Value& stop_v, const Value& step_v, int64_t n,
+                     std::vector<int64_t>& out, Pos pos, bool& type_error, int64_t bounds[3]) {
   type_error = false;
   auto ok_type = [](const Value& v) { return v.is_none() || v.is_integral(); };
   if (!ok_type(start_v) || !ok_type(stop_v) || !ok_type(step_v)) {
@@ -620,7 +636,8 @@ bool parse_py_float(std::string_view s, double& out) {
   size_t i = 0;
   if (i < s.size() && (s[i] == '+' || s[i] == '-')) t.push_back(s[i++]);
   std::string rest;
-  for (size_t k = i; k < s.size(); ++k) rest.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(s[k]))));
+  for (size_t k = i; k < s.size(); ++k)
+    rest.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(s[k]))));
   if (rest == "inf" || rest == "infinity" || rest == "nan") {
     t += rest;
     out = std::strtod(t.c_str(), nullptr);

@@ -121,8 +121,8 @@ bool is_line_break(char32_t c) {
 
 bool is_digit(char32_t c) {
   if (c < 0x80) return c >= '0' && c <= '9';
-  static constexpr char32_t kZeros[] = {0x660, 0x6F0, 0x7C0, 0x966, 0x9E6, 0xA66, 0xAE6, 0xB66, 0xBE6,
-                                        0xC66, 0xCE6, 0xD66, 0xE50, 0xED0, 0xF20, 0xFF10};
+  static constexpr char32_t kZeros[] = {0x660, 0x6F0, 0x7C0, 0x966, 0x9E6, 0xA66, 0xAE6, 0xB66,
+                                        0xBE6, 0xC66, 0xCE6, 0xD66, 0xE50, 0xED0, 0xF20, 0xFF10};
   for (char32_t z : kZeros)
     if (c >= z && c <= z + 9) return true;
   return c == 0xB2 || c == 0xB3 || c == 0xB9;  // superscripts count as digits in Python
@@ -192,14 +192,14 @@ bool is_alpha(char32_t c) {
   if (c >= 0xC0 && c <= 0x24F) return c != 0xD7 && c != 0xF7;
   if (c >= 0x370 && c <= 0x3FF) return c != 0x375 && c != 0x37E && c != 0x384 && c != 0x385 && c != 0x387;
   if (c >= 0x400 && c <= 0x52F) return !(c >= 0x482 && c <= 0x489);
-  if (c >= 0x5D0 && c <= 0x5EA) return true;                           // Hebrew letters
-  if (c >= 0x620 && c <= 0x64A) return true;                           // Arabic letters
-  if (c >= 0x3041 && c <= 0x3096) return true;                         // Hiragana
-  if (c >= 0x30A1 && c <= 0x30FA) return true;                         // Katakana
+  if (c >= 0x5D0 && c <= 0x5EA) return true;                                      // Hebrew letters
+  if (c >= 0x620 && c <= 0x64A) return true;                                      // Arabic letters
+  if (c >= 0x3041 && c <= 0x3096) return true;                                    // Hiragana
+  if (c >= 0x30A1 && c <= 0x30FA) return true;                                    // Katakana
   if ((c >= 0x3400 && c <= 0x4DBF) || (c >= 0x4E00 && c <= 0x9FFF)) return true;  // CJK
-  if (c >= 0xAC00 && c <= 0xD7A3) return true;                         // Hangul syllables
+  if (c >= 0xAC00 && c <= 0xD7A3) return true;                                    // Hangul syllables
   if ((c >= 0xFF21 && c <= 0xFF3A) || (c >= 0xFF41 && c <= 0xFF5A)) return true;
-  if (c >= 0x20000 && c <= 0x3134F) return true;                       // CJK extensions
+  if (c >= 0x20000 && c <= 0x3134F) return true;  // CJK extensions
   return false;
 }
 

@@ -23,9 +23,9 @@ std::vector<size_t> cp_offsets(std::string_view s);
 bool is_space(char32_t c);
 // Line boundaries of str.splitlines().
 bool is_line_break(char32_t c);
-bool is_digit(char32_t c);   // str.isdigit (ASCII and common Unicode decimal ranges)
-bool is_alpha(char32_t c);   // str.isalpha (approximation: Latin, Greek, Cyrillic, CJK, kana, Hangul)
-bool is_cased(char32_t c);   // has an upper/lower case form
+bool is_digit(char32_t c);  // str.isdigit (ASCII and common Unicode decimal ranges)
+bool is_alpha(char32_t c);  // str.isalpha (approximation: Latin, Greek, Cyrillic, CJK, kana, Hangul)
+bool is_cased(char32_t c);  // has an upper/lower case form
 bool is_upper(char32_t c);
 bool is_lower(char32_t c);
 // Case mapping; ß upper-cases to "SS" like Python. Covers Latin-1, Latin Extended-A, Greek and

@@ -53,7 +53,8 @@ inline constexpr size_t kStackBudgetBytes = size_t{2} << 20;
 // "template error at L:C: message" for runtime failures (TypeError, UndefinedError...).
 template <typename... Args>
 Status rt_error(Pos pos, fmt::format_string<Args...> f, Args&&... args) {
-  return invalid_argument("template error at {}:{}: {}", pos.line, pos.col, fmt::format(f, std::forward<Args>(args)...));
+  return invalid_argument("template error at {}:{}: {}", pos.line, pos.col,
+                          fmt::format(f, std::forward<Args>(args)...));
 }
 // The error an operation on an Undefined raises (UndefinedError).
 Status undefined_error(const Value& v, Pos pos);
@@ -131,11 +132,11 @@ class Interp {
   uint64_t steps_ = 0;
   int call_depth_ = 0;
   Flow flow_ = Flow::kNormal;
-  uintptr_t stack_base_ = 0;  // address near the bottom of the render's stack (see stack_check)
-  bool const_mode_ = false;  // eval_const: names, calls and context filters are not constant
-  bool lenient_slices_ = false;        // evaluating a folded constant (see eval_folded)
-  const Expr* strict_ = nullptr;       // re-evaluating this folded constant at render time
-  const Expr* print_root_ = nullptr;   // the expression of the {{ }} being printed
+  uintptr_t stack_base_ = 0;            // address near the bottom of the render's stack (see stack_check)
+  bool const_mode_ = false;             // eval_const: names, calls and context filters are not constant
+  bool lenient_slices_ = false;         // evaluating a folded constant (see eval_folded)
+  const Expr* strict_ = nullptr;        // re-evaluating this folded constant at render time
+  const Expr* print_root_ = nullptr;    // the expression of the {{ }} being printed
   const Value* block_input_ = nullptr;  // the captured body a {% filter %} / {% set %} block filters
   Value context_;
   ScopeP root_;
@@ -172,6 +173,9 @@ enum class MethodLookup : uint8_t { kNone, kSafe, kUnsafe };
 // sandbox refuses it).
 MethodLookup find_method(const Value& v, std::string_view name);
 Result<Value> call_method(Interp& in, const Value& self, const std::string& name, const CallArgs& args, Pos pos);
+Result<Value> str_method(Interp& in, const Value& self, const std::string& name, const CallArgs& args, Pos pos);
+// Python's optional start/end arguments (find, count, index...) clamped to [0, n] like slices.
+Status start_end(const Value* start, const Value* end, int64_t n, int64_t& b, int64_t& e, Pos pos);
 // Default globals: range, dict, namespace, raise_exception, strftime_now (+ Jinja's lipsum,
 // cycler, joiner, which we do not implement).
 bool is_global_function(std::string_view name);

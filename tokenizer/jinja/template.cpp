@@ -15,8 +15,8 @@ Result<Value> context_value(const Json& context, const RenderOptions& options) {
   if (!context.is_object()) return invalid_argument("template context must be a JSON object");
   auto d = std::make_shared<DictObj>();
   for (auto it = context.begin(); it != context.end(); ++it) {
-    const bool literal = std::find(options.literal_vars.begin(), options.literal_vars.end(), it.key()) !=
-                         options.literal_vars.end();
+    const bool literal =
+        std::find(options.literal_vars.begin(), options.literal_vars.end(), it.key()) != options.literal_vars.end();
     PG_ASSIGN_OR_RETURN(Value v, from_json(it.value(), literal, 1));
     const std::string key = "s" + it.key();
     auto found = d->index.find(key);
@@ -68,7 +68,8 @@ Result<std::vector<Segment>> Template::render_segments(const nlohmann::ordered_j
   return render_impl(*program_, context, options);
 }
 
-Result<std::vector<Segment>> Template::render_segments(const nlohmann::json& context, const RenderOptions& options) const {
+Result<std::vector<Segment>> Template::render_segments(const nlohmann::json& context,
+                                                       const RenderOptions& options) const {
   return render_impl(*program_, context, options);
 }
 

@@ -3,12 +3,11 @@
 // lstrip_blocks, loopcontrols, its tojson / raise_exception / strftime_now helpers).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,7 +24,7 @@ struct RenderLimits {
   // Statements, expression nodes and loop iterations, plus bulk work (1 per 64 bytes or 8 items);
   // a step is ~0.1-0.2 us, and a 1000-message DeepSeek chat takes ~1e5.
   uint64_t max_steps = 5'000'000;
-  int max_recursion_depth = 64;                // nested macro / caller() calls
+  int max_recursion_depth = 64;                 // nested macro / caller() calls
   size_t max_memory_bytes = size_t{256} << 20;  // live bytes of strings and lists made while rendering
 };
 

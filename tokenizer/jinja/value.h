@@ -29,8 +29,8 @@ struct Run {
 struct Str {
   std::string s;
   std::vector<Run> runs;
-  bool ascii = true;             // every byte < 0x80: byte offsets are code point offsets
-  bool markup = false;           // markupsafe.Markup (from safe / escape): repr differs, `+` escapes
+  bool ascii = true;    // every byte < 0x80: byte offsets are code point offsets
+  bool markup = false;  // markupsafe.Markup (from safe / escape): repr differs, `+` escapes
   AllocTracker* tracker = nullptr;
   Str() = default;
   Str(const Str&) = delete;
@@ -145,7 +145,7 @@ class Value {
 enum class ListKind : uint8_t {
   kList,
   kTuple,
-  kIterator,    // generator / list_reverseiterator: single pass, no len, always truthy
+  kIterator,  // generator / list_reverseiterator: single pass, no len, always truthy
   kDictKeys,
   kDictValues,
   kDictItems,
@@ -155,8 +155,8 @@ enum class ListKind : uint8_t {
 struct ListObj {
   std::vector<Value> items;
   ListKind kind = ListKind::kList;
-  int depth = 1;                  // container nesting depth (1 = no nested containers)
-  mutable size_t cursor = 0;      // kIterator: items before cursor were consumed
+  int depth = 1;              // container nesting depth (1 = no nested containers)
+  mutable size_t cursor = 0;  // kIterator: items before cursor were consumed
   int64_t range_start = 0, range_stop = 0, range_step = 1;
   AllocTracker* tracker = nullptr;
   ~ListObj();
@@ -191,9 +191,9 @@ struct Scope;
 struct FuncObj {
   FuncKind kind = FuncKind::kBuiltin;
   std::string name;
-  Value self;                     // kMethod: the object; kLoopCycle/kLoopChanged: the loop
-  const Stmt* macro = nullptr;    // kMacro: the macro or call-block statement
-  std::weak_ptr<Scope> closure;   // kMacro: the scope it was defined in (weak: no cycles)
+  Value self;                    // kMethod: the object; kLoopCycle/kLoopChanged: the loop
+  const Stmt* macro = nullptr;   // kMacro: the macro or call-block statement
+  std::weak_ptr<Scope> closure;  // kMacro: the scope it was defined in (weak: no cycles)
 };
 
 // jinja2.runtime.LoopContext for the iteration in progress.

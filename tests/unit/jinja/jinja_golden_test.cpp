@@ -2,11 +2,11 @@
 // byte like Python Jinja2 under transformers' settings (tools/jinja_golden.py wrote the goldens;
 // PG_JINJA_GOLDEN_DIR points at freshly regenerated ones in the live ctest variant).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -50,20 +50,24 @@ TEST(GoldenSnippets, MatchJinja2) {
       ASSERT_TRUE(expected.contains(name)) << "no golden for " << name << " (rerun tools/jinja_golden.py)";
       const ordered_json& want = expected[name];
       auto tmpl = Template::parse(src);
-      Result<std::string> got = tmpl.ok() ? tmpl->render(ctx, fixed_clock_options()) : Result<std::string>(tmpl.status());
+      Result<std::string> got =
+          tmpl.ok() ? tmpl->render(ctx, fixed_clock_options()) : Result<std::string>(tmpl.status());
       if (want.contains("output")) {
         const std::string out = want["output"].get<std::string>();
         if (!got.ok()) {
-          failures.push_back({name, "template " + show(src) + " expected " + show(out) + ", got error " + got.status().to_string()});
+          failures.push_back(
+              {name, "template " + show(src) + " expected " + show(out) + ", got error " + got.status().to_string()});
         } else if (*got != out) {
-          failures.push_back({name, "template " + show(src) + "\n  expected " + show(out) + "\n  got      " + show(*got)});
+          failures.push_back(
+              {name, "template " + show(src) + "\n  expected " + show(out) + "\n  got      " + show(*got)});
         }
       } else {
         const std::string err = want["error"].get<std::string>();
         if (got.ok()) {
           failures.push_back({name, "template " + show(src) + " expected error (" + err + "), got " + show(*got)});
         } else if (err.rfind("TemplateError: ", 0) == 0 && got.status().message() != err.substr(15)) {
-          failures.push_back({name, "raise_exception message " + show(got.status().message()) + " != " + show(err.substr(15))});
+          failures.push_back(
+              {name, "raise_exception message " + show(got.status().message()) + " != " + show(err.substr(15))});
         }
       }
     }
@@ -99,7 +103,9 @@ TEST(GoldenChat, MatchJinja2) {
         if (!plain.ok() || *plain != got) failures.push_back({name, "render() differs from render_segments()"});
       } else {
         ASSERT_TRUE(fs::exists(err)) << "no golden for " << name << " (rerun tools/jinja_golden.py)";
-        if (segs.ok()) failures.push_back({name, "expected error (" + read_file(err) + "), got " + show(segs->empty() ? "" : segs->front().text)});
+        if (segs.ok())
+          failures.push_back(
+              {name, "expected error (" + read_file(err) + "), got " + show(segs->empty() ? "" : segs->front().text)});
       }
     }
   }

@@ -2,9 +2,9 @@
 // nesting in source and in values, huge repetitions and widths. Each must fail quickly with an
 // error (never hang, crash or exhaust memory), under the default RenderLimits.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tokenizer/jinja/template.h"
@@ -35,8 +35,9 @@ TEST(JinjaLimits, InfiniteMacroRecursion) {
   Status st = run("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
   EXPECT_NE(st.message().find("max_recursion_depth"), std::string::npos);
-  st = run("{% macro a() %}{% call b() %}{{ a() }}{% endcall %}{% endmacro %}"
-           "{% macro b() %}{{ caller() }}{% endmacro %}{{ a() }}");
+  st =
+      run("{% macro a() %}{% call b() %}{{ a() }}{% endcall %}{% endmacro %}"
+          "{% macro b() %}{{ caller() }}{% endmacro %}{{ a() }}");
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
 }
 
@@ -59,7 +60,9 @@ TEST(JinjaLimits, DoublingStringsAndLists) {
   st = run("{% set ns = namespace(l=[1]) %}{% for i in range(100) %}{% set ns.l = ns.l + ns.l %}{% endfor %}");
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
   // Many distinct large strings alive at once: the memory bound.
-  st = run("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [('x' * 1000000) ~ i] %}{% endfor %}");
+  st =
+      run("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [('x' * 1000000) ~ i] %}{% "
+          "endfor %}");
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
 }
 
@@ -84,7 +87,8 @@ TEST(JinjaLimits, SharedHugeStringPrintedManyTimes) {
 }
 
 TEST(JinjaLimits, DeeplyNestedValues) {
-  Status st = run("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}");
+  Status st =
+      run("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}");
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
   st = run("{% set ns = namespace(d={}) %}{% for i in range(100000) %}{% set ns.d = {'k': ns.d} %}{% endfor %}");
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
@@ -98,29 +102,35 @@ TEST(JinjaLimits, DeeplyNestedValues) {
 }
 
 TEST(JinjaLimits, DeeplyNestedSource) {
-  for (const std::string& src :
-       {"{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}",
-        "{{ " + std::string(10000, '[') + std::string(10000, ']') + " }}",
-        "{{ 1" + std::string("") + [] {
-          std::string s;
-          for (int i = 0; i < 100000; ++i) s += " + 1";
-          return s;
-        }() + " }}",
-        [] {
-          std::string s;
-          for (int i = 0; i < 5000; ++i) s += "{% if true %}";
-          return s;
-        }(),
-        "{{ " + std::string(10000, '-') + "1 }}", "{{ " + [] {
-          std::string s;
-          for (int i = 0; i < 10000; ++i) s += "not ";
-          return s;
-        }() + "1 }}",
-        "{{ x" + [] {
-          std::string s;
-          for (int i = 0; i < 100000; ++i) s += "|trim";
-          return s;
-        }() + " }}"}) {
+  for (const std::string& src : {"{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}",
+                                 "{{ " + std::string(10000, '[') + std::string(10000, ']') + " }}",
+                                 "{{ 1" + std::string("") +
+                                     [] {
+                                       std::string s;
+                                       for (int i = 0; i < 100000; ++i) s += " + 1";
+                                       return s;
+                                     }() +
+                                     " }}",
+                                 [] {
+                                   std::string s;
+                                   for (int i = 0; i < 5000; ++i) s += "{% if true %}";
+                                   return s;
+                                 }(),
+                                 "{{ " + std::string(10000, '-') + "1 }}",
+                                 "{{ " +
+                                     [] {
+                                       std::string s;
+                                       for (int i = 0; i < 10000; ++i) s += "not ";
+                                       return s;
+                                     }() +
+                                     "1 }}",
+                                 "{{ x" +
+                                     [] {
+                                       std::string s;
+                                       for (int i = 0; i < 100000; ++i) s += "|trim";
+                                       return s;
+                                     }() +
+                                     " }}"}) {
     Status st = run(src);
     EXPECT_FALSE(st.ok()) << src.substr(0, 60);
   }

@@ -1,11 +1,10 @@
 // jinja_render TEMPLATE_FILE [CONTEXT_JSON_FILE]: renders a template with pg_jinja and prints the
 // result (or the error, exit 1). jinja_render --batch CASES_JSON: renders [{"template", "context"}]
 // and prints [{"output"} | {"error"}] as JSON, for differential checks against Python Jinja2.
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 

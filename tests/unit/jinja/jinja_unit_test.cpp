@@ -2,9 +2,9 @@
 // order with json vs. ordered_json, tokenizer_config handling, error positions and messages for
 // syntax errors and unsupported constructs, concurrent rendering of one Template.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,7 +111,8 @@ TEST(JinjaSegments, DeepSeekUserContentWithSpecialTokensIsData) {
   const auto cfg = read_json(cases_dir() / "templates" / "special_tokens.json");
   auto chat = ChatTemplate::from_source(read_file(cases_dir() / "templates" / "deepseek_v3.jinja"), cfg["deepseek_v3"]);
   ASSERT_TRUE(chat.ok()) << chat.status().to_string();
-  ChatRequest req = request_from_conversation(read_json(cases_dir() / "conversations" / "10_special_token_text_in_content.json"));
+  ChatRequest req =
+      request_from_conversation(read_json(cases_dir() / "conversations" / "10_special_token_text_in_content.json"));
   auto segs = chat->render_segments(req);
   ASSERT_TRUE(segs.ok()) << segs.status().to_string();
   const std::string literal = text_of(*segs, true), data = text_of(*segs, false);
@@ -142,7 +143,8 @@ TEST(JinjaContext, NonObjectContextIsAnError) {
 }
 
 TEST(JinjaContext, JsonNumbersAndStrings) {
-  const ordered_json ctx = {{"i", 3}, {"u", 18446744073709551615ull}, {"f", 1.0}, {"s", "é"}, {"b", true}, {"n", nullptr}};
+  const ordered_json ctx = {{"i", 3},      {"u", 18446744073709551615ull}, {"f", 1.0}, {"s", "é"}, {"b", true},
+                            {"n", nullptr}};
   EXPECT_EQ(render("{{ i }} {{ u }} {{ f }} {{ s }} {{ b }} {{ n }} {{ f is float }} {{ i is integer }}", ctx),
             "3 1.8446744073709552e+19 1.0 é True None True True");
 }
@@ -168,14 +170,11 @@ TEST(JinjaErrors, UnsupportedConstructsAreNamed) {
     const char* names;
     const char* pos;
   };
-  for (const Case& c : {Case{"ab\n {% include 'x.j2' %}", "include", "2:5"},
-                        Case{"{% extends 'base' %}", "extends", "1:4"},
-                        Case{"{% block b %}{% endblock %}", "block", "1:4"},
-                        Case{"{{ x|urlencode }}", "urlencode", "1:6"},
-                        Case{"{{ x is frob }}", "frob", "1:9"},
-                        Case{"{% for x in y recursive %}{% endfor %}", "recursive", "1:15"},
-                        Case{"{{ f(*args) }}", "*args", "1:6"},
-                        Case{"{{ 99999999999999999999 }}", "64 bits", "1:4"}}) {
+  for (const Case& c :
+       {Case{"ab\n {% include 'x.j2' %}", "include", "2:5"}, Case{"{% extends 'base' %}", "extends", "1:4"},
+        Case{"{% block b %}{% endblock %}", "block", "1:4"}, Case{"{{ x|urlencode }}", "urlencode", "1:6"},
+        Case{"{{ x is frob }}", "frob", "1:9"}, Case{"{% for x in y recursive %}{% endfor %}", "recursive", "1:15"},
+        Case{"{{ f(*args) }}", "*args", "1:6"}, Case{"{{ 99999999999999999999 }}", "64 bits", "1:4"}}) {
     auto t = Template::parse(c.src);
     ASSERT_FALSE(t.ok()) << c.src;
     EXPECT_EQ(t.status().code(), StatusCode::kUnsupported) << c.src << ": " << t.status().to_string();
@@ -209,7 +208,8 @@ TEST(JinjaErrors, InvalidUtf8TemplateIsAnError) {
 }
 
 TEST(JinjaErrors, ImmutableSandboxRefusesMutation) {
-  for (const char* src : {"{% set _ = l.append(1) %}", "{{ d.update({'a': 1}) }}", "{{ d.pop('a') }}", "{% set _ = l.sort() %}"})
+  for (const char* src :
+       {"{% set _ = l.append(1) %}", "{{ d.update({'a': 1}) }}", "{{ d.pop('a') }}", "{% set _ = l.sort() %}"})
     EXPECT_FALSE(render_status(src, {{"l", {3, 1}}, {"d", {{"a", 1}}}}).ok()) << src;
   // The unsafe attributes themselves are Undefined, as in ImmutableSandboxedEnvironment.
   EXPECT_EQ(render("{{ l.append is defined }}|{{ d.clear }}|", {{"l", {1}}, {"d", {{"clear", 1}}}}), "False||");
@@ -240,7 +240,8 @@ TEST(JinjaChatTemplate, FromTokenizerConfigForms) {
   EXPECT_EQ(*out, "<s>hi</s>");
   EXPECT_FALSE(chat->special_tokens().contains("unk_token"));
 
-  cfg["chat_template"] = ordered_json::array({{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", tmpl}}});
+  cfg["chat_template"] =
+      ordered_json::array({{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", tmpl}}});
   chat = ChatTemplate::from_tokenizer_config(cfg);
   ASSERT_TRUE(chat.ok());
   EXPECT_EQ(*chat->render(req), "<s>hi</s>");
@@ -249,7 +250,8 @@ TEST(JinjaChatTemplate, FromTokenizerConfigForms) {
   EXPECT_EQ(*chat->render(req), "T");
   EXPECT_EQ(ChatTemplate::from_tokenizer_config(cfg, "nope").status().code(), StatusCode::kNotFound);
 
-  EXPECT_EQ(ChatTemplate::from_tokenizer_config(ordered_json{{"bos_token", "<s>"}}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ChatTemplate::from_tokenizer_config(ordered_json{{"bos_token", "<s>"}}).status().code(),
+            StatusCode::kNotFound);
   EXPECT_FALSE(ChatTemplate::from_tokenizer_config(ordered_json{{"chat_template", 5}}).ok());
   EXPECT_FALSE(ChatTemplate::from_tokenizer_config(ordered_json{{"chat_template", "{% if %}"}}).ok());
   // nlohmann::json configs work too.
@@ -280,9 +282,11 @@ TEST(JinjaChatTemplate, RealDeepSeekV3TokenizerConfig) {
   ASSERT_TRUE(chat.ok()) << chat.status().to_string();
   EXPECT_EQ(chat->source(), read_file(cases_dir() / "templates" / "deepseek_v3.jinja"));
   for (const char* conv : {"02_system_multi_turn", "05_parallel_tool_calls", "09_unicode"}) {
-    auto out = chat->render(request_from_conversation(read_json(cases_dir() / "conversations" / (std::string(conv) + ".json"))));
+    auto out = chat->render(
+        request_from_conversation(read_json(cases_dir() / "conversations" / (std::string(conv) + ".json"))));
     ASSERT_TRUE(out.ok()) << out.status().to_string();
-    EXPECT_EQ(*out, read_file(cases_dir() / "golden" / "chat" / ("deepseek_v3__" + std::string(conv) + ".txt"))) << conv;
+    EXPECT_EQ(*out, read_file(cases_dir() / "golden" / "chat" / ("deepseek_v3__" + std::string(conv) + ".txt")))
+        << conv;
   }
 }
 
