@@ -43,8 +43,8 @@ Status Interp::steps_exceeded() const {
 
 Status Interp::stack_check() const {
   const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  if (stack_base_ > here && stack_base_ - here > kStackBudgetBytes)
-    return resource_exhausted("template nesting exceeds the interpreter's stack budget ({} bytes)", kStackBudgetBytes);
+  if (stack_base_ > here && stack_base_ - here > options_.limits.max_stack_bytes)
+    return resource_exhausted("template nesting exceeds max_stack_bytes ({})", options_.limits.max_stack_bytes);
   return ok_status();
 }
 
@@ -280,6 +280,8 @@ Status Interp::eval_args(const Expr& e, const ScopeP& scope, CallArgs& args) {
   return ok_status();
 }
 
+// eval() only dispatches: each kind has its own out-of-line function, so a deeply nested
+// expression costs one small frame per level instead of one frame sized for every case.
 Result<Value> Interp::eval(const Expr& e, const ScopeP& scope) {
   PG_TRY(step());
   PG_TRY(stack_check());
@@ -288,155 +290,177 @@ Result<Value> Interp::eval(const Expr& e, const ScopeP& scope) {
     case ExprKind::kName:
       if (const_mode_) return not_constant();
       return lookup(e.name, scope);
-    case ExprKind::kGetattr: {
-      PG_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
-      return getattr(obj, e.name, e.pos);
-    }
-    case ExprKind::kGetitem: {
-      PG_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
-      const Expr& idx = *e.args[1];
-      if (idx.kind != ExprKind::kSlice) {
-        PG_ASSIGN_OR_RETURN(Value key, eval(idx, scope));
-        return getitem(obj, key, e.pos);
-      }
-      Value parts[3] = {Value::none(), Value::none(), Value::none()};
-      for (int i = 0; i < 3; ++i)
-        if (idx.args[i]) {
-          PG_ASSIGN_OR_RETURN(parts[i], eval(*idx.args[i], scope));
-        }
-      // Jinja2 compiles slices to a plain Python subscript (no sandbox getitem), so every
-      // failure is an error rather than an Undefined.
-      if (obj.is_undefined()) return undefined_error(obj, e.pos);
-      const bool is_seq = obj.is_str() || (obj.is_list() && obj.as_list().subscriptable());
-      if (!is_seq && const_mode_)
-        return Value::undefined(fmt::format("'{}' object is not subscriptable", type_name(obj)));
-      if (!is_seq) {
-        if (obj.is_dict()) return rt_error(e.pos, "unhashable type: 'slice'");
-        return rt_error(e.pos, "'{}' object is not subscriptable", type_name(obj));
-      }
-      std::vector<size_t> offs;
-      int64_t n;
-      if (obj.is_str()) {
-        if (!obj.as_str().ascii) offs = py::cp_offsets(obj.sv());
-        n = obj.as_str().ascii ? static_cast<int64_t>(obj.sv().size()) : static_cast<int64_t>(offs.size() - 1);
-      } else {
-        n = static_cast<int64_t>(obj.as_list().items.size());
-      }
-      std::vector<int64_t> picks;
-      bool type_error = false;
-      int64_t bounds[3];
-      PG_TRY(slice_indices(parts[0], parts[1], parts[2], n, picks, e.pos, type_error, bounds));
-      if (type_error && const_mode_) return Value::undefined("slice indices must be integers or None");
-      if (type_error) return rt_error(e.pos, "slice indices must be integers or None or have an __index__ method");
-      PG_TRY(step(picks.size() / 8 + 1));
-      if (obj.is_str()) {
-        const Str& src = obj.as_str();
-        StrBuilder b;
-        auto at = [&](int64_t i) { return src.ascii ? static_cast<size_t>(i) : offs[static_cast<size_t>(i)]; };
-        const bool contiguous = parts[2].is_none() || (parts[2].is_integral() && parts[2].as_int() == 1);
-        if (contiguous && !picks.empty()) {
-          b.append(src, at(picks.front()), at(picks.back() + 1));
-        } else {
-          for (int64_t i : picks) b.append(src, at(i), at(i + 1));
-        }
-        return make_str(b, e.pos);
-      }
-      std::vector<Value> items;
-      items.reserve(picks.size());
-      for (int64_t i : picks) items.push_back(obj.as_list().items[static_cast<size_t>(i)]);
-      const ListObj& src = obj.as_list();
-      const ListKind kind = src.kind == ListKind::kList ? ListKind::kList : src.kind;
-      PG_ASSIGN_OR_RETURN(Value sliced, make_list(std::move(items), kind, e.pos));
-      if (kind == ListKind::kRange) {                      // range(...)[a:b:c] is a range again
-        auto& r = const_cast<ListObj&>(sliced.as_list());  // freshly made, not yet shared
-        r.range_start = src.range_start + bounds[0] * src.range_step;
-        r.range_stop = src.range_start + bounds[1] * src.range_step;
-        r.range_step = src.range_step * bounds[2];
-      }
-      return sliced;
-    }
+    case ExprKind::kGetattr: return eval_getattr(e, scope);
+    case ExprKind::kGetitem:
+      if (e.args[1]->kind == ExprKind::kSlice) return eval_slice(e, scope);
+      return eval_getitem(e, scope);
     case ExprKind::kCall: return eval_call(e, scope);
     case ExprKind::kFilter: return eval_filter(e, scope);
-    case ExprKind::kTest: {
-      PG_ASSIGN_OR_RETURN(Value subject, eval(*e.args[0], scope));
-      CallArgs args;
-      PG_TRY(eval_args(e, scope, args));
-      if (e.fn < 0)  // unknown tests pass NameChecker only inside if / inline-if; they fail when run
-        return unsupported("template error at {}:{}: no test named '{}' (unknown or not supported)", e.pos.line,
-                           e.pos.col, e.name);
-      PG_ASSIGN_OR_RETURN(bool r, apply_test(e.fn, subject, args, e.pos));
-      return Value::boolean(r);
-    }
+    case ExprKind::kTest: return eval_test(e, scope);
     case ExprKind::kNeg:
-    case ExprKind::kPos: {
-      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
-      return unary_minus(a, e.pos, e.kind == ExprKind::kNeg);
-    }
-    case ExprKind::kNot: {
-      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
-      return Value::boolean(!truthy(a));
-    }
-    case ExprKind::kBinary: {
-      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
-      PG_ASSIGN_OR_RETURN(Value b, eval(*e.args[1], scope));
-      return binary_op(*this, e.bin, a, b, e.pos);
-    }
+    case ExprKind::kPos:
+    case ExprKind::kNot: return eval_unary(e, scope);
+    case ExprKind::kBinary: return eval_binary(e, scope);
     case ExprKind::kAnd:
-    case ExprKind::kOr: {
-      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
-      if (truthy(a) == (e.kind == ExprKind::kOr)) return a;
-      return eval(*e.args[1], scope);
-    }
-    case ExprKind::kConcat: {
-      StrBuilder b;
-      for (const auto& a : e.args) {
-        PG_ASSIGN_OR_RETURN(Value v, eval(*a, scope));
-        append_str(b, v);
-        if (b.size() > options_.limits.max_output_bytes) return make_str(b, e.pos);  // reports the limit
-      }
-      return make_str(b, e.pos);
-    }
-    case ExprKind::kCompare: {
-      PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
-      for (size_t i = 0; i < e.cmp.size(); ++i) {
-        PG_ASSIGN_OR_RETURN(Value b, eval(*e.args[i + 1], scope));
-        PG_ASSIGN_OR_RETURN(bool r, compare(*this, e.cmp[i], a, b, e.pos));
-        if (!r) return Value::boolean(false);
-        a = std::move(b);
-      }
-      return Value::boolean(true);
-    }
-    case ExprKind::kCondExpr: {
-      PG_ASSIGN_OR_RETURN(Value test, eval(*e.args[0], scope));
-      if (truthy(test)) return eval(*e.args[1], scope);
-      if (e.args[2]) return eval(*e.args[2], scope);
-      return Value::undefined(fmt::format(
-          "the inline if-expression on line {} evaluated to false and no else section was defined.", e.pos.line));
-    }
+    case ExprKind::kOr: return eval_logic(e, scope);
+    case ExprKind::kConcat: return eval_concat(e, scope);
+    case ExprKind::kCompare: return eval_compare(e, scope);
+    case ExprKind::kCondExpr: return eval_cond(e, scope);
     case ExprKind::kList:
-    case ExprKind::kTuple: {
-      std::vector<Value> items;
-      items.reserve(e.args.size());
-      for (const auto& a : e.args) {
-        PG_ASSIGN_OR_RETURN(Value v, eval(*a, scope));
-        items.push_back(std::move(v));
-      }
-      return make_list(std::move(items), e.kind == ExprKind::kList ? ListKind::kList : ListKind::kTuple, e.pos);
-    }
-    case ExprKind::kDict: {
-      std::vector<std::pair<Value, Value>> items;
-      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-        PG_ASSIGN_OR_RETURN(Value k, eval(*e.args[i], scope));
-        PG_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1], scope));
-        items.emplace_back(std::move(k), std::move(v));
-      }
-      return make_dict(std::move(items), e.pos);
-    }
+    case ExprKind::kTuple:
+    case ExprKind::kDict: return eval_literal(e, scope);
     case ExprKind::kSlice:  // only inside a subscript tuple (x[1:2, 3]); no container takes it
       return Value::undefined("slice objects are not supported as values");
     case ExprKind::kNsRef: break;
   }
   return rt_error(e.pos, "unexpected expression");
+}
+
+Result<Value> Interp::eval_getattr(const Expr& e, const ScopeP& scope) {
+  PG_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
+  return getattr(obj, e.name, e.pos);
+}
+
+Result<Value> Interp::eval_getitem(const Expr& e, const ScopeP& scope) {
+  PG_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
+  PG_ASSIGN_OR_RETURN(Value key, eval(*e.args[1], scope));
+  return getitem(obj, key, e.pos);
+}
+
+// obj[a:b:c]. Jinja2 compiles slices to a plain Python subscript (no sandbox getitem), so every
+// failure is an error rather than an Undefined -- except in compile-time constants (eval_const).
+Result<Value> Interp::eval_slice(const Expr& e, const ScopeP& scope) {
+  PG_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
+  const Expr& idx = *e.args[1];
+  Value parts[3] = {Value::none(), Value::none(), Value::none()};
+  for (int i = 0; i < 3; ++i)
+    if (idx.args[i]) {
+      PG_ASSIGN_OR_RETURN(parts[i], eval(*idx.args[i], scope));
+    }
+  if (obj.is_undefined()) return undefined_error(obj, e.pos);
+  const bool is_seq = obj.is_str() || (obj.is_list() && obj.as_list().subscriptable());
+  if (!is_seq && const_mode_) return Value::undefined(fmt::format("'{}' object is not subscriptable", type_name(obj)));
+  if (!is_seq) {
+    if (obj.is_dict()) return rt_error(e.pos, "unhashable type: 'slice'");
+    return rt_error(e.pos, "'{}' object is not subscriptable", type_name(obj));
+  }
+  std::vector<size_t> offs;
+  int64_t n;
+  if (obj.is_str()) {
+    if (!obj.as_str().ascii) offs = py::cp_offsets(obj.sv());
+    n = obj.as_str().ascii ? static_cast<int64_t>(obj.sv().size()) : static_cast<int64_t>(offs.size() - 1);
+  } else {
+    n = static_cast<int64_t>(obj.as_list().items.size());
+  }
+  std::vector<int64_t> picks;
+  bool type_error = false;
+  int64_t bounds[3];
+  PG_TRY(slice_indices(parts[0], parts[1], parts[2], n, picks, e.pos, type_error, bounds));
+  if (type_error && const_mode_) return Value::undefined("slice indices must be integers or None");
+  if (type_error) return rt_error(e.pos, "slice indices must be integers or None or have an __index__ method");
+  PG_TRY(step(picks.size() / 8 + 1));
+  if (obj.is_str()) {
+    const Str& src = obj.as_str();
+    StrBuilder b;
+    auto at = [&](int64_t i) { return src.ascii ? static_cast<size_t>(i) : offs[static_cast<size_t>(i)]; };
+    const bool contiguous = parts[2].is_none() || (parts[2].is_integral() && parts[2].as_int() == 1);
+    if (contiguous && !picks.empty()) {
+      b.append(src, at(picks.front()), at(picks.back() + 1));
+    } else {
+      for (int64_t i : picks) b.append(src, at(i), at(i + 1));
+    }
+    return make_str(b, e.pos);
+  }
+  std::vector<Value> items;
+  items.reserve(picks.size());
+  for (int64_t i : picks) items.push_back(obj.as_list().items[static_cast<size_t>(i)]);
+  const ListObj& src = obj.as_list();
+  const ListKind kind = src.kind == ListKind::kList ? ListKind::kList : src.kind;
+  PG_ASSIGN_OR_RETURN(Value sliced, make_list(std::move(items), kind, e.pos));
+  if (kind == ListKind::kRange) {                      // range(...)[a:b:c] is a range again
+    auto& r = const_cast<ListObj&>(sliced.as_list());  // freshly made, not yet shared
+    r.range_start = src.range_start + bounds[0] * src.range_step;
+    r.range_stop = src.range_start + bounds[1] * src.range_step;
+    r.range_step = src.range_step * bounds[2];
+  }
+  return sliced;
+}
+
+Result<Value> Interp::eval_test(const Expr& e, const ScopeP& scope) {
+  PG_ASSIGN_OR_RETURN(Value subject, eval(*e.args[0], scope));
+  CallArgs args;
+  PG_TRY(eval_args(e, scope, args));
+  if (e.fn < 0)  // unknown tests pass NameChecker only inside if / inline-if; they fail when run
+    return unsupported("template error at {}:{}: no test named '{}' (unknown or not supported)", e.pos.line,
+                       e.pos.col, e.name);
+  PG_ASSIGN_OR_RETURN(bool r, apply_test(e.fn, subject, args, e.pos));
+  return Value::boolean(r);
+}
+
+Result<Value> Interp::eval_unary(const Expr& e, const ScopeP& scope) {
+  PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+  if (e.kind == ExprKind::kNot) return Value::boolean(!truthy(a));
+  return unary_minus(a, e.pos, e.kind == ExprKind::kNeg);
+}
+
+Result<Value> Interp::eval_binary(const Expr& e, const ScopeP& scope) {
+  PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+  PG_ASSIGN_OR_RETURN(Value b, eval(*e.args[1], scope));
+  return binary_op(*this, e.bin, a, b, e.pos);
+}
+
+Result<Value> Interp::eval_logic(const Expr& e, const ScopeP& scope) {
+  PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+  if (truthy(a) == (e.kind == ExprKind::kOr)) return a;  // Python returns the deciding operand
+  return eval(*e.args[1], scope);
+}
+
+Result<Value> Interp::eval_concat(const Expr& e, const ScopeP& scope) {
+  StrBuilder b;
+  for (const auto& a : e.args) {
+    PG_ASSIGN_OR_RETURN(Value v, eval(*a, scope));
+    append_str(b, v);
+    if (b.size() > options_.limits.max_output_bytes) return make_str(b, e.pos);  // reports the limit
+  }
+  return make_str(b, e.pos);
+}
+
+Result<Value> Interp::eval_compare(const Expr& e, const ScopeP& scope) {
+  PG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+  for (size_t i = 0; i < e.cmp.size(); ++i) {  // a < b < c: pairwise, short-circuiting
+    PG_ASSIGN_OR_RETURN(Value b, eval(*e.args[i + 1], scope));
+    PG_ASSIGN_OR_RETURN(bool r, compare(*this, e.cmp[i], a, b, e.pos));
+    if (!r) return Value::boolean(false);
+    a = std::move(b);
+  }
+  return Value::boolean(true);
+}
+
+Result<Value> Interp::eval_cond(const Expr& e, const ScopeP& scope) {
+  PG_ASSIGN_OR_RETURN(Value test, eval(*e.args[0], scope));
+  if (truthy(test)) return eval(*e.args[1], scope);
+  if (e.args[2]) return eval(*e.args[2], scope);
+  return Value::undefined(fmt::format(
+      "the inline if-expression on line {} evaluated to false and no else section was defined.", e.pos.line));
+}
+
+Result<Value> Interp::eval_literal(const Expr& e, const ScopeP& scope) {
+  if (e.kind == ExprKind::kDict) {
+    std::vector<std::pair<Value, Value>> items;
+    for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+      PG_ASSIGN_OR_RETURN(Value k, eval(*e.args[i], scope));
+      PG_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1], scope));
+      items.emplace_back(std::move(k), std::move(v));
+    }
+    return make_dict(std::move(items), e.pos);
+  }
+  std::vector<Value> items;
+  items.reserve(e.args.size());
+  for (const auto& a : e.args) {
+    PG_ASSIGN_OR_RETURN(Value v, eval(*a, scope));
+    items.push_back(std::move(v));
+  }
+  return make_list(std::move(items), e.kind == ExprKind::kList ? ListKind::kList : ListKind::kTuple, e.pos);
 }
 
 Result<Value> Interp::eval_call(const Expr& e, const ScopeP& scope) {

@@ -19,8 +19,9 @@
 
 namespace pg::jinja::parse {
 
-// Nesting of parentheses/blocks. CPython's recursion limit stops Jinja2 well before this.
-constexpr int kMaxNesting = 100;
+// Parser recursion guards entered (about three per parenthesis level, one per block level).
+// CPython's recursion limit stops Jinja2 near 80 parenthesis levels.
+constexpr int kMaxNesting = 400;
 // Height of an expression tree (long operator chains build deep left-leaning trees).
 constexpr int kMaxExprDepth = 256;
 // elif branches of one if (each nests one level deeper in the tree that owns them).
@@ -99,7 +100,7 @@ class Parser {
   }
   Status nest_check() const {
     const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-    if (stack_base_ > here && stack_base_ - here > kStackBudgetBytes)
+    if (stack_base_ > here && stack_base_ - here > kParseStackBytes)
       return unsupported("template error at {}:{}: nesting exceeds the parser's stack budget", cur().pos.line,
                          cur().pos.col);
     if (nesting_ > kMaxNesting)

@@ -1,6 +1,6 @@
-// Interpreter internals shared by interpreter.cpp, operators.cpp, filters.cpp, methods.cpp and
-// json_io.cpp: scopes, call arguments, the Interp services (limits, value makers, attribute and
-// item lookup, iteration) and Python's operators. Not part of the public API.
+// Interpreter internals shared by the pg_jinja sources: scopes, call arguments, the Interp
+// services (limits, value makers, attribute and item lookup, iteration), Python operators,
+// methods and globals, constant folding and JSON. Not part of the public API.
 #pragma once
 
 #include <fmt/format.h>
@@ -45,10 +45,10 @@ struct CallArgs {
   std::vector<std::pair<std::string, Value>> kw;
 };
 
-// Stack the interpreter may use below its entry point. Nesting is bounded by the parser and
-// RenderLimits, but frames differ by build (sanitizers triple them); this guard turns any
-// remaining overflow risk into an error. Threads rendering templates need ~1.5x this much stack.
-inline constexpr size_t kStackBudgetBytes = size_t{2} << 20;
+// Stack the parser may use below its entry point. Nesting is bounded, but frames differ by build
+// (sanitizers triple them); the guard turns any remaining overflow risk into an error. The
+// interpreter's budget is RenderLimits::max_stack_bytes.
+inline constexpr size_t kParseStackBytes = size_t{1} << 20;
 
 // "template error at L:C: message" for runtime failures (TypeError, UndefinedError...).
 template <typename... Args>
@@ -118,8 +118,22 @@ class Interp {
   Status capture(const std::vector<StmtPtr>& body, const ScopeP& scope, Value& result, Pos pos);
   Status assign(const Expr& target, const Value& v, const ScopeP& scope);
   Result<Value> eval(const Expr& e, const ScopeP& scope);
-  Result<Value> eval_call(const Expr& e, const ScopeP& scope);
-  Result<Value> eval_filter(const Expr& e, const ScopeP& scope);
+  // eval()'s cases, kept out of line (see eval) so recursion uses small frames.
+#define PG_JINJA_EVAL(name) __attribute__((noinline)) Result<Value> name(const Expr& e, const ScopeP& scope)
+  PG_JINJA_EVAL(eval_getattr);
+  PG_JINJA_EVAL(eval_getitem);
+  PG_JINJA_EVAL(eval_slice);
+  PG_JINJA_EVAL(eval_test);
+  PG_JINJA_EVAL(eval_unary);
+  PG_JINJA_EVAL(eval_binary);
+  PG_JINJA_EVAL(eval_logic);
+  PG_JINJA_EVAL(eval_concat);
+  PG_JINJA_EVAL(eval_compare);
+  PG_JINJA_EVAL(eval_cond);
+  PG_JINJA_EVAL(eval_literal);
+#undef PG_JINJA_EVAL
+  __attribute__((noinline)) Result<Value> eval_call(const Expr& e, const ScopeP& scope);
+  __attribute__((noinline)) Result<Value> eval_filter(const Expr& e, const ScopeP& scope);
   Status eval_args(const Expr& e, const ScopeP& scope, CallArgs& args);
   Value lookup(const std::string& name, const ScopeP& scope) const;
   Result<Value> call_macro(const FuncObj& f, const CallArgs& args, Pos pos);

@@ -26,6 +26,9 @@ struct RenderLimits {
   uint64_t max_steps = 5'000'000;
   int max_recursion_depth = 64;                 // nested macro / caller() calls
   size_t max_memory_bytes = size_t{256} << 20;  // live bytes of strings and lists made while rendering
+  // Stack the interpreter may use (deep nesting and macro recursion): the rendering thread needs
+  // this much free stack plus ~256 KiB. Deeper renders fail with ResourceExhausted.
+  size_t max_stack_bytes = size_t{2} << 20;
 };
 
 struct RenderOptions {

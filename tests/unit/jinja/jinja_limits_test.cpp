@@ -154,6 +154,28 @@ TEST(JinjaLimits, SmallConfiguredLimits) {
   EXPECT_EQ(run("{% set a = 'x' * 600000 %}{% set b = a ~ 'y' %}", small).code(), StatusCode::kResourceExhausted);
 }
 
+// Macro recursion x block nesting x long operator chains: past max_stack_bytes it is an error,
+// never a stack overflow (the test thread has the default 8 MiB stack).
+TEST(JinjaLimits, StackBudget) {
+  auto deep = [](int n_ifs, int n_terms, int depth) {
+    std::string ifs, endifs, expr = "n";
+    for (int i = 0; i < n_ifs; ++i) {
+      ifs += "{% if true %}";
+      endifs += "{% endif %}";
+    }
+    for (int i = 0; i < n_terms; ++i) expr += " + 0";
+    return "{% macro f(n) %}" + ifs + "{% if n > 0 %}{{ f(" + expr + " - 1) }}{% endif %}" + endifs +
+           "{% endmacro %}{{ f(" + std::to_string(depth) + ") }}done";
+  };
+  Status st = run(deep(100, 120, 62));
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+  EXPECT_NE(st.message().find("max_stack_bytes"), std::string::npos) << st.message();
+  EXPECT_TRUE(run(deep(30, 40, 60)).ok());
+  RenderLimits small;
+  small.max_stack_bytes = 64 << 10;
+  EXPECT_EQ(run(deep(30, 40, 60), small).code(), StatusCode::kResourceExhausted);
+}
+
 TEST(JinjaLimits, RangeSandboxLimit) {
   Status st = run("{{ range(100001)|length }}");
   EXPECT_FALSE(st.ok());
