@@ -281,6 +281,8 @@ Result<std::string> format_spec(const Value& v, std::string_view spec, size_t li
         body = std::to_string(mag);
       }
     } else {
+      if (type != 0 && std::string_view("eEfFgGn%").find(type) == std::string_view::npos)
+        return rt_error(pos, "Unknown format code '{}' for object of type '{}'", type, type_name(v));
       const double x = v.as_double();
       if (std::signbit(x) && !std::isnan(x)) sign_str = "-";
       const double m = std::fabs(x);
