@@ -391,8 +391,8 @@ Result<Value> Interp::eval_test(const Expr& e, const ScopeP& scope) {
   CallArgs args;
   PG_TRY(eval_args(e, scope, args));
   if (e.fn < 0)  // unknown tests pass NameChecker only inside if / inline-if; they fail when run
-    return unsupported("template error at {}:{}: no test named '{}' (unknown or not supported)", e.pos.line,
-                       e.pos.col, e.name);
+    return unsupported("template error at {}:{}: no test named '{}' (unknown or not supported)", e.pos.line, e.pos.col,
+                       e.name);
   PG_ASSIGN_OR_RETURN(bool r, apply_test(e.fn, subject, args, e.pos));
   return Value::boolean(r);
 }

@@ -1,6 +1,7 @@
 // Python's operators on template values: arithmetic with CPython's int/float rules (floor
 // division, modulo sign, true division), sequence concatenation/repetition, printf-style
 // `str % args`, comparisons, `in`, hashing for dict keys and slice index arithmetic.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -169,6 +170,26 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
           return rt_error(pos, "%{} format: a number is required, not {}", conv, type_name(*arg));
         }
         const char c = conv == 'i' || conv == 'u' ? 'd' : conv;
+        // C leaves '#' with d undefined; Python ignores it there.
+        if (c == 'd') spec.erase(std::remove(spec.begin(), spec.end(), '#'), spec.end());
+        if (c == 'o' && spec.find('#') != std::string::npos) {
+          // Python's alternate octal form is "0o..." (C's is "0..."): pad it by hand.
+          spec.erase(std::remove(spec.begin(), spec.end(), '#'), spec.end());
+          const bool left = spec.find('-') != std::string::npos;
+          const bool zero = !left && spec.find('0') == 1;
+          size_t width = 0;
+          for (char ch : spec)
+            if (ch >= '0' && ch <= '9' && !(ch == '0' && width == 0))
+              width = width * 10 + static_cast<size_t>(ch - '0');
+          std::string digits = cformat("%llo", static_cast<long long>(v < 0 ? -static_cast<unsigned long long>(v) : v));
+          std::string head = std::string(v < 0 ? "-" : (spec.find('+') != std::string::npos ? "+" : "")) + "0o";
+          const size_t n = head.size() + digits.size();
+          if (width > n && zero) digits.insert(0, width - n, '0');
+          std::string body = head + digits;
+          if (width > body.size()) body.insert(left ? body.size() : 0, width - body.size(), ' ');
+          out += body;
+          break;
+        }
         out += cformat(spec + "ll" + c, static_cast<long long>(v));
         break;
       }
