@@ -206,7 +206,8 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args, 
       case 'c': {
         if (arg->is_str() && py::cp_count(arg->sv()) == 1) {
           out += arg->sv();
-        } else if (arg->is_integral() && arg->as_int() >= 0 && arg->as_int() <= 0x10FFFF) {
+        } else if (arg->is_integral() && arg->as_int() >= 0 && arg->as_int() <= 0x10FFFF &&
+                   !(arg->as_int() >= 0xD800 && arg->as_int() <= 0xDFFF)) {  // no surrogates: output stays UTF-8
           py::append_utf8(out, static_cast<char32_t>(arg->as_int()));
         } else {
           return rt_error(pos, "%c requires int or char");

@@ -276,7 +276,9 @@ Result<std::string> format_spec(const Value& v, std::string_view spec, size_t li
         std::reverse(d.begin(), d.end());
         body = (alt ? std::string("0") + type : std::string()) + d;
       } else if (type == 'c') {
-        py::append_utf8(body, static_cast<char32_t>(mag & 0x1FFFFF));
+        if (x < 0 || x > 0x10FFFF || (x >= 0xD800 && x <= 0xDFFF))  // no surrogates: output stays UTF-8
+          return rt_error(pos, "%c arg not in range(0x110000) or a surrogate");
+        py::append_utf8(body, static_cast<char32_t>(x));
       } else {
         body = std::to_string(mag);
       }
