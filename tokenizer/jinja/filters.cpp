@@ -274,13 +274,15 @@ Result<Value> f_join(Interp& in, const Value& v, const CallArgs& args, Pos pos) 
 
 }  // namespace
 
-Result<Value> f_length(Interp&, const Value& v, const CallArgs& args, Pos pos) {
+Result<Value> f_length(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
   std::vector<const Value*> a;
   PG_TRY(bind_args(args, {}, 0, a, "length", pos));
   switch (v.kind()) {
     case Kind::kUndefined: return Value::integer(0);
     case Kind::kStr:
-      return Value::integer(static_cast<int64_t>(v.as_str().ascii ? v.sv().size() : py::cp_count(v.sv())));
+      if (v.as_str().ascii) return Value::integer(static_cast<int64_t>(v.sv().size()));
+      PG_TRY(in.charge_bytes(v.sv().size()));  // counting code points reads the whole string
+      return Value::integer(static_cast<int64_t>(py::cp_count(v.sv())));
     case Kind::kList:
       if (!v.as_list().has_len()) return rt_error(pos, "object of type 'generator' has no len()");
       return Value::integer(static_cast<int64_t>(v.as_list().items.size()));

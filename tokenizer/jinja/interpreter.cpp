@@ -347,7 +347,10 @@ Result<Value> Interp::eval_slice(const Expr& e, const ScopeP& scope) {
   std::vector<size_t> offs;
   int64_t n;
   if (obj.is_str()) {
-    if (!obj.as_str().ascii) offs = py::cp_offsets(obj.sv());
+    if (!obj.as_str().ascii) {
+      PG_TRY(charge_bytes(obj.sv().size() * 8));  // one offset per code point
+      offs = py::cp_offsets(obj.sv());
+    }
     n = obj.as_str().ascii ? static_cast<int64_t>(obj.sv().size()) : static_cast<int64_t>(offs.size() - 1);
   } else {
     n = static_cast<int64_t>(obj.as_list().items.size());

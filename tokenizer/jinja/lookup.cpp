@@ -171,11 +171,13 @@ Result<Value> Interp::getattr(const Value& obj, const std::string& name, Pos pos
 Result<Value> Interp::getitem(const Value& obj, const Value& key, Pos pos) {
   if (obj.is_undefined()) return undefined_error(obj, pos);
   if (obj.is_dict()) {
+    if (key.is_str()) PG_TRY(charge_bytes(key.sv().size()));  // the lookup copies the key
     if (const Value* v = dict_get(obj.as_dict(), key)) return *v;
   } else if (key.is_integral() && (obj.is_str() || (obj.is_list() && obj.as_list().subscriptable()))) {
     int64_t i = key.as_int();
     if (obj.is_str()) {
       const Str& s = obj.as_str();
+      if (!s.ascii) PG_TRY(charge_bytes(s.s.size()));  // code point indexing scans the string
       const int64_t n = s.ascii ? static_cast<int64_t>(s.s.size()) : static_cast<int64_t>(py::cp_count(s.s));
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value::undefined(fmt::format("str object has no element {}", key.as_int()));

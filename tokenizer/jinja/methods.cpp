@@ -39,18 +39,23 @@ Result<Value> list_method(Interp& in, const Value& self, const std::string& name
   }
   if (name == "count") {
     PG_TRY(bind_args(args, {"value"}, 1, a, name, pos));
-    PG_TRY(in.step(l.items.size() + 1));
+    CompareWork work = in.compare_work();
     int64_t n = 0;
-    for (const Value& v : l.items) n += py_eq(v, *a[0]) ? 1 : 0;
+    for (const Value& v : l.items) n += py_eq(v, *a[0], 0, &work) ? 1 : 0;
+    PG_TRY(in.charge(work));
     return Value::integer(n);
   }
   if (name == "index") {
     PG_TRY(bind_args(args, {"value", "start", "stop"}, 1, a, name, pos));
     int64_t b, e;
     PG_TRY(start_end(a[1], a[2], static_cast<int64_t>(l.items.size()), b, e, pos));
-    PG_TRY(in.step(l.items.size() + 1));
-    for (int64_t i = b; i < e; ++i)
-      if (py_eq(l.items[static_cast<size_t>(i)], *a[0])) return Value::integer(i);
+    CompareWork work = in.compare_work();
+    for (int64_t i = b; i < e && !work.over(); ++i)
+      if (py_eq(l.items[static_cast<size_t>(i)], *a[0], 0, &work)) {
+        PG_TRY(in.charge(work));
+        return Value::integer(i);
+      }
+    PG_TRY(in.charge(work));
     return rt_error(pos, "{} is not in list", short_repr(*a[0]));
   }
   return unsupported("template error at {}:{}: {}.{}() is not supported", pos.line, pos.col, type_name(self), name);
@@ -61,6 +66,7 @@ Result<Value> dict_method(Interp& in, const Value& self, const std::string& name
   std::vector<const Value*> a;
   if (name == "get") {
     PG_TRY(bind_args(args, {"key", "default"}, 1, a, name, pos));
+    if (a[0]->is_str()) PG_TRY(in.charge_bytes(a[0]->sv().size()));  // the lookup copies the key
     if (!hash_key(*a[0])) return rt_error(pos, "unhashable type: '{}'", type_name(*a[0]));
     if (const Value* v = dict_get(d, *a[0])) return *v;
     return a[1] != nullptr ? *a[1] : Value::none();

@@ -402,8 +402,8 @@ bool seq_like(const ListObj& l) { return l.kind != ListKind::kIterator; }
 
 }  // namespace
 
-bool py_eq(const Value& a, const Value& b, int depth) {
-  if (depth > kMaxValueDepth) return false;
+bool py_eq(const Value& a, const Value& b, int depth, CompareWork* work) {
+  if (depth > kMaxValueDepth || (work != nullptr && work->over())) return false;
   if (a.is_number() && b.is_number()) {
     if (a.is_integral() && b.is_integral()) return a.as_int() == b.as_int();
     if (a.is_float() && b.is_float()) return a.as_double() == b.as_double();
@@ -413,23 +413,29 @@ bool py_eq(const Value& a, const Value& b, int depth) {
   switch (a.kind()) {
     case Kind::kUndefined:
     case Kind::kNone: return true;
-    case Kind::kStr: return a.sv() == b.sv();
+    case Kind::kStr:
+      if (a.str_ptr() == b.str_ptr()) return true;
+      if (a.sv().size() != b.sv().size()) return false;
+      if (work != nullptr && (work->used += a.sv().size(), work->over())) return false;
+      return a.sv() == b.sv();
     case Kind::kList: {
       const ListObj& x = a.as_list();
       const ListObj& y = b.as_list();
       if (x.kind != y.kind || !seq_like(x)) return &x == &y;
       if (x.items.size() != y.items.size()) return false;
+      if (work != nullptr) work->used += x.items.size();
       for (size_t i = 0; i < x.items.size(); ++i)
-        if (!py_eq(x.items[i], y.items[i], depth + 1)) return false;
+        if (!py_eq(x.items[i], y.items[i], depth + 1, work)) return false;
       return true;
     }
     case Kind::kDict: {
       const DictObj& x = a.as_dict();
       const DictObj& y = b.as_dict();
       if (x.items.size() != y.items.size()) return false;
+      if (work != nullptr) work->used += x.items.size();
       for (const auto& [k, v] : x.items) {
         const Value* other = dict_get(y, k);
-        if (other == nullptr || !py_eq(v, *other, depth + 1)) return false;
+        if (other == nullptr || !py_eq(v, *other, depth + 1, work)) return false;
       }
       return true;
     }
@@ -437,7 +443,7 @@ bool py_eq(const Value& a, const Value& b, int depth) {
   }
 }
 
-Result<bool> py_lt(const Value& a, const Value& b, Pos pos, int depth) {
+Result<bool> py_lt(const Value& a, const Value& b, Pos pos, int depth, CompareWork* work) {
   if (a.is_undefined()) return undefined_error(a, pos);
   if (b.is_undefined()) return undefined_error(b, pos);
   if (depth > kMaxValueDepth) return rt_error(pos, "values nested too deeply to compare");
@@ -445,14 +451,18 @@ Result<bool> py_lt(const Value& a, const Value& b, Pos pos, int depth) {
     if (a.is_integral() && b.is_integral()) return a.as_int() < b.as_int();
     return a.as_double() < b.as_double();
   }
-  if (a.is_str() && b.is_str()) return a.sv() < b.sv();  // UTF-8 byte order is code point order
+  if (a.is_str() && b.is_str()) {
+    if (work != nullptr) work->used += std::min(a.sv().size(), b.sv().size());
+    return a.sv() < b.sv();  // UTF-8 byte order is code point order
+  }
   if (a.is_list() && b.is_list() && a.as_list().kind == b.as_list().kind &&
       (a.as_list().kind == ListKind::kList || a.as_list().kind == ListKind::kTuple)) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (py_eq(x[i], y[i], depth + 1)) continue;
-      return py_lt(x[i], y[i], pos, depth + 1);
+      if (work != nullptr && work->over()) return false;
+      if (py_eq(x[i], y[i], depth + 1, work)) continue;
+      return py_lt(x[i], y[i], pos, depth + 1, work);
     }
     return x.size() < y.size();
   }
@@ -460,9 +470,14 @@ Result<bool> py_lt(const Value& a, const Value& b, Pos pos, int depth) {
 }
 
 Result<bool> compare(Interp& in, CmpOp op, const Value& a, const Value& b, Pos pos) {
+  CompareWork work = in.compare_work();
   switch (op) {
-    case CmpOp::kEq: return py_eq(a, b);
-    case CmpOp::kNe: return !py_eq(a, b);
+    case CmpOp::kEq:
+    case CmpOp::kNe: {
+      const bool eq = py_eq(a, b, 0, &work);
+      PG_TRY(in.charge(work));
+      return eq == (op == CmpOp::kEq);
+    }
     case CmpOp::kIn: return contains(in, b, a, pos);
     case CmpOp::kNotIn: {
       PG_ASSIGN_OR_RETURN(bool r, contains(in, b, a, pos));
@@ -480,15 +495,15 @@ Result<bool> compare(Interp& in, CmpOp op, const Value& a, const Value& b, Pos p
     }
   }
   switch (op) {
-    case CmpOp::kLt: return py_lt(a, b, pos);
-    case CmpOp::kGt: return py_lt(b, a, pos);
-    case CmpOp::kLe: {
-      PG_ASSIGN_OR_RETURN(bool r, py_lt(b, a, pos));
-      return !r;
-    }
+    case CmpOp::kLt:
+    case CmpOp::kGt:
+    case CmpOp::kLe:
     default: {
-      PG_ASSIGN_OR_RETURN(bool r, py_lt(a, b, pos));
-      return !r;
+      // a > b is b < a; a <= b is not b < a; a >= b is not a < b (total orders here).
+      const bool swap = op == CmpOp::kGt || op == CmpOp::kLe;
+      PG_ASSIGN_OR_RETURN(bool r, swap ? py_lt(b, a, pos, 0, &work) : py_lt(a, b, pos, 0, &work));
+      PG_TRY(in.charge(work));
+      return (op == CmpOp::kLt || op == CmpOp::kGt) ? r : !r;
     }
   }
 }
@@ -502,21 +517,28 @@ Result<bool> contains(Interp& in, const Value& container, const Value& item, Pos
       PG_TRY(in.charge_bytes(container.sv().size()));
       return py::find(container.sv(), item.sv()) != std::string::npos;
     case Kind::kDict: {
+      if (item.is_str()) PG_TRY(in.charge_bytes(item.sv().size()));  // the lookup copies the key
       if (!hash_key(item)) return rt_error(pos, "unhashable type: '{}'", type_name(item));
       return dict_get(container.as_dict(), item) != nullptr;
     }
     case Kind::kList:
     case Kind::kLoop: {
       PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(container, pos));
-      for (const Value& v : items) {
-        PG_TRY(in.step());
-        if (py_eq(v, item)) return true;
-      }
-      return false;
+      CompareWork work = in.compare_work();
+      work.used += items.size();
+      bool found = false;
+      for (const Value& v : items)
+        if ((found = py_eq(v, item, 0, &work)) || work.over()) break;
+      PG_TRY(in.charge(work));
+      return found;
     }
     default: return rt_error(pos, "argument of type '{}' is not iterable", type_name(container));
   }
 }
+
+namespace {
+constexpr size_t kMaxKeyBytes = size_t{64} << 20;
+}  // namespace
 
 std::optional<std::string> hash_key(const Value& v, int depth) {
   if (depth > kMaxValueDepth) return std::nullopt;
@@ -538,7 +560,8 @@ std::optional<std::string> hash_key(const Value& v, int depth) {
         std::string k = "t";
         for (const Value& x : l.items) {
           auto sub = hash_key(x, depth + 1);
-          if (!sub) return std::nullopt;
+          // Keys are built as strings: a tuple repeating one huge string must not build a huge key.
+          if (!sub || k.size() + sub->size() > kMaxKeyBytes) return std::nullopt;
           k += std::to_string(sub->size()) + ":" + *sub;
         }
         return k;

@@ -40,6 +40,14 @@ struct Scope {
 };
 using ScopeP = std::shared_ptr<Scope>;
 
+// Bytes and elements a comparison examined. Comparing big strings (or containers of them) is
+// O(size): callers charge this to the step budget, and comparisons stop once it passes `cap`.
+struct CompareWork {
+  uint64_t used = 0;
+  uint64_t cap = UINT64_MAX;
+  bool over() const { return used > cap; }
+};
+
 struct CallArgs {
   std::vector<Value> pos;
   std::vector<std::pair<std::string, Value>> kw;
@@ -89,6 +97,13 @@ class Interp {
   }
   // Charges bulk work: one step per 64 bytes.
   Status charge_bytes(size_t n) { return step(n / 64 + 1); }
+  // A comparison budget worth the steps left, and its charge once the comparison ran.
+  CompareWork compare_work() const {
+    CompareWork w;
+    w.cap = (options_.limits.max_steps > steps_ ? options_.limits.max_steps - steps_ : 0) * 64;
+    return w;
+  }
+  Status charge(const CompareWork& w) { return w.over() ? steps_exceeded() : charge_bytes(w.used); }
   Result<Value> make_str(StrBuilder& b, Pos pos, bool markup = false);
   Result<Value> make_str(std::string s, bool literal, Pos pos);
   Result<Value> make_list(std::vector<Value> items, ListKind kind, Pos pos);
@@ -161,13 +176,14 @@ class Interp {
 Result<Value> binary_op(Interp& in, BinOp op, const Value& a, const Value& b, Pos pos);
 Result<Value> unary_minus(const Value& a, Pos pos, bool negate);
 // ==, with Python's numeric tower and container equality.
-bool py_eq(const Value& a, const Value& b, int depth = 0);
+bool py_eq(const Value& a, const Value& b, int depth = 0, CompareWork* work = nullptr);
 // <: numbers, strings, lists/tuples lexicographically; other pairs are a TypeError.
-Result<bool> py_lt(const Value& a, const Value& b, Pos pos, int depth = 0);
+Result<bool> py_lt(const Value& a, const Value& b, Pos pos, int depth = 0, CompareWork* work = nullptr);
 Result<bool> compare(Interp& in, CmpOp op, const Value& a, const Value& b, Pos pos);
 // `a in b`.
 Result<bool> contains(Interp& in, const Value& container, const Value& item, Pos pos);
-// A dict key's identity (1, 1.0 and True are one key); nullopt for unhashable values.
+// A dict key's identity (1, 1.0 and True are one key); nullopt for unhashable values (and for
+// tuple keys past 64 MiB).
 std::optional<std::string> hash_key(const Value& v, int depth = 0);
 const Value* dict_get(const DictObj& d, const Value& key);
 // Python slice indices for a sequence of length n; bounds = slice.indices(n) (start, stop, step).

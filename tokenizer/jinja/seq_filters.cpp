@@ -11,29 +11,30 @@
 namespace pg::jinja {
 
 // ignore_case(): lower-case strings for case-insensitive sorting/comparison.
-static Value fold(const Value& v, bool case_sensitive) {
+static Result<Value> fold(Interp& in, const Value& v, bool case_sensitive, Pos pos) {
   if (case_sensitive || !v.is_str()) return v;
-  return Value::str(py::lower(v.sv()), false);
+  return in.make_str(py::lower(v.sv()), false, pos);  // a tracked copy, as Python makes one per key
 }
 
 // Python list comparison of sort keys: the first pair that is not == decides with <.
-static Result<bool> keys_lt(const std::vector<Value>& a, const std::vector<Value>& b, Pos pos) {
+static Result<bool> keys_lt(const std::vector<Value>& a, const std::vector<Value>& b, Pos pos, CompareWork* work) {
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (py_eq(a[i], b[i])) continue;
-    return py_lt(a[i], b[i], pos);
+    if (py_eq(a[i], b[i], 0, work)) continue;
+    return py_lt(a[i], b[i], pos, 0, work);
   }
   return a.size() < b.size();
 }
 
 // Stable merge sort whose comparison may fail (Python's sorted() raising TypeError). Keys are
 // lists (sort's make_multi_attrgetter) when list_keys, else compared directly (dictsort).
-static Status sort_values(std::vector<std::vector<Value>>& keys, std::vector<size_t>& order, bool reverse,
+static Status sort_values(Interp& in, std::vector<std::vector<Value>>& keys, std::vector<size_t>& order, bool reverse,
                           bool list_keys, Pos pos) {
   Status err;
+  CompareWork work = in.compare_work();
   auto less = [&](size_t x, size_t y) -> bool {
-    if (!err.ok()) return false;
+    if (!err.ok() || work.over()) return false;
     if (reverse) std::swap(x, y);
-    auto r = list_keys ? keys_lt(keys[x], keys[y], pos) : py_lt(keys[x][0], keys[y][0], pos);
+    auto r = list_keys ? keys_lt(keys[x], keys[y], pos, &work) : py_lt(keys[x][0], keys[y][0], pos, 0, &work);
     if (!r.ok()) {
       err = r.status();
       return false;
@@ -51,7 +52,8 @@ static Status sort_values(std::vector<std::vector<Value>>& keys, std::vector<siz
     }
     order.swap(tmp);
   }
-  return err;
+  PG_TRY(err);
+  return in.charge(work);
 }
 
 Result<Value> f_batch(Interp& in, const Value& v, const CallArgs& args, Pos pos) {
@@ -65,8 +67,14 @@ Result<Value> f_batch(Interp& in, const Value& v, const CallArgs& args, Pos pos)
     std::vector<Value> row(
         items.begin() + static_cast<std::ptrdiff_t>(i),
         items.begin() + static_cast<std::ptrdiff_t>(std::min(items.size(), i + static_cast<size_t>(n))));
-    if (a[1] != nullptr && !a[1]->is_none())
-      while (row.size() < static_cast<size_t>(n)) row.push_back(*a[1]);
+    if (a[1] != nullptr && !a[1]->is_none() && row.size() < static_cast<size_t>(n)) {
+      const size_t pad = static_cast<size_t>(n) - row.size();
+      if (pad > in.options().limits.max_memory_bytes / sizeof(Value))
+        return resource_exhausted("template error at {}:{}: batch() padding exceeds max_memory_bytes", pos.line,
+                                  pos.col);
+      PG_TRY(in.step(pad / 8 + 1));
+      row.insert(row.end(), pad, *a[1]);
+    }
     PG_ASSIGN_OR_RETURN(Value r, in.make_list(std::move(row), ListKind::kList, pos));
     out.push_back(std::move(r));
   }
@@ -90,11 +98,12 @@ Result<Value> f_dictsort(Interp& in, const Value& v, const CallArgs& args, Pos p
   std::vector<std::vector<Value>> keys;
   std::vector<size_t> order;
   for (size_t i = 0; i < items.size(); ++i) {
-    keys.push_back({fold(which == 0 ? items[i].first : items[i].second, cs)});
+    PG_ASSIGN_OR_RETURN(Value key, fold(in, which == 0 ? items[i].first : items[i].second, cs, pos));
+    keys.push_back({std::move(key)});
     order.push_back(i);
   }
   PG_TRY(in.step(items.size() * 4 + 1));
-  PG_TRY(sort_values(keys, order, a[2] != nullptr && truthy(*a[2]), false, pos));
+  PG_TRY(sort_values(in, keys, order, a[2] != nullptr && truthy(*a[2]), false, pos));
   std::vector<Value> out;
   for (size_t i : order) {
     PG_ASSIGN_OR_RETURN(Value pair, in.make_list({items[i].first, items[i].second}, ListKind::kTuple, pos));
@@ -198,7 +207,8 @@ static Result<std::vector<Value>> sort_keys(Interp& in, const std::vector<Value>
     if (attribute != nullptr && !attribute->is_none()) {
       PG_ASSIGN_OR_RETURN(k, get_attribute(in, item, *attribute, nullptr, pos));
     }
-    keys.push_back(fold(k, cs));
+    PG_ASSIGN_OR_RETURN(Value folded, fold(in, k, cs, pos));
+    keys.push_back(std::move(folded));
   }
   return keys;
 }
@@ -209,11 +219,15 @@ static Result<Value> min_max(Interp& in, const Value& v, const CallArgs& args, P
   PG_ASSIGN_OR_RETURN(std::vector<Value> items, in.iterate(v, pos));
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   PG_ASSIGN_OR_RETURN(std::vector<Value> keys, sort_keys(in, items, a[1], a[0] != nullptr && truthy(*a[0]), pos));
+  CompareWork work = in.compare_work();
   size_t best = 0;
   for (size_t i = 1; i < items.size(); ++i) {
-    PG_ASSIGN_OR_RETURN(bool better, is_max ? py_lt(keys[best], keys[i], pos) : py_lt(keys[i], keys[best], pos));
+    PG_ASSIGN_OR_RETURN(bool better,
+                        is_max ? py_lt(keys[best], keys[i], pos, 0, &work) : py_lt(keys[i], keys[best], pos, 0, &work));
+    if (work.over()) break;
     if (better) best = i;
   }
+  PG_TRY(in.charge(work));
   return items[best];
 }
 
@@ -265,17 +279,21 @@ Result<Value> f_sort(Interp& in, const Value& v, const CallArgs& args, Pos pos) 
   std::vector<std::vector<Value>> keys;
   for (const Value& item : items) {
     std::vector<Value> k;
-    if (attrs.empty()) k.push_back(fold(item, cs));
+    if (attrs.empty()) {
+      PG_ASSIGN_OR_RETURN(Value folded, fold(in, item, cs, pos));
+      k.push_back(std::move(folded));
+    }
     for (const Value& attr : attrs) {
       PG_ASSIGN_OR_RETURN(Value x, get_attribute(in, item, attr, nullptr, pos));
-      k.push_back(fold(x, cs));
+      PG_ASSIGN_OR_RETURN(Value folded, fold(in, x, cs, pos));
+      k.push_back(std::move(folded));
     }
     keys.push_back(std::move(k));
   }
   std::vector<size_t> order(items.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   PG_TRY(in.step(items.size() * 4 + 1));
-  PG_TRY(sort_values(keys, order, a[0] != nullptr && truthy(*a[0]), true, pos));
+  PG_TRY(sort_values(in, keys, order, a[0] != nullptr && truthy(*a[0]), true, pos));
   std::vector<Value> out;
   for (size_t i : order) out.push_back(items[i]);
   return in.make_list(std::move(out), ListKind::kList, pos);

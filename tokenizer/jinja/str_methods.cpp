@@ -438,6 +438,8 @@ Result<Value> str_format(Interp& in, const Str& f, const CallArgs& args, Pos pos
 Result<Value> str_method(Interp& in, const Value& self, const std::string& name, const CallArgs& args, Pos pos) {
   const Str& s = self.as_str();
   const std::string& t = s.s;
+  // Code point views (CpView), counts and case maps read the whole string.
+  if (!s.ascii) PG_TRY(in.charge_bytes(t.size() * 8));
   std::vector<const Value*> a;
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     PG_TRY(bind_args(args, {"chars"}, 0, a, name, pos));

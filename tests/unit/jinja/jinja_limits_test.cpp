@@ -71,7 +71,8 @@ TEST(JinjaLimits, HugeRepetitionsAndWidths) {
                           "{{ 'x'.center(1000000000) }}", "{{ 'x'.zfill(1000000000) }}", "{{ '%1000000000s' % 'x' }}",
                           "{{ '{:>1000000000}'.format('x') }}", "{{ 'x'|indent(1000000000) }}",
                           "{{ ('x' * 1000000).replace('', 'yyyyyyyyyyyyyyyyyyyy') }}", "{{ range(1000000000)|list }}",
-                          "{{ range(-9223372036854775807, 9223372036854775807)|length }}"}) {
+                          "{{ range(-9223372036854775807, 9223372036854775807)|length }}",
+                          "{{ [1, 2, 3]|batch(22222222222223, 0)|list }}", "{{ [1]|slice(1000000000)|list }}"}) {
     Status st = run(src);
     EXPECT_FALSE(st.ok()) << src;
   }
@@ -191,6 +192,19 @@ TEST(JinjaLimits, QuadraticStringSearchStaysBounded) {
                          "{{ h.rsplit(n)|length }}"}) {
     Status st = run(hay + op);
     (void)st;  // ok or an error: only the time bound in run() matters
+  }
+}
+
+TEST(JinjaLimits, ComparingHugeValuesIsCharged) {
+  const std::string two = "{% set a = 'x' * 10000000 %}{% set b = 'x' * 10000000 %}{% set c = 'x' * 9999999 ~ 'y' %}";
+  for (const char* tail :
+       {"{% for i in range(100000) %}{% if a == b %}{% endif %}{% endfor %}",
+        "{% for i in range(100000) %}{% if a < b ~ 'y' %}{% endif %}{% endfor %}", "{{ [a] * 1000 == [b] * 1000 }}",
+        "{{ c in [a] * 1000 }}", "{{ ([a] * 1000).count(b) }}", "{{ ([a] * 500 + [b] * 500)|sort|length }}",
+        "{{ ([a] * 500 + [b] * 500)|sort(case_sensitive=true)|length }}",
+        "{% for i in range(100000) %}{{ ('é' * 1000000)|length }}{% endfor %}"}) {
+    Status st = run(two + tail);
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << tail << ": " << st.to_string();
   }
 }
 
