@@ -22,7 +22,7 @@ struct Program;
 struct RenderLimits {
   size_t max_output_bytes = size_t{16} << 20;  // rendered text, and any single string or captured block
   // Statements, expression nodes and loop iterations, plus bulk work (1 per 64 bytes or 8 items);
-  // a step is ~0.1-0.2 us, and a 1000-message DeepSeek chat takes ~1e5.
+  // a step is ~0.1-0.2 us; 15k-message chats with tool calls render well within the default.
   uint64_t max_steps = 5'000'000;
   int max_recursion_depth = 64;                 // nested macro / caller() calls
   size_t max_memory_bytes = size_t{256} << 20;  // live bytes of strings and lists made while rendering
