@@ -56,6 +56,7 @@ struct Engine::Impl {
   void mask_padding(std::vector<float>& logits) const;  // -inf for ids the tokenizer lacks
   void finish(RequestState& r, std::string reason, Status error = {});
   void emit(RequestState& r, GenerationEvent&& ev);
+  void retire(RequestState& r);  // frees its blocks and updates the counters and gauges
   void loop();
 };
 
@@ -142,11 +143,21 @@ void Engine::Impl::finish(RequestState& r, std::string reason, Status error) {
   ev.finished = true;
   ev.finish_reason = std::move(reason);
   ev.error = std::move(error);
+  retire(r);
   emit(r, std::move(ev));
+}
+
+void Engine::Impl::retire(RequestState& r) {
+  // Blocks go back and the gauges show it before the final event leaves: a client that reads
+  // /metrics right after its last token sees the pool as it is.
   scheduler->remove(&r.seq);
   std::lock_guard<std::mutex> lk(mu);
   ++stats.requests_finished_total;
   --n_active;
+  stats.running = scheduler->n_running();
+  stats.waiting = scheduler->n_waiting() + int64_t(incoming.size());
+  stats.kv_blocks_used = blocks->n_used();
+  stats.kv_usage = blocks->usage();
 }
 
 void Engine::Impl::mask_padding(std::vector<float>& logits) const {
@@ -281,11 +292,8 @@ bool Engine::Impl::step_inner() {
         ev.finished = true;
         ev.finish_reason = *reason;
         r.finished = true;
+        retire(r);
         emit(r, std::move(ev));
-        scheduler->remove(&r.seq);
-        std::lock_guard<std::mutex> lk(mu);
-        ++stats.requests_finished_total;
-        --n_active;
         continue;
       }
       if (!ev.token_ids.empty()) emit(r, std::move(ev));
