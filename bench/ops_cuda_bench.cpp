@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/ops_cuda_bench_kernels.h"
+#include "ops/cuda/common/probe.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/common/device_buffer.h"
@@ -24,6 +24,11 @@ namespace {
 using ops::Matrix;
 using ops::WeightFormat;
 namespace cu = ops::cuda;
+using ops::cuda::FillKind;
+using ops::cuda::launch_fill;
+using ops::cuda::launch_read_ceiling;
+using ops::cuda::load_kind_name;
+using ops::cuda::LoadKind;
 
 constexpr int kWarmup = 3;
 constexpr int kTimed = 30;         // per-launch event pairs; the median is reported (>= 10)

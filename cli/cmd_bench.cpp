@@ -10,14 +10,23 @@
 
 #include "cli/commands.h"
 #include "model/deepseek_model.h"
+#ifdef PG_WITH_CUDA
+#include "cli/cuda_bench.h"
+#endif
 
 namespace pg::cli {
 namespace {
 
 struct BenchOptions {
   std::string model_dir;
-  int64_t prompt_tokens = 128;
-  int64_t decode_tokens = 64;
+  std::string device = "auto";  // auto: cuda for --synthetic, else cpu
+  std::string synthetic, dtype = "bf16", json_out;
+  int64_t layers = 0, long_prefill = 8192;
+  std::vector<int64_t> batches = {8, 32, 64};
+  double gpu_memory_utilization = 0.90;
+  bool no_graphs = false;
+  int64_t prompt_tokens = 0;  // 0: 128 on the CPU, 1024 on CUDA (benchmarks.md's 1K context)
+  int64_t decode_tokens = 0;  // 0: 64 on the CPU, 256 on CUDA
   int repeats = 3;
   int threads = 0;
   bool json = false;
@@ -28,7 +37,37 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-int run_bench(const BenchOptions& o) {
+int run_bench_cpu(const BenchOptions& o);
+
+int run_bench(BenchOptions o) {
+  const bool cuda = o.device == "cuda" || (o.device == "auto" && !o.synthetic.empty());
+  if (o.model_dir.empty() == o.synthetic.empty()) {
+    std::fprintf(stderr, "peregrine bench: give a MODEL_DIR or --synthetic NAME (one of them)\n");
+    return 2;
+  }
+  if (o.prompt_tokens == 0) o.prompt_tokens = cuda ? 1024 : 128;
+  if (o.decode_tokens == 0) o.decode_tokens = cuda ? 256 : 64;
+  if (!cuda) {
+    if (!o.synthetic.empty()) {
+      std::fprintf(stderr, "peregrine bench: --synthetic runs on the GPU (--device cuda)\n");
+      return 2;
+    }
+    return run_bench_cpu(o);
+  }
+#ifdef PG_WITH_CUDA
+  CudaBenchOptions c;
+  c.model_dir = o.model_dir, c.synthetic = o.synthetic, c.layers = o.layers, c.dtype = o.dtype;
+  c.context = o.prompt_tokens, c.decode_tokens = o.decode_tokens, c.repeats = o.repeats, c.batches = o.batches;
+  c.long_prefill = o.long_prefill, c.gpu_memory_utilization = o.gpu_memory_utilization, c.graphs = !o.no_graphs;
+  c.json_path = o.json_out, c.json = o.json;
+  return run_cuda_bench(c);
+#else
+  std::fprintf(stderr, "peregrine bench: this build has no CUDA backend (configure with -DPEREGRINE_CUDA=ON)\n");
+  return 2;
+#endif
+}
+
+int run_bench_cpu(const BenchOptions& o) {
   auto loaded = DeepseekModel::load(o.model_dir);
   if (!loaded.ok()) {
     std::fprintf(stderr, "peregrine bench: %s\n", loaded.status().to_string().c_str());
@@ -98,8 +137,22 @@ int run_bench(const BenchOptions& o) {
 Command add_bench(CLI::App& root) {
   auto opts = std::make_shared<BenchOptions>();
   CLI::App* app = root.add_subcommand("bench", "Measure prefill and per-user decode speed");
-  app->add_option("model_dir", opts->model_dir, "Hugging Face model folder")->required()->check(CLI::ExistingDirectory);
-  app->add_option("--prompt-tokens", opts->prompt_tokens, "prompt length")->check(CLI::PositiveNumber);
+  app->add_option("model_dir", opts->model_dir, "Hugging Face model folder")->check(CLI::ExistingDirectory);
+  app->add_option("--device", opts->device, "cpu | cuda (default: cuda for --synthetic, else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app->add_option("--synthetic", opts->synthetic,
+                  "random weights at a real model's shapes, made on the GPU: moonlight-16b-a3b, deepseek-v2-lite, "
+                  "deepseek-v3");
+  app->add_option("--layers", opts->layers, "synthetic: keep the first N layers")->check(CLI::PositiveNumber);
+  app->add_option("--dtype", opts->dtype, "synthetic weights: bf16 | fp8")->check(CLI::IsMember({"bf16", "fp8"}));
+  app->add_option("--batches", opts->batches, "cuda: decode throughput at these batch sizes")->delimiter(',');
+  app->add_option("--long-prefill", opts->long_prefill, "cuda: also time a prefill of this many tokens (0: no)");
+  app->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization, "cuda: share of GPU memory to use")
+      ->check(CLI::Range(0.05, 0.99));
+  app->add_flag("--no-graphs", opts->no_graphs, "cuda: launch kernels one by one (no CUDA graphs)");
+  app->add_option("--json-out", opts->json_out, "cuda: also write the JSON report to this file");
+  app->add_option("--prompt-tokens,--context", opts->prompt_tokens, "prompt length (cuda default 1024)")
+      ->check(CLI::PositiveNumber);
   app->add_option("--decode-tokens", opts->decode_tokens, "tokens to generate")->check(CLI::PositiveNumber);
   app->add_option("--repeats", opts->repeats, "runs; the median is reported")->check(CLI::PositiveNumber);
   app->add_option("--threads", opts->threads, "CPU threads (0: all)");

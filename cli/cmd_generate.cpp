@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "cli/commands.h"
+#include "model/runner_factory.h"
 #include "cli/default_model.h"
 #include "engine/engine.h"
 #include "model/deepseek_model.h"
@@ -22,6 +23,8 @@ struct GenerateOptions {
   bool ignore_eos = false;
   bool quiet = false;
   int threads = 0;
+  std::string device = "auto";
+  bool exact = false;
   int64_t speculative_tokens = 0;
   SamplingParams params;
   int64_t max_tokens = 128;
@@ -69,7 +72,14 @@ int run_generate(GenerateOptions o) {
   ec.n_threads = o.threads;
   ec.num_speculative_tokens = o.speculative_tokens;
   ec.kv_blocks = 0;
-  auto engine = Engine::create(std::move(model).value(), std::make_shared<Tokenizer>(*tok), ec);
+  RunnerOptions ro;
+  ro.device = o.device;
+  ro.max_num_seqs = 1;
+  ro.max_num_batched_tokens = ec.scheduler.max_num_batched_tokens;
+  ro.exact = o.exact;
+  auto runner = make_runner(std::move(model).value(), ro);
+  if (!runner.ok()) return fail(runner.status());
+  auto engine = Engine::create(std::move(runner).value(), std::make_shared<Tokenizer>(*tok), ec);
   if (!engine.ok()) return fail(engine.status());
   GenerationRequest req;
   req.prompt_ids = ids;
@@ -155,6 +165,9 @@ Command add_generate(CLI::App& root) {
   app->add_option("--stop", o->params.stop, "stop string (repeatable)");
   app->add_flag("--ignore-eos", o->ignore_eos, "keep generating past the end-of-sequence token");
   app->add_option("--threads", o->threads, "CPU threads (0: all)");
+  app->add_option("--device", o->device, "auto (cuda when a GPU is present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app->add_flag("--exact", o->exact, "cuda: f32 activations in every projection (debug; matches the CPU)");
   app->add_option("--speculative-tokens", o->speculative_tokens,
                   "draft depth k of MTP speculative decoding (0: off; needs MTP weights)");
   app->add_flag("-q,--quiet", o->quiet, "no statistics on stderr");

@@ -44,6 +44,12 @@ Command add_serve(CLI::App& root) {
       ->check(CLI::NonNegativeNumber);
   app->add_option("--block-size", opts->block_size, "Tokens per KV-cache block")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app->add_option("--device", opts->device, "auto (cuda when a GPU is present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization,
+                  "cuda: share of GPU memory for weights, KV cache and activations")
+      ->check(CLI::Range(0.05, 0.99))->capture_default_str();
+  app->add_flag("!--no-cuda-graphs", opts->cuda_graphs, "cuda: launch decode steps kernel by kernel");
   app->add_option("--threads", opts->threads, "CPU threads for the engine (0: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--speculative-tokens", opts->speculative_tokens,

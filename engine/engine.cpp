@@ -1,5 +1,5 @@
 // Engine implementation: the step loop (schedule -> forward -> sample -> stream) over the
-// scheduler, the KV block pool and a DeepseekModel, with thread-safe submit/cancel.
+// scheduler, the KV block pool and a ModelRunner (CPU or CUDA), with thread-safe submit/cancel.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include "core/check.h"
 #include "engine/block_manager.h"
 #include "engine/request_state.h"
-#include "model/deepseek_model.h"
+#include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pg {
@@ -22,14 +22,13 @@ namespace pg {
 using Clock = std::chrono::steady_clock;
 
 struct Engine::Impl {
-  std::unique_ptr<DeepseekModel> model;
+  std::unique_ptr<ModelRunner> model;
   std::shared_ptr<const Tokenizer> tokenizer;
   EngineConfig cfg;
   int64_t max_model_len = 0;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<BlockManager> blocks;
   std::unique_ptr<Scheduler> scheduler;
-  std::unique_ptr<KvCache> cache;
   Sampler sampler;  // engine thread only
   int64_t spec_k = 0;  // draft depth (0: no speculation)
 
@@ -66,23 +65,41 @@ Engine::~Engine() {
   if (impl_ && impl_->thread.joinable()) stop(Clock::now());
 }
 
+int64_t Engine::default_kv_blocks(const ModelConfig& mc, const EngineConfig& cfg) {
+  const int64_t len = cfg.max_model_len > 0 ? std::min(cfg.max_model_len, mc.max_position_embeddings)
+                                            : mc.max_position_embeddings;
+  if (cfg.kv_blocks > 0 || cfg.kv_block_size <= 0) return cfg.kv_blocks;
+  return cfg.scheduler.max_num_seqs * ((len + cfg.kv_block_size - 1) / cfg.kv_block_size);
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<DeepseekModel> model,
+                                               std::shared_ptr<const Tokenizer> tokenizer, EngineConfig cfg) {
+  if (!model) return invalid_argument("engine: a model and a tokenizer are required");
+  if (cfg.kv_block_size <= 0) return invalid_argument("engine: kv block size must be > 0, got {}", cfg.kv_block_size);
+  cfg.kv_blocks = default_kv_blocks(model->config(), cfg);
+  auto runner = std::make_unique<CpuRunner>(std::move(model), cfg.kv_blocks, cfg.kv_block_size);
+  return create(std::move(runner), std::move(tokenizer), cfg);
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> model,
                                                std::shared_ptr<const Tokenizer> tokenizer, EngineConfig cfg) {
   if (!model || !tokenizer) return invalid_argument("engine: a model and a tokenizer are required");
   auto impl = std::make_unique<Impl>();
   const ModelConfig& mc = model->config();
   impl->max_model_len = cfg.max_model_len > 0 ? std::min(cfg.max_model_len, mc.max_position_embeddings)
                                               : mc.max_position_embeddings;
-  if (cfg.kv_block_size <= 0) return invalid_argument("engine: kv block size must be > 0, got {}", cfg.kv_block_size);
-  if (cfg.kv_blocks <= 0)
-    cfg.kv_blocks = cfg.scheduler.max_num_seqs * ((impl->max_model_len + cfg.kv_block_size - 1) / cfg.kv_block_size);
+  // The KV geometry is the runner's (a CUDA runner sizes its cache from GPU memory).
+  cfg.kv_blocks = model->n_kv_blocks();
+  cfg.kv_block_size = model->kv_block_size();
+  if (cfg.kv_block_size <= 0 || cfg.kv_blocks <= 0)
+    return invalid_argument("engine: the KV cache needs blocks (got {} of {} positions)", cfg.kv_blocks,
+                            cfg.kv_block_size);
   if (cfg.scheduler.max_num_batched_tokens <= 0 || cfg.scheduler.max_num_seqs <= 0)
     return invalid_argument("engine: max_num_seqs and max_num_batched_tokens must be > 0");
   impl->pool = std::make_unique<ThreadPool>(cfg.n_threads);
-  model->set_thread_pool(impl->pool.get());
+  if (DeepseekModel* cpu = model->cpu_model()) cpu->set_thread_pool(impl->pool.get());
   impl->blocks = std::make_unique<BlockManager>(cfg.kv_blocks, cfg.kv_block_size);
   impl->scheduler = std::make_unique<Scheduler>(cfg.scheduler, *impl->blocks);
-  impl->cache = std::make_unique<KvCache>(model->make_cache(cfg.kv_blocks, cfg.kv_block_size));
   impl->model = std::move(model);
   impl->tokenizer = std::move(tokenizer);
   impl->cfg = cfg;
@@ -91,13 +108,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<DeepseekModel> mo
     return invalid_argument("speculative tokens must be in [0, {}], got {}", kMaxSpeculativeTokens,
                             cfg.num_speculative_tokens);
   impl->spec_k = impl->model->n_mtp_layers() > 0 ? cfg.num_speculative_tokens : 0;
+  impl->model->set_need_hidden_all(impl->spec_k > 0);
   impl->stats.speculative_tokens = impl->spec_k;
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
 Result<uint64_t> Engine::submit(GenerationRequest req, EventSink sink) {
   Impl& m = *impl_;
-  const int64_t vocab = m.model->vocab_size();
+  const int64_t vocab = m.model->config().vocab_size;
   if (req.prompt_ids.empty()) return invalid_argument("the prompt is empty: at least one token is needed");
   for (int32_t id : req.prompt_ids)
     if (id < 0 || id >= vocab) return invalid_argument("token id {} is outside the vocabulary [0, {})", id, vocab);
@@ -163,7 +181,7 @@ void Engine::Impl::retire(RequestState& r) {
 void Engine::Impl::mask_padding(std::vector<float>& logits) const {
   // Checkpoints pad lm_head past the tokenizer (DeepSeek-V3: 129280 rows, 128815 tokens): those
   // ids have no text and must never be sampled.
-  const int64_t vocab = model->vocab_size(), n_text = std::min<int64_t>(vocab, tokenizer->vocab_size());
+  const int64_t vocab = model->config().vocab_size, n_text = std::min<int64_t>(vocab, tokenizer->vocab_size());
   if (n_text == vocab) return;
   for (size_t r = 0; r < logits.size() / size_t(vocab); ++r)
     std::fill(logits.begin() + int64_t(r) * vocab + n_text, logits.begin() + int64_t(r + 1) * vocab,
@@ -241,7 +259,7 @@ bool Engine::Impl::step_inner() {
     n_prompt_tokens += std::max<int64_t>(0, std::min(p.start + p.n_new, p.seq->n_prompt) - p.start);
   }
   StepOutput out;
-  Status st = model->forward(steps, *cache, out);
+  Status st = model->forward(steps, out);
   scheduler->commit(plan);
   if (!st.ok()) {  // a failed step ends every request in it with the error
     for (const ScheduledSeq& p : plan) finish(*static_cast<RequestState*>(p.seq->owner), "error", st);
@@ -250,7 +268,7 @@ bool Engine::Impl::step_inner() {
   }
 
   // 3. Sample (or verify drafts), detokenize, check stops, stream. Collect the MTP inputs.
-  const int64_t vocab = model->vocab_size(), H = model->config().hidden_size;
+  const int64_t vocab = model->config().vocab_size, H = model->config().hidden_size;
   mask_padding(out.logits);
   int64_t row = 0, offset = 0, n_generated = 0, n_drafted = 0, n_accepted = 0, n_verify = 0;
   std::vector<SeqStep> mtp_steps;
@@ -327,9 +345,9 @@ bool Engine::Impl::step_inner() {
 
 void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden,
                               const std::vector<RequestState*>& drafting) {
-  const int64_t vocab = model->vocab_size(), H = model->config().hidden_size;
+  const int64_t vocab = model->config().vocab_size, H = model->config().hidden_size;
   StepOutput mo;
-  if (Status st = model->forward_mtp(0, steps, hidden, *cache, mo); !st.ok()) {
+  if (Status st = model->forward_mtp(0, steps, hidden, mo); !st.ok()) {
     for (RequestState* r : drafting) r->drafts.clear();  // speculation is an optimisation: go on without
     return;
   }
@@ -376,7 +394,7 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
     }
     if (ds.empty()) break;
     StepOutput dm;
-    if (!model->forward_mtp(0, ds, in, *cache, dm).ok()) break;
+    if (!model->forward_mtp(0, ds, in, dm).ok()) break;
     mask_padding(dm.logits);
     for (size_t i = 0; i < used.size(); ++i) {
       RequestState& r = *used[i];
@@ -430,7 +448,7 @@ EngineStats Engine::stats() const {
   return impl_->stats;
 }
 
-const DeepseekModel& Engine::model() const { return *impl_->model; }
+const ModelRunner& Engine::model() const { return *impl_->model; }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 int64_t Engine::max_model_len() const { return impl_->max_model_len; }
 

@@ -20,6 +20,8 @@
 namespace pg {
 
 class DeepseekModel;
+class ModelRunner;
+struct ModelConfig;
 class Tokenizer;
 
 struct TokenLogprob {
@@ -86,8 +88,14 @@ struct EngineStats {
 
 class Engine {
  public:
+  // On a runner (CPU or CUDA): the KV geometry (kv_blocks, kv_block_size) is the runner's.
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<ModelRunner> model,
+                                                std::shared_ptr<const Tokenizer> tokenizer, EngineConfig cfg);
+  // On the CPU reference model, with a KV cache of cfg.kv_blocks (0: default_kv_blocks).
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<DeepseekModel> model,
                                                 std::shared_ptr<const Tokenizer> tokenizer, EngineConfig cfg);
+  // max_num_seqs full-length sequences' worth of blocks, unless cfg.kv_blocks says otherwise.
+  static int64_t default_kv_blocks(const ModelConfig& mc, const EngineConfig& cfg);
   ~Engine();
 
   // Validates and queues a request. Errors: InvalidArgument (bad ids or params), OutOfRange
@@ -106,7 +114,7 @@ class Engine {
   bool step();
 
   EngineStats stats() const;
-  const DeepseekModel& model() const;
+  const ModelRunner& model() const;
   const Tokenizer& tokenizer() const;
   int64_t max_model_len() const;
 

@@ -7,6 +7,14 @@
 #include <bit>
 #include <cstdint>
 
+// Host and device: nvcc compiles these for the GPU sampler (engine/cuda/), which needs
+// --expt-relaxed-constexpr for std::array and std::bit_cast; other compilers see plain constexpr.
+#if defined(__CUDACC__)
+#define PG_HD __host__ __device__
+#else
+#define PG_HD
+#endif
+
 namespace pg::sampling {
 
 using PhiloxCounter = std::array<uint32_t, 4>;
@@ -16,7 +24,7 @@ using PhiloxKey = std::array<uint32_t, 2>;
 //   (hi0, lo0) = mulhilo32(0xD2511F53, c0); (hi1, lo1) = mulhilo32(0xCD9E8D57, c2);
 //   c = {hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0}
 // and between rounds the key is bumped by the Weyl constants (0x9E3779B9, 0xBB67AE85).
-constexpr PhiloxCounter philox4x32_10(PhiloxCounter c, PhiloxKey k) {
+PG_HD constexpr PhiloxCounter philox4x32_10(PhiloxCounter c, PhiloxKey k) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
@@ -36,20 +44,20 @@ constexpr PhiloxCounter philox4x32_10(PhiloxCounter c, PhiloxKey k) {
 inline constexpr uint32_t kStreamSample = 0;
 
 // Key = the request's 64-bit seed, low word first.
-constexpr PhiloxKey rng_key(uint64_t seed) { return {uint32_t(seed), uint32_t(seed >> 32)}; }
+PG_HD constexpr PhiloxKey rng_key(uint64_t seed) { return {uint32_t(seed), uint32_t(seed >> 32)}; }
 // Counter = {output_idx low, output_idx high, choice_idx, stream}: output_idx counts the tokens
 // this choice generated before the one being drawn (0 for the first), so recomputation after
 // preemption and a GPU sampler draw the same numbers; choice_idx separates the n choices.
-constexpr PhiloxCounter rng_counter(int64_t output_idx, uint32_t choice_idx, uint32_t stream) {
+PG_HD constexpr PhiloxCounter rng_counter(int64_t output_idx, uint32_t choice_idx, uint32_t stream) {
   const auto pos = uint64_t(output_idx);
   return {uint32_t(pos), uint32_t(pos >> 32), choice_idx, stream};
 }
 
 // A uniform 64-bit integer from one Philox output: (x1 << 32) | x0. Sampling uses this.
-constexpr uint64_t uniform_u64(const PhiloxCounter& x) { return (uint64_t(x[1]) << 32) | x[0]; }
+PG_HD constexpr uint64_t uniform_u64(const PhiloxCounter& x) { return (uint64_t(x[1]) << 32) | x[0]; }
 // A uniform float in [0, 1): the top 24 bits of x times 2^-24, exact in fp32 (so identical on any
 // IEEE machine); the largest value is 1 - 2^-24.
-constexpr float uniform_f32(uint32_t x) { return float(x >> 8) * 0x1p-24f; }
+PG_HD constexpr float uniform_f32(uint32_t x) { return float(x >> 8) * 0x1p-24f; }
 // floor(u * n / 2^64): maps a uniform u to [0, n) with a bias of at most 2^-64 per value of n.
 // (CUDA: __umul64hi(u, n).)
 constexpr uint64_t scale_u64(uint64_t u, uint64_t n) {
@@ -69,7 +77,7 @@ constexpr uint64_t scale_u64(uint64_t u, uint64_t n) {
 //   result = p * 2^k (exact: 2^k built from its bits; no subnormals for k >= -43)
 // Relative error against exp is about 2^-23 (checked in the tests); exp(0) is exactly 1.
 inline constexpr float kMinExpArg = -30.0f;
-constexpr float sampling_exp(float d) {
+PG_HD constexpr float sampling_exp(float d) {
   constexpr float kLog2e = 0x1.715476p+0f;    // fp32(1 / ln 2)
   constexpr float kLn2Hi = 0x1.62e4p-1f;      // 0.693145751953125
   constexpr float kLn2Lo = 0x1.7f7d1cp-20f;   // fp32(ln 2 - kLn2Hi)
@@ -113,7 +121,7 @@ inline constexpr int kWeightFracBits = 42;
 inline constexpr uint64_t kMaxWeight = uint64_t(1) << kWeightFracBits;
 inline constexpr int64_t kMaxVocab = int64_t(1) << 20;
 // (Through int64: w * 2^42 < 2^63, and the signed conversion is one instruction on x86.)
-constexpr uint64_t fixed_weight(float w) { return static_cast<uint64_t>(static_cast<int64_t>(w * 0x1p42f)); }
+PG_HD constexpr uint64_t fixed_weight(float w) { return static_cast<uint64_t>(static_cast<int64_t>(w * 0x1p42f)); }
 
 static_assert(sampling_exp(0.0f) == 1.0f);
 static_assert(fixed_weight(sampling_exp(0.0f)) == kMaxWeight);

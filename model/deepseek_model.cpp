@@ -191,55 +191,9 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
 }
 
-// Flattens a step's sequences into per-token arrays, validating ids, positions and blocks.
-struct DeepseekModel::StepLayout {
-  int64_t T = 0, max_blocks = 1;
-  std::vector<int32_t> tokens, token_seq, tables;
-  std::vector<int64_t> positions, ctx_len;
-  std::vector<int64_t> out_rows;  // token index of every output row
-};
-
-Status DeepseekModel::layout_step(std::span<const SeqStep> seqs, const KvCache& cache, StepLayout& L) const {
-  const ModelConfig& c = cfg_;
-  const int64_t bs = cache.block_size();
+Status DeepseekModel::check_cache(const KvCache& cache) const {
   if (cache.row_dim() != kv_row_dim() || cache.n_layers() < n_cache_layers())
     return invalid_argument("forward: KV cache shape does not match the model");
-  for (const SeqStep& s : seqs) {
-    L.T += int64_t(s.tokens.size());
-    L.max_blocks = std::max<int64_t>(L.max_blocks, int64_t(s.block_table.size()));
-  }
-  L.tables.assign(size_t(int64_t(seqs.size()) * L.max_blocks), 0);
-  L.tokens.reserve(static_cast<size_t>(L.T));
-  int64_t t0 = 0;
-  for (size_t si = 0; si < seqs.size(); ++si) {
-    const SeqStep& s = seqs[si];
-    const int64_t n = int64_t(s.tokens.size()), end = s.start_pos + n;
-    if (n == 0) return invalid_argument("forward: sequence {} has no new tokens", si);
-    if (s.start_pos < 0 || end > c.max_position_embeddings)
-      return out_of_range("forward: positions {}..{} exceed the model's context of {} tokens", s.start_pos, end - 1,
-                          c.max_position_embeddings);
-    if (int64_t(s.block_table.size()) * bs < end)
-      return invalid_argument("forward: sequence {} has {} KV blocks for {} positions", si, s.block_table.size(), end);
-    for (int32_t b : s.block_table)
-      if (b < 0 || b >= cache.n_blocks()) return invalid_argument("forward: KV block id {} out of range", b);
-    std::copy(s.block_table.begin(), s.block_table.end(), L.tables.begin() + int64_t(si) * L.max_blocks);
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t tok = s.tokens[size_t(i)];
-      if (tok < 0 || tok >= c.vocab_size)
-        return invalid_argument("forward: token id {} is outside the vocabulary [0, {})", tok, c.vocab_size);
-      L.tokens.push_back(tok);
-      L.token_seq.push_back(int32_t(si));
-      L.positions.push_back(s.start_pos + i);
-      L.ctx_len.push_back(s.start_pos + i + 1);
-    }
-    if (s.no_logits) {
-    } else if (s.all_logits) {
-      for (int64_t i = 0; i < n; ++i) L.out_rows.push_back(t0 + i);
-    } else {
-      L.out_rows.push_back(t0 + n - 1);
-    }
-    t0 += n;
-  }
   return ok_status();
 }
 
@@ -247,7 +201,8 @@ Status DeepseekModel::forward(std::span<const SeqStep> seqs, KvCache& cache, Ste
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden_size;
   StepLayout L;
-  PG_TRY(layout_step(seqs, cache, L));
+  PG_TRY(check_cache(cache));
+  PG_TRY(layout_step(cfg_, seqs, cache.n_blocks(), cache.block_size(), L));
   std::vector<float> x(size_t(L.T * H));  // [T, H] residual stream
   for (int64_t t = 0; t < L.T; ++t) ops::matrix_row_to_f32(w_.embed_tokens, L.tokens[t], &x[t * H]);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -272,7 +227,8 @@ Status DeepseekModel::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs
   if (mtp_idx < 0 || mtp_idx >= int64_t(w_.mtp.size()))
     return failed_precondition("forward_mtp: the model has {} MTP layer(s), asked for #{}", w_.mtp.size(), mtp_idx);
   StepLayout L;
-  PG_TRY(layout_step(seqs, cache, L));
+  PG_TRY(check_cache(cache));
+  PG_TRY(layout_step(cfg_, seqs, cache.n_blocks(), cache.block_size(), L));
   if (int64_t(prev_hidden.size()) != L.T * H)
     return invalid_argument("forward_mtp: {} hidden values for {} tokens of {}", prev_hidden.size(), L.T, H);
   const MtpWeights& m = w_.mtp[size_t(mtp_idx)];

@@ -16,6 +16,7 @@
 #include "formats/safetensors.h"
 #include "model/deepseek_weights.h"
 #include "model/kv_cache.h"
+#include "model/step_layout.h"
 #include "ops/rope.h"
 
 namespace pg {
@@ -73,8 +74,7 @@ class DeepseekModel {
   ThreadPool& thread_pool() const { return pool_ ? *pool_ : ThreadPool::global(); }
 
  private:
-  struct StepLayout;
-  Status layout_step(std::span<const SeqStep> seqs, const KvCache& cache, StepLayout& layout) const;
+  Status check_cache(const KvCache& cache) const;
   DeepseekModel(ModelConfig cfg, Checkpoint ckpt);
   // One decoder layer over T tokens, x [T, H] updated in place.
   void layer_forward(const LayerWeights& L, int64_t cache_layer, float* x, int64_t T, const int64_t* positions,

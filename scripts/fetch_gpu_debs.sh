@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetches (here, on the Debian 12 dev machine) the .deb files that scripts/gpu_suite.sh unpacks
 # on the GPU machine (Ubuntu 24.04, no Debian dev packages, no network) into .deps/gpu-debs/.
-# Boost is left out on purpose (large; only server/ needs it and the GPU run skips it).
+# Boost's headers come too (10 MB .deb): server/ and so the `peregrine` binary need them, and
+# `peregrine bench` runs there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=.deps/gpu-debs
@@ -13,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev                # prebuilt static GoogleTest/GoogleMock + CMake config
   libbenchmark-dev libbenchmark1debian     # Google Benchmark, for bench/ targets that use it
   pkgconf pkgconf-bin libpkgconf3          # pkg-config, used only if the GPU machine lacks one
+  libboost1.81-dev                         # Boost.Beast / Asio headers (server/) and their CMake config
 )
 mkdir -p "$dest"
 rm -f "$dest"/*.deb

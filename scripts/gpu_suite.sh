@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The one script the H200 runs (device README: one call): unpacks the Debian dev packages that
 # scripts/fetch_gpu_debs.sh fetched into .deps/gpu-debs (the GPU machine is Ubuntu 24.04 without
-# them), configures and builds Peregrine with CUDA on all cores, runs the GPU tests (ctest -L gpu)
-# and the CPU unit tests, then bench_ops_cuda; logs go to OUT_DIR, a summary table comes last.
-#   usage: scripts/gpu_suite.sh OUT_DIR        (at most 8 files are written to OUT_DIR)
-# GPU targets, GPU tests and the benchmark run first; the rest of the tree and the CPU unit tests
-# follow within PG_SUITE_BUDGET_S (default 270 s, from the start), so the run fits its lease.
+# them), configures and builds Peregrine with CUDA on all cores, runs the GPU tests (ctest -L gpu:
+# op parity, the CUDA golden tests, the GPU sampler), `peregrine bench --synthetic` on the standard
+# models (PG_SUITE_BENCHES, "name:dtype:layers ..."), compute-sanitizer memcheck over the golden
+# CUDA tests, then bench_ops_cuda if time is left; logs go to OUT_DIR, a summary table comes last.
+#   usage: scripts/gpu_suite.sh OUT_DIR
+# Every phase is capped so the whole run fits PG_SUITE_BUDGET_S (default 540 s, from the start).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
 # folders the GPU run needs (core, ops, ops/cuda, tests/ops, bench_ops_cuda); the summary says so.
@@ -149,9 +150,12 @@ if [ "$MODE" = failed ]; then
 fi
 
 # ---- 4. GPU targets first (the figures this run exists for), then tests and benchmarks --------
+BUDGET=${PG_SUITE_BUDGET_S:-540}
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
 log "building the GPU targets with $NPROC cores"
 tb=$(date +%s)
-ninja -C "$BUILD" -j "$NPROC" ops_cuda_test ops_fused_cpu_test bench_ops_cuda >"$OUT/build.log" 2>&1
+GPU_TARGETS=(ops_cuda_test ops_fused_cpu_test cuda_golden_test sampling_cuda_test peregrine bench_ops_cuda)
+ninja -C "$BUILD" -k 0 -j "$NPROC" "${GPU_TARGETS[@]}" >"$OUT/build.log" 2>&1
 gpu_build_rc=$?
 note "build (GPU targets): rc=$gpu_build_rc, $(($(date +%s) - tb)) s"
 [ "$gpu_build_rc" -ne 0 ] && grep -A12 -m5 'error' "$OUT/build.log" | tail -60
@@ -159,35 +163,49 @@ note "build (GPU targets): rc=$gpu_build_rc, $(($(date +%s) - tb)) s"
 export LD_LIBRARY_PATH="$RUN_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 count() { grep -E "tests passed|No tests were found" "$1" | tail -1; }
 log "ctest -L gpu"
-ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 8 --timeout 240 >"$OUT/ctest_gpu.log" 2>&1
+ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 4 --timeout 300 >"$OUT/ctest_gpu.log" 2>&1
 gpu_rc=$?
 note "ctest -L gpu : rc=$gpu_rc  $(count "$OUT/ctest_gpu.log")  (skipped: $(grep -c '(Skipped)' "$OUT/ctest_gpu.log"))"
+grep -h "\[ measure  \]" "$OUT/ctest_gpu.log" | sort -u | head -40 >"$OUT/measures.txt"
 
-BENCH=$(find "$BUILD" -name bench_ops_cuda -type f -perm -u+x | head -1)
-if [ -n "$BENCH" ]; then
-  log "bench_ops_cuda"
-  "$BENCH" --json "$OUT/bench_ops_cuda.json" >"$OUT/bench.txt" 2>&1
-  note "bench_ops_cuda: rc=$?"
+# ---- 5. `peregrine bench --synthetic` (issue #5's figures), each capped ------------------------
+PEREGRINE=$BUILD/peregrine
+BENCHES=${PG_SUITE_BENCHES:-"moonlight-16b-a3b:bf16:0 moonlight-16b-a3b:fp8:0 deepseek-v3:bf16:4 deepseek-v3:fp8:4"}
+: >"$OUT/bench_model.txt"
+if [ -x "$PEREGRINE" ]; then
+  for b in $BENCHES; do
+    IFS=: read -r name dtype layers <<<"$b"
+    [ "$(left)" -lt 60 ] && { note "bench $b: skipped (time budget)"; continue; }
+    args=(bench --synthetic "$name" --dtype "$dtype")
+    [ "$layers" != 0 ] && args+=(--layers "$layers")
+    log "peregrine ${args[*]}"
+    echo "==== peregrine ${args[*]}" >>"$OUT/bench_model.txt"
+    timeout $(( $(left) - 30 < 150 ? $(left) - 30 : 150 )) "$PEREGRINE" "${args[@]}" \
+      --json-out "$OUT/bench_${name}_${dtype}_${layers}.json" >>"$OUT/bench_model.txt" 2>"$OUT/bench_${name}_${dtype}.err"
+    note "bench $name $dtype layers=$layers: rc=$?"
+  done
 else
-  note "bench_ops_cuda: not built"
+  note "peregrine not built: no model benchmarks"
 fi
 
-# ---- 5. the rest of the tree (keep going past failures; capped by the time budget) ----------
-BUDGET=${PG_SUITE_BUDGET_S:-270}
-left=$((BUDGET - ($(date +%s) - T0) - 25))
-if [ "$left" -gt 20 ]; then
-  log "building everything else (at most $left s)"
-  tb=$(date +%s)
-  timeout "$left" ninja -C "$BUILD" -k 0 -j "$NPROC" >>"$OUT/build.log" 2>&1
-  build_rc=$?
-  [ "$build_rc" -eq 124 ] && build_rc="124 (time budget hit: the rest is not built)"
-  note "build (all): rc=$build_rc, FAILED steps: $(grep -c '^FAILED:' "$OUT/build.log") $(grep '^FAILED:' "$OUT/build.log" | head -4 | cut -c9-70 | tr '\n' ' '); $(($(date +%s) - tb)) s"
-  log "ctest -L unit"
-  ctest --test-dir "$BUILD" -L unit -j "$NPROC" --timeout 60 >"$OUT/ctest_unit.log" 2>&1
-  note "ctest -L unit: rc=$?  $(count "$OUT/ctest_unit.log")"
-  grep -E "\((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted)\)" "$OUT/ctest_unit.log" | head -12 | tee -a "$SUMMARY"
+# ---- 6. compute-sanitizer memcheck over the golden CUDA tests ----------------------------------
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+GOLD=$(find "$BUILD" -name cuda_golden_test -type f -perm -u+x | head -1)
+if [ -n "$SAN" ] && [ -n "$GOLD" ] && [ "$(left)" -gt 90 ]; then
+  log "compute-sanitizer memcheck: cuda_golden_test"
+  (cd "$ROOT" && timeout $(( $(left) - 40 )) "$SAN" --tool memcheck --error-exitcode 9 "$GOLD" \
+     --gtest_filter='All/CudaGolden.*v3_tiny_*:All/CudaGolden.*odd*:CudaGoldenMtp.*' >"$OUT/memcheck.log" 2>&1)
+  note "memcheck (cuda_golden_test subset): rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 else
-  note "build (all) and ctest -L unit: skipped, no time left in the ${BUDGET} s budget"
+  note "memcheck: skipped (sanitizer '${SAN:-none}', time left $(left) s)"
+fi
+
+# ---- 7. the rest, if time is left -------------------------------------------------------------
+BENCH=$(find "$BUILD" -name bench_ops_cuda -type f -perm -u+x | head -1)
+if [ -n "$BENCH" ] && [ "$(left)" -gt 120 ] && [ -z "${PG_SUITE_SKIP_OPS_BENCH:-}" ]; then
+  log "bench_ops_cuda"
+  timeout $(( $(left) - 30 )) "$BENCH" --json "$OUT/bench_ops_cuda.json" >"$OUT/bench.txt" 2>&1
+  note "bench_ops_cuda: rc=$?"
 fi
 grep -E "\((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted)\)" "$OUT/ctest_gpu.log" | head -20 | tee -a "$SUMMARY"
 
@@ -196,7 +214,6 @@ log "done"
 echo
 echo "================ gpu_suite summary ($(($(date +%s) - T0)) s) ================"
 cat "$SUMMARY"
-grep -E "device:|=> ceiling" "$OUT/bench.txt" 2>/dev/null
-sed -n '/^Small ops/,/^$/p' "$OUT/bench.txt" 2>/dev/null
-sed -n '/^GEMV (linear/,$p' "$OUT/bench.txt" 2>/dev/null
+cat "$OUT/measures.txt" 2>/dev/null
+grep -vE "^\s*$" "$OUT/bench_model.txt" 2>/dev/null
 [ "$gpu_build_rc" -eq 0 ] && [ "$gpu_rc" -eq 0 ]

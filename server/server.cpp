@@ -1,6 +1,7 @@
 // `peregrine serve` wiring (see server.h): model + tokenizer + chat template -> Engine (its own
 // loop thread) -> Router -> HttpServer, and the drain sequence on SIGINT/SIGTERM.
 #include "server/server.h"
+#include "model/runner_factory.h"
 
 #include <condition_variable>
 #include <cstdio>
@@ -116,7 +117,23 @@ int serve(ServeOptions o) {
   ec_cfg.max_model_len = o.max_model_len;
   ec_cfg.n_threads = o.threads;
   ec_cfg.num_speculative_tokens = o.speculative_tokens;
-  auto engine = Engine::create(std::move(model).value(), tokenizer, ec_cfg);
+  RunnerOptions ro;
+  ro.device = o.device;
+  ro.kv_blocks = o.kv_blocks;
+  ro.kv_block_size = o.block_size;
+  ro.max_model_len = o.max_model_len;
+  ro.max_num_seqs = o.max_num_seqs;
+  ro.max_num_batched_tokens = o.max_num_batched_tokens;
+  ro.gpu_memory_utilization = o.gpu_memory_utilization;
+  ro.cuda_graphs = o.cuda_graphs;
+  ro.progress = true;
+  auto runner = make_runner(std::move(model).value(), ro);
+  if (!runner.ok()) {
+    std::fprintf(stderr, "peregrine serve: %s\n", runner.status().to_string().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "peregrine serve: model on %s\n", (*runner)->describe().c_str());
+  auto engine = Engine::create(std::move(runner).value(), tokenizer, ec_cfg);
   if (!engine.ok()) {
     std::fprintf(stderr, "peregrine serve: %s\n", engine.status().to_string().c_str());
     return 1;

@@ -31,6 +31,9 @@ struct ServeOptions {
   int64_t block_size = 16;
   int threads = 0;                               // engine CPU threads; 0: all hardware threads
   int64_t speculative_tokens = 0;                // MTP draft depth (0: off)
+  std::string device = "auto";                   // auto (cuda when a GPU is present) | cpu | cuda
+  double gpu_memory_utilization = 0.90;          // cuda: share of GPU memory (weights + KV + activations)
+  bool cuda_graphs = true;                       // cuda: replay decode steps as CUDA graphs
   int http_threads = 1;
   uint64_t max_body_bytes = 16u << 20;
   uint32_t max_header_bytes = 16u << 10;

@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "model/deepseek_model.h"
+#include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pg {
@@ -212,7 +213,7 @@ TEST(EngineRequests, CancelFreesBlocksAndBadRequestsAreRejected) {
   GenerationRequest empty;
   EXPECT_EQ(f.engine->submit(empty, nullptr).status().code(), StatusCode::kInvalidArgument);
   GenerationRequest oov = greedy_request(f.expected["prompts"][0], 4);
-  oov.prompt_ids.push_back(int32_t(f.engine->model().vocab_size()));
+  oov.prompt_ids.push_back(int32_t(f.engine->model().config().vocab_size));
   EXPECT_EQ(f.engine->submit(oov, nullptr).status().code(), StatusCode::kInvalidArgument);
   GenerationRequest too_long = greedy_request(f.expected["prompts"][0], 4);
   too_long.prompt_ids.assign(size_t(f.engine->max_model_len()), 5);

@@ -1,5 +1,5 @@
-// Device helpers of bench_ops_cuda (ops_cuda_bench_kernels.cu): the HBM read-ceiling kernel and
-// random fills. fmt-free, like every header a .cu file includes.
+// Measurement helpers shared by bench_ops_cuda and `peregrine bench`: the HBM read-ceiling kernel
+// and random fills (synthetic weights). fmt-free, like every header a .cu file includes.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace pg::bench {
+namespace pg::ops::cuda {
 
 // How the ceiling kernel loads: ld.global.nc (as ops::cuda::ld_stream), with
 // .L1::no_allocate, or with .L1::no_allocate.L2::256B.
@@ -19,8 +19,10 @@ const char* load_kind_name(LoadKind k);
 cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int threads, int unroll, LoadKind kind,
                                 uint32_t* sink, cudaStream_t stream);
 
-// Random fills, a pure function of (seed, index).
+// Random fills, a pure function of (seed, index): f32 / bf16 uniform in [-scale, scale), fp8 e4m3
+// any finite code (scale unused), positive scales 2^-9 * 2^(3u) * scale.
 enum class FillKind { kF32Pm1, kBf16Pm1, kFp8Finite, kScalePos };
-cudaError_t launch_fill(void* p, size_t n_elems, FillKind kind, uint64_t seed, cudaStream_t stream);
+cudaError_t launch_fill(void* p, size_t n_elems, FillKind kind, uint64_t seed, cudaStream_t stream,
+                        float scale = 1.0f);
 
-}  // namespace pg::bench
+}  // namespace pg::ops::cuda

@@ -1,9 +1,9 @@
-// Device side of bench_ops_cuda: the read-only reduction that measures the HBM read ceiling
-// (benchmarks.md: "a large read-only reduction, not the datasheet") and the random fills.
-#include "bench/ops_cuda_bench_kernels.h"
+// The read-only reduction that measures the HBM read ceiling (benchmarks.md: "a large read-only
+// reduction, not the datasheet") and the random fills of synthetic weights.
+#include "ops/cuda/common/probe.h"
 #include "ops/cuda/common/vec.cuh"
 
-namespace pg::bench {
+namespace pg::ops::cuda {
 namespace {
 
 template <LoadKind kKind>
@@ -47,19 +47,20 @@ __device__ __forceinline__ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-__global__ void fill_kernel(void* p, size_t n, FillKind kind, uint64_t seed) {
+__global__ void fill_kernel(void* p, size_t n, FillKind kind, uint64_t seed, float scale) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const uint64_t r = mix(seed * 0x100000001b3ull + i);
     const float u = float(int64_t(r >> 40) - (int64_t(1) << 23)) * (1.0f / float(1 << 23));  // [-1, 1)
+    const float v = u * scale;
     switch (kind) {
-      case FillKind::kF32Pm1: static_cast<float*>(p)[i] = u; break;
-      case FillKind::kBf16Pm1: static_cast<uint16_t*>(p)[i] = uint16_t(__float_as_uint(u) >> 16); break;
+      case FillKind::kF32Pm1: static_cast<float*>(p)[i] = v; break;
+      case FillKind::kBf16Pm1: static_cast<uint16_t*>(p)[i] = uint16_t(__float_as_uint(v) >> 16); break;
       case FillKind::kFp8Finite: {
         const uint8_t b = uint8_t(r >> 56);
         static_cast<uint8_t*>(p)[i] = (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;  // no NaN codes
         break;
       }
-      case FillKind::kScalePos: static_cast<float*>(p)[i] = exp2f(-9.0f + 3.0f * u); break;
+      case FillKind::kScalePos: static_cast<float*>(p)[i] = exp2f(-9.0f + 3.0f * u) * scale; break;
     }
   }
 }
@@ -95,10 +96,10 @@ cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int thr
   return cudaGetLastError();
 }
 
-cudaError_t launch_fill(void* p, size_t n_elems, FillKind kind, uint64_t seed, cudaStream_t stream) {
+cudaError_t launch_fill(void* p, size_t n_elems, FillKind kind, uint64_t seed, cudaStream_t stream, float scale) {
   if (n_elems == 0) return cudaSuccess;
-  fill_kernel<<<4096, 256, 0, stream>>>(p, n_elems, kind, seed);
+  fill_kernel<<<4096, 256, 0, stream>>>(p, n_elems, kind, seed, scale);
   return cudaGetLastError();
 }
 
-}  // namespace pg::bench
+}  // namespace pg::ops::cuda

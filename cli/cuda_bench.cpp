@@ -1,0 +1,339 @@
+// `peregrine bench` on CUDA (../shared/benchmarks.md): the HBM read ceiling and the bf16
+// tensor-core rate of this GPU, then prefill (1K and 8K prompts), per-user decode at batch 1 after
+// the prompt, per-layer decode time, decode throughput at larger batches, bytes read per token
+// and the share of the bandwidth roofline reached. Table on stdout, JSON on request.
+#include "cli/cuda_bench.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "model/cuda/cuda_runner.h"
+#include "model/cuda/device_weights.h"
+#include "model/synthetic_config.h"
+#include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/device.h"
+#include "ops/cuda/common/device_buffer.h"
+#include "ops/cuda/common/probe.h"
+#include "ops/cuda/gemm/gemm.h"
+
+namespace pg::cli {
+namespace {
+
+namespace cu = ops::cuda;
+using Json = nlohmann::ordered_json;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Times `fn` (which enqueues work on `s`) with device events: median ms of `reps` after a warm-up.
+template <typename Fn>
+Result<double> time_ms(cudaStream_t s, int reps, Fn&& fn) {
+  cudaEvent_t e0, e1;
+  PG_CUDA_TRY(cudaEventCreate(&e0));
+  PG_CUDA_TRY(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  Status st = ok_status();
+  for (int r = -1; r < reps && st.ok(); ++r) {
+    cudaEventRecord(e0, s);
+    st = fn();
+    cudaEventRecord(e1, s);
+    if (cudaError_t err = cudaEventSynchronize(e1); err != cudaSuccess && st.ok())
+      st = cu::cuda_error(err, "cudaEventSynchronize", __FILE__, __LINE__);
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    if (r >= 0) ms.push_back(double(t));
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  PG_TRY(st);
+  return median(ms);
+}
+
+// The HBM read ceiling: a read-only reduction over 2 GiB (35x the L2), best of a few launch shapes.
+Result<double> read_ceiling_gbps(cudaStream_t s) {
+  const size_t bytes = size_t(2) << 30;
+  PG_ASSIGN_OR_RETURN(auto buf, cu::DeviceBuffer<uint8_t>::create(bytes));
+  PG_ASSIGN_OR_RETURN(auto sink, cu::DeviceBuffer<uint32_t>::create(1));
+  PG_CUDA_TRY(cu::launch_fill(buf.data(), bytes / 4, cu::FillKind::kF32Pm1, 7, s));
+  const int sms = cu::current_device_props().sm_count;
+  double best = 0;
+  for (cu::LoadKind kind : {cu::LoadKind::kNc, cu::LoadKind::kNcNoAlloc})
+    for (int bps : {2, 4}) {
+      PG_ASSIGN_OR_RETURN(double ms, time_ms(s, 10, [&]() -> Status {
+        PG_CUDA_TRY(cu::launch_read_ceiling(buf.data(), bytes, sms * bps, 512, 8, kind, sink.data(), s));
+        return ok_status();
+      }));
+      best = std::max(best, double(bytes) / (ms * 1e-3) / 1e9);
+    }
+  return best;
+}
+
+// The bf16 tensor-core rate through our prefill GEMM path: 8192^3.
+Result<double> tensor_tflops(cudaStream_t s) {
+  const int64_t n = 8192;
+  PG_ASSIGN_OR_RETURN(auto x, cu::DeviceBuffer<float>::create(size_t(n * n)));
+  PG_ASSIGN_OR_RETURN(auto wb, cu::DeviceBuffer<uint16_t>::create(size_t(n * n)));
+  PG_ASSIGN_OR_RETURN(auto y, cu::DeviceBuffer<float>::create(size_t(n * n)));
+  PG_CUDA_TRY(cu::launch_fill(x.data(), size_t(n * n), cu::FillKind::kF32Pm1, 1, s));
+  PG_CUDA_TRY(cu::launch_fill(wb.data(), size_t(n * n), cu::FillKind::kBf16Pm1, 2, s));
+  PG_ASSIGN_OR_RETURN(cu::GemmContext ctx, cu::GemmContext::create(n, n, n));
+  const ops::Matrix w{ops::WeightFormat::kBF16, n, n, wb.data()};
+  ops::LinearArgs a;
+  a.x = x.data(), a.w = &w, a.y = y.data(), a.m = n;
+  PG_ASSIGN_OR_RETURN(double ms, time_ms(s, 5, [&] { return cu::gemm_linear(ctx, a, s); }));
+  return 2.0 * double(n) * double(n) * double(n) / (ms * 1e-3) / 1e12;
+}
+
+// FLOPs of a prefill of `T` tokens: 2 x the active parameters per token for every projection
+// (experts at top_k + shared), plus the absorbed attention's 2 x heads x (2R + P) per attended
+// position (T^2/2 positions causal), plus lm_head for the last token.
+double prefill_flops(const ModelConfig& c, int64_t T) {
+  const double H = double(c.hidden_size), nh = double(c.num_attention_heads), R = double(c.kv_lora_rank);
+  const double P = double(c.qk_rope_head_dim), nope = double(c.qk_nope_head_dim), V = double(c.v_head_dim);
+  double attn_params = (c.q_lora_rank ? H * double(*c.q_lora_rank) + double(*c.q_lora_rank) * nh * (nope + P)
+                                      : H * nh * (nope + P)) +
+                       H * (R + P) + nh * V * H + nh * (R * nope + V * R);
+  double per_token = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const bool moe = c.n_routed_experts > 0 && l >= c.first_k_dense_replace;
+    per_token += attn_params;
+    per_token += moe ? 3.0 * H * double(c.moe_intermediate_size) * double(c.num_experts_per_tok + c.n_shared_experts) +
+                           H * double(c.n_routed_experts)
+                     : 3.0 * H * double(c.intermediate_size);
+  }
+  const double t = double(T);
+  const double attn = double(c.num_hidden_layers) * 2.0 * nh * (2.0 * R + P) * t * (t + 1) / 2.0;
+  return 2.0 * per_token * t + attn + 2.0 * H * double(c.vocab_size);
+}
+
+struct Seq {
+  std::vector<int32_t> table;
+};
+
+int fail(const Status& st) {
+  std::fprintf(stderr, "peregrine bench: %s\n", st.to_string().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int run_cuda_bench(const CudaBenchOptions& o) {
+  if (!cu::cuda_available()) return fail(failed_precondition("no usable GPU: {}", cu::cuda_unavailable_reason()));
+  const int64_t max_batch = std::max<int64_t>(1, o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end()));
+  CudaRunnerOptions ro;
+  ro.gpu_memory_utilization = o.gpu_memory_utilization;
+  ro.max_num_seqs = max_batch;
+  ro.use_graphs = o.graphs;
+  ro.max_tokens_per_step = std::max<int64_t>({2048, o.context, std::min<int64_t>(o.long_prefill, 8192)});
+  ro.progress = [](const std::string& what, double f) {
+    std::fprintf(stderr, "\rloading %5.1f%% %-24s", 100.0 * f, what.c_str());
+    if (f >= 1.0) std::fprintf(stderr, "\n");
+  };
+  std::unique_ptr<CudaRunner> runner;
+  std::string model_name;
+  if (!o.synthetic.empty()) {
+    auto cfg = synthetic_model_config(o.synthetic, o.layers);
+    if (!cfg.ok()) return fail(cfg.status());
+    if (o.dtype != "bf16" && o.dtype != "fp8")
+      return fail(invalid_argument("--dtype must be bf16 or fp8 (nvfp4 comes with the NVFP4 kernels), got '{}'", o.dtype));
+    // KV for the largest batch at the measured context, or the long prefill, whichever is more.
+    const int64_t ctx_need = o.context + o.decode_tokens + 8;
+    ro.max_model_len = std::min<int64_t>(cfg->max_position_embeddings, std::max<int64_t>(ctx_need, o.long_prefill));
+    ro.kv_blocks = std::max<int64_t>(max_batch * ((ctx_need + 63) / 64), (ro.max_model_len + 63) / 64) + 1;
+    auto r = CudaRunner::synthetic(*cfg, o.dtype == "fp8" ? SyntheticDtype::kFp8 : SyntheticDtype::kBF16, 1234, ro);
+    if (!r.ok()) return fail(r.status());
+    runner = std::move(r).value();
+    model_name = o.synthetic + (o.layers ? " (" + std::to_string(o.layers) + " layers)" : "") + " " + o.dtype;
+  } else {
+    auto host = DeepseekModel::load(o.model_dir);
+    if (!host.ok()) return fail(host.status());
+    auto r = CudaRunner::create(std::move(host).value(), ro);
+    if (!r.ok()) return fail(r.status());
+    runner = std::move(r).value();
+    model_name = o.model_dir;
+  }
+  CudaRunner& R = *runner;
+  const ModelConfig& c = R.config();
+  cudaStream_t s = R.stream();
+  const int64_t bs = R.kv_block_size();
+  if (o.context + o.decode_tokens + 1 > c.max_position_embeddings)
+    return fail(invalid_argument("--context {} + --decode-tokens {} exceed the model's context of {}", o.context,
+                                 o.decode_tokens, c.max_position_embeddings));
+
+  Json j;
+  j["model"] = model_name;
+  j["gpu"] = cu::current_device_props().name;
+  j["runner"] = R.describe();
+  j["weights_gb"] = double(R.weight_bytes()) / 1e9;
+  j["kv_cache_gb"] = double(R.kv_cache_bytes()) / 1e9;
+
+  auto bw = read_ceiling_gbps(s);
+  if (!bw.ok()) return fail(bw.status());
+  j["hbm_read_ceiling_gbps"] = *bw;
+  std::fprintf(stderr, "HBM read ceiling %.0f GB/s\n", *bw);
+  auto tf = tensor_tflops(s);
+  if (!tf.ok()) return fail(tf.status());
+  j["bf16_tensor_tflops"] = *tf;
+  std::fprintf(stderr, "bf16 tensor-core rate (8192^3 through gemm_linear) %.0f TFLOP/s\n", *tf);
+
+  std::mt19937 rng(7);
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& v : t) v = int32_t(rng() % uint32_t(c.vocab_size));
+    return t;
+  };
+  auto blocks_from = [&](int64_t first, int64_t n_pos) {
+    std::vector<int32_t> t(static_cast<size_t>((n_pos + bs - 1) / bs));
+    std::iota(t.begin(), t.end(), int32_t(first));
+    return t;
+  };
+
+  // ---- prefill, batch 1 ----
+  auto prefill = [&](int64_t T, int reps) -> Result<double> {
+    const std::vector<int32_t> prompt = random_tokens(T);
+    const std::vector<int32_t> table = blocks_from(0, T);
+    const int64_t chunk = ro.max_tokens_per_step;
+    return time_ms(s, reps, [&]() -> Status {
+      for (int64_t p = 0; p < T; p += chunk) {
+        const int64_t n = std::min(chunk, T - p);
+        SeqStep st{std::span(prompt).subspan(size_t(p), size_t(n)), p, table, false, p + n < T};
+        PG_TRY(R.step_async(std::span(&st, 1)));
+      }
+      return ok_status();
+    });
+  };
+  auto pf1 = prefill(o.context, 3);
+  if (!pf1.ok()) return fail(pf1.status());
+  j["prefill"] = Json::array();
+  j["prefill"].push_back({{"tokens", o.context}, {"ms", *pf1}, {"tokens_per_s", double(o.context) / (*pf1 * 1e-3)},
+                          {"tflops", prefill_flops(c, o.context) / (*pf1 * 1e-3) / 1e12}});
+  std::fprintf(stderr, "prefill %lld tokens: %.1f ms\n", (long long)o.context, *pf1);
+
+  // ---- decode, batch 1, after the prompt (the prefill above left its KV in blocks 0..) ----
+  const std::vector<int32_t> table1 = blocks_from(0, o.context + o.decode_tokens + 1);
+  const std::vector<int32_t> dec_tokens = random_tokens(o.decode_tokens);
+  auto decode1 = time_ms(s, o.repeats, [&]() -> Status {
+    for (int64_t i = 0; i < o.decode_tokens; ++i) {
+      SeqStep st{std::span(&dec_tokens[size_t(i)], 1), o.context + i, table1, false};
+      PG_TRY(R.step_async(std::span(&st, 1)));
+    }
+    return ok_status();
+  });
+  if (!decode1.ok()) return fail(decode1.status());
+  const double step_ms = *decode1 / double(o.decode_tokens);
+  const int64_t mid_ctx = o.context + o.decode_tokens / 2;
+  const StepBytes b1 = R.step_bytes(1, mid_ctx);
+  const double tps1 = 1e3 / step_ms, roof1 = *bw * 1e9 / b1.total();
+  j["decode_batch1"] = {{"context", o.context},
+                        {"tokens", o.decode_tokens},
+                        {"ms_per_token", step_ms},
+                        {"tokens_per_s", tps1},
+                        {"bytes_per_token", b1.total()},
+                        {"bytes", {{"attention", b1.attention}, {"router", b1.router}, {"experts", b1.experts},
+                                   {"dense_mlp", b1.dense_mlp}, {"lm_head", b1.lm_head}, {"kv_cache", b1.kv_cache},
+                                   {"other", b1.other}}},
+                        {"roofline_tokens_per_s", roof1},
+                        {"roofline_pct", 100.0 * tps1 / roof1},
+                        {"achieved_gbps", b1.total() * tps1 / 1e9}};
+  std::fprintf(stderr, "decode batch 1: %.3f ms/token\n", step_ms);
+
+  // ---- per-layer decode time at batch 1 (graph of one layer, replayed) ----
+  j["layers"] = Json::array();
+  int64_t first_dense = -1, first_moe = -1;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const bool moe = c.n_routed_experts > 0 && l >= c.first_k_dense_replace;
+    if (moe && first_moe < 0) first_moe = l;
+    if (!moe && first_dense < 0) first_dense = l;
+  }
+  for (int64_t l : {first_dense, first_moe}) {
+    if (l < 0) continue;
+    auto us = R.time_layer(l, 1, o.context, 20, 7);
+    if (!us.ok()) return fail(us.status());
+    const bool moe = l == first_moe;
+    // Bytes of this one layer: the step's per-layer share of its kind.
+    const StepBytes one = R.step_bytes(1, o.context);
+    const int64_t n_moe = std::max<int64_t>(1, c.num_hidden_layers - c.first_k_dense_replace);
+    const int64_t n_dense = std::max<int64_t>(1, c.first_k_dense_replace);
+    const double bytes = one.attention / double(c.num_hidden_layers) + one.kv_cache / double(c.num_hidden_layers) +
+                         (moe ? (one.experts + one.router) / double(n_moe) : one.dense_mlp / double(n_dense));
+    const double floor_us = bytes / (*bw * 1e9) * 1e6;
+    j["layers"].push_back({{"layer", l}, {"kind", moe ? "moe" : "dense"}, {"us", *us}, {"bytes", bytes},
+                           {"floor_us", floor_us}, {"x_floor", *us / floor_us}});
+  }
+
+  // ---- decode throughput at larger batches (KV of each sequence: `context` positions, zeroed) ----
+  j["decode_batches"] = Json::array();
+  for (int64_t B : o.batches) {
+    if (B <= 1) continue;
+    const int64_t per = (o.context + 40 + bs - 1) / bs;
+    if (B * per > R.n_kv_blocks()) return fail(resource_exhausted("batch {} needs {} KV blocks", B, B * per));
+    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B)), toks(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) tables[size_t(b)] = blocks_from(b * per, per * bs), toks[size_t(b)] = random_tokens(1);
+    const int steps = 32;
+    auto ms = time_ms(s, 3, [&]() -> Status {
+      for (int i = 0; i < steps; ++i) {
+        std::vector<SeqStep> st;
+        for (int64_t b = 0; b < B; ++b) st.push_back(SeqStep{toks[size_t(b)], o.context + i, tables[size_t(b)], false});
+        PG_TRY(R.step_async(st));
+      }
+      return ok_status();
+    });
+    if (!ms.ok()) return fail(ms.status());
+    const double step = *ms / steps;
+    j["decode_batches"].push_back({{"batch", B}, {"context", o.context}, {"ms_per_step", step},
+                                   {"tokens_per_s", double(B) * 1e3 / step}, {"per_user_tokens_per_s", 1e3 / step}});
+  }
+
+  // ---- long prefill ----
+  if (o.long_prefill > 0) {
+    const int64_t T = std::min<int64_t>(o.long_prefill, c.max_position_embeddings);
+    if ((T + bs - 1) / bs <= R.n_kv_blocks()) {
+      auto ms = prefill(T, 2);
+      if (!ms.ok()) return fail(ms.status());
+      const double tflops = prefill_flops(c, T) / (*ms * 1e-3) / 1e12;
+      j["prefill"].push_back({{"tokens", T}, {"ms", *ms}, {"tokens_per_s", double(T) / (*ms * 1e-3)},
+                              {"tflops", tflops}, {"tensor_pct", 100.0 * tflops / *tf}});
+    }
+  }
+  if (Status st = R.synchronize(); !st.ok()) return fail(st);
+
+  if (!o.json_path.empty()) std::ofstream(o.json_path) << j.dump(2) << "\n";
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model        %s\n", model_name.c_str());
+  std::printf("runner       %s\n", R.describe().c_str());
+  std::printf("ceilings     HBM read %.0f GB/s, bf16 tensor %.0f TFLOP/s\n", *bw, *tf);
+  std::printf("weights      %.2f GB on the GPU, KV cache %.2f GB\n", j["weights_gb"].get<double>(),
+              j["kv_cache_gb"].get<double>());
+  std::printf("decode b=1   %.1f tok/s (%.3f ms/token) after %lld prompt tokens; %.1f MB/token -> roofline %.0f "
+              "tok/s: %.1f%% (%.0f GB/s)\n",
+              tps1, step_ms, (long long)o.context, b1.total() / 1e6, roof1, 100.0 * tps1 / roof1,
+              b1.total() * tps1 / 1e9);
+  for (const auto& l : j["layers"])
+    std::printf("layer %-3lld    %-5s %.1f us (bytes floor %.1f us, x%.2f)\n", (long long)l["layer"].get<int64_t>(),
+                l["kind"].get<std::string>().c_str(), l["us"].get<double>(), l["floor_us"].get<double>(),
+                l["x_floor"].get<double>());
+  for (const auto& p : j["prefill"])
+    std::printf("prefill      %lld tokens: %.1f ms, %.0f tok/s, %.0f TFLOP/s%s\n", (long long)p["tokens"].get<int64_t>(),
+                p["ms"].get<double>(), p["tokens_per_s"].get<double>(), p["tflops"].get<double>(),
+                p.contains("tensor_pct") ? (" (" + std::to_string(int(p["tensor_pct"].get<double>())) + "% of tensor)").c_str() : "");
+  for (const auto& d : j["decode_batches"])
+    std::printf("decode b=%-3lld %.0f tok/s total, %.1f tok/s per user (%.3f ms/step)\n",
+                (long long)d["batch"].get<int64_t>(), d["tokens_per_s"].get<double>(),
+                d["per_user_tokens_per_s"].get<double>(), d["ms_per_step"].get<double>());
+  return 0;
+}
+
+}  // namespace pg::cli

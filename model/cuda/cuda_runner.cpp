@@ -1,0 +1,715 @@
+// CudaRunner: device weights, the memory plan, the per-layer launch sequence and the decode graphs.
+// Shapes on every buffer: T = new tokens of the step, H = hidden_size, nh = heads,
+// R = kv_lora_rank, P = qk_rope_head_dim, nope = qk_nope_head_dim, V = v_head_dim, D = R + P.
+// The per-layer order mirrors DeepseekModel::layer_forward (the CPU reference).
+#include "model/cuda/cuda_runner.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "model/cuda/device_weights.h"
+#include "model/rope_yarn.h"
+#include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/device.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/gemm/gemm.h"
+#include "ops/cuda/mla_attention.h"
+#include "ops/cuda/mla_ops.h"
+#include "ops/cuda/moe_experts/moe_experts.h"
+
+namespace pg {
+
+namespace cu = ops::cuda;
+using ops::Matrix;
+
+namespace {
+
+// Projections of more rows than this go to cuBLASLt (bf16 tensor cores); up to it, to our GEMV
+// kernels, which stream the weight once per 16 rows (ops/cuda/linear).
+constexpr int64_t kSmallM = 16;
+// Pinned staging slots for step inputs: a slot is rewritten only after the copy that read it ran.
+constexpr int kStageSlots = 4;
+
+size_t align16(size_t n) { return (n + 15) & ~size_t(15); }
+
+// One step's inputs, packed contiguously (offsets depend on T and n_seqs only, so the graph of a
+// decode bucket sees fixed addresses): tokens, out_rows, token_seq [T] int32; positions,
+// ctx_len [T] int64; tables [n_seqs, table_stride] int32.
+struct InputLayout {
+  size_t tokens = 0, out_rows = 0, token_seq = 0, positions = 0, ctx_len = 0, tables = 0, bytes = 0;
+  InputLayout(int64_t T, int64_t n_seqs, int64_t stride) {
+    size_t o = 0;
+    tokens = o, o += align16(size_t(T) * 4);
+    out_rows = o, o += align16(size_t(T) * 4);
+    token_seq = o, o += align16(size_t(T) * 4);
+    positions = o, o += align16(size_t(T) * 8);
+    ctx_len = o, o += align16(size_t(T) * 8);
+    tables = o, o += align16(size_t(n_seqs * stride) * 4);
+    bytes = o;
+  }
+};
+
+}  // namespace
+
+struct CudaRunner::Impl {
+  ModelConfig cfg;
+  CudaRunnerOptions opt;
+  DeviceWeights w;
+  cudaStream_t stream = nullptr;
+  cu::DeviceArena acts;  // activations, KV cache, workspaces, inputs
+
+  ops::RopeTable rope;
+  float* inv_freq = nullptr;  // [P/2] f32
+  float softmax_scale = 1.0f;
+
+  // Paged latent KV cache [n_cache_layers][n_blocks + 1][block_size][D] f32; the last block is
+  // the scratch block padded rows of a graph bucket write and read.
+  float* kv = nullptr;
+  int64_t n_blocks = 0, block_size = 0, D = 0, n_cache_layers = 0, max_model_len = 0, table_stride = 0;
+
+  // Activations (f32), sized for Tm tokens.
+  int64_t Tm = 0, max_seqs = 0, logit_rows = 0;
+  float *x = nullptr, *a = nullptr, *qa = nullptr, *q = nullptr, *kvb = nullptr, *q_lat = nullptr, *q_pe = nullptr,
+        *o_lat = nullptr, *o = nullptr, *router_logits = nullptr, *expert_w = nullptr, *hidden_all = nullptr,
+        *hidden = nullptr, *normed = nullptr, *logits = nullptr, *cat = nullptr;
+  int32_t* expert_idx = nullptr;
+  float* mla_ws = nullptr;
+  size_t mla_ws_floats = 0;
+  void* moe_ws = nullptr;
+  size_t moe_ws_bytes = 0;
+  std::unique_ptr<cu::GemmContext> gemm;
+
+  uint8_t* d_inputs = nullptr;
+  size_t inputs_capacity = 0;
+  std::array<uint8_t*, kStageSlots> stage{};
+  std::array<cudaEvent_t, kStageSlots> stage_done{};
+  int stage_slot = 0;
+
+  std::map<int64_t, cudaGraphExec_t> graphs;  // decode bucket -> graph
+  int64_t last_rows = 0;                      // logits rows of the last step
+
+  ~Impl() {
+    for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+    for (int i = 0; i < kStageSlots; ++i) {
+      if (stage[i]) cudaFreeHost(stage[i]);
+      if (stage_done[i]) cudaEventDestroy(stage_done[i]);
+    }
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  // ---- one step's device pointers ----
+  struct Step {
+    int64_t T = 0, n_seqs = 0, n_rows = 0, max_ctx = 0;
+    bool rows_are_tokens = false;  // out rows = every token in order (no gather)
+    const int32_t* tokens = nullptr;
+    const int32_t* out_rows = nullptr;
+    const int32_t* token_seq = nullptr;
+    const int64_t* positions = nullptr;
+    const int64_t* ctx_len = nullptr;
+    const int32_t* tables = nullptr;
+  };
+
+  Status init_buffers();
+  Status plan_kv();
+  Step stage_inputs_to(const StepLayout& L, Step s, uint8_t* host);
+  Result<Step> upload(const StepLayout& L);
+  Status lin(const float* x_, const Matrix& W, float* y, int64_t m, bool acc = false, int64_t xs = 0, int64_t ys = 0);
+  Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
+  Status layer(const DevLayer& L, int64_t cache_layer, const Step& s);
+  Status trunk(const Step& s);              // embedding + layers + final norm -> hidden_all
+  Status forward_device(const Step& s);     // trunk + gather + lm_head (rows <= logit_rows)
+  static StepLayout pad_decode(const StepLayout& L, int64_t bucket, int64_t scratch_block, int64_t stride);
+  Result<cudaGraphExec_t> decode_graph(int64_t bucket);
+  float* cache_layer(int64_t l) { return kv + l * (n_blocks + 1) * block_size * D; }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Memory plan
+
+Status CudaRunner::Impl::init_buffers() {
+  const ModelConfig& c = cfg;
+  const int64_t H = c.hidden_size, nh = c.num_attention_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
+  const int64_t qk = c.qk_nope_head_dim + P, V = c.v_head_dim;
+  D = R + P;
+  max_model_len = opt.max_model_len > 0 ? std::min(opt.max_model_len, c.max_position_embeddings)
+                                        : c.max_position_embeddings;
+  block_size = opt.kv_block_size;
+  if (block_size <= 0) return invalid_argument("cuda: kv block size must be > 0, got {}", block_size);
+  table_stride = (max_model_len + block_size - 1) / block_size;
+  max_seqs = std::max<int64_t>(1, opt.max_num_seqs);
+  // A verify step carries 1 + drafts tokens per sequence; a prefill chunk max_tokens_per_step.
+  Tm = std::max<int64_t>({opt.max_tokens_per_step, max_seqs * (1 + 4), 1});
+  logit_rows = std::min<int64_t>(Tm, std::max<int64_t>(max_seqs * (1 + 4), 256));
+  n_cache_layers = c.num_hidden_layers + int64_t(w.mtp.size());
+
+  PG_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int i = 0; i < kStageSlots; ++i) PG_CUDA_TRY(cudaEventCreateWithFlags(&stage_done[i], cudaEventDisableTiming));
+
+  auto f32 = [&](float*& p, int64_t n) -> Status {
+    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(size_t(n) * 4));
+    p = static_cast<float*>(v);
+    return ok_status();
+  };
+  const int64_t QR = c.q_lora_rank.value_or(0);
+  const int64_t K = std::max<int64_t>(c.num_experts_per_tok, 1), E = std::max<int64_t>(c.n_routed_experts, 1);
+  PG_TRY(f32(x, Tm * H));
+  PG_TRY(f32(a, Tm * H));
+  PG_TRY(f32(qa, Tm * std::max<int64_t>(QR, 1)));
+  PG_TRY(f32(q, Tm * nh * qk));
+  PG_TRY(f32(kvb, Tm * D));
+  PG_TRY(f32(q_lat, Tm * nh * R));
+  PG_TRY(f32(q_pe, Tm * nh * P));
+  PG_TRY(f32(o_lat, Tm * nh * R));
+  PG_TRY(f32(o, Tm * nh * V));
+  PG_TRY(f32(router_logits, Tm * E));
+  PG_TRY(f32(expert_w, Tm * K));
+  {
+    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(size_t(Tm * K) * 4));
+    expert_idx = static_cast<int32_t*>(v);
+  }
+  PG_TRY(f32(hidden_all, Tm * H));
+  PG_TRY(f32(hidden, Tm * H));
+  PG_TRY(f32(normed, Tm * H));
+  PG_TRY(f32(cat, Tm * 2 * H));
+  PG_TRY(f32(logits, logit_rows * c.vocab_size));
+  PG_TRY(f32(inv_freq, int64_t(rope.inv_freq.size())));
+  PG_CUDA_TRY(cudaMemcpy(inv_freq, rope.inv_freq.data(), rope.inv_freq.size() * 4, cudaMemcpyHostToDevice));
+
+  // Attention scratch: decode graphs run with max_ctx = max_model_len over max_seqs tokens;
+  // eager steps with their own max context over up to Tm tokens (cut into sub-steps if needed).
+  // Splits shrink as tokens grow (one wave of blocks in all), so the need peaks at small m.
+  mla_ws_floats = 0;
+  for (int64_t mm = 1; mm < 2 * Tm; mm *= 2)
+    mla_ws_floats = std::max(mla_ws_floats, cu::mla_attention_workspace_floats(std::min(mm, Tm), nh, R, max_model_len));
+  PG_TRY(f32(mla_ws, int64_t(mla_ws_floats)));
+  int64_t max_inter = std::max<int64_t>(c.moe_intermediate_size, c.intermediate_size);
+  moe_ws_bytes = cu::moe_experts_workspace_bytes(Tm, K, std::max<int64_t>(c.n_shared_experts, 1), E, max_inter);
+  {
+    PG_ASSIGN_OR_RETURN(moe_ws, acts.alloc(moe_ws_bytes));
+  }
+  if (!opt.exact) {
+    // The projections lin() may send to cuBLASLt: attention, router, eh_proj, lm_head.
+    int64_t max_k = 0, max_n = 0, max_expand = 0;  // f32 / FP8 weights are expanded to bf16 first
+    auto see = [&](const Matrix& m) {
+      max_k = std::max(max_k, m.cols), max_n = std::max(max_n, m.rows);
+      if (m.data && m.format != ops::WeightFormat::kBF16) max_expand = std::max(max_expand, m.rows * m.cols);
+    };
+    auto see_layer = [&](const DevLayer& L) {
+      for (const Matrix* m : {&L.attn.q_a, &L.attn.q_b, &L.attn.q, &L.attn.kv_a, &L.attn.o, &L.router}) see(*m);
+    };
+    for (const DevLayer& L : w.layers) see_layer(L);
+    for (const DevMtp& m : w.mtp) see_layer(m.block), see(m.eh_proj), see(m.head);
+    see(w.lm_head);
+    PG_ASSIGN_OR_RETURN(cu::GemmContext g, cu::GemmContext::create(Tm, max_k, max_n, max_expand));
+    gemm = std::make_unique<cu::GemmContext>(std::move(g));
+  }
+  const InputLayout in(Tm, max_seqs, table_stride);
+  inputs_capacity = in.bytes;
+  {
+    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(inputs_capacity));
+    d_inputs = static_cast<uint8_t*>(v);
+  }
+  for (int i = 0; i < kStageSlots; ++i) PG_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&stage[i]), inputs_capacity));
+  return plan_kv();
+}
+
+Status CudaRunner::Impl::plan_kv() {
+  const size_t block_bytes = size_t(n_cache_layers * block_size * D) * 4;
+  size_t free_b = 0, total_b = 0;
+  PG_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  int64_t blocks = opt.kv_blocks;
+  if (blocks <= 0) {
+    const double budget = opt.gpu_memory_utilization * double(total_b) - double(total_b - free_b);
+    blocks = budget > 0 ? int64_t(budget / double(block_bytes)) - 1 : 0;
+    // No more than every sequence at full length needs.
+    blocks = std::min(blocks, max_seqs * table_stride);
+  }
+  if (blocks < 1)
+    return resource_exhausted(
+        "cuda: no memory left for the KV cache: weights {:.2f} GB + activations {:.2f} GB of {:.2f} GB "
+        "(--gpu-memory-utilization {:.2f}); raise the utilization or lower --max-num-batched-tokens",
+        double(w.arena.bytes()) / 1e9, double(acts.bytes()) / 1e9, double(total_b) / 1e9,
+        opt.gpu_memory_utilization);
+  PG_ASSIGN_OR_RETURN(void* v, acts.alloc(block_bytes * size_t(blocks + 1)));
+  kv = static_cast<float*>(v);
+  // Zeroed once: a block never written reads as zeros, never as NaN bit patterns.
+  PG_CUDA_TRY(cudaMemset(kv, 0, block_bytes * size_t(blocks + 1)));
+  n_blocks = blocks;
+  return ok_status();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Inputs
+
+CudaRunner::Impl::Step CudaRunner::Impl::stage_inputs_to(const StepLayout& L, Step s, uint8_t* host) {
+  const InputLayout in(L.T, s.n_seqs, table_stride);
+  std::memcpy(host + in.tokens, L.tokens.data(), size_t(L.T) * 4);
+  auto* rows = reinterpret_cast<int32_t*>(host + in.out_rows);
+  for (size_t i = 0; i < L.out_rows.size(); ++i) rows[i] = int32_t(L.out_rows[i]);
+  std::memcpy(host + in.token_seq, L.token_seq.data(), size_t(L.T) * 4);
+  std::memcpy(host + in.positions, L.positions.data(), size_t(L.T) * 8);
+  std::memcpy(host + in.ctx_len, L.ctx_len.data(), size_t(L.T) * 8);
+  std::memcpy(host + in.tables, L.tables.data(), L.tables.size() * 4);
+  s.tokens = reinterpret_cast<const int32_t*>(d_inputs + in.tokens);
+  s.out_rows = reinterpret_cast<const int32_t*>(d_inputs + in.out_rows);
+  s.token_seq = reinterpret_cast<const int32_t*>(d_inputs + in.token_seq);
+  s.positions = reinterpret_cast<const int64_t*>(d_inputs + in.positions);
+  s.ctx_len = reinterpret_cast<const int64_t*>(d_inputs + in.ctx_len);
+  s.tables = reinterpret_cast<const int32_t*>(d_inputs + in.tables);
+  return s;
+}
+
+Result<CudaRunner::Impl::Step> CudaRunner::Impl::upload(const StepLayout& L) {
+  Step s;
+  s.T = L.T;
+  s.n_seqs = int64_t(L.tables.size()) / table_stride;
+  s.n_rows = int64_t(L.out_rows.size());
+  s.max_ctx = *std::max_element(L.ctx_len.begin(), L.ctx_len.end());
+  s.rows_are_tokens = s.n_rows == s.T;
+  for (int64_t i = 0; s.rows_are_tokens && i < s.n_rows; ++i) s.rows_are_tokens = L.out_rows[size_t(i)] == i;
+  if (L.T > Tm) return invalid_argument("cuda: {} tokens in one step, the runner holds {}", L.T, Tm);
+  if (s.n_seqs > max_seqs) return invalid_argument("cuda: {} sequences in one step, the runner holds {}", s.n_seqs, max_seqs);
+  const int slot = stage_slot;
+  stage_slot = (stage_slot + 1) % kStageSlots;
+  PG_CUDA_TRY(cudaEventSynchronize(stage_done[slot]));  // the copy that last read this slot has run
+  s = stage_inputs_to(L, s, stage[slot]);
+  const InputLayout in(L.T, s.n_seqs, table_stride);
+  PG_CUDA_TRY(cudaMemcpyAsync(d_inputs, stage[slot], in.bytes, cudaMemcpyHostToDevice, stream));
+  PG_CUDA_TRY(cudaEventRecord(stage_done[slot], stream));
+  return s;
+}
+
+// ------------------------------------------------------------------------------------------------
+// The launch sequence
+
+Status CudaRunner::Impl::lin(const float* x_, const Matrix& W, float* y, int64_t m, bool acc, int64_t xs, int64_t ys) {
+  ops::LinearArgs la;
+  la.x = x_, la.w = &W, la.y = y, la.m = m, la.accumulate = acc, la.x_stride = xs, la.y_stride = ys;
+  if (gemm && m > kSmallM) return cu::gemm_linear(*gemm, la, stream);
+  return cu::linear(la, stream);
+}
+
+Status CudaRunner::Impl::norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs, int64_t ys) {
+  ops::RmsNormArgs r;
+  r.x = x_, r.weight = wt, r.y = y, r.m = m, r.n = n, r.eps = float(cfg.rms_norm_eps), r.x_stride = xs, r.y_stride = ys;
+  return cu::rmsnorm(r, stream);
+}
+
+Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const Step& s) {
+  const ModelConfig& c = cfg;
+  const int64_t T = s.T, H = c.hidden_size, nh = c.num_attention_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
+  const int64_t nope = c.qk_nope_head_dim, V = c.v_head_dim, qk = nope + P;
+  const DevAttention& A = L.attn;
+  float* pool = cache_layer(cache_layer_idx);
+
+  PG_TRY(norm(x, L.input_norm, a, T, H));  // a [T, H]
+  if (A.has_q_lora) {
+    const int64_t QR = *c.q_lora_rank;
+    PG_TRY(lin(a, A.q_a, qa, T));            // [T, QR]
+    PG_TRY(norm(qa, A.q_a_norm, qa, T, QR));
+    PG_TRY(lin(qa, A.q_b, q, T));            // [T, nh * qk]
+  } else {
+    PG_TRY(lin(a, A.q, q, T));
+  }
+  PG_TRY(lin(a, A.kv_a, kvb, T));  // [T, D] = [c_kv | k_pe] before norm and rope
+
+  ops::MlaKvWriteArgs kw;  // cache row = [rmsnorm(c_kv) | rope(k_pe)]
+  kw.kv = kvb, kw.kv_stride = D, kw.norm_weight = A.kv_a_norm, kw.eps = float(c.rms_norm_eps);
+  kw.positions = s.positions, kw.table = &rope, kw.block_tables = s.tables, kw.token_seq = s.token_seq;
+  kw.cache = pool, kw.m = T, kw.kv_lora_rank = R, kw.rope_dim = P, kw.block_size = block_size;
+  kw.max_blocks_per_seq = table_stride, kw.n_blocks = n_blocks + 1;
+  PG_TRY(cu::mla_kv_write(kw, inv_freq, stream));
+
+  ops::RopeArgs ra;  // q_pe of every head, in place
+  ra.x = q, ra.positions = s.positions, ra.table = &rope, ra.m = T, ra.n_heads = nh, ra.head_stride = qk;
+  ra.row_stride = nh * qk, ra.offset = nope, ra.rope_dim = P;
+  PG_TRY(cu::rope(ra, inv_freq, stream));
+
+  ops::HeadLinearArgs uk;  // q_lat[t,h] = W_UK[h]ᵀ · q_nope[t,h]   [T, nh, R]
+  uk.x = q, uk.x_row_stride = nh * qk, uk.x_head_stride = qk, uk.w = A.w_uk_t, uk.w_format = A.head_format;
+  uk.y = q_lat, uk.y_row_stride = nh * R, uk.y_head_stride = R, uk.m = T, uk.n_heads = nh, uk.n = R, uk.k = nope;
+  PG_TRY(cu::head_linear(uk, stream));
+  // q_pe [T, nh, P], contiguous for the attention kernel.
+  PG_CUDA_TRY(cudaMemcpy2DAsync(q_pe, size_t(P) * 4, q + nope, size_t(qk) * 4, size_t(P) * 4, size_t(T * nh),
+                                cudaMemcpyDeviceToDevice, stream));
+
+  ops::MlaAttentionArgs m;
+  m.q_lat = q_lat, m.q_pe = q_pe, m.kv = pool, m.block_tables = s.tables, m.token_seq = s.token_seq;
+  m.ctx_len = s.ctx_len, m.o_lat = o_lat, m.m = T, m.n_heads = nh, m.kv_lora_rank = R, m.rope_dim = P;
+  m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
+  m.softmax_scale = softmax_scale;
+  PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream));
+
+  ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
+  uv.x = o_lat, uv.x_row_stride = nh * R, uv.x_head_stride = R, uv.w = A.w_uv, uv.w_format = A.head_format;
+  uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
+  PG_TRY(cu::head_linear(uv, stream));
+  PG_TRY(lin(o, A.o, x, T, /*acc=*/true));  // residual += o_proj(o)
+
+  PG_TRY(norm(x, L.post_norm, a, T, H));
+  ops::MoeExpertsArgs me;
+  me.x = a, me.y = x, me.m = T, me.hidden = H, me.accumulate = true;  // residual += mlp(a)
+  me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
+  me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
+  if (L.is_moe) {
+    PG_TRY(lin(a, L.router, router_logits, T));  // [T, E] f32
+    ops::MoeRoutingArgs r;
+    r.logits = router_logits, r.bias = L.router_bias, r.expert_idx = expert_idx, r.expert_weight = expert_w;
+    r.m = T, r.n_experts = c.n_routed_experts, r.top_k = c.num_experts_per_tok, r.n_group = c.n_group;
+    r.topk_group = c.topk_group;
+    r.scoring = c.scoring_func == "sigmoid" ? ops::MoeScoring::kSigmoid : ops::MoeScoring::kSoftmax;
+    r.method = c.topk_method == "noaux_tc"               ? ops::MoeTopk::kNoAuxTc
+               : c.topk_method == "group_limited_greedy" ? ops::MoeTopk::kGroupLimitedGreedy
+                                                         : ops::MoeTopk::kGreedy;
+    r.norm_topk_prob = c.norm_topk_prob;
+    r.routed_scaling_factor = float(c.routed_scaling_factor);
+    PG_TRY(cu::moe_routing(r, stream));
+    me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
+  }
+  return cu::moe_experts(me, moe_ws, moe_ws_bytes, stream);
+}
+
+Status CudaRunner::Impl::trunk(const Step& s) {
+  ops::EmbeddingArgs e;
+  e.table = &w.embed, e.tokens = s.tokens, e.y = x, e.m = s.T;
+  PG_TRY(cu::embedding(e, stream));  // x [T, H]
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) PG_TRY(layer(w.layers[size_t(l)], l, s));
+  return norm(x, w.norm, hidden_all, s.T, cfg.hidden_size);  // final RMSNorm of every token
+}
+
+Status CudaRunner::Impl::forward_device(const Step& s) {
+  PG_TRY(trunk(s));
+  const float* rows = hidden_all;
+  if (!s.rows_are_tokens && s.n_rows > 0) {  // gather the output rows: an embedding lookup over hidden_all
+    const Matrix table{ops::WeightFormat::kF32, s.T, cfg.hidden_size, hidden_all};
+    ops::EmbeddingArgs g;
+    g.table = &table, g.tokens = s.out_rows, g.y = hidden, g.m = s.n_rows;
+    PG_TRY(cu::embedding(g, stream));
+    rows = hidden;
+  }
+  if (s.n_rows > 0) PG_TRY(lin(rows, w.lm_head, logits, std::min(s.n_rows, logit_rows)));
+  return ok_status();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Decode graphs
+
+StepLayout CudaRunner::Impl::pad_decode(const StepLayout& L, int64_t bucket, int64_t scratch_block, int64_t stride) {
+  StepLayout P = L;
+  P.tables.resize(size_t(bucket * stride), 0);
+  for (int64_t i = L.T; i < bucket; ++i) {  // padded rows: token 0 at position 0 of the scratch block
+    P.tokens.push_back(0);
+    P.token_seq.push_back(int32_t(i));
+    P.positions.push_back(0);
+    P.ctx_len.push_back(1);
+    P.out_rows.push_back(i);
+    P.tables[size_t(i * stride)] = int32_t(scratch_block);
+  }
+  P.T = bucket;
+  return P;
+}
+
+Result<cudaGraphExec_t> CudaRunner::Impl::decode_graph(int64_t bucket) {
+  if (auto it = graphs.find(bucket); it != graphs.end()) return it->second;
+  // The graph reads its inputs from the fixed offsets of a (bucket, bucket) InputLayout; the
+  // caller uploads each step's inputs there before launching it.
+  const InputLayout in(bucket, bucket, table_stride);
+  Step s;
+  s.T = s.n_seqs = s.n_rows = bucket;
+  s.max_ctx = max_model_len;
+  s.rows_are_tokens = true;
+  s.tokens = reinterpret_cast<const int32_t*>(d_inputs + in.tokens);
+  s.out_rows = reinterpret_cast<const int32_t*>(d_inputs + in.out_rows);
+  s.token_seq = reinterpret_cast<const int32_t*>(d_inputs + in.token_seq);
+  s.positions = reinterpret_cast<const int64_t*>(d_inputs + in.positions);
+  s.ctx_len = reinterpret_cast<const int64_t*>(d_inputs + in.ctx_len);
+  s.tables = reinterpret_cast<const int32_t*>(d_inputs + in.tables);
+  cudaGraph_t g = nullptr;
+  PG_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status st = forward_device(s);
+  const cudaError_t end = cudaStreamEndCapture(stream, &g);
+  if (!st.ok()) {
+    if (g) cudaGraphDestroy(g);
+    return st;
+  }
+  PG_CUDA_TRY(end);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  PG_CUDA_TRY(inst);
+  graphs[bucket] = exec;
+  return exec;
+}
+
+// ------------------------------------------------------------------------------------------------
+// CudaRunner
+
+CudaRunner::CudaRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  cfg_ = impl_->cfg;
+  n_blocks_ = impl_->n_blocks;
+  block_size_ = impl_->block_size;
+}
+CudaRunner::~CudaRunner() = default;
+
+namespace {
+
+Status check_device() {
+  if (!cu::cuda_available()) return failed_precondition("cuda: {}", cu::cuda_unavailable_reason());
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaRunner>> CudaRunner::create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt) {
+  PG_TRY(check_device());
+  if (!host) return invalid_argument("cuda: no model to upload");
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = host->config();
+  impl->opt = opt;
+  impl->rope = make_rope_table(impl->cfg);
+  impl->softmax_scale = mla_softmax_scale(impl->cfg);
+  PG_ASSIGN_OR_RETURN(impl->w, upload_weights(impl->cfg, host->weights(), opt.exact, opt.progress));
+  host.reset();  // the mapping is no longer needed
+  PG_TRY(impl->init_buffers());
+  return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
+}
+
+Result<std::unique_ptr<CudaRunner>> CudaRunner::synthetic(const ModelConfig& cfg, SyntheticDtype dtype, uint64_t seed,
+                                                          CudaRunnerOptions opt) {
+  PG_TRY(check_device());
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  impl->opt = opt;
+  impl->rope = make_rope_table(cfg);
+  impl->softmax_scale = mla_softmax_scale(cfg);
+  PG_ASSIGN_OR_RETURN(impl->w, synthetic_weights(cfg, dtype == SyntheticDtype::kFp8, seed, opt.progress));
+  PG_TRY(impl->init_buffers());
+  return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
+}
+
+int64_t CudaRunner::n_mtp_layers() const { return int64_t(impl_->w.mtp.size()); }
+
+std::string CudaRunner::describe() const {
+  const auto& p = cu::current_device_props();
+  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{})", p.name, n_blocks_, block_size_,
+                     impl_->opt.use_graphs ? "on" : "off", impl_->opt.exact ? ", exact" : "");
+}
+
+cudaStream_t CudaRunner::stream() const { return impl_->stream; }
+const float* CudaRunner::device_logits() const { return impl_->logits; }
+Status CudaRunner::synchronize() {
+  PG_CUDA_TRY(cudaStreamSynchronize(impl_->stream));
+  return ok_status();
+}
+size_t CudaRunner::weight_bytes() const { return impl_->w.arena.bytes(); }
+size_t CudaRunner::kv_cache_bytes() const {
+  return size_t(impl_->n_cache_layers * (impl_->n_blocks + 1) * impl_->block_size * impl_->D) * 4;
+}
+
+Status CudaRunner::step_async(std::span<const SeqStep> seqs) {
+  Impl& m = *impl_;
+  StepLayout L;
+  PG_TRY(layout_step(cfg_, seqs, m.n_blocks, m.block_size, L, m.table_stride));
+  if (L.max_blocks > m.table_stride)
+    return invalid_argument("cuda: a sequence has {} KV blocks, more than the {} of max_model_len", L.max_blocks,
+                            m.table_stride);
+  const int64_t n_seqs = int64_t(seqs.size());
+  bool decode = m.opt.use_graphs && n_seqs <= m.max_seqs && L.T == n_seqs;
+  for (const SeqStep& s : seqs) decode = decode && !s.all_logits && !s.no_logits;
+  if (decode) {
+    int64_t bucket = 1;
+    while (bucket < n_seqs) bucket *= 2;
+    bucket = std::min(bucket, m.max_seqs);
+    const StepLayout P = Impl::pad_decode(L, bucket, m.n_blocks, m.table_stride);
+    PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(P));
+    (void)s;
+    PG_ASSIGN_OR_RETURN(cudaGraphExec_t g, m.decode_graph(bucket));
+    PG_CUDA_TRY(cudaGraphLaunch(g, m.stream));
+    m.last_rows = n_seqs;
+    return ok_status();
+  }
+  PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(L));
+  PG_TRY(m.forward_device(s));
+  m.last_rows = s.n_rows;
+  return ok_status();
+}
+
+Status CudaRunner::forward(std::span<const SeqStep> seqs, StepOutput& out) {
+  Impl& m = *impl_;
+  const int64_t H = cfg_.hidden_size, vocab = cfg_.vocab_size;
+  StepLayout L;
+  PG_TRY(layout_step(cfg_, seqs, m.n_blocks, m.block_size, L, m.table_stride));
+  out.n_rows = int64_t(L.out_rows.size());
+  out.logits.resize(static_cast<size_t>(out.n_rows * vocab));
+  out.hidden.resize(static_cast<size_t>(out.n_rows * H));
+  if (out.n_rows <= m.logit_rows) {
+    PG_TRY(step_async(seqs));
+    // Output rows in token order are the first rows of hidden_all (every decode step); otherwise
+    // forward_device gathered them into `hidden`.
+    bool in_order = out.n_rows <= L.T;
+    for (size_t i = 0; in_order && i < L.out_rows.size(); ++i) in_order = L.out_rows[i] == int64_t(i);
+    const float* hrows = in_order ? m.hidden_all : m.hidden;
+    PG_CUDA_TRY(cudaMemcpyAsync(out.logits.data(), m.logits, out.logits.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+    PG_CUDA_TRY(cudaMemcpyAsync(out.hidden.data(), hrows, out.hidden.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+  } else {
+    // More output rows than the logits buffer: run the trunk once, then lm_head in chunks.
+    PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(L));
+    PG_TRY(m.trunk(s));
+    for (int64_t r0 = 0; r0 < out.n_rows; r0 += m.logit_rows) {
+      const int64_t n = std::min(m.logit_rows, out.n_rows - r0);
+      for (int64_t i = 0; i < n; ++i)  // gather on the copy: rows of hidden_all
+        PG_CUDA_TRY(cudaMemcpyAsync(m.hidden + i * H, m.hidden_all + L.out_rows[size_t(r0 + i)] * H, size_t(H) * 4,
+                                    cudaMemcpyDeviceToDevice, m.stream));
+      PG_TRY(m.lin(m.hidden, m.w.lm_head, m.logits, n));
+      PG_CUDA_TRY(cudaMemcpyAsync(&out.logits[size_t(r0 * vocab)], m.logits, size_t(n * vocab) * 4,
+                                  cudaMemcpyDeviceToHost, m.stream));
+      PG_CUDA_TRY(cudaMemcpyAsync(&out.hidden[size_t(r0 * H)], m.hidden, size_t(n * H) * 4, cudaMemcpyDeviceToHost,
+                                  m.stream));
+    }
+  }
+  if (copy_hidden_all_) {
+    out.hidden_all.resize(static_cast<size_t>(L.T * H));
+    PG_CUDA_TRY(cudaMemcpyAsync(out.hidden_all.data(), m.hidden_all, out.hidden_all.size() * 4, cudaMemcpyDeviceToHost,
+                                m.stream));
+  } else {
+    out.hidden_all.clear();
+  }
+  return synchronize();
+}
+
+Status CudaRunner::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
+                               StepOutput& out) {
+  Impl& m = *impl_;
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden_size, vocab = c.vocab_size;
+  if (mtp_idx < 0 || mtp_idx >= int64_t(m.w.mtp.size()))
+    return failed_precondition("forward_mtp: the model has {} MTP layer(s), asked for #{}", m.w.mtp.size(), mtp_idx);
+  StepLayout L;
+  PG_TRY(layout_step(cfg_, seqs, m.n_blocks, m.block_size, L, m.table_stride));
+  if (int64_t(prev_hidden.size()) != L.T * H)
+    return invalid_argument("forward_mtp: {} hidden values for {} tokens of {}", prev_hidden.size(), L.T, H);
+  if (int64_t(L.out_rows.size()) > m.logit_rows)
+    return invalid_argument("forward_mtp: {} output rows, the runner holds {}", L.out_rows.size(), m.logit_rows);
+  const DevMtp& mt = m.w.mtp[size_t(mtp_idx)];
+  PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(L));
+  // cat [T, 2H] = [enorm(embed(token)) | hnorm(prev_hidden)]
+  ops::EmbeddingArgs e;
+  e.table = &mt.embed, e.tokens = s.tokens, e.y = m.cat, e.m = L.T, e.y_stride = 2 * H;
+  PG_TRY(cu::embedding(e, m.stream));
+  PG_TRY(m.norm(m.cat, mt.enorm, m.cat, L.T, H, 2 * H, 2 * H));
+  PG_CUDA_TRY(cudaMemcpy2DAsync(m.cat + H, size_t(2 * H) * 4, prev_hidden.data(), size_t(H) * 4, size_t(H) * 4,
+                                size_t(L.T), cudaMemcpyHostToDevice, m.stream));
+  PG_TRY(m.norm(m.cat + H, mt.hnorm, m.cat + H, L.T, H, 2 * H, 2 * H));
+  PG_TRY(m.lin(m.cat, mt.eh_proj, m.x, L.T));  // x [T, H]
+  PG_TRY(m.layer(mt.block, c.num_hidden_layers + mtp_idx, s));
+  // hidden = the block output of the output rows; logits = shared_head(norm(hidden)).
+  out.n_rows = int64_t(L.out_rows.size());
+  out.hidden_all.clear();
+  out.hidden.resize(static_cast<size_t>(out.n_rows * H));
+  out.logits.resize(static_cast<size_t>(out.n_rows * vocab));
+  if (out.n_rows == 0) return synchronize();
+  const Matrix table{ops::WeightFormat::kF32, L.T, H, m.x};
+  ops::EmbeddingArgs g;
+  g.table = &table, g.tokens = s.out_rows, g.y = m.hidden, g.m = out.n_rows;
+  PG_TRY(cu::embedding(g, m.stream));
+  PG_TRY(m.norm(m.hidden, mt.head_norm, m.normed, out.n_rows, H));
+  PG_TRY(m.lin(m.normed, mt.head, m.logits, out.n_rows));
+  PG_CUDA_TRY(cudaMemcpyAsync(out.hidden.data(), m.hidden, out.hidden.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+  PG_CUDA_TRY(cudaMemcpyAsync(out.logits.data(), m.logits, out.logits.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+  return synchronize();
+}
+
+Result<double> CudaRunner::time_layer(int64_t layer_idx, int64_t batch, int64_t ctx, int iters, int reps) {
+  Impl& m = *impl_;
+  if (layer_idx < 0 || layer_idx >= cfg_.num_hidden_layers)
+    return invalid_argument("time_layer: layer {} of {}", layer_idx, cfg_.num_hidden_layers);
+  const int64_t nb = (ctx + m.block_size - 1) / m.block_size;
+  if (batch * nb > m.n_blocks || batch > m.max_seqs || ctx > m.max_model_len)
+    return invalid_argument("time_layer: {} sequences of {} positions do not fit the cache", batch, ctx);
+  StepLayout L;
+  L.T = batch;
+  L.max_blocks = m.table_stride;
+  L.tables.assign(size_t(batch * m.table_stride), 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    L.tokens.push_back(int32_t((b * 7919) % cfg_.vocab_size));
+    L.token_seq.push_back(int32_t(b));
+    L.positions.push_back(ctx - 1);
+    L.ctx_len.push_back(ctx);
+    L.out_rows.push_back(b);
+    for (int64_t j = 0; j < nb; ++j) L.tables[size_t(b * m.table_stride + j)] = int32_t(b * nb + j);
+  }
+  PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(L));
+  s.max_ctx = ctx;
+  {  // x = embeddings, so the layer sees sane activations
+    ops::EmbeddingArgs e;
+    e.table = &m.w.embed, e.tokens = s.tokens, e.y = m.x, e.m = batch;
+    PG_TRY(cu::embedding(e, m.stream));
+  }
+  PG_TRY(synchronize());
+  cudaGraph_t g = nullptr;
+  PG_CUDA_TRY(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
+  Status st = ok_status();
+  for (int i = 0; i < iters && st.ok(); ++i) st = m.layer(m.w.layers[size_t(layer_idx)], layer_idx, s);
+  const cudaError_t end = cudaStreamEndCapture(m.stream, &g);
+  if (!st.ok()) {
+    if (g) cudaGraphDestroy(g);
+    return st;
+  }
+  PG_CUDA_TRY(end);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  PG_CUDA_TRY(inst);
+  cudaEvent_t e0, e1;
+  PG_CUDA_TRY(cudaEventCreate(&e0));
+  PG_CUDA_TRY(cudaEventCreate(&e1));
+  std::vector<double> us;
+  Status run = ok_status();
+  for (int r = -1; r < reps && run.ok(); ++r) {  // r = -1: warm-up
+    cudaEventRecord(e0, m.stream);
+    cudaGraphLaunch(exec, m.stream);
+    cudaEventRecord(e1, m.stream);
+    if (cudaError_t err = cudaEventSynchronize(e1); err != cudaSuccess) {
+      run = cu::cuda_error(err, "cudaEventSynchronize", __FILE__, __LINE__);
+      break;
+    }
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (r >= 0) us.push_back(double(ms) * 1000.0 / iters);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  PG_TRY(run);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+StepBytes CudaRunner::step_bytes(int64_t batch, int64_t ctx) const {
+  const Impl& m = *impl_;
+  const ModelConfig& c = cfg_;
+  StepBytes b;
+  const double E = double(c.n_routed_experts), K = double(c.num_experts_per_tok);
+  // Distinct routed experts a batch touches, expected under uniform routing: E (1 - (1 - K/E)^batch).
+  const double distinct = E > 0 ? E * (1.0 - std::pow(1.0 - K / E, double(batch))) : 0.0;
+  for (const DevLayer& L : m.w.layers) {
+    b.attention += L.attn.bytes;
+    if (L.is_moe) {
+      b.router += double(matrix_bytes(L.router));
+      const double per_expert = double(matrix_bytes(L.mlp.gate_up) + matrix_bytes(L.mlp.down)) /
+                                double(L.mlp.n_experts + L.mlp.n_shared);
+      b.experts += per_expert * (distinct + double(L.mlp.n_shared));
+    } else {
+      b.dense_mlp += double(matrix_bytes(L.mlp.gate_up) + matrix_bytes(L.mlp.down));
+    }
+    b.kv_cache += double(batch) * double(ctx) * double(m.D) * 4.0;
+  }
+  b.lm_head = double(matrix_bytes(m.w.lm_head));
+  b.other = double(batch) * double(c.hidden_size) * double(matrix_elem_bytes(m.w.embed));
+  return b;
+}
+
+}  // namespace pg

@@ -1,0 +1,93 @@
+// CudaRunner: the DeepSeek-V3 family on one Hopper GPU. Weights are uploaded once (or made on the
+// device at random for `peregrine bench --synthetic`), the paged latent KV cache and every
+// activation buffer are allocated once from a memory plan, and each step is a fixed sequence of
+// ops/cuda launches on one stream; decode steps of each batch-size bucket are captured once as a
+// CUDA graph and replayed. The CPU model (model/deepseek_model.cpp) is the reference it is
+// tested against; the order of operations per layer is the same.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "formats/model_config.h"
+#include "model/deepseek_model.h"
+#include "model/model_runner.h"
+#include "model/step_layout.h"
+
+namespace pg {
+
+struct CudaRunnerOptions {
+  double gpu_memory_utilization = 0.90;  // share of the GPU's memory the runner may hold in all
+  int64_t kv_blocks = 0;                 // 0: as many as the memory plan leaves room for
+  int64_t kv_block_size = 64;            // positions per KV block
+  int64_t max_model_len = 0;             // 0: the model's max_position_embeddings
+  int64_t max_num_seqs = 64;             // sequences in one step (largest graph bucket)
+  int64_t max_tokens_per_step = 2048;    // new tokens in one step (prefill chunk); activations are sized by it
+  bool use_graphs = true;                // decode steps replay captured CUDA graphs
+  // Debug mode: every projection on our f32-activation kernels (no bf16 rounding of activations
+  // for the tensor-core GEMMs), so the results match the CPU reference to ~1e-5.
+  bool exact = false;
+  std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
+};
+
+enum class SyntheticDtype { kBF16, kFp8 };
+
+// What one step streams from HBM, by part (bytes), for the roofline.
+struct StepBytes {
+  double attention = 0, router = 0, experts = 0, dense_mlp = 0, lm_head = 0, kv_cache = 0, other = 0;
+  double total() const { return attention + router + experts + dense_mlp + lm_head + kv_cache + other; }
+};
+
+class CudaRunner final : public ModelRunner {
+ public:
+  ~CudaRunner() override;
+
+  // Uploads the weights of a loaded (memory-mapped) checkpoint.
+  static Result<std::unique_ptr<CudaRunner>> create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt);
+  // Random weights at cfg's shapes, made on the GPU (no checkpoint): for benchmarks.
+  static Result<std::unique_ptr<CudaRunner>> synthetic(const ModelConfig& cfg, SyntheticDtype dtype, uint64_t seed,
+                                                       CudaRunnerOptions opt);
+
+  const ModelConfig& config() const override { return cfg_; }
+  int64_t n_mtp_layers() const override;
+  int64_t n_kv_blocks() const override { return n_blocks_; }
+  int64_t kv_block_size() const override { return block_size_; }
+  Status forward(std::span<const SeqStep> seqs, StepOutput& out) override;
+  Status forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
+                     StepOutput& out) override;
+  std::string describe() const override;
+  // Whether forward() copies the final hidden state of every token to the host (the MTP input).
+  void set_need_hidden_all(bool on) override { copy_hidden_all_ = on; }
+
+  // ---- device-side API (benchmarks; GPU sampling) ----
+  // Runs one step and leaves logits [n_rows, vocab] f32 in device_logits(); nothing is copied
+  // back and the host does not wait. Decode steps (one token per sequence) replay a graph.
+  Status step_async(std::span<const SeqStep> seqs);
+  const float* device_logits() const;
+  cudaStream_t stream() const;
+  Status synchronize();
+  // Replays a graph of layer `layer` alone at batch `batch` (one token each at context `ctx`)
+  // `iters` times; returns the median µs per layer of `reps` timed repetitions.
+  Result<double> time_layer(int64_t layer, int64_t batch, int64_t ctx, int iters, int reps);
+  // Bytes one decode step at `batch` sequences of context `ctx` reads (expected distinct experts).
+  StepBytes step_bytes(int64_t batch, int64_t ctx) const;
+  size_t weight_bytes() const;
+  size_t kv_cache_bytes() const;
+
+ private:
+  struct Impl;
+  explicit CudaRunner(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  ModelConfig cfg_;
+  int64_t n_blocks_ = 0, block_size_ = 0;
+  bool copy_hidden_all_ = true;
+};
+
+}  // namespace pg

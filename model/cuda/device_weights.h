@@ -1,0 +1,80 @@
+// The weights of a DeepSeek-V3-family model in GPU memory, laid out for the CUDA decode step:
+// matrices keep their stored format (ops::Matrix with device pointers); the routed experts of a
+// layer are stacked into one gate_up and one down matrix with the shared experts appended (a
+// shared MLP of n_shared * inter splits exactly into n_shared experts of width inter), and a
+// dense MLP is the same structure with no routed expert; W_UK is stored transposed per head so
+// both absorbed products are row-major head_linear calls.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "formats/model_config.h"
+#include "model/deepseek_weights.h"
+#include "ops/cuda/common/device_arena.h"
+#include "ops/head_linear.h"
+#include "ops/matrix.h"
+
+namespace pg {
+
+struct DevAttention {
+  bool has_q_lora = false;
+  ops::Matrix q_a, q_b, q, kv_a, o;       // as AttentionWeights (q_proj when no q_lora)
+  const float* q_a_norm = nullptr;        // [q_lora_rank] f32
+  const float* kv_a_norm = nullptr;       // [kv_lora_rank] f32
+  const void* w_uk_t = nullptr;           // [n_heads, kv_lora_rank, qk_nope_head_dim] head_format
+  const void* w_uv = nullptr;             // [n_heads, v_head_dim, kv_lora_rank] head_format
+  ops::HeadWeight head_format = ops::HeadWeight::kBF16;
+  double bytes = 0;                       // what one decode step reads of all the above
+};
+
+struct DevMlp {
+  ops::Matrix gate_up;  // [(n_experts + n_shared) * 2 * inter, H]: per expert its gate rows, then its up rows
+  ops::Matrix down;     // [(n_experts + n_shared) * H, inter]
+  int64_t inter = 0, n_experts = 0, n_shared = 0;
+};
+
+struct DevLayer {
+  const float* input_norm = nullptr;  // [H] f32
+  const float* post_norm = nullptr;   // [H] f32
+  DevAttention attn;
+  bool is_moe = false;
+  ops::Matrix router;                 // [n_routed_experts, H] (MoE layers)
+  const float* router_bias = nullptr; // [n_routed_experts] f32 (noaux_tc) or null
+  DevMlp mlp;                         // experts (MoE) or the dense MLP (n_experts 0, n_shared 1)
+};
+
+struct DevMtp {
+  ops::Matrix embed, eh_proj, head;
+  const float* enorm = nullptr;
+  const float* hnorm = nullptr;
+  const float* head_norm = nullptr;
+  DevLayer block;
+};
+
+struct DeviceWeights {
+  ops::cuda::DeviceArena arena;
+  ops::Matrix embed, lm_head;
+  const float* norm = nullptr;  // [H] f32
+  std::vector<DevLayer> layers;
+  std::vector<DevMtp> mtp;
+};
+
+using LoadProgress = std::function<void(const std::string& what, double fraction)>;
+
+// Uploads the host weights (views into the memory-mapped checkpoint).
+Result<DeviceWeights> upload_weights(const ModelConfig& cfg, const ModelWeights& host, bool exact,
+                                     const LoadProgress& progress);
+// Random weights at cfg's shapes, made on the device: bf16, or DeepSeek FP8 (128x128 blocks) for
+// the projections and experts with router, embeddings, lm_head and the absorbed W_UK / W_UV in
+// bf16 (as DeepSeek's FP8 checkpoints keep them).
+Result<DeviceWeights> synthetic_weights(const ModelConfig& cfg, bool fp8, uint64_t seed, const LoadProgress& progress);
+
+size_t matrix_elem_bytes(const ops::Matrix& m);
+// Bytes of a matrix including its block scales.
+size_t matrix_bytes(const ops::Matrix& m);
+
+}  // namespace pg

@@ -1,0 +1,84 @@
+// ops::cuda::mla_attention: validates the Args, plans the split-KV grid (mla_attention_params.h)
+// and launches through launch_mla_attention. Host C++ (no nvcc).
+#include "ops/cuda/mla_attention.h"
+
+#include <climits>
+#include <cmath>
+
+#include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/device.h"
+#include "ops/cuda/mla_attention_params.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+// The largest dynamic shared memory of one block on sm_90 (227 KB).
+constexpr size_t kMaxSmemBytes = 227 * 1024;
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+int64_t n_splits_for(int64_t m, int64_t n_heads, int64_t max_ctx) {
+  return mla_n_splits(m, n_heads, max_ctx, current_device_props().sm_count);
+}
+
+}  // namespace
+
+size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx) {
+  if (m <= 0 || n_heads <= 0 || kv_lora_rank <= 0) return 0;
+  const int64_t s = n_splits_for(m, n_heads, max_ctx);
+  return s > 1 ? size_t(m * n_heads * s * (kv_lora_rank + 2)) : 0;
+}
+
+Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
+                     cudaStream_t stream) {
+  // ops::validate reads ctx_len[t] on the host; here ctx_len is device memory, so validate the
+  // shape with m = 0 and check the pointers and the bound here.
+  MlaAttentionArgs shape = a;
+  shape.m = 0;
+  PG_TRY(validate(shape));
+  if (a.m < 0) return invalid_argument("mla_attention: m={}", a.m);
+  if (a.m == 0) return ok_status();
+  if (!a.q_lat || !a.q_pe || !a.kv || !a.block_tables || !a.token_seq || !a.ctx_len || !a.o_lat)
+    return invalid_argument("mla_attention: null input");
+  if (a.n_blocks <= 0) return invalid_argument("mla_attention: n_blocks {}", a.n_blocks);
+  const int64_t max_rows = a.block_size * a.max_blocks_per_seq;
+  if (max_ctx <= 0 || max_ctx > max_rows)
+    return invalid_argument("mla_attention: max_ctx {} outside [1, block_size x max_blocks_per_seq = {}]", max_ctx,
+                            max_rows);
+  if (a.kv_lora_rank > kMlaMaxRank)
+    return unsupported("mla_attention (CUDA): kv_lora_rank {} > {}", a.kv_lora_rank, kMlaMaxRank);
+  if (!std::isfinite(a.softmax_scale)) return invalid_argument("mla_attention: softmax_scale {}", a.softmax_scale);
+
+  MlaAttentionParams p;
+  p.q_lat = a.q_lat, p.q_pe = a.q_pe, p.kv = a.kv, p.block_tables = a.block_tables;
+  p.token_seq = a.token_seq, p.ctx_len = a.ctx_len, p.o_lat = a.o_lat;
+  p.m = a.m, p.n_heads = a.n_heads;
+  p.block_size = a.block_size, p.max_blocks_per_seq = a.max_blocks_per_seq, p.max_rows = max_rows;
+  p.kv_lora_rank = int(a.kv_lora_rank), p.rope_dim = int(a.rope_dim);
+  const int64_t d = a.kv_lora_rank + a.rope_dim, d4 = (d + 3) / 4;
+  p.d = int(d), p.d4 = int(d4), p.dp = int(4 * (d4 | 1));  // odd float4 stride: conflict-free row reads
+  const size_t smem = mla_smem_floats(p.dp) * sizeof(float);
+  if (smem > kMaxSmemBytes)
+    return unsupported("mla_attention (CUDA): kv_lora_rank + rope_dim = {} needs {} bytes of shared memory", d, smem);
+  p.head_groups = int(mla_head_groups(a.n_heads));
+  const int64_t n_splits = n_splits_for(a.m, a.n_heads, max_ctx);
+  p.n_splits = int(n_splits);
+  if (a.m * p.head_groups * n_splits > INT_MAX || a.m * a.n_heads > INT_MAX)
+    return unsupported("mla_attention (CUDA): {} tokens x {} heads is too large a grid", a.m, a.n_heads);
+  p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
+
+  if (n_splits > 1) {
+    const size_t need = mla_attention_workspace_floats(a.m, a.n_heads, a.kv_lora_rank, max_ctx);
+    if (!workspace || workspace_floats < need)
+      return invalid_argument("mla_attention: workspace of {} floats, {} needed (m={}, max_ctx={})", workspace_floats,
+                              need, a.m, max_ctx);
+    p.ws_o = workspace;
+    p.ws_ml = workspace + a.m * a.n_heads * n_splits * a.kv_lora_rank;
+  }
+  p.vec_kv = d % 4 == 0 && aligned16(a.kv);
+  p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!p.ws_o || aligned16(p.ws_o));
+  PG_CUDA_TRY(launch_mla_attention(p, stream));
+  return ok_status();
+}
+
+}  // namespace pg::ops::cuda

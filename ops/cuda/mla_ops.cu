@@ -1,0 +1,314 @@
+// The MLA helper ops on the GPU: embedding, rope, mla_kv_write, head_linear. Each mirrors its
+// CPU definition (ops/cpu/mla_ops.cpp, ops::cpu::rope): embedding and RoPE give the same bits
+// (exact dequantization; cos/sin in double, rotations without FMA contraction); rmsnorm and
+// head_linear differ only in summation order (tests/ops/mla_ops_test.cpp derives the tolerance).
+#include <cuda_runtime.h>
+
+#include "ops/cuda/common/vec.cuh"
+#include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/linear/kernel.cuh"  // unpack_chunk: one 16-byte chunk of W -> f32
+#include "ops/cuda/mla_ops_params.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+// One element of a weight row (fp8: without its block scale).
+template <LinearWeight F>
+__device__ __forceinline__ float load_elem(const void* row, int64_t j) {
+  if constexpr (F == LinearWeight::kF32) return __ldg(static_cast<const float*>(row) + j);
+  else if constexpr (F == LinearWeight::kBF16) return __uint_as_float(uint32_t(__ldg(static_cast<const unsigned short*>(row) + j)) << 16);
+  else return fp8_e4m3_to_f32(__ldg(static_cast<const unsigned char*>(row) + j));
+}
+
+// ---------------------------------------------------------------------------------------------
+// embedding: thread u of the grid's x dimension owns chunk (vec) or element u of every row.
+template <LinearWeight F, bool kVec>
+__global__ void __launch_bounds__(kEmbeddingThreads) embedding_kernel(const __grid_constant__ EmbeddingParams p) {
+  constexpr int kE = linear_vec_elems(F), kB = linear_elem_bytes(F);
+  const int64_t units = kVec ? p.hidden / kE : p.hidden;
+  const int64_t u = int64_t(blockIdx.x) * kEmbeddingThreads + threadIdx.x;
+  if (u >= units) return;
+  const int64_t col = kVec ? u * kE : u;
+  for (int64_t t = blockIdx.y; t < p.m; t += gridDim.y) {
+    const int32_t tok = p.tokens[t];
+    if (tok < 0 || tok >= p.vocab) continue;  // the caller validates ids; never read outside the table
+    const uint8_t* row = static_cast<const uint8_t*>(p.table) + int64_t(tok) * p.hidden * kB;
+    float* y = p.y + t * p.y_stride + col;
+    float scale = 1.0f;
+    if constexpr (F == LinearWeight::kFp8Block)
+      scale = __ldg(p.scale_inv + (tok / p.block_rows) * p.scale_cols + col / p.block_cols);
+    if constexpr (kVec) {
+      float f[kE];
+      unpack_chunk<F>(ld_stream(row + u * kLinearVecBytes), f);
+#pragma unroll
+      for (int q = 0; q < kE / 4; ++q) {
+        float4 v = make_float4(f[4 * q], f[4 * q + 1], f[4 * q + 2], f[4 * q + 3]);
+        if constexpr (F == LinearWeight::kFp8Block) v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
+        reinterpret_cast<float4*>(y)[q] = v;  // fp8 * scale: one f32 multiply, as the CPU's
+      }
+    } else {
+      float v = load_elem<F>(row, col);
+      if constexpr (F == LinearWeight::kFp8Block) v *= scale;
+      *y = v;
+    }
+  }
+}
+
+template <LinearWeight F>
+cudaError_t launch_embedding_f(const EmbeddingParams& p, cudaStream_t stream) {
+  const int64_t units = p.vec ? p.hidden / linear_vec_elems(F) : p.hidden;
+  const dim3 grid(unsigned((units + kEmbeddingThreads - 1) / kEmbeddingThreads), unsigned(std::min(p.m, kEmbeddingMaxGridY)));
+  if (p.vec) embedding_kernel<F, true><<<grid, kEmbeddingThreads, 0, stream>>>(p);
+  else embedding_kernel<F, false><<<grid, kEmbeddingThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE, as ops::cpu::rope: the angle is the f32 product inv_freq * float(pos) (the reference's
+// precision); cos and sin in double, rounded to f32, then times attention_factor in f32. The
+// _rn intrinsics keep nvcc from contracting the rotation into FMAs the CPU does not use.
+// (double sincos brings a 40-byte local array, its Payne-Hanek reduction for huge arguments:
+// ptxas's local-memory note on rope_kernel and mla_kv_write_kernel; the path is never taken at
+// |angle| <= 163839 rad, yet it is compiled in.)
+__device__ __forceinline__ void rope_cos_sin(float inv_freq, float pos, float attention_factor, float& c, float& s) {
+  const float angle = __fmul_rn(inv_freq, pos);
+  double sd, cd;
+  sincos(double(angle), &sd, &cd);
+  c = __fmul_rn(float(cd), attention_factor);
+  s = __fmul_rn(float(sd), attention_factor);
+}
+
+// Rotates pair k of one head's rope part: (x[2k], x[2k+1]) interleaved, else (x[k], x[k+half]).
+// `in` and `out` may be the same.
+__device__ __forceinline__ void rope_rotate(const float* in, float* out, int64_t k, int64_t half, bool interleave,
+                                            float c, float s) {
+  const int64_t i0 = interleave ? 2 * k : k, i1 = interleave ? 2 * k + 1 : k + half;
+  const float a0 = in[i0], a1 = in[i1];
+  out[i0] = __fsub_rn(__fmul_rn(a0, c), __fmul_rn(a1, s));
+  out[i1] = __fadd_rn(__fmul_rn(a1, c), __fmul_rn(a0, s));
+}
+
+// Grid (token, slice of kRopeThreads (head, pair) items): the token's cos/sin pairs into shared
+// memory (each block recomputes them: rope_dim / 2 double sincos, cheaper than a second pass),
+// then one (head, pair) per thread, so that a decode step (m = 1, 128 heads x 32 pairs) spreads
+// over 32 blocks instead of looping 32 dependent load-store rounds in one.
+__global__ void __launch_bounds__(kRopeThreads) rope_kernel(const __grid_constant__ RopeParams p) {
+  extern __shared__ float cos_sin[];  // [2, half]
+  const int64_t half = p.rope_dim / 2, t = blockIdx.x;
+  float* cs = cos_sin;
+  float* sn = cos_sin + half;
+  const float pos = float(p.positions[t]);
+  for (int64_t k = threadIdx.x; k < half; k += kRopeThreads) rope_cos_sin(p.inv_freq[k], pos, p.attention_factor, cs[k], sn[k]);
+  __syncthreads();
+  const int64_t j = int64_t(blockIdx.y) * kRopeThreads + threadIdx.x;
+  if (j >= p.n_heads * half) return;
+  const int64_t h = j / half, k = j - h * half;
+  float* x = p.x + t * p.row_stride + h * p.head_stride + p.offset;
+  rope_rotate(x, x, k, half, p.interleave, cs[k], sn[k]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// mla_kv_write: one block per token. rmsnorm as rmsnorm.cu (same per-element expression as the
+// CPU, block-order sum of squares), then the rope pairs of k_pe straight from kv to the cache.
+__global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __grid_constant__ MlaKvWriteParams p) {
+  __shared__ float scratch[kKvWriteThreads / kWarpSize];
+  const int64_t t = blockIdx.x, R = p.kv_lora_rank, D = R + p.rope_dim, half = p.rope_dim / 2;
+  const int64_t pos = p.positions[t];
+  // Out-of-range token data (a caller bug): skip the token, uniformly over the block.
+  if (pos < 0 || pos / p.block_size >= p.max_blocks_per_seq) return;
+  const int32_t blk = p.block_tables[int64_t(p.token_seq[t]) * p.max_blocks_per_seq + pos / p.block_size];
+  if (blk < 0 || blk >= p.n_blocks) return;
+  const float* src = p.kv + t * p.kv_stride;
+  float* dst = p.cache + (int64_t(blk) * p.block_size + pos % p.block_size) * D;
+
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < R; j += kKvWriteThreads) ss = fmaf(src[j], src[j], ss);
+  const float ms = block_sum<kKvWriteThreads>(ss, scratch) / float(R);
+  const float inv = 1.0f / sqrtf(ms + p.eps);  // IEEE sqrt and division, as the CPU's
+  for (int64_t j = threadIdx.x; j < R; j += kKvWriteThreads) dst[j] = __ldg(p.norm_weight + j) * (src[j] * inv);
+
+  const float fpos = float(pos);
+  for (int64_t k = threadIdx.x; k < half; k += kKvWriteThreads) {
+    float c, s;
+    rope_cos_sin(__ldg(p.inv_freq + k), fpos, p.attention_factor, c, s);
+    rope_rotate(src + R, dst + R, k, half, p.interleave, c, s);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// head_linear, vector path (see mla_ops_params.h). Lane group g of warp w owns rows
+// row0 .. row0 + kR - 1 of W ([n_heads * n, k]); with n % kR == 0 they lie in one head. Block y
+// owns tokens [t_begin, t_end), kMTile per pass.
+template <LinearWeight F, int kL, int kMTile>
+__global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __grid_constant__ HeadLinearParams p) {
+  constexpr int kVec = linear_vec_elems(F), kElemBytes = linear_elem_bytes(F);
+  constexpr int kG = kWarpSize / kL, kR = kHeadRowsPerLane, kU = kHeadChunksPerLane, kSeg = kL * kU;
+  static_assert(kL >= 1 && kL <= kWarpSize && kWarpSize % kL == 0, "lane groups tile the warp");
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int g = lane / kL, s = lane % kL;
+  const int64_t row0 = ((int64_t(blockIdx.x) * kHeadWarps + warp) * kG + g) * kR;
+  // Groups past the last row compute on row 0 (their loads are predicated off) and store
+  // nothing; they stay in the loop because the group sums shuffle over the whole warp.
+  const bool valid = row0 < p.n_heads * p.n;
+  const int64_t row = valid ? row0 : 0, h = row / p.n;
+  const int64_t row_bytes = p.k * kElemBytes;
+  const uint8_t* wr = static_cast<const uint8_t*>(p.w) + row * row_bytes;
+  const float* xh = p.x + h * p.x_head_stride;
+  float* yh = p.y + h * p.y_head_stride + (row - h * p.n);
+  const int64_t k_chunks = p.k / kVec, n_seg = (k_chunks + kSeg - 1) / kSeg;
+  const int64_t t_begin = int64_t(blockIdx.y) * p.tokens_per_block, t_end = min(p.m, t_begin + p.tokens_per_block);
+
+  uint4 wv[kU][kR];  // this lane's chunks of the current segment; with one segment, kept for every pass
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += kMTile) {
+    const int mv = int(min(int64_t(kMTile), t_end - t0));
+    float acc[kMTile][kR];
+#pragma unroll
+    for (int i = 0; i < kMTile; ++i)
+#pragma unroll
+      for (int r = 0; r < kR; ++r) acc[i][r] = 0.0f;
+    for (int64_t seg = 0; seg < n_seg; ++seg) {
+      const int64_t c0 = seg * kSeg + s;  // this lane's first chunk of the segment
+      if (n_seg > 1 || t0 == t_begin) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u)
+#pragma unroll
+          for (int r = 0; r < kR; ++r) {
+            const int64_t c = c0 + int64_t(u) * kL;
+            wv[u][r] = valid && c < k_chunks ? ld_stream(wr + r * row_bytes + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+          }
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t c = c0 + int64_t(u) * kL;
+        if (c < k_chunks) {
+          float wf[kR][kVec];
+#pragma unroll
+          for (int r = 0; r < kR; ++r) unpack_chunk<F>(wv[u][r], wf[r]);
+#pragma unroll
+          for (int i = 0; i < kMTile; ++i) {
+            if (i < mv) {
+              const float* xp = xh + (t0 + i) * p.x_row_stride + c * kVec;
+              float xf[kVec];
+#pragma unroll
+              for (int q = 0; q < kVec / 4; ++q) {
+                const float4 v = ld_f4(xp + 4 * q);
+                xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
+              }
+#pragma unroll
+              for (int r = 0; r < kR; ++r) {
+                float d = 0.0f;  // one chunk's dot product, then added into the row's sum
+#pragma unroll
+                for (int e = 0; e < kVec; ++e) d = fmaf(wf[r][e], xf[e], d);
+                acc[i][r] += d;
+              }
+            }
+          }
+        }
+      }
+    }
+    // Sum over the group's kL lanes (butterfly: every lane of the group gets the sums); output
+    // (i, r) is stored by lane (i * kR + r) % kL of the group.
+#pragma unroll
+    for (int i = 0; i < kMTile; ++i)
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        float v = acc[i][r];
+#pragma unroll
+        for (int o = kL / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
+        if (valid && i < mv && s == (i * kR + r) % kL) yh[(t0 + i) * p.y_row_stride + r] = v;
+      }
+  }
+}
+
+template <LinearWeight F, int kL>
+cudaError_t launch_head_vec_l(bool m_tile_one, const HeadLinearParams& p, dim3 grid, cudaStream_t stream) {
+  if (m_tile_one) head_linear_vec_kernel<F, kL, 1><<<grid, kHeadThreads, 0, stream>>>(p);
+  else head_linear_vec_kernel<F, kL, kHeadMTileLarge><<<grid, kHeadThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <LinearWeight F>
+cudaError_t launch_head_vec_f(int lanes, bool m_tile_one, const HeadLinearParams& p, dim3 grid, cudaStream_t stream) {
+  switch (lanes) {
+    case 4: return launch_head_vec_l<F, 4>(m_tile_one, p, grid, stream);
+    case 8: return launch_head_vec_l<F, 8>(m_tile_one, p, grid, stream);
+    case 16: return launch_head_vec_l<F, 16>(m_tile_one, p, grid, stream);
+    case 32: return launch_head_vec_l<F, 32>(m_tile_one, p, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// head_linear, generic path: one warp per row of W, lanes striding over k, tokens of grid.y.
+template <LinearWeight F>
+__global__ void __launch_bounds__(kHeadThreads) head_linear_scalar_kernel(const __grid_constant__ HeadLinearParams p) {
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int64_t row = int64_t(blockIdx.x) * kHeadWarps + warp;
+  if (row >= p.n_heads * p.n) return;  // uniform over the warp
+  const int64_t h = row / p.n;
+  const uint8_t* wr = static_cast<const uint8_t*>(p.w) + row * p.k * linear_elem_bytes(F);
+  const float* xh = p.x + h * p.x_head_stride;
+  float* yh = p.y + h * p.y_head_stride + (row - h * p.n);
+  const int64_t t_begin = int64_t(blockIdx.y) * kHeadScalarTokensPerBlock;
+  const int64_t t_end = min(p.m, t_begin + kHeadScalarTokensPerBlock);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const float* x = xh + t * p.x_row_stride;
+    float sum = 0.0f;
+    for (int64_t j = lane; j < p.k; j += kWarpSize) sum = fmaf(load_elem<F>(wr, j), x[j], sum);
+    sum = warp_sum(sum);
+    if (lane == 0) yh[t * p.y_row_stride] = sum;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_embedding(LinearWeight f, const EmbeddingParams& p, cudaStream_t stream) {
+  if (p.m <= 0) return cudaSuccess;
+  switch (f) {
+    case LinearWeight::kF32: return launch_embedding_f<LinearWeight::kF32>(p, stream);
+    case LinearWeight::kBF16: return launch_embedding_f<LinearWeight::kBF16>(p, stream);
+    case LinearWeight::kFp8Block: return launch_embedding_f<LinearWeight::kFp8Block>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_rope(const RopeParams& p, cudaStream_t stream) {
+  if (p.m <= 0) return cudaSuccess;
+  if (p.m > INT32_MAX) return cudaErrorInvalidConfiguration;
+  const int64_t slices = (p.n_heads * (p.rope_dim / 2) + kRopeThreads - 1) / kRopeThreads;
+  if (slices > 65535) return cudaErrorInvalidConfiguration;
+  const size_t smem = size_t(p.rope_dim) * sizeof(float);  // cos and sin of rope_dim / 2 pairs
+  rope_kernel<<<dim3(unsigned(p.m), unsigned(slices)), kRopeThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream) {
+  if (p.m <= 0) return cudaSuccess;
+  if (p.m > INT32_MAX) return cudaErrorInvalidConfiguration;
+  mla_kv_write_kernel<<<unsigned(p.m), kKvWriteThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, const HeadLinearParams& p, dim3 grid,
+                                   cudaStream_t stream) {
+  if (p.m <= 0) return cudaSuccess;
+  switch (f) {
+    case LinearWeight::kF32: return launch_head_vec_f<LinearWeight::kF32>(lanes, m_tile_one, p, grid, stream);
+    case LinearWeight::kBF16: return launch_head_vec_f<LinearWeight::kBF16>(lanes, m_tile_one, p, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_head_linear_scalar(LinearWeight f, const HeadLinearParams& p, cudaStream_t stream) {
+  if (p.m <= 0) return cudaSuccess;
+  const int64_t rows = p.n_heads * p.n;
+  const dim3 grid(unsigned((rows + kHeadWarps - 1) / kHeadWarps),
+                  unsigned((p.m + kHeadScalarTokensPerBlock - 1) / kHeadScalarTokensPerBlock));
+  switch (f) {
+    case LinearWeight::kF32: head_linear_scalar_kernel<LinearWeight::kF32><<<grid, kHeadThreads, 0, stream>>>(p); break;
+    case LinearWeight::kBF16: head_linear_scalar_kernel<LinearWeight::kBF16><<<grid, kHeadThreads, 0, stream>>>(p); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace pg::ops::cuda

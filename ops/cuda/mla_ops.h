@@ -1,0 +1,36 @@
+// The CUDA launchers of the MLA helper ops: same Args as ops::cpu (ops/cpu/mla_ops.h,
+// ops::cpu::rope), pointers on the device. They enqueue on `stream`, never synchronize and never
+// allocate: all are capturable in a CUDA graph.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+#include "ops/embedding.h"
+#include "ops/head_linear.h"
+#include "ops/mla_kv_write.h"
+#include "ops/rope.h"
+
+namespace pg::ops::cuda {
+
+// y[t] = table row tokens[t] in f32 (the same bits as ops::cpu::embedding). An id outside the
+// table (the caller validates them) leaves its y row unwritten.
+Status embedding(const EmbeddingArgs& a, cudaStream_t stream);
+
+// RoPE in place (ops::cpu::rope). a.table is the host table (attention_factor, interleave, and
+// its size checks rope_dim); inv_freq_device is the device copy of a.table->inv_freq
+// [rope_dim / 2] f32. Angles and cos/sin as the CPU computes them (f32 angle, double cos/sin).
+Status rope(const RopeArgs& a, const float* inv_freq_device, cudaStream_t stream);
+
+// The fused cache write of the new tokens' [rmsnorm(c_kv) | rope(k_pe)] (ops::cpu::mla_kv_write),
+// one block per token; a.table and inv_freq_device as for rope. Tokens whose position or block
+// id is out of range (a caller bug) are skipped.
+Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaStream_t stream);
+
+// y[t,h,:] = W[h] · x[t,h,:] (ops::cpu::head_linear). Vector path (k a whole number of 16-byte
+// chunks of W, n even, W / x 16-byte aligned with x strides multiples of 4): W streamed once
+// per block in 16-byte loads and reused for the block's tokens (all of them for m <= 64).
+// Other shapes take a generic warp-per-row kernel.
+Status head_linear(const HeadLinearArgs& a, cudaStream_t stream);
+
+}  // namespace pg::ops::cuda

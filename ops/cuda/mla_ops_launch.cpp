@@ -1,0 +1,114 @@
+// The Status-returning launchers of the MLA helper ops (validate the Args, fill the Params of
+// mla_ops_params.h, pick the path, launch). Host C++, no nvcc: the kernels are mla_ops.cu.
+#include <climits>
+#include <cstdint>
+
+#include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/device.h"
+#include "ops/cuda/mla_ops.h"
+#include "ops/cuda/mla_ops_params.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+LinearWeight to_kernel_format(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return LinearWeight::kF32;
+    case WeightFormat::kBF16: return LinearWeight::kBF16;
+    case WeightFormat::kFp8Block: return LinearWeight::kFp8Block;
+  }
+  return LinearWeight::kF32;
+}
+
+}  // namespace
+
+Status embedding(const EmbeddingArgs& a, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  if (a.m == 0) return ok_status();
+  const Matrix& t = *a.table;
+  const LinearWeight f = to_kernel_format(t.format);
+  EmbeddingParams p;
+  p.table = t.data, p.scale_inv = t.scale_inv, p.tokens = a.tokens, p.y = a.y;
+  p.m = a.m, p.vocab = t.rows, p.hidden = t.cols, p.y_stride = a.y_stride ? a.y_stride : t.cols;
+  p.block_rows = t.block_rows, p.block_cols = t.block_cols;
+  p.scale_cols = t.format == WeightFormat::kFp8Block ? t.scale_cols() : 0;
+  const int vec = linear_vec_elems(f);
+  p.vec = t.cols % vec == 0 && aligned16(t.data) && aligned16(a.y) && p.y_stride % 4 == 0 &&
+          (t.format != WeightFormat::kFp8Block || t.block_cols % vec == 0);  // a chunk inside one scale block
+  if ((t.cols + kEmbeddingThreads - 1) / kEmbeddingThreads > INT32_MAX)
+    return unsupported("embedding (CUDA): hidden size {}", t.cols);
+  PG_CUDA_TRY(launch_embedding(f, p, stream));
+  return ok_status();
+}
+
+Status rope(const RopeArgs& a, const float* inv_freq_device, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  if (!inv_freq_device) return invalid_argument("rope (CUDA): no device inv_freq");
+  if (a.n_heads < 0) return invalid_argument("rope (CUDA): {} heads", a.n_heads);
+  if (a.m == 0 || a.n_heads == 0) return ok_status();
+  if (a.m > INT32_MAX) return unsupported("rope (CUDA): {} rows", a.m);
+  if (a.rope_dim * int64_t(sizeof(float)) > 48 * 1024)  // cos/sin in default shared memory
+    return unsupported("rope (CUDA): rope_dim {}", a.rope_dim);
+  if (a.n_heads * (a.rope_dim / 2) > int64_t(65535) * kRopeThreads)
+    return unsupported("rope (CUDA): {} heads of {} pairs", a.n_heads, a.rope_dim / 2);
+  RopeParams p;
+  p.x = a.x, p.positions = a.positions, p.inv_freq = inv_freq_device;
+  p.m = a.m, p.n_heads = a.n_heads, p.head_stride = a.head_stride, p.row_stride = a.row_stride;
+  p.offset = a.offset, p.rope_dim = a.rope_dim;
+  p.attention_factor = a.table->attention_factor, p.interleave = a.table->interleave;
+  PG_CUDA_TRY(launch_rope(p, stream));
+  return ok_status();
+}
+
+Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  if (!inv_freq_device) return invalid_argument("mla_kv_write (CUDA): no device inv_freq");
+  if (a.m == 0) return ok_status();
+  if (a.m > INT32_MAX) return unsupported("mla_kv_write (CUDA): {} tokens", a.m);
+  MlaKvWriteParams p;
+  p.kv = a.kv, p.norm_weight = a.norm_weight, p.positions = a.positions, p.inv_freq = inv_freq_device;
+  p.block_tables = a.block_tables, p.token_seq = a.token_seq, p.cache = a.cache;
+  p.m = a.m, p.kv_lora_rank = a.kv_lora_rank, p.rope_dim = a.rope_dim, p.block_size = a.block_size;
+  p.max_blocks_per_seq = a.max_blocks_per_seq, p.n_blocks = a.n_blocks;
+  p.kv_stride = a.kv_stride ? a.kv_stride : a.kv_lora_rank + a.rope_dim;
+  p.eps = a.eps, p.attention_factor = a.table->attention_factor, p.interleave = a.table->interleave;
+  PG_CUDA_TRY(launch_mla_kv_write(p, stream));
+  return ok_status();
+}
+
+Status head_linear(const HeadLinearArgs& a, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  if (a.m == 0) return ok_status();
+  const LinearWeight f = a.w_format == HeadWeight::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16;
+  HeadLinearParams p;
+  p.x = a.x, p.w = a.w, p.y = a.y;
+  p.x_row_stride = a.x_row_stride, p.x_head_stride = a.x_head_stride;
+  p.y_row_stride = a.y_row_stride, p.y_head_stride = a.y_head_stride;
+  p.m = a.m, p.n_heads = a.n_heads, p.n = a.n, p.k = a.k;
+  const int vec = linear_vec_elems(f);
+  const int64_t rows = a.n_heads * a.n;
+  const bool vector_path = a.k % vec == 0 && a.n % kHeadRowsPerLane == 0 && aligned16(a.w) && aligned16(a.x) &&
+                           a.x_row_stride % 4 == 0 && a.x_head_stride % 4 == 0;
+  if (!vector_path) {
+    if ((rows + kHeadWarps - 1) / kHeadWarps > INT32_MAX || (a.m + kHeadScalarTokensPerBlock - 1) / kHeadScalarTokensPerBlock > 65535)
+      return unsupported("head_linear (CUDA): {} rows x {} tokens", rows, a.m);
+    PG_CUDA_TRY(launch_head_linear_scalar(f, p, stream));
+    return ok_status();
+  }
+  const int lanes = head_lanes_per_row(a.k / vec);
+  const int64_t row_blocks = (rows + head_rows_per_block(lanes) - 1) / head_rows_per_block(lanes);
+  const int64_t token_blocks = head_token_blocks(a.m, row_blocks, current_device_props().sm_count);
+  const bool m_tile_one = a.m == 1;
+  const int64_t m_tile = m_tile_one ? 1 : kHeadMTileLarge;
+  // Whole m tiles per block, so that only the last block has a partial tile.
+  p.tokens_per_block = ((a.m + token_blocks - 1) / token_blocks + m_tile - 1) / m_tile * m_tile;
+  const int64_t grid_y = (a.m + p.tokens_per_block - 1) / p.tokens_per_block;
+  if (row_blocks > INT32_MAX || grid_y > 65535)
+    return unsupported("head_linear (CUDA): grid {} x {}", row_blocks, grid_y);
+  PG_CUDA_TRY(launch_head_linear_vec(f, lanes, m_tile_one, p, dim3(unsigned(row_blocks), unsigned(grid_y)), stream));
+  return ok_status();
+}
+
+}  // namespace pg::ops::cuda

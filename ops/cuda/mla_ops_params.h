@@ -1,0 +1,111 @@
+// The kernel interface of the MLA helper ops (embedding, rope, mla_kv_write, head_linear) for
+// both sides: Params structs, tile constants and launch heuristics, and the launch functions
+// mla_ops.cu defines (returning the launch's cudaError_t). fmt-free, so the .cu includes it; the
+// Status-returning launchers that validate Args and fill these are in mla_ops_launch.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/cuda/linear/config.h"  // LinearWeight, linear_vec_elems: the fmt-free weight formats
+
+namespace pg::ops::cuda {
+
+// ---- embedding: grid (column blocks, token slots), y[t] = dequantized table row tokens[t]. ----
+constexpr int kEmbeddingThreads = 256;
+constexpr int64_t kEmbeddingMaxGridY = 65535;  // tokens beyond it loop (grid-stride)
+
+struct EmbeddingParams {
+  const void* table = nullptr;       // [vocab, H] f32 | bf16 | fp8 e4m3fn, rows contiguous
+  const float* scale_inv = nullptr;  // fp8: [ceil(vocab / block_rows), scale_cols] f32
+  const int32_t* tokens = nullptr;   // [m]; ids outside [0, vocab) are skipped (rows left as they were)
+  float* y = nullptr;                // [m, H] f32, row stride y_stride
+  int64_t m = 0, vocab = 0, hidden = 0, y_stride = 0;
+  int64_t block_rows = 128, block_cols = 128, scale_cols = 0;
+  bool vec = false;  // 16-byte path: H * elem % 16 == 0, table and y rows 16-byte aligned, fp8 block_cols % 16 == 0
+};
+cudaError_t launch_embedding(LinearWeight f, const EmbeddingParams& p, cudaStream_t stream);
+
+// ---- rope in place, grid (token, slice of (head, pair) items): one pair per thread. ----
+constexpr int kRopeThreads = 128;
+
+struct RopeParams {
+  float* x = nullptr;                  // [m, n_heads, ...] f32; rope part at `offset` of each head
+  const int64_t* positions = nullptr;  // [m]
+  const float* inv_freq = nullptr;     // [rope_dim / 2] f32 (device copy of RopeTable::inv_freq)
+  int64_t m = 0, n_heads = 1, head_stride = 0, row_stride = 0, offset = 0, rope_dim = 0;
+  float attention_factor = 1.0f;
+  bool interleave = true;
+};
+cudaError_t launch_rope(const RopeParams& p, cudaStream_t stream);
+
+// ---- mla_kv_write, one block per token: rmsnorm(c_kv) and rope(k_pe) into the cache row. ----
+// 128 threads: kv_lora_rank 512 is 4 elements per thread; the 32 rope pairs take one warp.
+constexpr int kKvWriteThreads = 128;
+
+struct MlaKvWriteParams {
+  const float* kv = nullptr;           // [m, R + P] f32, row stride kv_stride
+  const float* norm_weight = nullptr;  // [R] f32
+  const int64_t* positions = nullptr;  // [m]
+  const float* inv_freq = nullptr;     // [P / 2] f32
+  const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]
+  const int32_t* token_seq = nullptr;     // [m]
+  float* cache = nullptr;              // [n_blocks, block_size, R + P] f32
+  int64_t m = 0, kv_lora_rank = 0, rope_dim = 0, block_size = 0, max_blocks_per_seq = 0, n_blocks = 0, kv_stride = 0;
+  float eps = 1e-6f, attention_factor = 1.0f;
+  bool interleave = true;
+};
+cudaError_t launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
+
+// ---- head_linear: y[t,h,:] = W[h] · x[t,h,:]. ----
+// Vector path. W is [n_heads * n, k] rows, streamed once in 16-byte chunks. A lane group of
+// kL lanes (kL = 4..32, a power of two) owns kHeadRowsPerLane adjacent rows; lane s of the
+// group holds chunks s, s + kL, ... (kHeadChunksPerLane of each row) in registers, so one lane
+// has 2 x 4 x 16 B = 128 B of W loads in flight. When kL x 4 chunks cover a row (k <= 128 bf16
+// with kL = 4: W_UK; k <= 512 bf16 with kL = 16: W_UV), W is loaded once and reused for every
+// token the block owns, kHeadMTile tokens per pass; longer rows take segments of kL x 4 chunks
+// and re-read W per pass. Then a shuffle sum over the group's kL lanes.
+constexpr int kHeadThreads = 128;  // 4 warps: moonlight's 16-head matrices still give 128 blocks
+constexpr int kHeadWarps = kHeadThreads / 32;
+constexpr int kHeadRowsPerLane = 2;    // rows of W per lane group (the vector path needs n % 2 == 0)
+constexpr int kHeadChunksPerLane = 4;  // 16-byte chunks per row per lane per segment
+constexpr int kHeadMTileLarge = 8;     // tokens per accumulator pass (m > 1): 8 x 2 accumulators
+// Tokens a block keeps W for (one W read per block): a decode batch of up to 64 tokens reads W
+// from HBM once. Above that, blocks split the tokens while the grid is short of
+// kHeadMinBlocksPerSm blocks per SM, each block keeping >= kHeadMinTokensPerBlock tokens.
+constexpr int64_t kHeadMinTokensPerBlock = 64;
+constexpr int64_t kHeadMinBlocksPerSm = 32;
+
+// Lanes per row for k_chunks 16-byte chunks of W per row: the fewest (>= 4) whose kL x 4 chunks
+// cover the row, at most 32 (then segments).
+inline int head_lanes_per_row(int64_t k_chunks) {
+  int l = 4;
+  while (l < 32 && int64_t(l) * kHeadChunksPerLane < k_chunks) l *= 2;
+  return l;
+}
+inline int64_t head_rows_per_block(int lanes) { return int64_t(kHeadWarps) * (32 / lanes) * kHeadRowsPerLane; }
+// Blocks along the tokens (grid.y) for m tokens over row_blocks blocks of rows.
+inline int64_t head_token_blocks(int64_t m, int64_t row_blocks, int sm_count) {
+  const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kHeadMinBlocksPerSm;
+  const int64_t most = std::max<int64_t>(1, m / kHeadMinTokensPerBlock);
+  return std::max<int64_t>(1, std::min(most, (want + row_blocks - 1) / row_blocks));
+}
+
+struct HeadLinearParams {
+  const float* x = nullptr;  // [m, n_heads, k] f32 (strides below); vector path: 16-byte aligned chunks
+  const void* w = nullptr;   // [n_heads, n, k] f32 | bf16, contiguous
+  float* y = nullptr;        // [m, n_heads, n] f32 (strides below)
+  int64_t x_row_stride = 0, x_head_stride = 0, y_row_stride = 0, y_head_stride = 0;
+  int64_t m = 0, n_heads = 0, n = 0, k = 0;
+  int64_t tokens_per_block = 0;  // vector path: tokens of grid.y block b are [b * tpb, (b + 1) * tpb)
+};
+// Vector path: grid (row blocks, token blocks) x kHeadThreads; `lanes` from head_lanes_per_row.
+cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, const HeadLinearParams& p, dim3 grid,
+                                   cudaStream_t stream);
+// Generic path (any k, n, strides, alignment): one warp per row of W, tokens along grid.y.
+constexpr int kHeadScalarTokensPerBlock = 64;
+cudaError_t launch_head_linear_scalar(LinearWeight f, const HeadLinearParams& p, cudaStream_t stream);
+
+}  // namespace pg::ops::cuda

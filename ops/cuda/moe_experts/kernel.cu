@@ -1,0 +1,421 @@
+// The MoE expert kernels: plan (group pairs by expert), gate_up (h = silu(gate·x) * (up·x) per
+// (token, expert) pair, every selected expert's rows streamed once per 8 of its pairs) and down
+// (per output row, the token's experts summed in the contract's order). Weight rows stream in
+// 16-byte chunks dequantized in registers as in linear/kernel.cuh; odd shapes take the same
+// kernels with one element per "chunk". The CPU definition is ops::cpu::moe_experts.
+#include <cuda_runtime.h>
+
+#include "ops/cuda/common/vec.cuh"
+#include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/linear/kernel.cuh"  // unpack_chunk
+#include "ops/cuda/moe_experts/params.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+// Elements of one streamed chunk: 16 bytes on the vector path, one element on the scalar path.
+template <LinearWeight F, bool kVec>
+constexpr int chunk_elems() {
+  return kVec ? linear_vec_elems(F) : 1;
+}
+
+// Chunk c of a weight row (scalar path: element c, its raw bits in .x).
+template <LinearWeight F, bool kVec>
+__device__ __forceinline__ uint4 load_chunk(const uint8_t* row, int64_t c) {
+  if constexpr (kVec) {
+    return ld_stream(row + c * kLinearVecBytes);
+  } else if constexpr (F == LinearWeight::kF32) {
+    return make_uint4(__ldg(reinterpret_cast<const unsigned int*>(row) + c), 0, 0, 0);
+  } else if constexpr (F == LinearWeight::kBF16) {
+    return make_uint4(__ldg(reinterpret_cast<const unsigned short*>(row) + c), 0, 0, 0);
+  } else {
+    return make_uint4(__ldg(row + c), 0, 0, 0);
+  }
+}
+
+template <LinearWeight F, bool kVec>
+__device__ __forceinline__ void unpack(const uint4& v, float (&out)[chunk_elems<F, kVec>()]) {
+  if constexpr (kVec) {
+    unpack_chunk<F>(v, out);
+  } else if constexpr (F == LinearWeight::kF32) {
+    out[0] = __uint_as_float(v.x);
+  } else if constexpr (F == LinearWeight::kBF16) {
+    out[0] = __uint_as_float(v.x << 16);
+  } else {
+    out[0] = fp8_e4m3_to_f32(uint8_t(v.x));
+  }
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+// First index in [lo, hi) of the ascending a[] with a[i] >= v.
+__device__ __forceinline__ int lower_bound(const int32_t* a, int lo, int hi, int v) {
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (a[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// acc[i][r] = this lane's part of row r · x row i, for i < m_valid (the warp sums the lanes).
+// All kR x kU loads of a step are issued before the first multiply; fp8 scales each chunk's dot
+// once (a chunk lies in one scale block on the vector path).
+template <LinearWeight F, bool kVec, int kM, int kR, int kU>
+__device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], const float* const (&srow)[kR],
+                                           const float* const (&xrow)[kM], int m_valid, int64_t n_chunks,
+                                           const MoeWeightParams& w, float (&acc)[kM][kR]) {
+  constexpr int kE = chunk_elems<F, kVec>();
+  constexpr bool kFp8 = F == LinearWeight::kFp8Block;
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int i = 0; i < kM; ++i)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[i][r] = 0.0f;
+
+  for (int64_t c = lane; c < n_chunks; c += int64_t(kWarpSize) * kU) {
+    uint4 wv[kU][kR];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const int64_t cc = c + int64_t(kWarpSize) * u;
+        wv[u][r] = cc < n_chunks ? load_chunk<F, kVec>(wrow[r], cc) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t cc = c + int64_t(kWarpSize) * u;
+      if (cc < n_chunks) {
+        float wf[kR][kE];
+        float sc[kR];
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          unpack<F, kVec>(wv[u][r], wf[r]);
+          if constexpr (kFp8)
+            sc[r] = __ldg(srow[r] + (kVec ? (cc * kE) >> w.log2_block_cols : cc / w.block_cols));
+        }
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          if (i < m_valid) {
+            float xf[kE];
+            if constexpr (kVec) {
+#pragma unroll
+              for (int q = 0; q < kE / 4; ++q) {
+                const float4 t = ld_f4(xrow[i] + cc * kE + 4 * q);
+                xf[4 * q] = t.x, xf[4 * q + 1] = t.y, xf[4 * q + 2] = t.z, xf[4 * q + 3] = t.w;
+              }
+            } else {
+              xf[0] = __ldg(xrow[i] + cc);
+            }
+#pragma unroll
+            for (int r = 0; r < kR; ++r) {
+              float d = 0.0f;
+#pragma unroll
+              for (int e = 0; e < kE; ++e) d = fmaf(wf[r][e], xf[e], d);
+              acc[i][r] = kFp8 ? fmaf(d, sc[r], acc[i][r]) : acc[i][r] + d;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <LinearWeight F>
+__device__ __forceinline__ const float* scale_row(const MoeWeightParams& w, int64_t row) {
+  return F == LinearWeight::kFp8Block ? w.scale_inv + (row / w.block_rows) * w.scale_cols : nullptr;
+}
+
+// One block: counting sort of the m * top_k (token, slot) pairs by expert, stable (flat order
+// within an expert, so a token range is a contiguous run). Counters in shared memory.
+__global__ void __launch_bounds__(kMoePlanThreads) moe_plan_kernel(const __grid_constant__ MoeExpertsParams p) {
+  extern __shared__ int32_t s_plan[];
+  int32_t* count = s_plan;                 // [n_experts]
+  int32_t* cursor = s_plan + p.n_experts;  // [n_experts] next free pair slot of each expert
+  const int n = p.m * p.top_k, n_exp = p.n_experts;
+  for (int e = threadIdx.x; e < n_exp; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int e = p.expert_idx[i];
+    if (e >= 0 && e < n_exp) atomicAdd(&count[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x >= kWarpSize) return;
+
+  // Warp 0: exclusive scan of the counts -> segments and the active list, 32 experts per step.
+  const int lane = threadIdx.x;
+  const unsigned below = (1u << lane) - 1u;
+  int total = 0, n_act = 0;
+  for (int e0 = 0; e0 < n_exp; e0 += kWarpSize) {
+    const int e = e0 + lane;
+    const int c = e < n_exp ? count[e] : 0;
+    int incl = c;
+#pragma unroll
+    for (int o = 1; o < kWarpSize; o *= 2) {
+      const int t = __shfl_up_sync(kFullMask, incl, o);
+      if (lane >= o) incl += t;
+    }
+    const unsigned act = __ballot_sync(kFullMask, c > 0);
+    if (c > 0) {
+      const int a = n_act + __popc(act & below);
+      p.plan.active_expert[a] = e;
+      p.plan.seg_begin[a] = total + incl - c;
+      cursor[e] = total + incl - c;
+    }
+    total += __shfl_sync(kFullMask, incl, kWarpSize - 1);
+    n_act += __popc(act);
+  }
+  if (lane == 0) {
+    p.plan.seg_begin[n_act] = total;
+    *p.plan.n_active = n_act;
+  }
+  __syncwarp();
+  // Stable scatter, 32 pairs per step: equal ids in a step are ranked by lane.
+  for (int i0 = 0; i0 < n; i0 += kWarpSize) {
+    const int i = i0 + lane;
+    const int e = i < n ? p.expert_idx[i] : -1;
+    const bool valid = e >= 0 && e < n_exp;
+    const unsigned peers = __match_any_sync(kFullMask, valid ? e : -1);
+    int base = 0;
+    if (valid) {
+      base = cursor[e];
+      p.plan.pair_flat[base + __popc(peers & below)] = i;
+    }
+    __syncwarp();
+    if (valid && lane == __ffs(peers) - 1) cursor[e] = base + __popc(peers);
+    __syncwarp();
+  }
+}
+
+// Grid: x = inter row tiles (kMoeWarps x rows per block), y = expert slot (max_active routed
+// slots, then n_shared shared), z = splits of the slot's pair passes. Warp: `rows` gate rows j and
+// the matching up rows, over kM pairs per pass.
+template <LinearWeight F, bool kVec, int kM>
+__global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
+    moe_gate_up_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr MoeTile kTile = moe_gate_up_tile(F, kVec, kM);
+  constexpr int kR = kTile.rows, kW = 2 * kR, kU = kTile.unroll;
+  constexpr int kE = chunk_elems<F, kVec>();
+  static_assert(kM * kR <= kWarpSize, "one lane per output of the warp");
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int slot = blockIdx.y;
+  const bool shared = slot >= p.max_active;
+  int64_t expert;
+  int lo, hi;
+  int64_t h_base = 0;  // shared: h row of token 0
+  if (!shared) {
+    if (slot >= *p.plan.n_active) return;
+    expert = p.plan.active_expert[slot];
+    lo = p.plan.seg_begin[slot];
+    hi = p.plan.seg_begin[slot + 1];
+  } else {
+    const int s = slot - p.max_active;
+    expert = p.n_experts + s;
+    lo = 0;
+    hi = p.m;
+    h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
+  }
+  const int64_t j0 = (int64_t(blockIdx.x) * kMoeWarps + warp) * kR;
+  if (j0 >= p.inter) return;
+
+  const uint8_t* wrow[kW];
+  const float* srow[kW];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const int64_t j = min(j0 + r, int64_t(p.inter) - 1);  // rows past inter re-read the last; never written
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // gate rows, then up rows
+      const int64_t row = expert * 2 * p.inter + half * int64_t(p.inter) + j;
+      wrow[half * kR + r] = static_cast<const uint8_t*>(p.gate_up.data) + row * p.hidden * linear_elem_bytes(F);
+      srow[half * kR + r] = scale_row<F>(p.gate_up, row);
+    }
+  }
+  const int64_t n_chunks = p.hidden / kE;
+
+  for (int q = lo + int(blockIdx.z) * kM; q < hi; q += int(gridDim.z) * kM) {
+    const int m_valid = min(kM, hi - q);
+    const float* xrow[kM];
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      const int pi = q + min(i, m_valid - 1);
+      const int64_t token = shared ? pi : p.plan.pair_flat[pi] / p.top_k;
+      xrow[i] = p.x + token * p.hidden;
+    }
+    float acc[kM][kW];
+    stream_dot<F, kVec, kM, kW, kU>(wrow, srow, xrow, m_valid, n_chunks, p.gate_up, acc);
+    float g = 0.0f, u = 0.0f;  // lane i * kR + r keeps pair i, row r
+#pragma unroll
+    for (int i = 0; i < kM; ++i)
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const float gs = warp_sum(acc[i][r]), us = warp_sum(acc[i][kR + r]);
+        if (lane == i * kR + r) g = gs, u = us;
+      }
+    const int i = lane / kR, r = lane % kR;
+    if (lane < kM * kR && i < m_valid && j0 + r < p.inter) {
+      const int64_t h_row = shared ? h_base + q + i : q + i;
+      p.plan.h[h_row * p.inter + j0 + r] = silu(g) * u;
+    }
+  }
+}
+
+// Grid: x = hidden row tiles (kMoeWarps x rows per block), y = token tiles of kMoeTokTile. Warp:
+// `rows` output rows; loops over the active experts (ascending id), then the shared experts, and
+// adds weight * down·h into its per-token sums in shared memory: a fixed order, no atomics.
+template <LinearWeight F, bool kVec, int kM>
+__global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
+    moe_down_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr MoeTile kTile = moe_down_tile(F, kVec, kM);
+  constexpr int kR = kTile.rows, kU = kTile.unroll;
+  constexpr int kE = chunk_elems<F, kVec>();
+  extern __shared__ int32_t s_slots[];  // [3][max_active]: expert id, first and end pair in this token tile
+  __shared__ float s_acc[kMoeWarps][kMoeTokTile][kR];
+  int32_t* s_expert = s_slots;
+  int32_t* s_lo = s_slots + p.max_active;
+  int32_t* s_hi = s_lo + p.max_active;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int t0 = int(blockIdx.y) * kMoeTokTile, t1 = min(p.m, t0 + kMoeTokTile);
+  const int n_active = *p.plan.n_active;
+
+  for (int a = threadIdx.x; a < n_active; a += kMoeThreads) {
+    int lo = p.plan.seg_begin[a], hi = p.plan.seg_begin[a + 1];
+    if (gridDim.y > 1) {  // this tile's tokens: flat pair indices [t0 * top_k, t1 * top_k)
+      lo = lower_bound(p.plan.pair_flat, lo, hi, t0 * p.top_k);
+      hi = lower_bound(p.plan.pair_flat, lo, hi, t1 * p.top_k);
+    }
+    s_expert[a] = p.plan.active_expert[a];
+    s_lo[a] = lo;
+    s_hi[a] = hi;
+  }
+  for (int i = lane; i < kMoeTokTile * kR; i += kWarpSize) (&s_acc[warp][0][0])[i] = 0.0f;
+  __syncthreads();
+
+  const int64_t row0 = (int64_t(blockIdx.x) * kMoeWarps + warp) * kR;
+  if (row0 >= p.hidden) return;
+  const int64_t n_chunks = p.inter / kE;
+  const int n_slots = n_active + p.n_shared;
+  for (int slot = 0; slot < n_slots; ++slot) {
+    const bool shared = slot >= n_active;
+    int64_t expert, h_base = 0;
+    int lo, hi;
+    if (!shared) {
+      expert = s_expert[slot], lo = s_lo[slot], hi = s_hi[slot];
+    } else {
+      const int s = slot - n_active;
+      expert = p.n_experts + s, lo = t0, hi = t1;
+      h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
+    }
+    if (lo >= hi) continue;
+    const uint8_t* wrow[kR];
+    const float* srow[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);  // past hidden: never written
+      wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * p.inter * linear_elem_bytes(F);
+      srow[r] = scale_row<F>(p.down, row);
+    }
+    for (int q = lo; q < hi; q += kM) {
+      const int m_valid = min(kM, hi - q);
+      const float* xrow[kM];
+#pragma unroll
+      for (int i = 0; i < kM; ++i) xrow[i] = p.plan.h + (h_base + q + min(i, m_valid - 1)) * p.inter;
+      float acc[kM][kR];
+      stream_dot<F, kVec, kM, kR, kU>(wrow, srow, xrow, m_valid, n_chunks, p.down, acc);
+#pragma unroll
+      for (int i = 0; i < kM; ++i)
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[i][r] = warp_sum(acc[i][r]);
+      if (lane < kR) {  // lane r owns row r's sums; pairs in order
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          if (i < m_valid) {
+            int tok;
+            float wgt;
+            if (shared) {
+              tok = q + i, wgt = 1.0f;
+            } else {
+              const int f = p.plan.pair_flat[q + i];
+              tok = f / p.top_k, wgt = p.expert_weight[f];
+            }
+            float v = 0.0f;
+#pragma unroll
+            for (int r = 0; r < kR; ++r)
+              if (lane == r) v = acc[i][r];
+            s_acc[warp][tok - t0][lane] += wgt * v;
+          }
+        }
+      }
+    }
+  }
+  __syncwarp();
+  for (int idx = lane; idx < (t1 - t0) * kR; idx += kWarpSize) {
+    const int tl = idx / kR, r = idx % kR;
+    if (row0 + r < p.hidden) {
+      float* yp = p.y + int64_t(t0 + tl) * p.y_stride + row0 + r;
+      const float v = s_acc[warp][tl][r];
+      *yp = p.accumulate ? *yp + v : v;
+    }
+  }
+}
+
+using LaunchFn = cudaError_t (*)(const MoeExpertsParams&, cudaStream_t);
+
+template <LinearWeight F, bool kVec, int kM>
+cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kMoeWarps * moe_gate_up_tile(F, kVec, kM).rows;
+  const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
+  const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
+  moe_gate_up_kernel<F, kVec, kM><<<grid, kMoeThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <LinearWeight F, bool kVec, int kM>
+cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kMoeWarps * moe_down_tile(F, kVec, kM).rows;
+  const int64_t bx = (int64_t(p.hidden) + kRowsPerBlock - 1) / kRowsPerBlock;
+  const dim3 grid(unsigned(bx), unsigned((p.m + kMoeTokTile - 1) / kMoeTokTile));
+  const size_t smem = size_t(3) * size_t(p.max_active) * sizeof(int32_t);
+  moe_down_kernel<F, kVec, kM><<<grid, kMoeThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// The instantiated kernels: the vector path at every m tile, the scalar path at m tile 1.
+template <LinearWeight F, bool kGateUp>
+LaunchFn pick_m_tile(bool vec, int m_tile) {
+  if (!vec) return kGateUp ? &gate_up_launch<F, false, 1> : &down_launch<F, false, 1>;
+  switch (m_tile) {
+    case 1: return kGateUp ? &gate_up_launch<F, true, 1> : &down_launch<F, true, 1>;
+    case 2: return kGateUp ? &gate_up_launch<F, true, 2> : &down_launch<F, true, 2>;
+    case 4: return kGateUp ? &gate_up_launch<F, true, 4> : &down_launch<F, true, 4>;
+    default: return kGateUp ? &gate_up_launch<F, true, 8> : &down_launch<F, true, 8>;
+  }
+}
+
+template <bool kGateUp>
+LaunchFn pick(LinearWeight f, bool vec, int m_tile) {
+  switch (f) {
+    case LinearWeight::kF32: return pick_m_tile<LinearWeight::kF32, kGateUp>(vec, m_tile);
+    case LinearWeight::kBF16: return pick_m_tile<LinearWeight::kBF16, kGateUp>(vec, m_tile);
+    case LinearWeight::kFp8Block: return pick_m_tile<LinearWeight::kFp8Block, kGateUp>(vec, m_tile);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+cudaError_t launch_moe_plan(const MoeExpertsParams& p, cudaStream_t stream) {
+  const size_t smem = size_t(2) * size_t(p.n_experts) * sizeof(int32_t);
+  moe_plan_kernel<<<1, kMoePlanThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_moe_gate_up(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream) {
+  if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
+  return pick<true>(f, vec, m_tile)(p, stream);
+}
+
+cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream) {
+  return pick<false>(f, vec, m_tile)(p, stream);
+}
+
+}  // namespace pg::ops::cuda

@@ -1,0 +1,106 @@
+// ops::cuda::moe_experts: validates, checks the CUDA path's limits, lays out the workspace, picks
+// the vector or scalar path per weight stack and the pair tile (config.h), and enqueues the plan,
+// gate_up and down kernels. Host C++ (no nvcc): the kernels are behind moe_experts/params.h.
+#include "ops/cuda/moe_experts/moe_experts.h"
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+
+#include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/moe_experts/params.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+LinearWeight to_kernel_format(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return LinearWeight::kF32;
+    case WeightFormat::kBF16: return LinearWeight::kBF16;
+    case WeightFormat::kFp8Block: return LinearWeight::kFp8Block;
+  }
+  return LinearWeight::kF32;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+MoeWeightParams weight_params(const Matrix& w) {
+  MoeWeightParams p;
+  p.data = w.data;
+  p.scale_inv = w.scale_inv;
+  p.block_rows = w.block_rows;
+  p.block_cols = w.block_cols;
+  if (w.format == WeightFormat::kFp8Block) {
+    p.scale_cols = w.scale_cols();
+    p.log2_block_cols = std::countr_zero(uint64_t(w.block_cols));
+  }
+  return p;
+}
+
+// 16-byte chunks: whole chunks per row (so rows stay 16-byte aligned), aligned weights and
+// activations (`x` rows are w.cols floats), fp8 chunks inside one scale block found by a shift.
+bool vector_path_ok(const Matrix& w, const void* x) {
+  const LinearWeight f = to_kernel_format(w.format);
+  if (w.cols % linear_vec_elems(f) || !aligned16(w.data) || !aligned16(x)) return false;
+  if (f == LinearWeight::kFp8Block)
+    return w.block_cols >= linear_vec_elems(f) && std::has_single_bit(uint64_t(w.block_cols));
+  return true;
+}
+
+}  // namespace
+
+size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, int64_t n_experts, int64_t inter) {
+  return moe_workspace_layout(m, top_k, n_shared, n_experts, inter).total;
+}
+
+Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  if (a.m == 0) return ok_status();
+  // The kernels index pairs, tokens and rows in 32-bit ints and launch a fixed grid.
+  const int64_t n_pairs = a.m * (a.top_k + a.n_shared), max_active = std::min(a.n_experts, a.m * a.top_k);
+  if (n_pairs > INT32_MAX || a.hidden > INT32_MAX || a.inter > INT32_MAX)
+    return unsupported("moe_experts: {} pairs, hidden {}, inter {} exceed the CUDA path's 32-bit indices", n_pairs,
+                       a.hidden, a.inter);
+  if (a.n_experts > kMoePlanMaxExperts || max_active > kMoeMaxActiveSlots)
+    return unsupported("moe_experts: {} experts ({} active at most): the CUDA path takes {} ({})", a.n_experts,
+                       max_active, kMoePlanMaxExperts, kMoeMaxActiveSlots);
+  if (max_active + a.n_shared > 65535 || (a.m + kMoeTokTile - 1) / kMoeTokTile > 65535)
+    return unsupported("moe_experts: m={} with {} expert slots exceeds the grid", a.m, max_active + a.n_shared);
+  const MoeWorkspaceLayout l = moe_workspace_layout(a.m, a.top_k, a.n_shared, a.n_experts, a.inter);
+  if (!workspace || workspace_bytes < l.total)
+    return invalid_argument("moe_experts: workspace of {} bytes, need {}", workspace_bytes, l.total);
+  if (reinterpret_cast<uintptr_t>(workspace) % 256)
+    return invalid_argument("moe_experts: workspace must be 256-byte aligned");
+
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  MoeExpertsParams p;
+  p.x = a.x;
+  p.expert_idx = a.expert_idx;
+  p.expert_weight = a.expert_weight;
+  p.gate_up = weight_params(*a.gate_up);
+  p.down = weight_params(*a.down);
+  p.y = a.y;
+  p.plan.n_active = reinterpret_cast<int32_t*>(ws + l.n_active);
+  p.plan.active_expert = reinterpret_cast<int32_t*>(ws + l.active_expert);
+  p.plan.seg_begin = reinterpret_cast<int32_t*>(ws + l.seg_begin);
+  p.plan.pair_flat = reinterpret_cast<int32_t*>(ws + l.pair_flat);
+  p.plan.h = reinterpret_cast<float*>(ws + l.h);
+  p.m = int(a.m);
+  p.hidden = int(a.hidden);
+  p.inter = int(a.inter);
+  p.n_experts = int(a.n_experts);
+  p.top_k = int(a.top_k);
+  p.n_shared = int(a.n_shared);
+  p.max_active = int(max_active);
+  p.y_stride = a.y_stride ? a.y_stride : a.hidden;
+  p.accumulate = a.accumulate;
+
+  const int m_tile = moe_m_tile(a.m);
+  PG_CUDA_TRY(launch_moe_plan(p, stream));
+  PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), vector_path_ok(*a.gate_up, a.x), m_tile,
+                                 stream));
+  PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), vector_path_ok(*a.down, p.plan.h), m_tile, stream));
+  return ok_status();
+}
+
+}  // namespace pg::ops::cuda

@@ -1,0 +1,76 @@
+// The MoE expert kernels' interface for both sides: the Params struct, the workspace layout and
+// the launch functions kernel.cu defines (returning the launch's cudaError_t). fmt-free, so the
+// kernel file includes it; the Status-returning launcher is moe_experts/launch.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/cuda/moe_experts/config.h"
+
+namespace pg::ops::cuda {
+
+// The step's routing grouped by expert, written by the plan kernel into the workspace.
+// "Active" experts are the routed experts at least one (token, slot) pair chose.
+struct MoePlanBuffers {
+  int32_t* n_active = nullptr;       // [1] active routed experts
+  int32_t* active_expert = nullptr;  // [max_active] their ids, ascending
+  int32_t* seg_begin = nullptr;      // [max_active + 1] first pair of each active expert in pair_flat
+  int32_t* pair_flat = nullptr;      // [m * top_k] flat pair index t * top_k + k, by expert then ascending
+  float* h = nullptr;                // [m * (top_k + n_shared), inter] f32 silu(gate·x) * (up·x): routed pair
+                                     //  at its pair_flat position, shared pair (s, t) at m*top_k + s*m + t
+};
+
+// The workspace layout, each array 256-byte aligned (offsets in bytes).
+struct MoeWorkspaceLayout {
+  size_t n_active = 0, active_expert = 0, seg_begin = 0, pair_flat = 0, h = 0, total = 0;
+};
+inline MoeWorkspaceLayout moe_workspace_layout(int64_t m, int64_t top_k, int64_t n_shared, int64_t n_experts,
+                                               int64_t inter) {
+  const auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  const int64_t max_active = m * top_k < n_experts ? m * top_k : n_experts;
+  MoeWorkspaceLayout l;
+  size_t o = 0;
+  l.n_active = o, o += up(sizeof(int32_t));
+  l.active_expert = o, o += up(size_t(max_active) * sizeof(int32_t));
+  l.seg_begin = o, o += up(size_t(max_active + 1) * sizeof(int32_t));
+  l.pair_flat = o, o += up(size_t(m * top_k) * sizeof(int32_t));
+  l.h = o, o += up(size_t(m * (top_k + n_shared) * inter) * sizeof(float));
+  l.total = o;
+  return l;
+}
+
+// One weight stack as the kernels see it.
+struct MoeWeightParams {
+  const void* data = nullptr;        // [n_rows, k] f32 | bf16 | fp8 e4m3fn
+  const float* scale_inv = nullptr;  // fp8: [n_rows / block_rows, scale_cols]
+  int64_t block_rows = 128, block_cols = 128, scale_cols = 0;
+  int log2_block_cols = 7;           // vector path, fp8: block_cols is a power of two >= 16
+};
+
+// One call of the op, passed as `const __grid_constant__` to every kernel.
+struct MoeExpertsParams {
+  const float* x = nullptr;              // [m, hidden] f32
+  const int32_t* expert_idx = nullptr;   // [m, top_k]
+  const float* expert_weight = nullptr;  // [m, top_k]
+  MoeWeightParams gate_up;               // [(n_experts + n_shared) * 2 * inter, hidden]
+  MoeWeightParams down;                  // [(n_experts + n_shared) * hidden, inter]
+  float* y = nullptr;                    // [m, hidden] f32, row stride y_stride
+  MoePlanBuffers plan;
+  int m = 0, hidden = 0, inter = 0, n_experts = 0, top_k = 0, n_shared = 0;
+  int max_active = 0;  // min(n_experts, m * top_k): the grid's routed expert slots
+  int64_t y_stride = 0;
+  bool accumulate = false;
+};
+
+// Groups the m * top_k pairs by expert (one block; ids outside [0, n_experts) are dropped).
+cudaError_t launch_moe_plan(const MoeExpertsParams& p, cudaStream_t stream);
+// h for every active expert's pairs and the shared experts'. `vec`: the 16-byte path (hidden a
+// multiple of the chunk, aligned rows); m_tile one of 1, 2, 4, 8.
+cudaError_t launch_moe_gate_up(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream);
+// y (+)= the weighted sum over each token's experts of down·h, in the contract's order.
+cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream);
+
+}  // namespace pg::ops::cuda

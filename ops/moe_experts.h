@@ -1,0 +1,42 @@
+// moe_experts: the MoE expert MLPs of one layer over only the experts each token selected, plus
+// the shared experts, weighted and summed (DeepseekV3MoE.moe_infer + shared_experts).
+//   result[t] = sum_k expert_weight[t,k] * E_{idx[t,k]}(x[t]) + sum_{s<n_shared} E_{n_experts+s}(x[t])
+//   E_e(v)    = down_e · (silu(gate_e · v) * (up_e · v))
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "ops/matrix.h"
+
+namespace pg::ops {
+
+// Weights are stacked per expert so that one Matrix covers all experts. The runner builds the
+// stacks at load: the n_experts routed experts, then the n_shared shared experts (a shared MLP of
+// width n_shared * inter splits exactly into n_shared experts of width inter: gate/up rows
+// [s*inter, (s+1)*inter), down columns [s*inter, (s+1)*inter); with FP8 the column split also
+// needs inter % block_cols == 0, which only the runner can check).
+//
+// Summation order (the definition; the CUDA path keeps it, only its dot products round
+// differently): per token, the routed experts in ascending expert id (equal ids in slot order),
+// then the shared experts in order, each term expert_weight * E_e(x) (shared: weight 1).
+// y may alias x.
+struct MoeExpertsArgs {
+  const float* x = nullptr;              // [m, hidden] f32, the post-attention-RMSNorm output
+  const int32_t* expert_idx = nullptr;   // [m, top_k] routed expert ids in [0, n_experts)
+  const float* expert_weight = nullptr;  // [m, top_k] routing weights (already normalised and scaled)
+  const Matrix* gate_up = nullptr;       // [(n_experts + n_shared) * 2 * inter, hidden]: expert e's gate rows
+                                         //  start at row e*2*inter, its up rows at e*2*inter + inter
+  const Matrix* down = nullptr;          // [(n_experts + n_shared) * hidden, inter]: expert e's rows at e*hidden
+  float* y = nullptr;                    // [m, hidden] f32, row stride y_stride (0 = hidden)
+  int64_t m = 0, hidden = 0, inter = 0, n_experts = 0, top_k = 0, n_shared = 0, y_stride = 0;
+  bool accumulate = false;               // y += result (the residual add) instead of y = result
+};
+
+// Shapes, pointers and, for FP8 block weights, that every expert's rows start on a scale-row
+// boundary (inter a multiple of gate_up.block_rows, hidden a multiple of down.block_rows).
+// Expert ids live in device memory on the CUDA path, so their range is not checked here: the
+// CPU path aborts on an id outside [0, n_experts); the CUDA path skips it (no out-of-bounds read).
+Status validate(const MoeExpertsArgs& a);
+
+}  // namespace pg::ops

@@ -1,0 +1,352 @@
+// The CUDA runner against the CPU reference (and transformers' float32 outputs) on every golden
+// model: teacher-forced prefill and token-by-token decode (the decode steps replay CUDA graphs),
+// batched decode of sequences at different positions, the MTP layer, and free-running greedy
+// continuations on the embedded trained model. Label gpu: skipped, saying so, without a GPU.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+
+#include "model/cuda/cuda_runner.h"
+#include "model/deepseek_model.h"
+#include "ops/cuda/common/device.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pg {
+namespace {
+
+// Exact mode (f32 activations in every projection): the bound against the CPU and
+// transformers, absolute, on log-probabilities.
+constexpr double kExactTol = 1e-3;
+// Default mode: projections of more than 16 rows (prefill) round their activations to bf16 for
+// the tensor cores. Measured on the H200 over all five golden models (max |Δ logprob| against the
+// CPU, printed by these tests as "max_dlogprob"): see the note at kBf16Tol's use; the bound here
+// is that measurement with a 4x margin.
+constexpr double kBf16Tol = 5e-2;
+
+#define PG_REQUIRE_GPU()                                                                         \
+  do {                                                                                           \
+    if (!::pg::ops::cuda::cuda_available())                                                      \
+      GTEST_SKIP() << "CUDA test skipped: " << ::pg::ops::cuda::cuda_unavailable_reason();       \
+  } while (0)
+
+const char* kModels[] = {"v3_tiny", "v2_lite_tiny", "v3_odd_dims", "v3_tiny_fp8", "peregrine_tiny"};
+
+std::filesystem::path model_dir(const std::string& name) {
+  const auto root = std::filesystem::path(PG_SOURCE_DIR);
+  if (name == "peregrine_tiny") return root / "models" / "peregrine-tiny";
+  return root / "tests" / "golden" / name;
+}
+
+nlohmann::json load_expected(const std::string& name) {
+  std::ifstream f(std::filesystem::path(PG_SOURCE_DIR) / "tests" / "golden" / name / "expected.json");
+  return nlohmann::json::parse(f);
+}
+
+std::vector<double> log_softmax(const float* logits, int64_t n) {
+  const float mx = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(logits[i]) - lse;
+  return out;
+}
+
+std::vector<int32_t> top_ids(const std::vector<double>& lp, int k) {
+  std::vector<int32_t> ids(lp.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int32_t a, int32_t b) { return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b); });
+  ids.resize(static_cast<size_t>(k));
+  return ids;
+}
+
+CudaRunnerOptions test_options(bool exact) {
+  CudaRunnerOptions o;
+  o.kv_blocks = 96;
+  o.kv_block_size = 16;
+  o.max_num_seqs = 4;
+  o.max_tokens_per_step = 256;
+  o.max_model_len = 512;
+  o.exact = exact;
+  return o;
+}
+
+// Reversed block tables, so that a wrong lookup cannot pass by luck.
+std::vector<int32_t> table_for(int64_t seq, int64_t n_blocks_each, int64_t total_blocks) {
+  std::vector<int32_t> t(static_cast<size_t>(n_blocks_each));
+  for (int64_t i = 0; i < n_blocks_each; ++i) t[size_t(i)] = int32_t(total_blocks - 1 - (seq * n_blocks_each + i));
+  return t;
+}
+
+// Compares one row of CUDA logits to the CPU's: top-1 equal unless the CPU's top-1/top-2 margin
+// is below tol; the CPU's top-10 log-probabilities within tol. Returns the max |Δ| seen.
+double compare_row(const std::string& what, const float* cuda, const float* cpu, int64_t vocab, double tol) {
+  const auto lc = log_softmax(cuda, vocab), lr = log_softmax(cpu, vocab);
+  const auto top = top_ids(lr, 10);
+  const auto top_c = top_ids(lc, 1);
+  const double margin = lr[size_t(top[0])] - lr[size_t(top[1])];
+  if (margin >= tol) {
+    EXPECT_EQ(top_c[0], top[0]) << what << " (CPU margin " << margin << ")";
+  }
+  double worst = 0;
+  for (int32_t id : top) {
+    const double d = std::abs(lc[size_t(id)] - lr[size_t(id)]);
+    worst = std::max(worst, d);
+    EXPECT_LE(d, tol) << what << " token " << id;
+  }
+  return worst;
+}
+
+struct Pair {
+  std::unique_ptr<DeepseekModel> cpu;
+  std::unique_ptr<CudaRunner> cuda;
+};
+
+Pair load_pair(const std::string& name, bool exact) {
+  Pair p;
+  auto a = DeepseekModel::load(model_dir(name));
+  auto b = DeepseekModel::load(model_dir(name));
+  EXPECT_TRUE(a.ok() && b.ok());
+  if (!a.ok() || !b.ok()) return p;
+  p.cpu = std::move(a).value();
+  auto r = CudaRunner::create(std::move(b).value(), test_options(exact));
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (r.ok()) p.cuda = std::move(r).value();
+  return p;
+}
+
+struct Case {
+  const char* model;
+  bool exact;
+};
+std::vector<Case> all_cases() {
+  std::vector<Case> c;
+  for (const char* m : kModels) c.push_back({m, true}), c.push_back({m, false});
+  return c;
+}
+std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+  return std::string(i.param.model) + (i.param.exact ? "_exact" : "_default");
+}
+
+class CudaGolden : public ::testing::TestWithParam<Case> {};
+
+// Prefill of each fixture prompt with logits at every position, then the same prompt again token
+// by token (decode graphs); both against the CPU's prefill, and in exact mode also against
+// transformers' top-10 log-probabilities.
+TEST_P(CudaGolden, TeacherForced) {
+  PG_REQUIRE_GPU();
+  const Case c = GetParam();
+  const double tol = c.exact ? kExactTol : kBf16Tol;
+  Pair p = load_pair(c.model, c.exact);
+  ASSERT_TRUE(p.cpu && p.cuda);
+  const int64_t vocab = p.cpu->vocab_size();
+  const auto expected = load_expected(c.model);
+  double worst = 0, worst_hf = 0;
+  int64_t seq = 0;
+  for (const auto& pr : expected["prompts"]) {
+    const auto ids = pr["ids"].get<std::vector<int32_t>>();
+    const int64_t n = int64_t(ids.size()), nb = (n + 15) / 16;
+    // CPU reference.
+    KvCache cache = p.cpu->make_cache(nb, 16);
+    std::vector<int32_t> ct(static_cast<size_t>(nb));
+    std::iota(ct.begin(), ct.end(), 0);
+    SeqStep cs{ids, 0, ct, true};
+    StepOutput ref;
+    ASSERT_TRUE(p.cpu->forward(std::span(&cs, 1), cache, ref).ok());
+    // CUDA prefill (all logits).
+    const auto t1 = table_for(2 * seq, nb, p.cuda->n_kv_blocks());
+    SeqStep gs{ids, 0, t1, true};
+    StepOutput got;
+    Status st = p.cuda->forward(std::span(&gs, 1), got);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(got.n_rows, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string what = std::string(c.model) + " prefill pos " + std::to_string(i);
+      worst = std::max(worst, compare_row(what, &got.logits[size_t(i * vocab)], &ref.logits[size_t(i * vocab)], vocab, tol));
+      if (c.exact) {
+        const auto lp = log_softmax(&got.logits[size_t(i * vocab)], vocab);
+        for (const auto& pair : pr["top_logprobs"][size_t(i)]) {
+          const double d = std::abs(lp[pair[0].get<size_t>()] - pair[1].get<double>());
+          worst_hf = std::max(worst_hf, d);
+          EXPECT_LE(d, kExactTol) << what << " vs transformers, token " << pair[0];
+        }
+      }
+    }
+    // CUDA token by token: a first chunk, then one token per step.
+    const auto t2 = table_for(2 * seq + 1, nb, p.cuda->n_kv_blocks());
+    const int64_t chunk = std::max<int64_t>(1, n / 3);
+    SeqStep first{std::span(ids).first(static_cast<size_t>(chunk)), 0, t2, false};
+    ASSERT_TRUE(p.cuda->forward(std::span(&first, 1), got).ok());
+    worst = std::max(worst, compare_row(std::string(c.model) + " chunk", got.logits.data(),
+                                        &ref.logits[size_t((chunk - 1) * vocab)], vocab, tol));
+    for (int64_t i = chunk; i < n; ++i) {
+      SeqStep d{std::span(ids).subspan(size_t(i), 1), i, t2, false};
+      ASSERT_TRUE(p.cuda->forward(std::span(&d, 1), got).ok());
+      worst = std::max(worst, compare_row(std::string(c.model) + " decode pos " + std::to_string(i), got.logits.data(),
+                                          &ref.logits[size_t(i * vocab)], vocab, tol));
+    }
+    ++seq;
+  }
+  std::printf("[ measure  ] %s %s: max_dlogprob vs CPU %.3g, vs transformers %.3g\n", c.model,
+              c.exact ? "exact" : "default", worst, worst_hf);
+}
+
+// Three sequences at different positions decoded together (one graph bucket of 4 with a padded
+// row) give each sequence's own CPU logits.
+TEST_P(CudaGolden, BatchedDecode) {
+  PG_REQUIRE_GPU();
+  const Case c = GetParam();
+  const double tol = c.exact ? kExactTol : kBf16Tol;
+  Pair p = load_pair(c.model, c.exact);
+  ASSERT_TRUE(p.cpu && p.cuda);
+  const int64_t vocab = p.cpu->vocab_size();
+  const auto expected = load_expected(c.model);
+  const auto& prompts = expected["prompts"];
+  const int64_t n_seq = std::min<int64_t>(3, int64_t(prompts.size()));
+  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(n_seq)), tables(static_cast<size_t>(n_seq));
+  std::vector<StepOutput> refs(static_cast<size_t>(n_seq));
+  int64_t steps = 1 << 30;
+  for (int64_t s = 0; s < n_seq; ++s) {
+    ids[size_t(s)] = prompts[size_t(s)]["ids"].get<std::vector<int32_t>>();
+    const int64_t n = int64_t(ids[size_t(s)].size()), nb = (n + 15) / 16;
+    KvCache cache = p.cpu->make_cache(nb, 16);
+    std::vector<int32_t> ct(static_cast<size_t>(nb));
+    std::iota(ct.begin(), ct.end(), 0);
+    SeqStep cs{ids[size_t(s)], 0, ct, true};
+    ASSERT_TRUE(p.cpu->forward(std::span(&cs, 1), cache, refs[size_t(s)]).ok());
+    tables[size_t(s)] = table_for(s, nb, p.cuda->n_kv_blocks());
+    steps = std::min(steps, n / 2);
+  }
+  // Prefill each sequence's first (n - steps) tokens: different positions when decoding starts.
+  std::vector<int64_t> pos(static_cast<size_t>(n_seq));
+  for (int64_t s = 0; s < n_seq; ++s) {
+    pos[size_t(s)] = int64_t(ids[size_t(s)].size()) - steps;
+    SeqStep ps{std::span(ids[size_t(s)]).first(static_cast<size_t>(pos[size_t(s)])), 0, tables[size_t(s)], false, true};
+    StepOutput o;
+    ASSERT_TRUE(p.cuda->forward(std::span(&ps, 1), o).ok());
+  }
+  for (int64_t k = 0; k < steps; ++k) {
+    std::vector<SeqStep> st;
+    for (int64_t s = 0; s < n_seq; ++s)
+      st.push_back(SeqStep{std::span(ids[size_t(s)]).subspan(size_t(pos[size_t(s)] + k), 1), pos[size_t(s)] + k,
+                           tables[size_t(s)], false});
+    StepOutput o;
+    ASSERT_TRUE(p.cuda->forward(st, o).ok());
+    ASSERT_EQ(o.n_rows, n_seq);
+    for (int64_t s = 0; s < n_seq; ++s)
+      compare_row(std::string(c.model) + " batched seq " + std::to_string(s), &o.logits[size_t(s * vocab)],
+                  &refs[size_t(s)].logits[size_t((pos[size_t(s)] + k) * vocab)], vocab, tol);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CudaGolden, ::testing::ValuesIn(all_cases()), case_name);
+
+// The MTP layer on the embedded model: CUDA forward_mtp against the CPU's, exact mode.
+TEST(CudaGoldenMtp, MatchesCpu) {
+  PG_REQUIRE_GPU();
+  Pair p = load_pair("peregrine_tiny", /*exact=*/true);
+  ASSERT_TRUE(p.cpu && p.cuda);
+  ASSERT_GT(p.cpu->n_mtp_layers(), 0);
+  const int64_t vocab = p.cpu->vocab_size(), H = p.cpu->config().hidden_size;
+  const auto expected = load_expected("peregrine_tiny");
+  const auto ids = expected["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  const int64_t n = int64_t(ids.size()) - 1, nb = (n + 16) / 16;
+  KvCache cache = p.cpu->make_cache(nb, 16);
+  std::vector<int32_t> ct(static_cast<size_t>(nb));
+  std::iota(ct.begin(), ct.end(), 0);
+  // Main model over ids[0..n), then MTP over (ids[1..n], hidden[0..n)).
+  SeqStep cs{std::span(ids).first(static_cast<size_t>(n)), 0, ct, true};
+  StepOutput ref;
+  ASSERT_TRUE(p.cpu->forward(std::span(&cs, 1), cache, ref).ok());
+  SeqStep ms{std::span(ids).subspan(1, size_t(n)), 0, ct, true};
+  StepOutput ref_mtp;
+  ASSERT_TRUE(p.cpu->forward_mtp(0, std::span(&ms, 1), ref.hidden_all, cache, ref_mtp).ok());
+  const auto gt = table_for(0, nb, p.cuda->n_kv_blocks());
+  SeqStep gs{std::span(ids).first(static_cast<size_t>(n)), 0, gt, true};
+  StepOutput got;
+  ASSERT_TRUE(p.cuda->forward(std::span(&gs, 1), got).ok());
+  ASSERT_EQ(got.hidden_all.size(), size_t(n * H));
+  SeqStep gm{std::span(ids).subspan(1, size_t(n)), 0, gt, true};
+  StepOutput got_mtp;
+  Status st = p.cuda->forward_mtp(0, std::span(&gm, 1), got.hidden_all, got_mtp);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_EQ(got_mtp.n_rows, n);
+  for (int64_t i = 0; i < n; ++i)
+    compare_row("mtp pos " + std::to_string(i), &got_mtp.logits[size_t(i * vocab)], &ref_mtp.logits[size_t(i * vocab)],
+                vocab, kExactTol);
+}
+
+// Free-running greedy continuations of 64 tokens on the embedded trained model: the CUDA runner
+// (default mode: bf16 prefill GEMMs, decode graphs) and the CPU agree on at least 9 of 10 prompts.
+TEST(CudaGoldenGreedy, EmbeddedModelTenPrompts) {
+  PG_REQUIRE_GPU();
+  const auto dir = model_dir("peregrine_tiny");
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  Pair p = load_pair("peregrine_tiny", /*exact=*/false);
+  ASSERT_TRUE(p.cpu && p.cuda);
+  const int64_t vocab = p.cpu->vocab_size();
+  const char* prompts[] = {"The history of the English language",
+                           "In the beginning God created",
+                           "def fibonacci(n):",
+                           "SELECT name FROM users WHERE",
+                           "The committee decided that the",
+                           "To configure the Apache web server,",
+                           "She walked into the room and",
+                           "git commit -m",
+                           "The Debian package manager",
+                           "Once upon a time there was a"};
+  int identical = 0;
+  int64_t seq = 0;
+  for (const char* text : prompts) {
+    auto enc = tok->encode(text);
+    ASSERT_TRUE(enc.ok());
+    const std::vector<int32_t> ids = *enc;
+    const int64_t n = int64_t(ids.size()), total = n + 64, nb = (total + 15) / 16;
+    auto greedy = [&](auto&& step) {
+      std::vector<int32_t> out;
+      StepOutput o = step(std::span<const int32_t>(ids), 0);
+      for (int i = 0; i < 64; ++i) {
+        const int32_t t = int32_t(std::max_element(o.logits.begin(), o.logits.begin() + vocab) - o.logits.begin());
+        out.push_back(t);
+        if (i + 1 < 64) o = step(std::span<const int32_t>(&out.back(), 1), n + i);
+      }
+      return out;
+    };
+    KvCache cache = p.cpu->make_cache(nb, 16);
+    std::vector<int32_t> ct(static_cast<size_t>(nb));
+    std::iota(ct.begin(), ct.end(), 0);
+    const auto cpu_out = greedy([&](std::span<const int32_t> t, int64_t start) {
+      SeqStep s{t, start, ct, false};
+      StepOutput o;
+      EXPECT_TRUE(p.cpu->forward(std::span(&s, 1), cache, o).ok());
+      return o;
+    });
+    const auto gt = table_for(seq++ % 8, nb, p.cuda->n_kv_blocks());
+    const auto cuda_out = greedy([&](std::span<const int32_t> t, int64_t start) {
+      SeqStep s{t, start, gt, false};
+      StepOutput o;
+      EXPECT_TRUE(p.cuda->forward(std::span(&s, 1), o).ok());
+      return o;
+    });
+    const bool same = cpu_out == cuda_out;
+    identical += same;
+    if (!same) {
+      size_t i = 0;
+      while (i < cpu_out.size() && cpu_out[i] == cuda_out[i]) ++i;
+      std::printf("[ measure  ] prompt '%s': continuations diverge at token %zu\n", text, i);
+    }
+  }
+  std::printf("[ measure  ] greedy 64-token continuations identical: %d of 10\n", identical);
+  EXPECT_GE(identical, 9);
+}
+
+}  // namespace
+}  // namespace pg

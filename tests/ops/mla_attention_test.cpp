@@ -1,0 +1,378 @@
+// ops::cuda::mla_attention against ops::cpu::mla_attention on seeded random inputs: moonlight
+// (16 heads, R 512, P 64), DeepSeek-V3 (128 heads) and the tiny models' odd dims over paged
+// caches with shuffled block tables (block_size 16 and 64); decode at ctx 1..4097, mixed batches,
+// speculative verify (consecutive positions of one sequence), a causal prefill of 300 tokens,
+// graph bounds (max_ctx above every context) and a captured graph replayed at other contexts.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/mla_attention.h"
+#include "tests/ops/test_util.h"
+
+namespace pg::ops::test {
+namespace {
+
+// Tolerance, derived. Per (token, head) the backends differ in (1) the scores s_j (the D-term
+// dot in another order, the scale folded into log2 units on the GPU), (2) the softmax (exp2f
+// vs exp, online rescaling over chunks and splits), (3) the order of the weighted sum over the
+// n = ctx rows. With Higham & Mary's probabilistic bound (lambda = 10, see linear_test.cpp):
+//   (1) |ds_j| <= E = max_j [lambda (sqrt(n_dot_cpu) + sqrt(n_dot_gpu)) u scale sum_d |q_d k_jd| + 4u |s_j|];
+//       a shift of every score by at most E moves each softmax weight w_j by at most 2E w_j;
+//   (2)+(3) the sums of n terms (weights, outputs, on both sides): 4 lambda sqrt(n) u relative
+//       to sum_j w_j |v_jc|, plus 16u for exp2f's 2 ulp, the reciprocal and the rescales.
+// So |o_gpu - o_cpu| <= (2E + (4 lambda sqrt(n) + 16) u) sum_j w_j |c_kv[j, c]|, w in double.
+constexpr double kLambda = 10.0;
+// A wrong row, head or split shows in the cosine long before the bound.
+constexpr double kMinCosine = 1.0 - 1e-6;
+
+struct Seq {
+  int64_t len;      // cache rows written for the sequence
+  int64_t n_query;  // its last n_query positions are query tokens (ctx_len = pos + 1)
+};
+
+struct MlaCase {
+  const char* name;
+  int64_t n_heads, r, p, block_size;
+  std::vector<Seq> seqs;
+  int64_t max_ctx = 0;        // 0: the largest ctx_len (else a graph bound above it)
+  float softmax_scale = 0.0f;  // 0: 1 / sqrt(192), DeepSeek's qk_head_dim
+  float q_amp = 1.0f;         // |q| scale: larger makes the softmax peaky
+  double min_cosine = kMinCosine;
+};
+void PrintTo(const MlaCase& c, std::ostream* os) { *os << c.name; }
+
+uint64_t seed_of(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
+  return h;
+}
+
+bool sync_ok() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  return e == cudaSuccess;
+}
+
+// Host inputs of one case; `args` points into them.
+struct HostData {
+  std::vector<float> q_lat, q_pe, kv;
+  std::vector<int32_t> tables, token_seq;
+  std::vector<int64_t> ctx_len;
+  MlaAttentionArgs args;
+  int64_t max_ctx = 0;
+};
+
+HostData make_data(const MlaCase& c) {
+  const uint64_t seed = seed_of(c.name);
+  HostData d;
+  const int64_t D = c.r + c.p, bs = c.block_size, n_seqs = int64_t(c.seqs.size());
+  int64_t max_blocks = 1, used = 0;
+  for (const Seq& s : c.seqs) {
+    max_blocks = std::max(max_blocks, (s.len + bs - 1) / bs);
+    used += (s.len + bs - 1) / bs;
+  }
+  const int64_t n_blocks = used + 3;  // spare blocks, NaN: a read of a wrong block shows
+  // Physical blocks in shuffled order: sequence i's logical block k -> perm[next++].
+  std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed));
+  d.tables.assign(size_t(n_seqs * max_blocks), perm[0]);
+  d.kv.assign(size_t(n_blocks * bs * D), std::numeric_limits<float>::quiet_NaN());
+  size_t next = 0;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    const Seq& s = c.seqs[size_t(i)];
+    for (int64_t k = 0; k < (s.len + bs - 1) / bs; ++k) d.tables[size_t(i * max_blocks + k)] = perm[next++];
+    for (int64_t j = 0; j < s.len; ++j) {  // rows past len stay NaN: never read
+      float* row = &d.kv[size_t((int64_t(d.tables[size_t(i * max_blocks + j / bs)]) * bs + j % bs) * D)];
+      for (int64_t e = 0; e < D; ++e) row[e] = uniform_pm1(seed + 1, uint64_t((i << 40) + j * D + e));
+    }
+    for (int64_t q = 0; q < s.n_query; ++q) {
+      d.token_seq.push_back(int32_t(i));
+      d.ctx_len.push_back(s.len - s.n_query + q + 1);
+    }
+  }
+  const int64_t m = int64_t(d.ctx_len.size());
+  d.q_lat.resize(size_t(m * c.n_heads * c.r));
+  d.q_pe.resize(size_t(m * c.n_heads * c.p));
+  parallel_fill(d.q_lat, [&](uint64_t i) { return c.q_amp * uniform_pm1(seed + 2, i); });
+  parallel_fill(d.q_pe, [&](uint64_t i) { return c.q_amp * uniform_pm1(seed + 3, i); });
+  d.max_ctx = c.max_ctx ? c.max_ctx : *std::max_element(d.ctx_len.begin(), d.ctx_len.end());
+
+  MlaAttentionArgs& a = d.args;
+  a.q_lat = d.q_lat.data(), a.q_pe = d.q_pe.data(), a.kv = d.kv.data(), a.block_tables = d.tables.data();
+  a.token_seq = d.token_seq.data(), a.ctx_len = d.ctx_len.data();
+  a.m = m, a.n_heads = c.n_heads, a.kv_lora_rank = c.r, a.rope_dim = c.p;
+  a.block_size = bs, a.max_blocks_per_seq = max_blocks, a.n_blocks = n_blocks;
+  a.softmax_scale = c.softmax_scale != 0.0f ? c.softmax_scale : 1.0f / std::sqrt(192.0f);
+  return d;
+}
+
+// Per-element tolerance of o_lat [m, n_heads, R] (see the derivation above), from double scores.
+std::vector<double> tolerances(const MlaAttentionArgs& a) {
+  const int64_t R = a.kv_lora_rank, P = a.rope_dim, D = R + P, H = a.n_heads;
+  const double u = kF32Unit, scale = a.softmax_scale;
+  const double n_dot_cpu = std::ceil(double(R) / 16) + std::ceil(double(P) / 16) + 10;
+  const double n_dot_gpu = 4 * std::ceil(std::ceil(double(D) / 4) / 16) + 12;
+  const double dot_bound = kLambda * (std::sqrt(n_dot_cpu) + std::sqrt(n_dot_gpu)) * u * scale;
+  std::vector<double> tol(static_cast<size_t>(a.m * H * R));
+  ThreadPool::global().parallel_for(a.m * H, [&](int64_t b, int64_t e) {
+    std::vector<double> s, absdot;
+    for (int64_t th = b; th < e; ++th) {
+      const int64_t t = th / H, n = a.ctx_len[t];
+      const int32_t* table = a.block_tables + int64_t(a.token_seq[t]) * a.max_blocks_per_seq;
+      const float* ql = a.q_lat + th * R;
+      const float* qp = a.q_pe + th * P;
+      auto row_of = [&](int64_t j) { return a.kv + (int64_t(table[j / a.block_size]) * a.block_size + j % a.block_size) * D; };
+      s.assign(size_t(n), 0.0);
+      double mx = -1e300, E = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* row = row_of(j);
+        double dot = 0, ad = 0;
+        for (int64_t c = 0; c < R; ++c) dot += double(ql[c]) * row[c], ad += std::fabs(double(ql[c]) * row[c]);
+        for (int64_t c = 0; c < P; ++c) dot += double(qp[c]) * row[R + c], ad += std::fabs(double(qp[c]) * row[R + c]);
+        s[size_t(j)] = dot * scale;
+        mx = std::max(mx, s[size_t(j)]);
+        E = std::max(E, dot_bound * ad + 4 * u * std::fabs(s[size_t(j)]));
+      }
+      double sum = 0;
+      for (double& v : s) sum += (v = std::exp(v - mx));
+      const double rel = 2 * E + (4 * kLambda * std::sqrt(double(n)) + 16) * u;
+      double* out = &tol[size_t(th * R)];
+      std::fill(out, out + R, 0.0);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* row = row_of(j);
+        const double w = s[size_t(j)] / sum;
+        for (int64_t c = 0; c < R; ++c) out[c] += w * std::fabs(double(row[c]));
+      }
+      for (int64_t c = 0; c < R; ++c) out[c] *= rel;
+    }
+  });
+  return tol;
+}
+
+// Device copies of a case's inputs and a poisoned output and workspace.
+struct DeviceData {
+  cuda::DeviceBuffer<float> q_lat, q_pe, kv, o_lat, ws;
+  cuda::DeviceBuffer<int32_t> tables, token_seq;
+  cuda::DeviceBuffer<int64_t> ctx_len;
+  MlaAttentionArgs args;
+};
+
+DeviceData upload_case(const HostData& h, int64_t max_ctx) {
+  DeviceData d;
+  d.q_lat = to_device(h.q_lat), d.q_pe = to_device(h.q_pe), d.kv = to_device(h.kv);
+  d.tables = to_device(h.tables), d.token_seq = to_device(h.token_seq), d.ctx_len = to_device(h.ctx_len);
+  const MlaAttentionArgs& a = h.args;
+  auto o = cuda::DeviceBuffer<float>::create(size_t(a.m * a.n_heads * a.kv_lora_rank));
+  EXPECT_TRUE(o.ok());
+  if (o.ok()) d.o_lat = std::move(o).value();
+  EXPECT_TRUE(d.o_lat.fill_bytes(0xff).ok());
+  const size_t ws = cuda::mla_attention_workspace_floats(a.m, a.n_heads, a.kv_lora_rank, max_ctx);
+  auto w = cuda::DeviceBuffer<float>::create(ws);
+  EXPECT_TRUE(w.ok());
+  if (w.ok()) d.ws = std::move(w).value();
+  EXPECT_TRUE(d.ws.fill_bytes(0xff).ok());  // partials are written before they are read
+  d.args = a;
+  d.args.q_lat = d.q_lat.data(), d.args.q_pe = d.q_pe.data(), d.args.kv = d.kv.data();
+  d.args.block_tables = d.tables.data(), d.args.token_seq = d.token_seq.data(), d.args.ctx_len = d.ctx_len.data();
+  d.args.o_lat = d.o_lat.data();
+  return d;
+}
+
+std::vector<float> cpu_reference(const HostData& h) {
+  std::vector<float> o(static_cast<size_t>(h.args.m * h.args.n_heads * h.args.kv_lora_rank));
+  MlaAttentionArgs a = h.args;
+  a.o_lat = o.data();
+  EXPECT_TRUE(validate(a).ok());
+  cpu::mla_attention(a, ThreadPool::global());
+  return o;
+}
+
+void expect_close(const char* what, const std::vector<float>& got, const std::vector<float>& ref,
+                  const std::vector<double>& tol, double min_cosine) {
+  const Diff d = compare(got.data(), ref.data(), int64_t(got.size()), [&](int64_t i) { return tol[size_t(i)]; });
+  EXPECT_EQ(d.non_finite, 0) << what << ": unwritten or non-finite outputs: " << d.summary();
+  EXPECT_EQ(d.over_tol, 0) << what << ": " << d.summary();
+  EXPECT_GE(d.cosine, min_cosine) << what << ": " << d.summary();
+  std::printf("[ mla_attn ] %-34s %s\n", what, d.summary().c_str());
+}
+
+class MlaAttentionCuda : public ::testing::TestWithParam<MlaCase> {};
+
+TEST_P(MlaAttentionCuda, MatchesCpu) {
+  PG_REQUIRE_CUDA();
+  const MlaCase& c = GetParam();
+  const HostData h = make_data(c);
+  const std::vector<float> ref = cpu_reference(h);
+  const std::vector<double> tol = tolerances(h.args);
+  DeviceData d = upload_case(h, h.max_ctx);
+  PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr));
+  ASSERT_TRUE(sync_ok());
+  expect_close(c.name, to_host(d.o_lat), ref, tol, c.min_cosine);
+}
+
+constexpr int64_t kMoonH = 16, kV3H = 128, kR = 512, kP = 64;
+
+const MlaCase kCases[] = {
+    // Decode, batch 1.
+    {"moonlight_ctx1", kMoonH, kR, kP, 64, {{1, 1}}},
+    {"moonlight_ctx17", kMoonH, kR, kP, 16, {{17, 1}}},
+    {"moonlight_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}},
+    {"moonlight_ctx4097", kMoonH, kR, kP, 16, {{4097, 1}}},
+    {"v3_ctx1", kV3H, kR, kP, 64, {{1, 1}}},
+    {"v3_ctx17", kV3H, kR, kP, 16, {{17, 1}}},
+    {"v3_ctx1000", kV3H, kR, kP, 16, {{1000, 1}}},
+    {"v3_ctx4097", kV3H, kR, kP, 64, {{4097, 1}}},
+    {"tiny3_ctx1", 3, 27, 6, 16, {{1, 1}}},
+    {"tiny3_ctx1000", 3, 27, 6, 16, {{1000, 1}}},
+    {"tiny4_ctx17", 4, 32, 8, 64, {{17, 1}}},
+    {"tiny4_ctx4097", 4, 32, 8, 16, {{4097, 1}}},
+    // Several sequences of different lengths in one call.
+    {"moonlight_batch5", kMoonH, kR, kP, 16, {{1, 1}, {17, 1}, {1000, 1}, {4097, 1}, {300, 1}}},
+    {"v3_batch3", kV3H, kR, kP, 64, {{33, 1}, {2048, 1}, {5, 1}}},
+    {"tiny3_batch4", 3, 27, 6, 16, {{2, 1}, {100, 1}, {31, 1}, {64, 1}}},
+    // Speculative verify: consecutive positions of one sequence (and of two).
+    {"moonlight_verify5", kMoonH, kR, kP, 16, {{1000, 5}}},
+    {"v3_verify5", kV3H, kR, kP, 64, {{2000, 5}}},
+    {"moonlight_verify_two_seqs", kMoonH, kR, kP, 64, {{700, 5}, {64, 3}}},
+    {"tiny4_verify5", 4, 32, 8, 16, {{50, 5}}},
+    // Batch 64 decode (one split per token pair; no combine for short contexts).
+    {"moonlight_batch64",
+     kMoonH, kR, kP, 16,
+     [] {
+       std::vector<Seq> v;
+       for (int i = 0; i < 64; ++i) v.push_back({1 + 37 * i, 1});
+       return v;
+     }()},
+    // Causal prefill.
+    {"moonlight_prefill300", kMoonH, kR, kP, 16, {{300, 300}}},
+    {"tiny3_prefill300", 3, 27, 6, 64, {{300, 300}}},
+    {"moonlight_prefill_two_seqs", kMoonH, kR, kP, 64, {{150, 150}, {100, 100}}},
+    {"v3_prefill40", kV3H, kR, kP, 16, {{40, 40}}},
+    // Graph bounds: the grid and workspace sized for max_ctx, the contexts far below it.
+    {"moonlight_bound32k_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}, 32768},
+    {"moonlight_bound8k_batch2", kMoonH, kR, kP, 16, {{17, 1}, {200, 1}}, 8192},
+    {"v3_bound16k_ctx100", kV3H, kR, kP, 64, {{100, 1}}, 16384},
+    {"tiny3_bound4k_verify3", 3, 27, 6, 16, {{10, 3}}, 4096},
+    // Stability: scores of +-hundreds (exp would overflow without the max); tolerance scales with them.
+    {"moonlight_peaky_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}, 0, 8.0f, 1.0f, 1.0 - 1e-4},
+    {"moonlight_sharp_ctx4097", kMoonH, kR, kP, 16, {{4097, 1}}, 0, 0.0f, 6.0f},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionCuda, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<MlaCase>& i) { return std::string(i.param.name); });
+
+// One capture with a bound, replayed with the device-side ctx_len changed: the graph stays valid.
+TEST(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
+  PG_REQUIRE_CUDA();
+  MlaCase c{"graph_replay", kMoonH, kR, kP, 16, {{3000, 1}, {700, 1}}, 4096};
+  HostData h = make_data(c);
+  DeviceData d = upload_case(h, c.max_ctx);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status s = cuda::mla_attention(d.args, c.max_ctx, d.ws.data(), d.ws.size(), stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  PG_ASSERT_OK(s);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const std::vector<std::vector<int64_t>> contexts = {{3000, 700}, {1, 4}, {2999, 33}, {64, 65}};
+  for (const auto& ctx : contexts) {
+    h.ctx_len = ctx;
+    h.args.ctx_len = h.ctx_len.data();
+    PG_ASSERT_OK(d.ctx_len.upload(ctx.data(), ctx.size()));
+    PG_ASSERT_OK(d.o_lat.fill_bytes(0xff));
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::string what = "graph_replay ctx " + std::to_string(ctx[0]) + "," + std::to_string(ctx[1]);
+    expect_close(what.c_str(), to_host(d.o_lat), cpu_reference(h), tolerances(h.args), kMinCosine);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// Bad arguments come back as a Status naming the problem, before anything touches the device.
+TEST(MlaAttentionCudaValidate, RejectsBadArguments) {
+  float f = 0;
+  int32_t i32 = 0;
+  int64_t i64 = 1;
+  MlaAttentionArgs a;
+  a.q_lat = &f, a.q_pe = &f, a.kv = &f, a.block_tables = &i32, a.token_seq = &i32, a.ctx_len = &i64, a.o_lat = &f;
+  a.m = 1, a.n_heads = 16, a.kv_lora_rank = 512, a.rope_dim = 64, a.block_size = 16, a.max_blocks_per_seq = 4;
+  a.n_blocks = 8;
+
+  MlaAttentionArgs b = a;
+  b.q_pe = nullptr;
+  Status s = cuda::mla_attention(b, 64, nullptr, 0, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.to_string().find("null"), std::string::npos) << s.to_string();
+
+  b = a;
+  b.rope_dim = 0;
+  s = cuda::mla_attention(b, 64, nullptr, 0, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.to_string().find("dims"), std::string::npos) << s.to_string();
+
+  s = cuda::mla_attention(a, 65, nullptr, 0, nullptr);  // bound past the block table's 64 rows
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.to_string().find("max_ctx"), std::string::npos) << s.to_string();
+
+  b = a;
+  b.kv_lora_rank = 1024;
+  s = cuda::mla_attention(b, 64, nullptr, 0, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.to_string().find("kv_lora_rank"), std::string::npos) << s.to_string();
+
+  // Batch 1 at 64 rows splits (at least 2 chunks of 32), so it needs a workspace.
+  ASSERT_GT(cuda::mla_attention_workspace_floats(1, 16, 512, 64), 0u);
+  s = cuda::mla_attention(a, 64, nullptr, 0, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.to_string().find("workspace"), std::string::npos) << s.to_string();
+}
+
+// Not a check: decode latency at the real shapes for the record (the lead's GPU run prints it).
+TEST(MlaAttentionCudaTiming, DecodeBatch1) {
+  PG_REQUIRE_CUDA();
+  for (int64_t heads : {kMoonH, kV3H}) {
+    for (int64_t ctx : {1024, 4096, 32768}) {
+      MlaCase c{"timing", heads, kR, kP, 64, {{ctx, 1}}};
+      HostData h = make_data(c);
+      DeviceData d = upload_case(h, ctx);
+      for (int i = 0; i < 3; ++i) PG_ASSERT_OK(cuda::mla_attention(d.args, ctx, d.ws.data(), d.ws.size(), nullptr));
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      constexpr int kIters = 20;
+      cudaEventRecord(e0);
+      for (int i = 0; i < kIters; ++i) PG_ASSERT_OK(cuda::mla_attention(d.args, ctx, d.ws.data(), d.ws.size(), nullptr));
+      cudaEventRecord(e1);
+      ASSERT_TRUE(sync_ok());
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      const double us = 1e3 * ms / kIters, bytes = double(ctx) * (kR + kP) * 4;
+      const double flops = 2.0 * double(ctx) * heads * (2 * kR + kP);
+      std::printf("[ mla_attn ] timing heads=%-3lld ctx=%-6lld %8.1f us  %7.1f GB/s of KV  %6.1f TFLOP/s\n",
+                  (long long)heads, (long long)ctx, us, bytes / us * 1e-3, flops / us * 1e-6);
+      const std::vector<float> o = to_host(d.o_lat);
+      EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](float v) { return std::isfinite(v); }));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pg::ops::test

@@ -1,0 +1,360 @@
+// ops::cuda::moe_experts against ops::cpu::moe_experts on seeded random inputs: moonlight
+// (64 + 2 experts, top 6, bf16 and FP8 128x128) at m = 1, 2, 8, 33, DeepSeek-V3 (256 + 1, top 8,
+// FP8) at m = 1 and 4, the tiny models' odd dims (scalar path), every token on the same experts,
+// duplicate ids, shared-only and routed-only layers, accumulate with a row gap, prefill-sized m.
+// Weights of experts no token chose stay NaN on the device: reading one poisons the output.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/cpu/moe_experts.h"
+#include "ops/cuda/moe_experts/moe_experts.h"
+#include "tests/ops/test_util.h"
+
+namespace pg::ops::test {
+namespace {
+
+// Tolerance, derived as in linear_test.cpp (Higham & Mary's probabilistic bound, lambda = 10:
+// a sum of n rounded terms errs by <= lambda sqrt(n) u sum|terms| with probability 1 - 1e-18):
+//  gate/up: eg = lambda (sqrt(n_cpu) + sqrt(n_gpu)) u sum_i |x_i w_i| over K = hidden, where the
+//    CPU sums ceil(K/16) + 7 roundings per chain (incl. the fp8 dequantization) and the GPU
+//    2 ceil(K/32) + 10 (chunk dot, chunk add, shuffle tree);
+//  h = silu(g) u: |dh| <= 1.1 eg |u| + (|silu(g)| + 1.1 eg) eu + 8 u |h|  (|silu'| <= 1.1; expf
+//    and the divide differ by a few ulps between host and device);
+//  down: ez = sum_j |d_j| |dh_j| + lambda (sqrt(n_cpu) + sqrt(n_gpu)) u sum_j |d_j h_j| over K = inter;
+//  combine: sum_p |w_p| ez_p + (n_terms + 2) u sum_p |w_p z_p|; accumulate adds 2 u (|y0| + ...).
+constexpr double kLambda = 10.0;
+constexpr double kMinCosine = 1.0 - 1e-6;
+
+enum class Routing { kRandom, kSameExperts, kDuplicates };
+
+struct MoeCase {
+  const char* name;
+  WeightFormat format;
+  int64_t n_experts, n_shared, top_k, hidden, inter;
+  std::vector<int64_t> ms;
+  int64_t block = 128;
+  Routing routing = Routing::kRandom;
+  bool accumulate = false;
+  int64_t y_pad = 0;
+};
+void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
+
+uint64_t seed_of(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
+  return h;
+}
+
+bool sync_ok() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  return e == cudaSuccess;
+}
+
+// One stacked weight on host and device. Host memory is allocated untouched: only the experts
+// some token chose (and the shared ones) are filled, so V3's 11 GB stack costs what it uses.
+struct Stack {
+  Matrix host, dev;
+  int64_t elem_bytes = 0, rows_per_expert = 0;
+  std::unique_ptr<uint8_t[]> data;
+  std::unique_ptr<float[]> scale;
+  void* ddata = nullptr;
+  float* dscale = nullptr;
+  ~Stack() {
+    if (ddata) cudaFree(ddata);
+    if (dscale) cudaFree(dscale);
+  }
+};
+
+bool make_stack(Stack& s, WeightFormat f, int64_t n_all, int64_t rows_per_expert, int64_t cols, int64_t block) {
+  s.elem_bytes = f == WeightFormat::kF32 ? 4 : f == WeightFormat::kBF16 ? 2 : 1;
+  s.rows_per_expert = rows_per_expert;
+  s.host = Matrix{f, n_all * rows_per_expert, cols, nullptr, nullptr, block, block};
+  const size_t bytes = size_t(s.host.rows * cols * s.elem_bytes);
+  s.data.reset(new uint8_t[bytes]);
+  s.host.data = s.data.get();
+  if (cudaMalloc(&s.ddata, bytes) != cudaSuccess || cudaMemset(s.ddata, 0xff, bytes) != cudaSuccess) return false;
+  s.dev = s.host;
+  s.dev.data = s.ddata;
+  if (f == WeightFormat::kFp8Block) {
+    const size_t n = size_t(((s.host.rows + block - 1) / block) * s.host.scale_cols());
+    s.scale.reset(new float[n]);
+    s.host.scale_inv = s.scale.get();
+    if (cudaMalloc(reinterpret_cast<void**>(&s.dscale), n * 4) != cudaSuccess || cudaMemset(s.dscale, 0xff, n * 4) != cudaSuccess) return false;
+    s.dev.scale_inv = s.dscale;
+  }
+  return true;
+}
+
+// Fills expert e's rows with seeded values and uploads them.
+bool fill_expert(Stack& s, int64_t e, uint64_t seed) {
+  const int64_t cols = s.host.cols, r0 = e * s.rows_per_expert, n = s.rows_per_expert * cols;
+  uint8_t* base = s.data.get() + r0 * cols * s.elem_bytes;
+  const float amp = 2.0f / std::sqrt(float(cols));
+  ThreadPool::global().parallel_for(n, [&](int64_t b, int64_t end) {
+    for (int64_t i = b; i < end; ++i) {
+      const uint64_t gi = uint64_t(r0 * cols + i);
+      switch (s.host.format) {
+        case WeightFormat::kF32: reinterpret_cast<float*>(base)[i] = amp * uniform_pm1(seed, gi); break;
+        case WeightFormat::kBF16: reinterpret_cast<uint16_t*>(base)[i] = f32_to_bf16(amp * uniform_pm1(seed, gi)); break;
+        case WeightFormat::kFp8Block: {  // every finite e4m3 code (the NaN codes become +-448)
+          const uint8_t v = uint8_t(splitmix64(seed ^ (gi * 0x9e3779b97f4a7c15ull)) >> 56);
+          base[i] = (v & 0x7f) == 0x7f ? uint8_t(v ^ 1) : v;
+          break;
+        }
+      }
+    }
+  }, 1 << 16);
+  if (cudaMemcpy(static_cast<uint8_t*>(s.ddata) + r0 * cols * s.elem_bytes, base, size_t(n * s.elem_bytes),
+                 cudaMemcpyHostToDevice) != cudaSuccess)
+    return false;
+  if (s.host.format == WeightFormat::kFp8Block) {  // rows_per_expert is a multiple of block_rows
+    const int64_t sc = s.host.scale_cols(), s0 = r0 / s.host.block_rows * sc;
+    const int64_t ns = s.rows_per_expert / s.host.block_rows * sc;
+    for (int64_t i = 0; i < ns; ++i) s.scale[size_t(s0 + i)] = std::exp2(-9.0f + 3.0f * uniform_pm1(seed + 1, uint64_t(s0 + i)));
+    if (cudaMemcpy(s.dscale + s0, s.scale.get() + s0, size_t(ns) * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+      return false;
+  }
+  return true;
+}
+
+struct Routed {
+  std::vector<int32_t> idx;
+  std::vector<float> weight;
+};
+
+Routed route(const MoeCase& c, int64_t m, uint64_t seed) {
+  Routed r;
+  r.idx.resize(size_t(m * c.top_k));
+  r.weight.resize(r.idx.size());
+  std::vector<int32_t> perm(static_cast<size_t>(c.n_experts));
+  for (int64_t t = 0; t < m; ++t) {
+    std::iota(perm.begin(), perm.end(), 0);
+    for (int64_t k = 0; k < c.top_k; ++k) {  // partial Fisher-Yates: top_k distinct experts
+      const int64_t j = k + int64_t(splitmix64(seed + uint64_t(t * 977 + k)) % uint64_t(c.n_experts - k));
+      std::swap(perm[size_t(k)], perm[size_t(j)]);
+      int32_t e = perm[size_t(k)];
+      if (c.routing == Routing::kSameExperts) e = int32_t((3 + 7 * k) % c.n_experts);
+      if (c.routing == Routing::kDuplicates && k == 1) e = r.idx[size_t(t * c.top_k)];
+      r.idx[size_t(t * c.top_k + k)] = e;
+      r.weight[size_t(t * c.top_k + k)] = 0.05f + 0.5f * (1.0f + uniform_pm1(seed + 5, uint64_t(t * c.top_k + k)));
+    }
+  }
+  return r;
+}
+
+// Per-output tolerance (see the top of the file), in double, from the host weights.
+std::vector<double> tolerance(const MoeCase& c, const Stack& gu, const Stack& dn, const std::vector<float>& x,
+                              const Routed& r, int64_t m, const std::vector<float>& y0) {
+  const int64_t H = c.hidden, I = c.inter, K = c.top_k;
+  const double u = kF32Unit;
+  auto chains = [](int64_t k) { return std::sqrt(std::ceil(k / 16.0) + 7) + std::sqrt(2 * std::ceil(k / 32.0) + 10); };
+  // Pairs (token, expert, |weight|): routed, then shared.
+  struct P { int64_t t, e; double w; };
+  std::vector<P> pairs;
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t k = 0; k < K; ++k) pairs.push_back({t, r.idx[size_t(t * K + k)], std::fabs(r.weight[size_t(t * K + k)])});
+  for (int64_t s = 0; s < c.n_shared; ++s)
+    for (int64_t t = 0; t < m; ++t) pairs.push_back({t, c.n_experts + s, 1.0});
+  const int64_t np = int64_t(pairs.size());
+  std::vector<double> habs(static_cast<size_t>(np * I)), eh(size_t(np * I));
+  ThreadPool::global().parallel_for(np, [&](int64_t p0, int64_t p1) {
+    std::vector<float> g(static_cast<size_t>(H)), uw(static_cast<size_t>(H));
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* xt = x.data() + pairs[size_t(p)].t * H;
+      for (int64_t j = 0; j < I; ++j) {
+        matrix_row_to_f32(gu.host, pairs[size_t(p)].e * 2 * I + j, g.data());
+        matrix_row_to_f32(gu.host, pairs[size_t(p)].e * 2 * I + I + j, uw.data());
+        double gs = 0, us = 0, ga = 0, ua = 0;
+        for (int64_t i = 0; i < H; ++i) {
+          gs += double(xt[i]) * g[size_t(i)], ga += std::fabs(double(xt[i]) * g[size_t(i)]);
+          us += double(xt[i]) * uw[size_t(i)], ua += std::fabs(double(xt[i]) * uw[size_t(i)]);
+        }
+        const double eg = kLambda * chains(H) * u * ga, eu = kLambda * chains(H) * u * ua;
+        const double sg = gs / (1 + std::exp(-gs));
+        habs[size_t(p * I + j)] = std::fabs(sg * us);
+        eh[size_t(p * I + j)] = 1.1 * eg * std::fabs(us) + (std::fabs(sg) + 1.1 * eg) * eu + 8 * u * std::fabs(sg * us);
+      }
+    }
+  });
+  std::vector<std::vector<int64_t>> of_token(static_cast<size_t>(m));
+  for (int64_t p = 0; p < np; ++p) of_token[size_t(pairs[size_t(p)].t)].push_back(p);
+  const int64_t ys = H + c.y_pad;
+  std::vector<double> tol(static_cast<size_t>(m * H));
+  ThreadPool::global().parallel_for(H, [&](int64_t o0, int64_t o1) {
+    std::vector<float> d(static_cast<size_t>(I));
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t t = 0; t < m; ++t) {
+        double sum = 0, mag = 0;
+        const auto& ps = of_token[size_t(t)];
+        for (int64_t p : ps) {
+          matrix_row_to_f32(dn.host, pairs[size_t(p)].e * H + o, d.data());
+          double s1 = 0, s2 = 0;
+          for (int64_t j = 0; j < I; ++j) {
+            s1 += std::fabs(double(d[size_t(j)])) * eh[size_t(p * I + j)];
+            s2 += std::fabs(double(d[size_t(j)])) * habs[size_t(p * I + j)];
+          }
+          sum += pairs[size_t(p)].w * (s1 + kLambda * chains(I) * u * s2);
+          mag += pairs[size_t(p)].w * s2;
+        }
+        double tt = sum + double(ps.size() + 2) * u * mag;
+        if (c.accumulate) tt += 2 * u * (std::fabs(double(y0[size_t(t * ys + o)])) + mag);
+        tol[size_t(t * H + o)] = tt;
+      }
+  });
+  return tol;
+}
+
+void run_case(const MoeCase& c) {
+  const uint64_t seed = seed_of(c.name);
+  const int64_t n_all = c.n_experts + c.n_shared, H = c.hidden, ys = c.hidden + c.y_pad;
+  std::vector<Routed> routes;
+  std::set<int64_t> used;
+  for (int64_t s = 0; s < c.n_shared; ++s) used.insert(c.n_experts + s);
+  for (int64_t m : c.ms) {
+    routes.push_back(route(c, m, seed + uint64_t(m)));
+    used.insert(routes.back().idx.begin(), routes.back().idx.end());
+  }
+  Stack gu, dn;
+  ASSERT_TRUE(make_stack(gu, c.format, n_all, 2 * c.inter, c.hidden, c.block));
+  ASSERT_TRUE(make_stack(dn, c.format, n_all, c.hidden, c.inter, c.block));
+  for (int64_t e : used) {
+    ASSERT_TRUE(fill_expert(gu, e, seed + 11));
+    ASSERT_TRUE(fill_expert(dn, e, seed + 13));
+  }
+
+  for (size_t mi = 0; mi < c.ms.size(); ++mi) {
+    const int64_t m = c.ms[mi];
+    const Routed& r = routes[mi];
+    SCOPED_TRACE("m=" + std::to_string(m));
+    std::vector<float> x(static_cast<size_t>(m * H));
+    parallel_fill(x, [&](uint64_t i) { return uniform_pm1(seed + 2 + uint64_t(m), i); });
+    std::vector<float> y0(static_cast<size_t>(m * ys));
+    if (c.accumulate) parallel_fill(y0, [&](uint64_t i) { return 4.0f * uniform_pm1(seed + 3, i); });
+    else std::fill(y0.begin(), y0.end(), std::numeric_limits<float>::quiet_NaN());
+
+    MoeExpertsArgs ha;
+    ha.x = x.data(), ha.expert_idx = r.idx.data(), ha.expert_weight = r.weight.data();
+    ha.gate_up = &gu.host, ha.down = &dn.host;
+    ha.m = m, ha.hidden = H, ha.inter = c.inter, ha.n_experts = c.n_experts, ha.top_k = c.top_k;
+    ha.n_shared = c.n_shared, ha.y_stride = ys, ha.accumulate = c.accumulate;
+    std::vector<float> y_cpu = y0;
+    ha.y = y_cpu.data();
+    PG_ASSERT_OK(validate(ha));
+    cpu::moe_experts(ha, ThreadPool::global());
+    const std::vector<double> tol = tolerance(c, gu, dn, x, r, m, y0);
+
+    auto dx = to_device(x);
+    auto didx = to_device(r.idx);
+    auto dw = to_device(r.weight);
+    auto dy = to_device(y0);
+    if (!c.accumulate) PG_ASSERT_OK(dy.fill_bytes(0xff));
+    const size_t ws_bytes = cuda::moe_experts_workspace_bytes(m, c.top_k, c.n_shared, c.n_experts, c.inter);
+    auto ws_r = cuda::DeviceBuffer<uint8_t>::create(ws_bytes);
+    PG_ASSERT_OK(ws_r.status());
+    cuda::DeviceBuffer<uint8_t> ws = std::move(ws_r).value();
+    PG_ASSERT_OK(ws.fill_bytes(0xff));  // the kernels must not rely on a zeroed workspace
+    MoeExpertsArgs da = ha;
+    da.x = dx.data(), da.expert_idx = didx.data(), da.expert_weight = dw.data();
+    da.gate_up = &gu.dev, da.down = &dn.dev, da.y = dy.data();
+    PG_ASSERT_OK(cuda::moe_experts(da, ws.data(), ws.size(), nullptr));
+    ASSERT_TRUE(sync_ok());
+    const std::vector<float> y_gpu = to_host(dy);
+
+    std::vector<float> got, ref;
+    int64_t gap_touched = 0;
+    for (int64_t t = 0; t < m; ++t) {
+      for (int64_t o = 0; o < H; ++o) got.push_back(y_gpu[size_t(t * ys + o)]), ref.push_back(y_cpu[size_t(t * ys + o)]);
+      for (int64_t o = H; o < ys; ++o) {
+        const size_t i = size_t(t * ys + o);
+        if (c.accumulate ? y_gpu[i] != y0[i] : !is_poison(y_gpu[i])) ++gap_touched;
+      }
+    }
+    const Diff d = compare(got.data(), ref.data(), int64_t(got.size()), [&](int64_t i) { return tol[size_t(i)]; });
+    EXPECT_EQ(d.non_finite, 0) << "unwritten, non-finite or unselected-expert outputs: " << d.summary();
+    EXPECT_EQ(d.over_tol, 0) << d.summary();
+    EXPECT_GE(d.cosine, kMinCosine) << d.summary();
+    EXPECT_EQ(gap_touched, 0) << "elements between rows (y_stride > hidden) were written";
+
+    // Deterministic: a second run gives the same bits (no float atomics, a fixed order).
+    if (!c.accumulate) {
+      PG_ASSERT_OK(dy.fill_bytes(0xff));
+      PG_ASSERT_OK(cuda::moe_experts(da, ws.data(), ws.size(), nullptr));
+      ASSERT_TRUE(sync_ok());
+      const std::vector<float> again = to_host(dy);
+      EXPECT_EQ(0, std::memcmp(again.data(), y_gpu.data(), again.size() * sizeof(float))) << "run-to-run difference";
+    }
+    std::printf("[ moe      ] %-28s m=%-5lld %s\n", c.name, (long long)m, d.summary().c_str());
+  }
+}
+
+constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block;
+
+const MoeCase kCases[] = {
+    // moonlight-16b-a3b: 64 routed + 2 shared, top 6, moe inter 1408, hidden 2048.
+    {"moonlight_bf16", kBF16, 64, 2, 6, 2048, 1408, {1, 2, 8, 33}},
+    {"moonlight_fp8", kFp8, 64, 2, 6, 2048, 1408, {1, 2, 8, 33}},
+    {"moonlight_bf16_same_experts", kBF16, 64, 2, 6, 2048, 1408, {16, 64}, 128, Routing::kSameExperts},
+    {"moonlight_bf16_accumulate", kBF16, 64, 2, 6, 2048, 1408, {8}, 128, Routing::kRandom, true, 5},
+    // DeepSeek-V3: 256 routed + 1 shared, top 8, moe inter 2048, hidden 7168, FP8 128x128.
+    {"v3_fp8", kFp8, 256, 1, 8, 7168, 2048, {1, 4}},
+    // The tiny golden models' odd dims: scalar path.
+    {"tiny_bf16", kBF16, 8, 2, 3, 52, 22, {1, 5, 64, 300}},
+    {"tiny_f32_accumulate_gap", kF32, 8, 2, 3, 52, 22, {1, 7}, 128, Routing::kRandom, true, 3},
+    {"tiny_bf16_prefill", kBF16, 8, 2, 3, 52, 22, {8192}},
+    {"tiny_fp8_8x8_blocks", kFp8, 8, 1, 2, 40, 24, {1, 9}, 8},
+    {"tiny_bf16_duplicate_ids", kBF16, 8, 2, 3, 52, 22, {1, 6}, 128, Routing::kDuplicates},
+    {"tiny_bf16_shared_only", kBF16, 8, 2, 0, 52, 22, {1, 5}},
+    {"tiny_bf16_routed_only", kBF16, 8, 0, 3, 52, 22, {1, 5}},
+    // A dense MLP as the runner lays it out: no routed expert, one "shared" expert.
+    {"tiny_bf16_dense", kBF16, 0, 1, 0, 52, 22, {1, 5, 300}},
+    {"moonlight_dense_bf16", kBF16, 0, 1, 0, 2048, 11264, {1, 4}},
+    // Small vector-path shapes: FP8 32x32 blocks, and prefill-sized m on few experts.
+    {"small_fp8_32x32", kFp8, 16, 1, 4, 160, 96, {1, 3, 70}, 32},
+    {"mid_bf16_prefill", kBF16, 16, 1, 4, 256, 128, {2000}},
+    {"mid_f32_same_experts_prefill", kF32, 16, 1, 4, 256, 128, {1000}, 128, Routing::kSameExperts},
+};
+
+class MoeExpertsCuda : public ::testing::TestWithParam<MoeCase> {};
+
+TEST_P(MoeExpertsCuda, MatchesCpu) {
+  PG_REQUIRE_CUDA();
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsCuda, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<MoeCase>& i) { return std::string(i.param.name); });
+
+TEST(MoeExpertsCudaArgs, BadArgumentsAreStatusNotCrash) {
+  MoeExpertsArgs a;  // no weights
+  EXPECT_FALSE(cuda::moe_experts(a, nullptr, 0, nullptr).ok());
+  // Shapes valid, workspace missing: rejected before any launch (pointers are never touched).
+  Matrix gu{kBF16, (4 + 1) * 2 * 16, 32, reinterpret_cast<const void*>(uintptr_t(256))};
+  Matrix dn{kBF16, (4 + 1) * 32, 16, reinterpret_cast<const void*>(uintptr_t(256))};
+  float* fake = reinterpret_cast<float*>(uintptr_t(256));
+  int32_t* fake_idx = reinterpret_cast<int32_t*>(uintptr_t(256));
+  a.x = fake, a.y = fake, a.expert_weight = fake, a.expert_idx = fake_idx, a.gate_up = &gu, a.down = &dn;
+  a.m = 2, a.hidden = 32, a.inter = 16, a.n_experts = 4, a.top_k = 2, a.n_shared = 1;
+  EXPECT_TRUE(validate(a).ok());
+  EXPECT_FALSE(cuda::moe_experts(a, nullptr, 0, nullptr).ok());
+  // FP8 with an expert's rows off the scale grid.
+  Matrix gu8{kFp8, (4 + 1) * 2 * 16, 32, gu.data, fake, 32, 32};
+  a.gate_up = &gu8;
+  const Status s = validate(a);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("multiple of"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace pg::ops::test

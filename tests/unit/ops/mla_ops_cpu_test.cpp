@@ -1,0 +1,248 @@
+// The CPU definitions of the MLA helper ops (embedding, mla_kv_write, head_linear) against
+// straightforward loops (double sums where the op sums): every table format, odd dims, strides,
+// shuffled block tables, large RoPE positions, and the untouched elements around every output.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/cpu/mla_ops.h"
+
+namespace pg::ops {
+namespace {
+
+const float kPoison = std::bit_cast<float>(0xffffffffu);  // a NaN no op writes
+bool is_poison(float v) { return std::bit_cast<uint32_t>(v) == 0xffffffffu; }
+
+std::vector<float> normal_vec(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+TEST(MlaOpsCpu, EmbeddingEveryFormat) {
+  std::mt19937 rng(11);
+  const int64_t vocab = 37, H = 52, ys = 55, bs = 32;  // fp8 32x32 blocks over an odd table
+  const std::vector<int32_t> tokens = {0, 36, 5, 5, 31, 32, 17};
+  const int64_t m = int64_t(tokens.size()), sr = (vocab + bs - 1) / bs, sc = (H + bs - 1) / bs;
+  const std::vector<float> wf = normal_vec(size_t(vocab * H), rng);
+  std::vector<uint16_t> wb(wf.size());
+  std::vector<uint8_t> w8(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]), w8[i] = uint8_t(rng() & 0xff);
+  for (uint8_t& b : w8) if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+  std::vector<float> scale = normal_vec(size_t(sr * sc), rng, 0.01f);
+  const Matrix tables[] = {{WeightFormat::kF32, vocab, H, wf.data()},
+                           {WeightFormat::kBF16, vocab, H, wb.data()},
+                           {WeightFormat::kFp8Block, vocab, H, w8.data(), scale.data(), bs, bs}};
+  for (const Matrix& t : tables) {
+    std::vector<float> y(size_t(m * ys), kPoison);
+    EmbeddingArgs a;
+    a.table = &t, a.tokens = tokens.data(), a.y = y.data(), a.m = m, a.y_stride = ys;
+    ASSERT_TRUE(validate(a).ok());
+    cpu::embedding(a);
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t r = tokens[size_t(i)];
+      for (int64_t c = 0; c < H; ++c) {
+        const size_t e = size_t(r * H + c);
+        const float want = t.format == WeightFormat::kF32    ? wf[e]
+                           : t.format == WeightFormat::kBF16 ? bf16_to_f32(wb[e])
+                                                             : f8e4m3_to_f32(w8[e]) * scale[size_t((r / bs) * sc + c / bs)];
+        ASSERT_EQ(std::bit_cast<uint32_t>(y[size_t(i * ys + c)]), std::bit_cast<uint32_t>(want)) << i << "," << c;
+      }
+      for (int64_t c = H; c < ys; ++c) EXPECT_TRUE(is_poison(y[size_t(i * ys + c)])) << "row gap written";
+    }
+  }
+}
+
+// The RoPE of one pair as the contract defines it: fp32 angle, cos/sin in double, rounded to
+// f32 and scaled by attention_factor; the rotation itself in double.
+void rope_pair(const RopeTable& t, int64_t pos, int64_t k, double& x0, double& x1) {
+  const float angle = t.inv_freq[size_t(k)] * float(pos);
+  const double c = double(float(std::cos(double(angle))) * t.attention_factor);
+  const double s = double(float(std::sin(double(angle))) * t.attention_factor);
+  const double a0 = x0, a1 = x1;
+  x0 = a0 * c - a1 * s;
+  x1 = a1 * c + a0 * s;
+}
+
+RopeTable test_rope_table(int64_t rope_dim, bool interleave) {
+  RopeTable t;
+  t.interleave = interleave;
+  t.attention_factor = 1.1f;
+  for (int64_t i = 0; i < rope_dim / 2; ++i)
+    t.inv_freq.push_back(float(std::pow(10000.0, -double(2 * i) / double(rope_dim)) / (i < 2 ? 1.0 : 40.0)));
+  return t;
+}
+
+struct KvWriteCase {
+  int64_t R, P, block_size, n_blocks, max_blocks, kv_pad;
+  std::vector<std::pair<int32_t, int64_t>> tokens;  // (seq, position)
+};
+
+void run_kv_write(const KvWriteCase& c, bool interleave) {
+  std::mt19937 rng(uint32_t(c.R * 7 + c.P + interleave));
+  const int64_t D = c.R + c.P, ks = D + c.kv_pad, m = int64_t(c.tokens.size());
+  const RopeTable table = test_rope_table(c.P, interleave);
+  // Block tables: entries the tokens use get distinct shuffled blocks; the rest stay -1
+  // (reading one would abort the reference).
+  std::vector<int32_t> perm(static_cast<size_t>(c.n_blocks));
+  for (int32_t i = 0; i < int32_t(perm.size()); ++i) perm[size_t(i)] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int32_t n_seqs = 0;
+  for (auto [s, p] : c.tokens) n_seqs = std::max(n_seqs, s + 1);
+  std::vector<int32_t> tables(size_t(n_seqs * c.max_blocks), -1);
+  size_t next = 0;
+  for (auto [s, p] : c.tokens) {
+    int32_t& e = tables[size_t(s * c.max_blocks + p / c.block_size)];
+    if (e < 0) e = perm[next++];
+  }
+  std::vector<int32_t> token_seq;
+  std::vector<int64_t> positions;
+  for (auto [s, p] : c.tokens) token_seq.push_back(s), positions.push_back(p);
+  std::vector<float> kv = normal_vec(size_t(m * ks), rng), w = normal_vec(size_t(c.R), rng);
+  const std::vector<float> kv0 = kv;
+  std::vector<float> cache(size_t(c.n_blocks * c.block_size * D), kPoison);
+
+  MlaKvWriteArgs a;
+  a.kv = kv.data(), a.norm_weight = w.data(), a.eps = 1e-6f, a.positions = positions.data(), a.table = &table;
+  a.block_tables = tables.data(), a.token_seq = token_seq.data(), a.cache = cache.data(), a.m = m;
+  a.kv_lora_rank = c.R, a.rope_dim = c.P, a.block_size = c.block_size, a.max_blocks_per_seq = c.max_blocks;
+  a.n_blocks = c.n_blocks, a.kv_stride = ks;
+  ASSERT_TRUE(validate(a).ok());
+  cpu::mla_kv_write(a);
+
+  EXPECT_EQ(std::memcmp(kv.data(), kv0.data(), kv.size() * sizeof(float)), 0) << "kv was modified";
+  std::vector<bool> written(size_t(c.n_blocks * c.block_size), false);
+  for (int64_t t = 0; t < m; ++t) {
+    const int64_t p = positions[size_t(t)];
+    const int64_t row = int64_t(tables[size_t(token_seq[size_t(t)] * c.max_blocks + p / c.block_size)]) * c.block_size +
+                        p % c.block_size;
+    written[size_t(row)] = true;
+    const float* x = &kv[size_t(t * ks)];
+    const float* got = &cache[size_t(row * D)];
+    double ss = 0;
+    for (int64_t j = 0; j < c.R; ++j) ss += double(x[j]) * x[j];
+    const double inv = 1.0 / std::sqrt(ss / double(c.R) + 1e-6);
+    for (int64_t j = 0; j < c.R; ++j) EXPECT_NEAR(got[j], w[size_t(j)] * x[j] * inv, 2e-6 * std::fabs(w[size_t(j)] * x[j] * inv) + 1e-7);
+    for (int64_t k = 0; k < c.P / 2; ++k) {
+      const int64_t i0 = interleave ? 2 * k : k, i1 = interleave ? 2 * k + 1 : k + c.P / 2;
+      double x0 = x[c.R + i0], x1 = x[c.R + i1];
+      rope_pair(table, p, k, x0, x1);
+      EXPECT_NEAR(got[c.R + i0], x0, 1e-6) << "t=" << t << " pair " << k << " pos " << p;
+      EXPECT_NEAR(got[c.R + i1], x1, 1e-6) << "t=" << t << " pair " << k << " pos " << p;
+    }
+  }
+  int64_t touched = 0;
+  for (size_t r = 0; r < written.size(); ++r)
+    if (!written[r])
+      for (int64_t j = 0; j < D; ++j) touched += !is_poison(cache[r * size_t(D) + size_t(j)]);
+  EXPECT_EQ(touched, 0) << "cache rows no token owns were written";
+}
+
+TEST(MlaOpsCpu, KvWriteTinyShuffledBlocks) {
+  KvWriteCase c{27, 6, 5, 12, 4, 3, {}};
+  for (int64_t p = 0; p < 7; ++p) c.tokens.push_back({0, p});
+  for (int64_t p = 10; p < 13; ++p) c.tokens.push_back({2, p});
+  c.tokens.push_back({1, 19});
+  for (bool il : {true, false}) run_kv_write(c, il);
+}
+
+TEST(MlaOpsCpu, KvWriteRealDimsLargePositions) {
+  KvWriteCase c{512, 64, 64, 16, 2560, 0, {{0, 0}, {0, 1}, {1, 163839}, {2, 100000}, {2, 100001}, {1, 65}}};
+  for (bool il : {true, false}) run_kv_write(c, il);
+}
+
+struct HeadCase {
+  const char* name;
+  HeadWeight format;
+  int64_t m, n_heads, n, k;
+  int64_t x_row_stride, x_head_stride, y_row_stride, y_head_stride;
+};
+
+TEST(MlaOpsCpu, HeadLinearAgainstLoops) {
+  const HeadCase cases[] = {
+      {"tiny_f32", HeadWeight::kF32, 5, 3, 27, 11, 40, 12, 3 * 27, 27},
+      {"tiny_bf16_gaps", HeadWeight::kBF16, 4, 3, 13, 27, 3 * 27, 27, 50, 15},
+      {"rows_in_heads", HeadWeight::kBF16, 3, 3, 13, 27, 3 * 27, 27, 13, 3 * 13 + 2},
+      {"moonlight_w_uk", HeadWeight::kBF16, 2, 16, 512, 128, 16 * 192, 192, 16 * 512, 512},
+      {"moonlight_w_uv", HeadWeight::kBF16, 3, 16, 128, 512, 16 * 512, 512, 16 * 128, 128},
+  };
+  for (const HeadCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::mt19937 rng(uint32_t(c.n * 31 + c.k));
+    const size_t x_len = size_t((c.m - 1) * c.x_row_stride + (c.n_heads - 1) * c.x_head_stride + c.k);
+    const size_t y_len = size_t(std::max((c.m - 1) * c.y_row_stride + (c.n_heads - 1) * c.y_head_stride + c.n, int64_t(1)));
+    const std::vector<float> x = normal_vec(x_len, rng), wf0 = normal_vec(size_t(c.n_heads * c.n * c.k), rng);
+    std::vector<float> wf = wf0;
+    std::vector<uint16_t> wb(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf0[i]), wf[i] = c.format == HeadWeight::kBF16 ? bf16_to_f32(wb[i]) : wf0[i];
+    std::vector<float> y(y_len, kPoison);
+    HeadLinearArgs a;
+    a.x = x.data(), a.x_row_stride = c.x_row_stride, a.x_head_stride = c.x_head_stride;
+    a.w = c.format == HeadWeight::kF32 ? static_cast<const void*>(wf.data()) : wb.data(), a.w_format = c.format;
+    a.y = y.data(), a.y_row_stride = c.y_row_stride, a.y_head_stride = c.y_head_stride;
+    a.m = c.m, a.n_heads = c.n_heads, a.n = c.n, a.k = c.k;
+    ASSERT_TRUE(validate(a).ok()) << validate(a).message();
+    ThreadPool pool(2);
+    cpu::head_linear(a, pool);
+    std::vector<bool> out(y_len, false);
+    for (int64_t t = 0; t < c.m; ++t)
+      for (int64_t h = 0; h < c.n_heads; ++h)
+        for (int64_t i = 0; i < c.n; ++i) {
+          double s = 0, sa = 0;
+          for (int64_t j = 0; j < c.k; ++j) {
+            const double v = double(wf[size_t((h * c.n + i) * c.k + j)]) * x[size_t(t * c.x_row_stride + h * c.x_head_stride + j)];
+            s += v, sa += std::fabs(v);
+          }
+          const size_t o = size_t(t * c.y_row_stride + h * c.y_head_stride + i);
+          out[o] = true;
+          ASSERT_NEAR(y[o], s, 1e-5 * sa) << "t=" << t << " h=" << h << " i=" << i;
+        }
+    for (size_t o = 0; o < y_len; ++o)
+      if (!out[o]) {
+        EXPECT_TRUE(is_poison(y[o])) << "element " << o << " between outputs was written";
+      }
+  }
+}
+
+TEST(MlaOpsCpu, ValidateRejectsBadShapes) {
+  const std::vector<float> w(64);
+  const Matrix t{WeightFormat::kF32, 4, 16, w.data()};
+  int32_t tok = 0;
+  float y[32];
+  EmbeddingArgs e;
+  e.table = &t, e.tokens = &tok, e.y = y, e.m = 1, e.y_stride = 8;
+  EXPECT_FALSE(validate(e).ok());  // y_stride < H
+  e.y_stride = 0;
+  EXPECT_TRUE(validate(e).ok());
+
+  const RopeTable rt = test_rope_table(6, true);
+  MlaKvWriteArgs k;
+  k.table = &rt, k.rope_dim = 8, k.kv_lora_rank = 4, k.block_size = 4, k.max_blocks_per_seq = 1, k.n_blocks = 1;
+  EXPECT_FALSE(validate(k).ok());  // rope_dim does not match the table
+  k.rope_dim = 6;
+  EXPECT_TRUE(validate(k).ok());  // m = 0: no pointers needed
+  k.m = 1;
+  EXPECT_FALSE(validate(k).ok());  // null pointers
+
+  HeadLinearArgs h;
+  h.x = y, h.w = w.data(), h.y = y, h.m = 2, h.n_heads = 2, h.n = 4, h.k = 4;
+  h.x_row_stride = 8, h.x_head_stride = 4, h.y_row_stride = 8, h.y_head_stride = 4;
+  EXPECT_TRUE(validate(h).ok());
+  h.y_row_stride = 4;  // rows would overwrite the next head
+  EXPECT_FALSE(validate(h).ok());
+  h.y_row_stride = 4, h.y_head_stride = 8;  // rows inside heads
+  EXPECT_TRUE(validate(h).ok());
+  h.y_head_stride = 6;
+  EXPECT_FALSE(validate(h).ok());
+}
+
+}  // namespace
+}  // namespace pg::ops
