@@ -267,8 +267,12 @@ int run_cuda_bench(const CudaBenchOptions& o) {
     const double bytes = one.attention / double(c.num_hidden_layers) + one.kv_cache / double(c.num_hidden_layers) +
                          (moe ? (one.experts + one.router) / double(n_moe) : one.dense_mlp / double(n_dense));
     const double floor_us = bytes / (*bw * 1e9) * 1e6;
+    auto prof = R.profile_layer(l, 1, o.context, 9);
+    if (!prof.ok()) return fail(prof.status());
+    Json ops = Json::array();
+    for (const auto& [name, t] : *prof) ops.push_back({{"op", name}, {"us", t}});
     j["layers"].push_back({{"layer", l}, {"kind", moe ? "moe" : "dense"}, {"us", *us}, {"bytes", bytes},
-                           {"floor_us", floor_us}, {"x_floor", *us / floor_us}});
+                           {"floor_us", floor_us}, {"x_floor", *us / floor_us}, {"ops_eager_us", ops}});
   }
 
   // ---- decode throughput at larger batches (KV of each sequence: `context` positions, zeroed) ----
@@ -298,7 +302,7 @@ int run_cuda_bench(const CudaBenchOptions& o) {
   if (o.long_prefill > 0) {
     const int64_t T = std::min<int64_t>(o.long_prefill, c.max_position_embeddings);
     if ((T + bs - 1) / bs <= R.n_kv_blocks()) {
-      auto ms = prefill(T, 2);
+      auto ms = prefill(T, 1);
       if (!ms.ok()) return fail(ms.status());
       const double tflops = prefill_flops(c, T) / (*ms * 1e-3) / 1e12;
       j["prefill"].push_back({{"tokens", T}, {"ms", *ms}, {"tokens_per_s", double(T) / (*ms * 1e-3)},
@@ -325,6 +329,12 @@ int run_cuda_bench(const CudaBenchOptions& o) {
     std::printf("layer %-3lld    %-5s %.1f us (bytes floor %.1f us, x%.2f)\n", (long long)l["layer"].get<int64_t>(),
                 l["kind"].get<std::string>().c_str(), l["us"].get<double>(), l["floor_us"].get<double>(),
                 l["x_floor"].get<double>());
+  for (const auto& l : j["layers"]) {
+    std::printf("  ops of layer %lld (eager, events between launches; us):", (long long)l["layer"].get<int64_t>());
+    for (const auto& op : l["ops_eager_us"])
+      std::printf(" %s %.1f", op["op"].get<std::string>().c_str(), op["us"].get<double>());
+    std::printf("\n");
+  }
   for (const auto& p : j["prefill"])
     std::printf("prefill      %lld tokens: %.1f ms, %.0f tok/s, %.0f TFLOP/s%s\n", (long long)p["tokens"].get<int64_t>(),
                 p["ms"].get<double>(), p["tokens_per_s"].get<double>(), p["tflops"].get<double>(),

@@ -209,8 +209,12 @@ if [ -n "$BENCH" ] && [ "$(left)" -gt 120 ] && [ -z "${PG_SUITE_SKIP_OPS_BENCH:-
 fi
 grep -E "\((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted)\)" "$OUT/ctest_gpu.log" | head -20 | tee -a "$SUMMARY"
 
-# ---- 7. summary (last, so the tail of the output carries it) -----------------------------------
+# ---- 8. summary (last, so the tail of the output carries it) -----------------------------------
 log "done"
+# What comes back from the machine is limited in number of files: everything but the summary and
+# the model-benchmark table goes into one archive.
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=summary.txt --exclude=bench_model.txt . && \
+  find . -type f ! -name logs.tgz ! -name summary.txt ! -name bench_model.txt -delete)
 echo
 echo "================ gpu_suite summary ($(($(date +%s) - T0)) s) ================"
 cat "$SUMMARY"

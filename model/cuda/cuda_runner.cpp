@@ -116,9 +116,23 @@ struct CudaRunner::Impl {
   Status plan_kv();
   Step stage_inputs_to(const StepLayout& L, Step s, uint8_t* host);
   Result<Step> upload(const StepLayout& L);
-  Status lin(const float* x_, const Matrix& W, float* y, int64_t m, bool acc = false, int64_t xs = 0, int64_t ys = 0);
+  // f32_input: keep this projection on the f32-activation kernels at any m (the router: a
+  // routing decision must not hinge on bf16 rounding of its input).
+  Status lin(const float* x_, const Matrix& W, float* y, int64_t m, bool acc = false, int64_t xs = 0, int64_t ys = 0,
+             bool f32_input = false);
+  // Profiling (profile_layer): an event after each op of a layer, with its name.
+  Status mark(const char* name) {
+    if (!prof) return ok_status();
+    cudaEvent_t e;
+    PG_CUDA_TRY(cudaEventCreate(&e));
+    prof->push_back({name, e});
+    PG_CUDA_TRY(cudaEventRecord(e, stream));
+    return ok_status();
+  }
+  std::vector<std::pair<std::string, cudaEvent_t>>* prof = nullptr;
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
   Status layer(const DevLayer& L, int64_t cache_layer, const Step& s);
+  Result<Step> layer_inputs(int64_t batch, int64_t ctx);
   Status trunk(const Step& s);              // embedding + layers + final norm -> hidden_all
   Status forward_device(const Step& s);     // trunk + gather + lm_head (rows <= logit_rows)
   static StepLayout pad_decode(const StepLayout& L, int64_t bucket, int64_t scratch_block, int64_t stride);
@@ -285,10 +299,11 @@ Result<CudaRunner::Impl::Step> CudaRunner::Impl::upload(const StepLayout& L) {
 // ------------------------------------------------------------------------------------------------
 // The launch sequence
 
-Status CudaRunner::Impl::lin(const float* x_, const Matrix& W, float* y, int64_t m, bool acc, int64_t xs, int64_t ys) {
+Status CudaRunner::Impl::lin(const float* x_, const Matrix& W, float* y, int64_t m, bool acc, int64_t xs, int64_t ys,
+                             bool f32_input) {
   ops::LinearArgs la;
   la.x = x_, la.w = &W, la.y = y, la.m = m, la.accumulate = acc, la.x_stride = xs, la.y_stride = ys;
-  if (gemm && m > kSmallM) return cu::gemm_linear(*gemm, la, stream);
+  if (gemm && m > kSmallM && !f32_input) return cu::gemm_linear(*gemm, la, stream);
   return cu::linear(la, stream);
 }
 
@@ -306,15 +321,21 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   float* pool = cache_layer(cache_layer_idx);
 
   PG_TRY(norm(x, L.input_norm, a, T, H));  // a [T, H]
+  PG_TRY(mark("input_norm"));
   if (A.has_q_lora) {
     const int64_t QR = *c.q_lora_rank;
     PG_TRY(lin(a, A.q_a, qa, T));            // [T, QR]
+    PG_TRY(mark("q_a_proj"));
     PG_TRY(norm(qa, A.q_a_norm, qa, T, QR));
+    PG_TRY(mark("q_a_norm"));
     PG_TRY(lin(qa, A.q_b, q, T));            // [T, nh * qk]
+    PG_TRY(mark("q_b_proj"));
   } else {
     PG_TRY(lin(a, A.q, q, T));
+    PG_TRY(mark("q_proj"));
   }
   PG_TRY(lin(a, A.kv_a, kvb, T));  // [T, D] = [c_kv | k_pe] before norm and rope
+  PG_TRY(mark("kv_a_proj"));
 
   ops::MlaKvWriteArgs kw;  // cache row = [rmsnorm(c_kv) | rope(k_pe)]
   kw.kv = kvb, kw.kv_stride = D, kw.norm_weight = A.kv_a_norm, kw.eps = float(c.rms_norm_eps);
@@ -322,19 +343,23 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   kw.cache = pool, kw.m = T, kw.kv_lora_rank = R, kw.rope_dim = P, kw.block_size = block_size;
   kw.max_blocks_per_seq = table_stride, kw.n_blocks = n_blocks + 1;
   PG_TRY(cu::mla_kv_write(kw, inv_freq, stream));
+  PG_TRY(mark("kv_write"));
 
   ops::RopeArgs ra;  // q_pe of every head, in place
   ra.x = q, ra.positions = s.positions, ra.table = &rope, ra.m = T, ra.n_heads = nh, ra.head_stride = qk;
   ra.row_stride = nh * qk, ra.offset = nope, ra.rope_dim = P;
   PG_TRY(cu::rope(ra, inv_freq, stream));
+  PG_TRY(mark("q_rope"));
 
   ops::HeadLinearArgs uk;  // q_lat[t,h] = W_UK[h]ᵀ · q_nope[t,h]   [T, nh, R]
   uk.x = q, uk.x_row_stride = nh * qk, uk.x_head_stride = qk, uk.w = A.w_uk_t, uk.w_format = A.head_format;
   uk.y = q_lat, uk.y_row_stride = nh * R, uk.y_head_stride = R, uk.m = T, uk.n_heads = nh, uk.n = R, uk.k = nope;
   PG_TRY(cu::head_linear(uk, stream));
+  PG_TRY(mark("w_uk"));
   // q_pe [T, nh, P], contiguous for the attention kernel.
   PG_CUDA_TRY(cudaMemcpy2DAsync(q_pe, size_t(P) * 4, q + nope, size_t(qk) * 4, size_t(P) * 4, size_t(T * nh),
                                 cudaMemcpyDeviceToDevice, stream));
+  PG_TRY(mark("q_pe_copy"));
 
   ops::MlaAttentionArgs m;
   m.q_lat = q_lat, m.q_pe = q_pe, m.kv = pool, m.block_tables = s.tables, m.token_seq = s.token_seq;
@@ -342,20 +367,25 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
   m.softmax_scale = softmax_scale;
   PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream));
+  PG_TRY(mark("mla_attention"));
 
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
   uv.x = o_lat, uv.x_row_stride = nh * R, uv.x_head_stride = R, uv.w = A.w_uv, uv.w_format = A.head_format;
   uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
   PG_TRY(cu::head_linear(uv, stream));
+  PG_TRY(mark("w_uv"));
   PG_TRY(lin(o, A.o, x, T, /*acc=*/true));  // residual += o_proj(o)
+  PG_TRY(mark("o_proj"));
 
   PG_TRY(norm(x, L.post_norm, a, T, H));
+  PG_TRY(mark("post_norm"));
   ops::MoeExpertsArgs me;
   me.x = a, me.y = x, me.m = T, me.hidden = H, me.accumulate = true;  // residual += mlp(a)
   me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
   me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
   if (L.is_moe) {
-    PG_TRY(lin(a, L.router, router_logits, T));  // [T, E] f32
+    PG_TRY(lin(a, L.router, router_logits, T, false, 0, 0, /*f32_input=*/true));  // [T, E] f32
+    PG_TRY(mark("router"));
     ops::MoeRoutingArgs r;
     r.logits = router_logits, r.bias = L.router_bias, r.expert_idx = expert_idx, r.expert_weight = expert_w;
     r.m = T, r.n_experts = c.n_routed_experts, r.top_k = c.num_experts_per_tok, r.n_group = c.n_group;
@@ -367,9 +397,11 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     r.norm_topk_prob = c.norm_topk_prob;
     r.routed_scaling_factor = float(c.routed_scaling_factor);
     PG_TRY(cu::moe_routing(r, stream));
+    PG_TRY(mark("routing"));
     me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
   }
-  return cu::moe_experts(me, moe_ws, moe_ws_bytes, stream);
+  PG_TRY(cu::moe_experts(me, moe_ws, moe_ws_bytes, stream));
+  return mark(L.is_moe ? "moe_experts" : "dense_mlp");
 }
 
 Status CudaRunner::Impl::trunk(const Step& s) {
@@ -622,33 +654,72 @@ Status CudaRunner::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, s
   return synchronize();
 }
 
-Result<double> CudaRunner::time_layer(int64_t layer_idx, int64_t batch, int64_t ctx, int iters, int reps) {
-  Impl& m = *impl_;
-  if (layer_idx < 0 || layer_idx >= cfg_.num_hidden_layers)
-    return invalid_argument("time_layer: layer {} of {}", layer_idx, cfg_.num_hidden_layers);
-  const int64_t nb = (ctx + m.block_size - 1) / m.block_size;
-  if (batch * nb > m.n_blocks || batch > m.max_seqs || ctx > m.max_model_len)
-    return invalid_argument("time_layer: {} sequences of {} positions do not fit the cache", batch, ctx);
+// Inputs of `batch` sequences of `ctx` positions (one new token each, at position ctx - 1) in
+// distinct blocks, and x = their embeddings: what time_layer and profile_layer run a layer on.
+Result<CudaRunner::Impl::Step> CudaRunner::Impl::layer_inputs(int64_t batch, int64_t ctx) {
+  const int64_t nb = (ctx + block_size - 1) / block_size;
+  if (batch * nb > n_blocks || batch > max_seqs || ctx > max_model_len)
+    return invalid_argument("{} sequences of {} positions do not fit the cache", batch, ctx);
   StepLayout L;
   L.T = batch;
-  L.max_blocks = m.table_stride;
-  L.tables.assign(size_t(batch * m.table_stride), 0);
+  L.max_blocks = table_stride;
+  L.tables.assign(size_t(batch * table_stride), 0);
   for (int64_t b = 0; b < batch; ++b) {
-    L.tokens.push_back(int32_t((b * 7919) % cfg_.vocab_size));
+    L.tokens.push_back(int32_t((b * 7919) % cfg.vocab_size));
     L.token_seq.push_back(int32_t(b));
     L.positions.push_back(ctx - 1);
     L.ctx_len.push_back(ctx);
     L.out_rows.push_back(b);
-    for (int64_t j = 0; j < nb; ++j) L.tables[size_t(b * m.table_stride + j)] = int32_t(b * nb + j);
+    for (int64_t j = 0; j < nb; ++j) L.tables[size_t(b * table_stride + j)] = int32_t(b * nb + j);
   }
-  PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(L));
+  PG_ASSIGN_OR_RETURN(Step s, upload(L));
+  ops::EmbeddingArgs e;
+  e.table = &w.embed, e.tokens = s.tokens, e.y = x, e.m = batch;
+  PG_TRY(cu::embedding(e, stream));
+  PG_CUDA_TRY(cudaStreamSynchronize(stream));
+  return s;
+}
+
+Result<std::vector<std::pair<std::string, double>>> CudaRunner::profile_layer(int64_t layer_idx, int64_t batch,
+                                                                               int64_t ctx, int reps) {
+  Impl& m = *impl_;
+  if (layer_idx < 0 || layer_idx >= cfg_.num_hidden_layers)
+    return invalid_argument("profile_layer: layer {} of {}", layer_idx, cfg_.num_hidden_layers);
+  PG_ASSIGN_OR_RETURN(Impl::Step s, m.layer_inputs(batch, ctx));
+  std::map<std::string, std::vector<double>> us;
+  std::vector<std::string> order;
+  for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
+    std::vector<std::pair<std::string, cudaEvent_t>> ev;
+    m.prof = &ev;
+    Status st = m.mark("start");
+    if (st.ok()) st = m.layer(m.w.layers[size_t(layer_idx)], layer_idx, s);
+    m.prof = nullptr;
+    if (st.ok()) st = synchronize();
+    for (size_t i = 1; st.ok() && i < ev.size(); ++i) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, ev[i - 1].second, ev[i].second) != cudaSuccess) continue;
+      if (r < 0) continue;
+      if (!us.count(ev[i].first)) order.push_back(ev[i].first);
+      us[ev[i].first].push_back(double(ms) * 1000.0);
+    }
+    for (auto& [n, e] : ev) cudaEventDestroy(e);
+    PG_TRY(st);
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (const std::string& n : order) {
+    auto v = us[n];
+    std::sort(v.begin(), v.end());
+    out.emplace_back(n, v[v.size() / 2]);
+  }
+  return out;
+}
+
+Result<double> CudaRunner::time_layer(int64_t layer_idx, int64_t batch, int64_t ctx, int iters, int reps) {
+  Impl& m = *impl_;
+  if (layer_idx < 0 || layer_idx >= cfg_.num_hidden_layers)
+    return invalid_argument("time_layer: layer {} of {}", layer_idx, cfg_.num_hidden_layers);
+  PG_ASSIGN_OR_RETURN(Impl::Step s, m.layer_inputs(batch, ctx));
   s.max_ctx = ctx;
-  {  // x = embeddings, so the layer sees sane activations
-    ops::EmbeddingArgs e;
-    e.table = &m.w.embed, e.tokens = s.tokens, e.y = m.x, e.m = batch;
-    PG_TRY(cu::embedding(e, m.stream));
-  }
-  PG_TRY(synchronize());
   cudaGraph_t g = nullptr;
   PG_CUDA_TRY(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
   Status st = ok_status();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -76,6 +77,9 @@ class CudaRunner final : public ModelRunner {
   // Replays a graph of layer `layer` alone at batch `batch` (one token each at context `ctx`)
   // `iters` times; returns the median µs per layer of `reps` timed repetitions.
   Result<double> time_layer(int64_t layer, int64_t batch, int64_t ctx, int iters, int reps);
+  // Runs layer `layer` eagerly with an event after each op; the median µs of each op over
+  // `reps` runs, in launch order (gaps between kernels count to the op that follows).
+  Result<std::vector<std::pair<std::string, double>>> profile_layer(int64_t layer, int64_t batch, int64_t ctx, int reps);
   // Bytes one decode step at `batch` sequences of context `ctx` reads (expected distinct experts).
   StepBytes step_bytes(int64_t batch, int64_t ctx) const;
   size_t weight_bytes() const;

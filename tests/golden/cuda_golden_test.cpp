@@ -67,9 +67,11 @@ std::vector<int32_t> top_ids(const std::vector<double>& lp, int k) {
   return ids;
 }
 
+constexpr int64_t kSeqBlocks = 24;  // blocks of 16 per test sequence: 384 positions
+
 CudaRunnerOptions test_options(bool exact) {
   CudaRunnerOptions o;
-  o.kv_blocks = 96;
+  o.kv_blocks = 16 * kSeqBlocks;
   o.kv_block_size = 16;
   o.max_num_seqs = 4;
   o.max_tokens_per_step = 256;
@@ -78,10 +80,12 @@ CudaRunnerOptions test_options(bool exact) {
   return o;
 }
 
-// Reversed block tables, so that a wrong lookup cannot pass by luck.
-std::vector<int32_t> table_for(int64_t seq, int64_t n_blocks_each, int64_t total_blocks) {
-  std::vector<int32_t> t(static_cast<size_t>(n_blocks_each));
-  for (int64_t i = 0; i < n_blocks_each; ++i) t[size_t(i)] = int32_t(total_blocks - 1 - (seq * n_blocks_each + i));
+// Reversed block tables, so that a wrong lookup cannot pass by luck; sequence `seq` owns blocks
+// [seq * kSeqBlocks, (seq + 1) * kSeqBlocks) counted from the end.
+std::vector<int32_t> table_for(int64_t seq, int64_t n_blocks, int64_t total_blocks) {
+  EXPECT_LE(n_blocks, kSeqBlocks);
+  std::vector<int32_t> t(static_cast<size_t>(n_blocks));
+  for (int64_t i = 0; i < n_blocks; ++i) t[size_t(i)] = int32_t(total_blocks - 1 - (seq * kSeqBlocks + i));
   return t;
 }
 
@@ -161,7 +165,7 @@ TEST_P(CudaGolden, TeacherForced) {
     StepOutput ref;
     ASSERT_TRUE(p.cpu->forward(std::span(&cs, 1), cache, ref).ok());
     // CUDA prefill (all logits).
-    const auto t1 = table_for(2 * seq, nb, p.cuda->n_kv_blocks());
+    const auto t1 = table_for((2 * seq) % 16, nb, p.cuda->n_kv_blocks());
     SeqStep gs{ids, 0, t1, true};
     StepOutput got;
     Status st = p.cuda->forward(std::span(&gs, 1), got);
@@ -180,7 +184,7 @@ TEST_P(CudaGolden, TeacherForced) {
       }
     }
     // CUDA token by token: a first chunk, then one token per step.
-    const auto t2 = table_for(2 * seq + 1, nb, p.cuda->n_kv_blocks());
+    const auto t2 = table_for((2 * seq + 1) % 16, nb, p.cuda->n_kv_blocks());
     const int64_t chunk = std::max<int64_t>(1, n / 3);
     SeqStep first{std::span(ids).first(static_cast<size_t>(chunk)), 0, t2, false};
     ASSERT_TRUE(p.cuda->forward(std::span(&first, 1), got).ok());

@@ -82,6 +82,9 @@ HostData make_data(const MlaCase& c) {
     max_blocks = std::max(max_blocks, (s.len + bs - 1) / bs);
     used += (s.len + bs - 1) / bs;
   }
+  // A graph bound needs table rows that can address it (the launcher checks max_ctx against
+  // block_size x max_blocks_per_seq); the entries past a sequence's own blocks are never read.
+  if (c.max_ctx) max_blocks = std::max(max_blocks, (c.max_ctx + bs - 1) / bs);
   const int64_t n_blocks = used + 3;  // spare blocks, NaN: a read of a wrong block shows
   // Physical blocks in shuffled order: sequence i's logical block k -> perm[next++].
   std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
