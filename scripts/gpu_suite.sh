@@ -213,11 +213,12 @@ grep -E "\((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted)\)" "$OUT/ctest_g
 log "done"
 # What comes back from the machine is limited in number of files: everything but the summary and
 # the model-benchmark table goes into one archive.
-(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=summary.txt --exclude=bench_model.txt . && \
-  find . -type f ! -name logs.tgz ! -name summary.txt ! -name bench_model.txt -delete)
+tar czf /tmp/pg_suite_logs.tgz -C "$OUT" --exclude=summary.txt --exclude=bench_model.txt . 2>/dev/null
+find "$OUT" -type f ! -name summary.txt ! -name bench_model.txt -delete
+mv /tmp/pg_suite_logs.tgz "$OUT/logs.tgz"
+grep -vE "^\s*$" "$OUT/bench_model.txt" 2>/dev/null | grep -vE "^\s*ops of layer"
 echo
 echo "================ gpu_suite summary ($(($(date +%s) - T0)) s) ================"
 cat "$SUMMARY"
-cat "$OUT/measures.txt" 2>/dev/null
-grep -vE "^\s*$" "$OUT/bench_model.txt" 2>/dev/null
+tar xzf "$OUT/logs.tgz" -O ./measures.txt 2>/dev/null
 [ "$gpu_build_rc" -eq 0 ] && [ "$gpu_rc" -eq 0 ]
