@@ -27,9 +27,6 @@ using ops::Matrix;
 
 namespace {
 
-// Projections of more rows than this go to cuBLASLt (bf16 tensor cores); up to it, to our GEMV
-// kernels, which stream the weight once per 16 rows (ops/cuda/linear).
-constexpr int64_t kSmallM = 16;
 // Pinned staging slots for step inputs: a slot is rewritten only after the copy that read it ran.
 constexpr int kStageSlots = 4;
 
@@ -303,7 +300,7 @@ Status CudaRunner::Impl::lin(const float* x_, const Matrix& W, float* y, int64_t
                              bool f32_input) {
   ops::LinearArgs la;
   la.x = x_, la.w = &W, la.y = y, la.m = m, la.accumulate = acc, la.x_stride = xs, la.y_stride = ys;
-  if (gemm && m > kSmallM && !f32_input) return cu::gemm_linear(*gemm, la, stream);
+  if (gemm && m >= CudaRunner::kTensorCoreMinRows && !f32_input) return cu::gemm_linear(*gemm, la, stream);
   return cu::linear(la, stream);
 }
 

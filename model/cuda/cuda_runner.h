@@ -48,6 +48,10 @@ struct StepBytes {
 
 class CudaRunner final : public ModelRunner {
  public:
+  // Projections of at least this many rows (prefill) run on the bf16 tensor cores (cuBLASLt) in
+  // the default mode; smaller ones (decode) on our f32-activation GEMV kernels.
+  static constexpr int64_t kTensorCoreMinRows = 17;
+
   ~CudaRunner() override;
 
   // Uploads the weights of a loaded (memory-mapped) checkpoint.

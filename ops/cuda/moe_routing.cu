@@ -1,6 +1,7 @@
 // moe_routing on the GPU: one warp per token, the same arithmetic in the same order as
 // ops::cpu::moe_routing, so indices (and their tie order) match exactly and weights to the bit
 // whenever exp() rounds as the host's does (exp is evaluated in double, then rounded).
+#include "ops/cuda/common/pdl.cuh"
 #include <cfloat>
 #include <climits>
 
@@ -39,6 +40,8 @@ __device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const __grid_constant__ MoeRoutingParams p) {
   extern __shared__ float smem[];
+  pdl_trigger();
+  pdl_wait();  // the router logits come from the kernel before
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int t = blockIdx.x * kWarps + warp;
   if (t >= p.m) return;  // whole warps only; no block-wide barrier below
@@ -119,7 +122,10 @@ cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
   const size_t smem = sizeof(float) * kRoutingWarpsPerBlock * size_t(2 * p.n_experts + p.n_group);
   const unsigned blocks = unsigned((int64_t(p.m) + kRoutingWarpsPerBlock - 1) / kRoutingWarpsPerBlock);
-  moe_routing_kernel<kRoutingWarpsPerBlock><<<blocks, kRoutingWarpsPerBlock * kWarpSize, smem, stream>>>(p);
+  if (cudaError_t e = launch_pdl(moe_routing_kernel<kRoutingWarpsPerBlock>, dim3(blocks),
+                                 dim3(kRoutingWarpsPerBlock * kWarpSize), smem, stream, p);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 // rmsnorm and rmsnorm_residual on the GPU, one block per row; mirrors ops::cpu::rmsnorm and
 // ops::cpu::rmsnorm_residual (same expression per element; only the order of the sum of
 // squares differs, see tests/ops/rmsnorm_test.cpp for the tolerance this implies).
+#include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/config.h"
 #include "ops/cuda/kernels.h"
@@ -13,6 +14,8 @@ namespace {
 template <int kThreads, bool kResidual>
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
   __shared__ float scratch[kThreads / kWarpSize];
+  pdl_trigger();
+  pdl_wait();  // x and residual come from the kernel before
   const int64_t row = blockIdx.x;
   const float* x = p.x + row * p.x_stride;
   float* r = kResidual ? p.residual + row * p.r_stride : nullptr;
@@ -60,13 +63,15 @@ cudaError_t launch_rmsnorm(const RmsNormParams& p, int64_t m, bool residual, cud
   if (m > INT32_MAX) return cudaErrorInvalidConfiguration;
   const unsigned grid = unsigned(m);
   const bool small = rmsnorm_threads(p.n) == kRmsNormThreadsSmall;
+  cudaError_t e;
   if (residual) {
-    if (small) rmsnorm_kernel<kRmsNormThreadsSmall, true><<<grid, kRmsNormThreadsSmall, 0, stream>>>(p);
-    else rmsnorm_kernel<kRmsNormThreadsLarge, true><<<grid, kRmsNormThreadsLarge, 0, stream>>>(p);
+    e = small ? launch_pdl(rmsnorm_kernel<kRmsNormThreadsSmall, true>, grid, kRmsNormThreadsSmall, 0, stream, p)
+              : launch_pdl(rmsnorm_kernel<kRmsNormThreadsLarge, true>, grid, kRmsNormThreadsLarge, 0, stream, p);
   } else {
-    if (small) rmsnorm_kernel<kRmsNormThreadsSmall, false><<<grid, kRmsNormThreadsSmall, 0, stream>>>(p);
-    else rmsnorm_kernel<kRmsNormThreadsLarge, false><<<grid, kRmsNormThreadsLarge, 0, stream>>>(p);
+    e = small ? launch_pdl(rmsnorm_kernel<kRmsNormThreadsSmall, false>, grid, kRmsNormThreadsSmall, 0, stream, p)
+              : launch_pdl(rmsnorm_kernel<kRmsNormThreadsLarge, false>, grid, kRmsNormThreadsLarge, 0, stream, p);
   }
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 

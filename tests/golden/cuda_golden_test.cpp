@@ -23,11 +23,14 @@ namespace {
 // Exact mode (f32 activations in every projection): the bound against the CPU and
 // transformers, absolute, on log-probabilities.
 constexpr double kExactTol = 1e-3;
-// Default mode: projections of more than 16 rows (prefill) round their activations to bf16 for
-// the tensor cores. Measured on the H200 over all five golden models (max |Δ logprob| against the
-// CPU, printed by these tests as "max_dlogprob"): see the note at kBf16Tol's use; the bound here
-// is that measurement with a 4x margin.
-constexpr double kBf16Tol = 5e-2;
+// Default mode: projections of >= CudaRunner::kTensorCoreMinRows rows (prefill) round their input
+// and weight to bf16 for the tensor cores. The CPU reference then emulates exactly that
+// (DeepseekModel::set_emulate_bf16_gemm), so what remains is f32 summation order plus the rare
+// flip of a bf16 rounding it causes. kBf16Tol is the largest |Δ logprob| measured on the H200 over
+// all five golden models (printed as "max_dlogprob vs CPU"), with a 2x margin. Against the plain
+// f32 CPU the distance is printed too ("vs f32 CPU"): on these tiny random models bf16 rounding
+// moves near-tied routing decisions, so it reaches whole nats and is reported, not asserted.
+constexpr double kBf16Tol = 1e-2;
 
 #define PG_REQUIRE_GPU()                                                                         \
   do {                                                                                           \
@@ -120,6 +123,7 @@ Pair load_pair(const std::string& name, bool exact) {
   EXPECT_TRUE(a.ok() && b.ok());
   if (!a.ok() || !b.ok()) return p;
   p.cpu = std::move(a).value();
+  if (!exact) p.cpu->set_emulate_bf16_gemm(CudaRunner::kTensorCoreMinRows);
   auto r = CudaRunner::create(std::move(b).value(), test_options(exact));
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (r.ok()) p.cuda = std::move(r).value();
@@ -152,7 +156,9 @@ TEST_P(CudaGolden, TeacherForced) {
   ASSERT_TRUE(p.cpu && p.cuda);
   const int64_t vocab = p.cpu->vocab_size();
   const auto expected = load_expected(c.model);
-  double worst = 0, worst_hf = 0;
+  auto f32_model = DeepseekModel::load(model_dir(c.model));  // the plain f32 reference (default mode: distance only)
+  ASSERT_TRUE(f32_model.ok());
+  double worst = 0, worst_hf = 0, worst_f32 = 0;
   int64_t seq = 0;
   for (const auto& pr : expected["prompts"]) {
     const auto ids = pr["ids"].get<std::vector<int32_t>>();
@@ -164,6 +170,15 @@ TEST_P(CudaGolden, TeacherForced) {
     SeqStep cs{ids, 0, ct, true};
     StepOutput ref;
     ASSERT_TRUE(p.cpu->forward(std::span(&cs, 1), cache, ref).ok());
+    if (!c.exact) {
+      KvCache c32 = (*f32_model)->make_cache(nb, 16);
+      StepOutput r32;
+      ASSERT_TRUE((*f32_model)->forward(std::span(&cs, 1), c32, r32).ok());
+      for (size_t i = 0; i < ref.logits.size(); i += size_t(vocab)) {
+        const auto a = log_softmax(&r32.logits[i], vocab), b = log_softmax(&ref.logits[i], vocab);
+        for (int32_t id : top_ids(a, 10)) worst_f32 = std::max(worst_f32, std::abs(a[size_t(id)] - b[size_t(id)]));
+      }
+    }
     // CUDA prefill (all logits).
     const auto t1 = table_for((2 * seq) % 16, nb, p.cuda->n_kv_blocks());
     SeqStep gs{ids, 0, t1, true};
@@ -198,8 +213,8 @@ TEST_P(CudaGolden, TeacherForced) {
     }
     ++seq;
   }
-  std::printf("[ measure  ] %s %s: max_dlogprob vs CPU %.3g, vs transformers %.3g\n", c.model,
-              c.exact ? "exact" : "default", worst, worst_hf);
+  std::printf("[ measure  ] %s %s: max_dlogprob vs CPU %.3g, vs transformers %.3g; bf16-emulating vs f32 CPU %.3g\n",
+              c.model, c.exact ? "exact" : "default", worst, worst_hf, worst_f32);
 }
 
 // Three sequences at different positions decoded together (one graph bucket of 4 with a padded

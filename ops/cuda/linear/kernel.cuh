@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/config.h"
@@ -66,6 +67,18 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     srow[r] = kFp8 ? p.scale_inv + (row / p.block_rows) * p.scale_cols : nullptr;
   }
   const float* xb = p.x + m0 * p.x_stride;
+
+  // PDL: the weights depend on no kernel, so this warp's first loads go to L2 before waiting for
+  // the kernel that writes x (and may still read y).
+  pdl_trigger();
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t cc = c_begin + lane + int64_t(kWarpSize) * u;
+      if (cc < c_end && rvalid[r]) prefetch_l2(wrow[r] + cc * kLinearVecBytes);
+    }
+  pdl_wait();
 
   float acc[kMTile][kRows];
 #pragma unroll
@@ -142,7 +155,9 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 
 template <LinearWeight F, int kMTile, int kRows, int kUnroll>
 cudaError_t launch_linear_vec(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  linear_vec_kernel<F, kMTile, kRows, kUnroll><<<grid, kLinearThreads, 0, stream>>>(p);
+  if (cudaError_t e = launch_pdl(linear_vec_kernel<F, kMTile, kRows, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
