@@ -7,6 +7,9 @@
 
 #include "cli/commands.h"
 #include "model/runner_factory.h"
+#ifdef PG_WITH_CUDA
+#include "engine/cuda/device_sampler_cuda.h"
+#endif
 #include "cli/default_model.h"
 #include "engine/engine.h"
 #include "model/deepseek_model.h"
@@ -79,6 +82,9 @@ int run_generate(GenerateOptions o) {
   ro.exact = o.exact;
   auto runner = make_runner(std::move(model).value(), ro);
   if (!runner.ok()) return fail(runner.status());
+#ifdef PG_WITH_CUDA
+  if ((*runner)->device_logits()) ec.device_sampler = make_cuda_device_sampler();
+#endif
   auto engine = Engine::create(std::move(runner).value(), std::make_shared<Tokenizer>(*tok), ec);
   if (!engine.ok()) return fail(engine.status());
   GenerationRequest req;

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "engine/block_manager.h"
+#include "engine/device_sampler.h"
 #include "engine/request_state.h"
 #include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
@@ -258,9 +259,25 @@ bool Engine::Impl::step_inner() {
     steps.push_back(s);
     n_prompt_tokens += std::max<int64_t>(0, std::min(p.start + p.n_new, p.seq->n_prompt) - p.start);
   }
+  // Sampling where the logits are (the GPU) unless a row verifies drafts or drafts follow.
+  const bool dev_sample = cfg.device_sampler && model->device_logits() && spec_k == 0;
+  model->set_logits_to_host(!dev_sample);
   StepOutput out;
   Status st = model->forward(steps, out);
   scheduler->commit(plan);
+  const int64_t vocab = model->config().vocab_size, H = model->config().hidden_size;
+  std::vector<SampledToken> dev_tokens;
+  if (st.ok() && dev_sample) {
+    std::vector<DeviceSampler::Row> rows;
+    for (const ScheduledSeq& p : plan) {
+      if (!p.sample) continue;
+      const RequestState& r = *static_cast<const RequestState*>(p.seq->owner);
+      rows.push_back({&r.req.params, r.rng_position(), r.history()});
+    }
+    // Ids past the tokenizer's vocabulary are padding: not candidates (as mask_padding's -inf).
+    const int64_t n_text = std::min<int64_t>(vocab, tokenizer->vocab_size());
+    st = cfg.device_sampler->sample(model->device_logits(), vocab, n_text, rows, model->device_stream(), dev_tokens);
+  }
   if (!st.ok()) {  // a failed step ends every request in it with the error
     for (const ScheduledSeq& p : plan) finish(*static_cast<RequestState*>(p.seq->owner), "error", st);
     std::erase_if(active, [](const auto& kv) { return kv.second->finished; });
@@ -268,8 +285,7 @@ bool Engine::Impl::step_inner() {
   }
 
   // 3. Sample (or verify drafts), detokenize, check stops, stream. Collect the MTP inputs.
-  const int64_t vocab = model->config().vocab_size, H = model->config().hidden_size;
-  mask_padding(out.logits);
+  if (!dev_sample) mask_padding(out.logits);
   int64_t row = 0, offset = 0, n_generated = 0, n_drafted = 0, n_accepted = 0, n_verify = 0;
   std::vector<SeqStep> mtp_steps;
   std::vector<float> mtp_hidden;
@@ -301,6 +317,9 @@ bool Engine::Impl::step_inner() {
         n_drafted += n_d;
         n_accepted += m;
         ++n_verify;
+      } else if (dev_sample) {
+        reason = r.append(dev_tokens[size_t(row)], ev);
+        ++row;
       } else {
         reason = r.sample_and_append(std::span<const float>(&out.logits[size_t(row * vocab)], size_t(vocab)), sampler, ev);
         ++row;

@@ -21,6 +21,7 @@ namespace pg {
 
 class DeepseekModel;
 class ModelRunner;
+class DeviceSampler;
 struct ModelConfig;
 class Tokenizer;
 
@@ -67,6 +68,9 @@ struct EngineConfig {
   // Speculative decoding with the model's MTP head: draft depth k (0: off). Models without MTP
   // weights run without speculation.
   int64_t num_speculative_tokens = 0;
+  // Draws tokens where the runner's logits live (CUDA: engine/cuda/device_sampler_cuda.h), for
+  // steps without speculative rows; null: every row is sampled on the host.
+  std::shared_ptr<DeviceSampler> device_sampler;
 };
 
 inline constexpr int64_t kMaxSpeculativeTokens = 8;

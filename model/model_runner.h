@@ -33,6 +33,12 @@ class ModelRunner {
   // Whether forward() must fill StepOutput::hidden_all (speculative decoding's MTP input). A
   // runner may skip that copy when it is not needed.
   virtual void set_need_hidden_all(bool) {}
+  // Logits left on the device by the last forward() ([n_rows, vocab] f32), for a DeviceSampler;
+  // null on the CPU. With set_logits_to_host(false) forward() does not copy them to
+  // StepOutput::logits (the rest of StepOutput is filled as always).
+  virtual const float* device_logits() const { return nullptr; }
+  virtual void* device_stream() const { return nullptr; }
+  virtual void set_logits_to_host(bool) {}
   // The CPU model behind the runner, when there is one (the engine sets its thread pool).
   virtual DeepseekModel* cpu_model() { return nullptr; }
 };

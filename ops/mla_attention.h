@@ -13,8 +13,8 @@
 namespace pg::ops {
 
 struct MlaAttentionArgs {
-  const float* q_lat = nullptr;   // [m, n_heads, kv_lora_rank] f32
-  const float* q_pe = nullptr;    // [m, n_heads, rope_dim] f32 (RoPE applied)
+  const float* q_lat = nullptr;   // [m, n_heads, kv_lora_rank] f32 at the q_lat strides
+  const float* q_pe = nullptr;    // [m, n_heads, rope_dim] f32 (RoPE applied) at the q_pe strides
   const float* kv = nullptr;      // one layer's pool: [n_blocks, block_size, kv_lora_rank + rope_dim] f32
   const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]: physical block ids
   const int32_t* token_seq = nullptr;     // [m]: which sequence (row of block_tables) token t reads
@@ -23,7 +23,24 @@ struct MlaAttentionArgs {
   int64_t m = 0, n_heads = 0, kv_lora_rank = 0, rope_dim = 0;
   int64_t block_size = 0, max_blocks_per_seq = 0, n_blocks = 0;
   float softmax_scale = 1.0f;
+  // Strides in elements between tokens (row) and heads of q_lat / q_pe; 0 = contiguous
+  // (n_heads x dim, dim). E.g. q_pe read in place from q [m, n_heads, nope + rope] at column nope:
+  // q_pe = q + nope, q_pe_row_stride = n_heads x (nope + rope), q_pe_head_stride = nope + rope.
+  int64_t q_lat_row_stride = 0, q_lat_head_stride = 0;
+  int64_t q_pe_row_stride = 0, q_pe_head_stride = 0;
 };
+
+// The strides with 0 resolved to the contiguous layout.
+inline int64_t q_lat_head_stride(const MlaAttentionArgs& a) {
+  return a.q_lat_head_stride ? a.q_lat_head_stride : a.kv_lora_rank;
+}
+inline int64_t q_lat_row_stride(const MlaAttentionArgs& a) {
+  return a.q_lat_row_stride ? a.q_lat_row_stride : a.n_heads * q_lat_head_stride(a);
+}
+inline int64_t q_pe_head_stride(const MlaAttentionArgs& a) { return a.q_pe_head_stride ? a.q_pe_head_stride : a.rope_dim; }
+inline int64_t q_pe_row_stride(const MlaAttentionArgs& a) {
+  return a.q_pe_row_stride ? a.q_pe_row_stride : a.n_heads * q_pe_head_stride(a);
+}
 
 Status validate(const MlaAttentionArgs& a);
 

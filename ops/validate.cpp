@@ -34,6 +34,16 @@ Status validate(const MlaAttentionArgs& a) {
     return invalid_argument("mla_attention: null input");
   if (a.n_heads <= 0 || a.kv_lora_rank <= 0 || a.rope_dim <= 0 || a.block_size <= 0 || a.max_blocks_per_seq <= 0)
     return invalid_argument("mla_attention: bad dims");
+  // Strides: 0 or large enough that the heads of a row (and the rows) do not overlap.
+  const int64_t qlh = q_lat_head_stride(a), qph = q_pe_head_stride(a);
+  if (a.q_lat_head_stride < 0 || a.q_pe_head_stride < 0 || qlh < a.kv_lora_rank || qph < a.rope_dim)
+    return invalid_argument("mla_attention: head strides q_lat {} q_pe {} below kv_lora_rank {} / rope_dim {}",
+                            a.q_lat_head_stride, a.q_pe_head_stride, a.kv_lora_rank, a.rope_dim);
+  if (a.q_lat_row_stride < 0 || a.q_pe_row_stride < 0 ||
+      q_lat_row_stride(a) < (a.n_heads - 1) * qlh + a.kv_lora_rank ||
+      q_pe_row_stride(a) < (a.n_heads - 1) * qph + a.rope_dim)
+    return invalid_argument("mla_attention: row strides q_lat {} q_pe {} overlap the heads", a.q_lat_row_stride,
+                            a.q_pe_row_stride);
   for (int64_t t = 0; t < a.m; ++t)
     if (a.ctx_len[t] <= 0 || a.ctx_len[t] > a.block_size * a.max_blocks_per_seq)
       return invalid_argument("mla_attention: ctx_len {} out of range", a.ctx_len[t]);

@@ -2,6 +2,9 @@
 // loop thread) -> Router -> HttpServer, and the drain sequence on SIGINT/SIGTERM.
 #include "server/server.h"
 #include "model/runner_factory.h"
+#ifdef PG_WITH_CUDA
+#include "engine/cuda/device_sampler_cuda.h"
+#endif
 
 #include <condition_variable>
 #include <cstdio>
@@ -133,6 +136,9 @@ int serve(ServeOptions o) {
     return 1;
   }
   std::fprintf(stderr, "peregrine serve: model on %s\n", (*runner)->describe().c_str());
+#ifdef PG_WITH_CUDA
+  if ((*runner)->device_logits()) ec_cfg.device_sampler = make_cuda_device_sampler();
+#endif
   auto engine = Engine::create(std::move(runner).value(), tokenizer, ec_cfg);
   if (!engine.ok()) {
     std::fprintf(stderr, "peregrine serve: %s\n", engine.status().to_string().c_str());

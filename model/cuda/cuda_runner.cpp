@@ -69,9 +69,9 @@ struct CudaRunner::Impl {
 
   // Activations (f32), sized for Tm tokens.
   int64_t Tm = 0, max_seqs = 0, logit_rows = 0;
-  float *x = nullptr, *a = nullptr, *qa = nullptr, *q = nullptr, *kvb = nullptr, *q_lat = nullptr, *q_pe = nullptr,
+  float *x = nullptr, *a = nullptr, *qa = nullptr, *q = nullptr, *kvb = nullptr, *q_lat = nullptr,
         *o_lat = nullptr, *o = nullptr, *router_logits = nullptr, *expert_w = nullptr, *hidden_all = nullptr,
-        *hidden = nullptr, *normed = nullptr, *logits = nullptr, *cat = nullptr;
+        *hidden = nullptr, *normed = nullptr, *logits = nullptr, *cat = nullptr, *qkv = nullptr;
   int32_t* expert_idx = nullptr;
   float* mla_ws = nullptr;
   size_t mla_ws_floats = 0;
@@ -171,8 +171,8 @@ Status CudaRunner::Impl::init_buffers() {
   PG_TRY(f32(qa, Tm * std::max<int64_t>(QR, 1)));
   PG_TRY(f32(q, Tm * nh * qk));
   PG_TRY(f32(kvb, Tm * D));
+  PG_TRY(f32(qkv, Tm * (std::max(QR, nh * qk) + D)));
   PG_TRY(f32(q_lat, Tm * nh * R));
-  PG_TRY(f32(q_pe, Tm * nh * P));
   PG_TRY(f32(o_lat, Tm * nh * R));
   PG_TRY(f32(o, Tm * nh * V));
   PG_TRY(f32(router_logits, Tm * E));
@@ -195,7 +195,9 @@ Status CudaRunner::Impl::init_buffers() {
   mla_ws_floats = 0;
   for (int64_t mm = 1; mm < 2 * Tm; mm *= 2)
     mla_ws_floats = std::max(mla_ws_floats, cu::mla_attention_workspace_floats(std::min(mm, Tm), nh, R, max_model_len));
-  PG_TRY(f32(mla_ws, int64_t(mla_ws_floats)));
+  PG_TRY(f32(mla_ws, int64_t(std::max<size_t>(mla_ws_floats, 1))));
+  // The fused combine's counters start at zero; every launch leaves them at zero again.
+  PG_TRY(cu::mla_attention_workspace_init(mla_ws, mla_ws_floats, stream));
   int64_t max_inter = std::max<int64_t>(c.moe_intermediate_size, c.intermediate_size);
   moe_ws_bytes = cu::moe_experts_workspace_bytes(Tm, K, std::max<int64_t>(c.n_shared_experts, 1), E, max_inter);
   {
@@ -209,7 +211,8 @@ Status CudaRunner::Impl::init_buffers() {
       if (m.data && m.format != ops::WeightFormat::kBF16) max_expand = std::max(max_expand, m.rows * m.cols);
     };
     auto see_layer = [&](const DevLayer& L) {
-      for (const Matrix* m : {&L.attn.q_a, &L.attn.q_b, &L.attn.q, &L.attn.kv_a, &L.attn.o, &L.router}) see(*m);
+      for (const Matrix* m : {&L.attn.q_a, &L.attn.q_b, &L.attn.q, &L.attn.kv_a, &L.attn.q_kv_a, &L.attn.o, &L.router})
+        see(*m);
     };
     for (const DevLayer& L : w.layers) see_layer(L);
     for (const DevMtp& m : w.mtp) see_layer(m.block), see(m.eh_proj), see(m.head);
@@ -319,23 +322,42 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
 
   PG_TRY(norm(x, L.input_norm, a, T, H));  // a [T, H]
   PG_TRY(mark("input_norm"));
-  if (A.has_q_lora) {
-    const int64_t QR = *c.q_lora_rank;
-    PG_TRY(lin(a, A.q_a, qa, T));            // [T, QR]
-    PG_TRY(mark("q_a_proj"));
-    PG_TRY(norm(qa, A.q_a_norm, qa, T, QR));
-    PG_TRY(mark("q_a_norm"));
-    PG_TRY(lin(qa, A.q_b, q, T));            // [T, nh * qk]
-    PG_TRY(mark("q_b_proj"));
+  float* qb = q;              // the queries [T, nh, qk], row stride q_row
+  int64_t q_row = nh * qk;
+  const float* kv_in = kvb;   // [T, D] = [c_kv | k_pe] before norm and rope, row stride kv_row
+  int64_t kv_row = D;
+  if (A.q_kv_a.data) {        // one GEMV for [q_a | kv_a] (or [q | kv_a]): [T, first + D]
+    const int64_t first = A.q_kv_a.rows - D;
+    PG_TRY(lin(a, A.q_kv_a, qkv, T));
+    PG_TRY(mark("q_kv_a_proj"));
+    kv_in = qkv + first, kv_row = first + D;
+    if (A.has_q_lora) {
+      PG_TRY(norm(qkv, A.q_a_norm, qkv, T, first, first + D, first + D));
+      PG_TRY(mark("q_a_norm"));
+      PG_TRY(lin(qkv, A.q_b, q, T, false, first + D));  // [T, nh * qk]
+      PG_TRY(mark("q_b_proj"));
+    } else {
+      qb = qkv, q_row = first + D;
+    }
   } else {
-    PG_TRY(lin(a, A.q, q, T));
-    PG_TRY(mark("q_proj"));
+    if (A.has_q_lora) {
+      const int64_t QR = *c.q_lora_rank;
+      PG_TRY(lin(a, A.q_a, qa, T));  // [T, QR]
+      PG_TRY(mark("q_a_proj"));
+      PG_TRY(norm(qa, A.q_a_norm, qa, T, QR));
+      PG_TRY(mark("q_a_norm"));
+      PG_TRY(lin(qa, A.q_b, q, T));  // [T, nh * qk]
+      PG_TRY(mark("q_b_proj"));
+    } else {
+      PG_TRY(lin(a, A.q, q, T));
+      PG_TRY(mark("q_proj"));
+    }
+    PG_TRY(lin(a, A.kv_a, kvb, T));
+    PG_TRY(mark("kv_a_proj"));
   }
-  PG_TRY(lin(a, A.kv_a, kvb, T));  // [T, D] = [c_kv | k_pe] before norm and rope
-  PG_TRY(mark("kv_a_proj"));
 
   ops::MlaKvWriteArgs kw;  // cache row = [rmsnorm(c_kv) | rope(k_pe)]
-  kw.kv = kvb, kw.kv_stride = D, kw.norm_weight = A.kv_a_norm, kw.eps = float(c.rms_norm_eps);
+  kw.kv = kv_in, kw.kv_stride = kv_row, kw.norm_weight = A.kv_a_norm, kw.eps = float(c.rms_norm_eps);
   kw.positions = s.positions, kw.table = &rope, kw.block_tables = s.tables, kw.token_seq = s.token_seq;
   kw.cache = pool, kw.m = T, kw.kv_lora_rank = R, kw.rope_dim = P, kw.block_size = block_size;
   kw.max_blocks_per_seq = table_stride, kw.n_blocks = n_blocks + 1;
@@ -343,23 +365,20 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   PG_TRY(mark("kv_write"));
 
   ops::RopeArgs ra;  // q_pe of every head, in place
-  ra.x = q, ra.positions = s.positions, ra.table = &rope, ra.m = T, ra.n_heads = nh, ra.head_stride = qk;
-  ra.row_stride = nh * qk, ra.offset = nope, ra.rope_dim = P;
+  ra.x = qb, ra.positions = s.positions, ra.table = &rope, ra.m = T, ra.n_heads = nh, ra.head_stride = qk;
+  ra.row_stride = q_row, ra.offset = nope, ra.rope_dim = P;
   PG_TRY(cu::rope(ra, inv_freq, stream));
   PG_TRY(mark("q_rope"));
 
   ops::HeadLinearArgs uk;  // q_lat[t,h] = W_UK[h]ᵀ · q_nope[t,h]   [T, nh, R]
-  uk.x = q, uk.x_row_stride = nh * qk, uk.x_head_stride = qk, uk.w = A.w_uk_t, uk.w_format = A.head_format;
+  uk.x = qb, uk.x_row_stride = q_row, uk.x_head_stride = qk, uk.w = A.w_uk_t, uk.w_format = A.head_format;
   uk.y = q_lat, uk.y_row_stride = nh * R, uk.y_head_stride = R, uk.m = T, uk.n_heads = nh, uk.n = R, uk.k = nope;
   PG_TRY(cu::head_linear(uk, stream));
   PG_TRY(mark("w_uk"));
-  // q_pe [T, nh, P], contiguous for the attention kernel.
-  PG_CUDA_TRY(cudaMemcpy2DAsync(q_pe, size_t(P) * 4, q + nope, size_t(qk) * 4, size_t(P) * 4, size_t(T * nh),
-                                cudaMemcpyDeviceToDevice, stream));
-  PG_TRY(mark("q_pe_copy"));
-
   ops::MlaAttentionArgs m;
-  m.q_lat = q_lat, m.q_pe = q_pe, m.kv = pool, m.block_tables = s.tables, m.token_seq = s.token_seq;
+  // q_pe read in place: column nope of every head of q [T, nh, qk].
+  m.q_lat = q_lat, m.q_pe = qb + nope, m.q_pe_row_stride = q_row, m.q_pe_head_stride = qk;
+  m.kv = pool, m.block_tables = s.tables, m.token_seq = s.token_seq;
   m.ctx_len = s.ctx_len, m.o_lat = o_lat, m.m = T, m.n_heads = nh, m.kv_lora_rank = R, m.rope_dim = P;
   m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
   m.softmax_scale = softmax_scale;
@@ -581,7 +600,10 @@ Status CudaRunner::forward(std::span<const SeqStep> seqs, StepOutput& out) {
     bool in_order = out.n_rows <= L.T;
     for (size_t i = 0; in_order && i < L.out_rows.size(); ++i) in_order = L.out_rows[i] == int64_t(i);
     const float* hrows = in_order ? m.hidden_all : m.hidden;
-    PG_CUDA_TRY(cudaMemcpyAsync(out.logits.data(), m.logits, out.logits.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+    if (logits_to_host_)
+      PG_CUDA_TRY(cudaMemcpyAsync(out.logits.data(), m.logits, out.logits.size() * 4, cudaMemcpyDeviceToHost, m.stream));
+    else
+      out.logits.clear();
     PG_CUDA_TRY(cudaMemcpyAsync(out.hidden.data(), hrows, out.hidden.size() * 4, cudaMemcpyDeviceToHost, m.stream));
   } else {
     // More output rows than the logits buffer: run the trunk once, then lm_head in chunks.

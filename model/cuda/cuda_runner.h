@@ -70,12 +70,14 @@ class CudaRunner final : public ModelRunner {
   std::string describe() const override;
   // Whether forward() copies the final hidden state of every token to the host (the MTP input).
   void set_need_hidden_all(bool on) override { copy_hidden_all_ = on; }
+  const float* device_logits() const override;
+  void* device_stream() const override { return stream(); }
+  void set_logits_to_host(bool on) override { logits_to_host_ = on; }
 
   // ---- device-side API (benchmarks; GPU sampling) ----
   // Runs one step and leaves logits [n_rows, vocab] f32 in device_logits(); nothing is copied
   // back and the host does not wait. Decode steps (one token per sequence) replay a graph.
   Status step_async(std::span<const SeqStep> seqs);
-  const float* device_logits() const;
   cudaStream_t stream() const;
   Status synchronize();
   // Replays a graph of layer `layer` alone at batch `batch` (one token each at context `ctx`)
@@ -96,6 +98,7 @@ class CudaRunner final : public ModelRunner {
   ModelConfig cfg_;
   int64_t n_blocks_ = 0, block_size_ = 0;
   bool copy_hidden_all_ = true;
+  bool logits_to_host_ = true;
 };
 
 }  // namespace pg

@@ -67,6 +67,37 @@ class Uploader {
     seen_[h.data] = d;
     return d;
   }
+  // [top ; bottom] as one matrix (same format and blocks; FP8 needs top.rows % block_rows == 0
+  // so bottom's rows start on a scale row), and the two halves as views into it. Returns false
+  // (nothing uploaded) when they cannot be joined.
+  Result<bool> concat(const Matrix& top, const Matrix& bottom, Matrix& joined, Matrix& top_view, Matrix& bottom_view) {
+    if (!top.data || !bottom.data || top.format != bottom.format || top.cols != bottom.cols) return false;
+    const bool fp8 = top.format == WeightFormat::kFp8Block;
+    if (fp8 && (top.block_rows != bottom.block_rows || top.block_cols != bottom.block_cols || top.rows % top.block_rows))
+      return false;
+    const size_t esz = matrix_elem_bytes(top);
+    joined = top;
+    joined.rows = top.rows + bottom.rows;
+    PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(size_t(joined.rows * joined.cols) * esz));
+    PG_CUDA_TRY(cudaMemcpy(d, top.data, size_t(top.rows * top.cols) * esz, cudaMemcpyHostToDevice));
+    PG_CUDA_TRY(cudaMemcpy(static_cast<uint8_t*>(d) + size_t(top.rows * top.cols) * esz, bottom.data,
+                           size_t(bottom.rows * bottom.cols) * esz, cudaMemcpyHostToDevice));
+    joined.data = d;
+    top_view = top, bottom_view = bottom;
+    top_view.data = d;
+    bottom_view.data = static_cast<const uint8_t*>(d) + size_t(top.rows * top.cols) * esz;
+    if (fp8) {
+      const int64_t st = scale_rows(top), sb = scale_rows(bottom), sc = top.scale_cols();
+      PG_ASSIGN_OR_RETURN(void* sd, w_.arena.alloc(size_t((st + sb) * sc) * 4));
+      PG_CUDA_TRY(cudaMemcpy(sd, top.scale_inv, size_t(st * sc) * 4, cudaMemcpyHostToDevice));
+      PG_CUDA_TRY(cudaMemcpy(static_cast<float*>(sd) + st * sc, bottom.scale_inv, size_t(sb * sc) * 4,
+                             cudaMemcpyHostToDevice));
+      joined.scale_inv = top_view.scale_inv = static_cast<const float*>(sd);
+      bottom_view.scale_inv = static_cast<const float*>(sd) + st * sc;
+    }
+    return true;
+  }
+
   // A matrix of host f32 values (the router when it is stored in FP8).
   Result<Matrix> f32_matrix(const std::vector<float>& v, int64_t rows, int64_t cols) {
     PG_ASSIGN_OR_RETURN(const float* d, f32(v));
@@ -161,14 +192,18 @@ Result<DevLayer> upload_layer(const ModelConfig& c, const LayerWeights& L, Uploa
   const AttentionWeights& A = L.attn;
   DevAttention& a = d.attn;
   a.has_q_lora = A.has_q_lora;
+  // q_a (or q) and kv_a read the same input: one matrix, one GEMV, when they can be joined.
+  const Matrix& q_first = A.has_q_lora ? A.q_a_proj : A.q_proj;
+  Matrix& q_dev = A.has_q_lora ? a.q_a : a.q;
+  PG_ASSIGN_OR_RETURN(bool joined, up.concat(q_first, A.kv_a_proj_with_mqa, a.q_kv_a, q_dev, a.kv_a));
+  if (!joined) {
+    PG_ASSIGN_OR_RETURN(q_dev, up.matrix(q_first));
+    PG_ASSIGN_OR_RETURN(a.kv_a, up.matrix(A.kv_a_proj_with_mqa));
+  }
   if (A.has_q_lora) {
-    PG_ASSIGN_OR_RETURN(a.q_a, up.matrix(A.q_a_proj));
     PG_ASSIGN_OR_RETURN(a.q_b, up.matrix(A.q_b_proj));
     PG_ASSIGN_OR_RETURN(a.q_a_norm, up.f32(A.q_a_layernorm));
-  } else {
-    PG_ASSIGN_OR_RETURN(a.q, up.matrix(A.q_proj));
   }
-  PG_ASSIGN_OR_RETURN(a.kv_a, up.matrix(A.kv_a_proj_with_mqa));
   PG_ASSIGN_OR_RETURN(a.kv_a_norm, up.f32(A.kv_a_layernorm));
   PG_ASSIGN_OR_RETURN(a.o, up.matrix(A.o_proj));
   // W_UK [nh, nope, R] -> [nh, R, nope]; bf16 when kv_b_proj is bf16 (exact), else f32.
@@ -313,14 +348,19 @@ Result<DevLayer> synth_layer(const ModelConfig& c, int64_t l, bool fp8, Synth& s
   PG_ASSIGN_OR_RETURN(d.post_norm, s.constant(H, 1.0f));
   DevAttention& a = d.attn;
   a.has_q_lora = c.q_lora_rank.has_value();
+  // [q_a | kv_a] (or [q | kv_a]) as one matrix with views, as upload_weights joins them (the
+  // q rows are multiples of 128 at every synthetic shape).
+  const int64_t q_rows = a.has_q_lora ? *c.q_lora_rank : nh * qk;
+  PG_ASSIGN_OR_RETURN(a.q_kv_a, s.matrix(q_rows + R + P, H, fp8));
+  Matrix& q_dev = a.has_q_lora ? a.q_a : a.q;
+  q_dev = a.q_kv_a, q_dev.rows = q_rows;
+  a.kv_a = a.q_kv_a, a.kv_a.rows = R + P;
+  a.kv_a.data = static_cast<const uint8_t*>(a.q_kv_a.data) + size_t(q_rows * H) * (fp8 ? 1 : 2);
+  if (fp8) a.kv_a.scale_inv = a.q_kv_a.scale_inv + (q_rows / a.q_kv_a.block_rows) * a.q_kv_a.scale_cols();
   if (a.has_q_lora) {
-    PG_ASSIGN_OR_RETURN(a.q_a, s.matrix(*c.q_lora_rank, H, fp8));
     PG_ASSIGN_OR_RETURN(a.q_b, s.matrix(nh * qk, *c.q_lora_rank, fp8));
     PG_ASSIGN_OR_RETURN(a.q_a_norm, s.constant(*c.q_lora_rank, 1.0f));
-  } else {
-    PG_ASSIGN_OR_RETURN(a.q, s.matrix(nh * qk, H, fp8));
   }
-  PG_ASSIGN_OR_RETURN(a.kv_a, s.matrix(R + P, H, fp8));
   PG_ASSIGN_OR_RETURN(a.kv_a_norm, s.constant(R, 1.0f));
   PG_ASSIGN_OR_RETURN(a.o, s.matrix(H, nh * V, fp8));
   a.head_format = ops::HeadWeight::kBF16;

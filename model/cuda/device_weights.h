@@ -23,6 +23,9 @@ namespace pg {
 struct DevAttention {
   bool has_q_lora = false;
   ops::Matrix q_a, q_b, q, kv_a, o;       // as AttentionWeights (q_proj when no q_lora)
+  // [q_a ; kv_a] (or [q ; kv_a]) in one matrix when they could be joined (q_a / q and kv_a are
+  // then views into it): one GEMV reads both. data == nullptr: separate.
+  ops::Matrix q_kv_a;
   const float* q_a_norm = nullptr;        // [q_lora_rank] f32
   const float* kv_a_norm = nullptr;       // [kv_lora_rank] f32
   const void* w_uk_t = nullptr;           // [n_heads, kv_lora_rank, qk_nope_head_dim] head_format

@@ -106,8 +106,8 @@ void mla_attention(const MlaAttentionArgs& a, ThreadPool& pool) {
       const int64_t t = th / a.n_heads, h = th % a.n_heads;
       const int64_t n = a.ctx_len[t];
       const int32_t* table = a.block_tables + int64_t(a.token_seq[t]) * a.max_blocks_per_seq;
-      const float* ql = a.q_lat + (t * a.n_heads + h) * R;
-      const float* qp = a.q_pe + (t * a.n_heads + h) * P;
+      const float* ql = a.q_lat + t * q_lat_row_stride(a) + h * q_lat_head_stride(a);
+      const float* qp = a.q_pe + t * q_pe_row_stride(a) + h * q_pe_head_stride(a);
       scores.resize(static_cast<size_t>(n));
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n; ++j) {

@@ -1,8 +1,10 @@
-// mla_attention on the GPU: flash-decoding split-KV over the paged latent cache, then a combine
-// of the splits. Mirrors ops::cpu::mla_attention (same scores, a max-subtracted softmax, the same
-// weighted sum of c_kv rows); the order of the sums and the online rescaling differ (see
+// mla_attention on the GPU: flash-decoding split-KV over the paged latent cache with the combine
+// of the splits fused in (the last blocks of a group to finish do it). Mirrors
+// ops::cpu::mla_attention (same scores, a max-subtracted softmax, the same weighted sum of c_kv
+// rows); the order of the sums and the online rescaling differ (see
 // tests/ops/mla_attention_test.cpp for the tolerance this implies). Tiles and plan: mla_attention_params.h.
 #include <cmath>
+#include <mutex>
 
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/mla_attention_params.h"
@@ -23,6 +25,12 @@ __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool val
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
 __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
@@ -32,13 +40,50 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
   return fmaf(a.w, b.w, acc);
 }
 
+// A combiner waits at most this many polls (~64 ns apart: ~0.5 s) for its group's other splits,
+// which run concurrently and take microseconds; past it (a workspace whose counters were not
+// zeroed) it goes on with what it has instead of hanging the device.
+constexpr int kMlaSpinLimit = 1 << 23;
+
+// Stages Q rows [q_lat | q_pe | 0 ...] of heads h0 .. h0 + kHeads (zeros past n_heads) into
+// sQ [kHeads][dp] with cp.async; only the 4 x d4 columns the score loop reads are written.
+template <int kHeads>
+__device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, int64_t t, int64_t h0) {
+  const int R = p.kv_lora_rank;
+  if (p.vec_q) {  // R, P multiples of 4: a float4 is all q_lat or all q_pe
+    const int r4 = R / 4, n = kHeads * p.d4;
+    for (int i = threadIdx.x; i < n; i += kMlaThreads) {
+      const int hh = i / p.d4, f = i % p.d4;
+      const int64_t h = h0 + hh;
+      const bool valid = h < p.n_heads;
+      const float* src = p.q_lat;
+      if (valid)
+        src = f < r4 ? p.q_lat + t * p.q_lat_row_stride + h * p.q_lat_head_stride + 4 * f
+                     : p.q_pe + t * p.q_pe_row_stride + h * p.q_pe_head_stride + 4 * (f - r4);
+      cp_async16(sQ + hh * p.dp + 4 * f, src, valid);
+    }
+  } else {
+    const int w = 4 * p.d4, n = kHeads * w;
+    for (int i = threadIdx.x; i < n; i += kMlaThreads) {
+      const int hh = i / w, c = i % w;
+      const int64_t h = h0 + hh;
+      const bool valid = h < p.n_heads && c < p.d;
+      const float* src = p.q_lat;
+      if (valid)
+        src = c < R ? p.q_lat + t * p.q_lat_row_stride + h * p.q_lat_head_stride + c
+                    : p.q_pe + t * p.q_pe_row_stride + h * p.q_pe_head_stride + (c - R);
+      cp_async4(sQ + hh * p.dp + c, src, valid);
+    }
+  }
+}
+
 // Stages cache rows [c0, c0 + kMlaChunkRows) of one sequence into dst ([kMlaChunkRows][dp]);
 // rows at or past `end` become zeros. Warp w takes rows w, w + 8, ...; lanes walk the row.
-__device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, const int32_t* table, int64_t c0,
-                                           int64_t end) {
+__device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, const int32_t* table, int c0,
+                                           int end) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   for (int j = warp; j < kMlaChunkRows; j += kMlaWarps) {
-    const int64_t pos = c0 + j;
+    const int pos = c0 + j;
     const bool valid = pos < end;
     const float* src = p.kv;
     if (valid) src = p.kv + (int64_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size) * p.d;
@@ -54,113 +99,208 @@ __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* d
   }
 }
 
+// The combine of one (token t, head group at h0) by combiner k of n_comb: o = Σ_s 2^(m_s - M) o_s /
+// Σ_s 2^(m_s - M) l_s over the n_act splits, for the k-th slice of the group's outputs. Every
+// split's partial is complete (the caller waited); they are read through L2 (ld.cg), since L1 is
+// not coherent with the other SMs' writes. sW: [n_act][kHeads] weights then [kHeads] 1 / L.
+template <int kHeads>
+__device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, int64_t t, int64_t h0, int n_act,
+                        int k, int n_comb) {
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize, R = p.kv_lora_rank;
+  const int64_t H = p.n_heads;
+  const int hv = int(H - h0 < kHeads ? H - h0 : kHeads);  // valid heads of the group
+  const float* ml = p.ws_ml + item * p.n_splits * kHeads * 2;
+  const float* o = p.ws_o + item * p.n_splits * kHeads * R;
+  float* sInv = sW + n_act * kHeads;
+  // Weights: a warp per head, lanes over the splits.
+  for (int hh = warp; hh < hv; hh += kMlaWarps) {
+    float mx = -INFINITY;
+    for (int s = lane; s < n_act; s += kWarpSize) mx = fmaxf(mx, __ldcg(ml + 2 * (s * kHeads + hh)));
+    mx = warp_max(mx);
+    float l = 0.0f;
+    for (int s = lane; s < n_act; s += kWarpSize) {
+      const float* e = ml + 2 * (s * kHeads + hh);
+      const float w = exp2f(__ldcg(e) - mx);
+      sW[s * kHeads + hh] = w;
+      l = fmaf(w, __ldcg(e + 1), l);
+    }
+    l = warp_sum(l);
+    if (lane == 0) sInv[hh] = 1.0f / l;  // as the CPU: one reciprocal, then products
+  }
+  __syncthreads();
+  const int64_t split_stride = int64_t(kHeads) * R;  // floats between two splits' partials
+  if (p.vec_out) {
+    // The slice's float4 outputs [q0, q1); tpq consecutive lanes share one output, each summing
+    // every tpq-th split, then a shuffle sum (more loads in flight when the slice is small).
+    const int r4 = R / 4, n = hv * r4;
+    const int q0 = int(int64_t(n) * k / n_comb), q1 = int(int64_t(n) * (k + 1) / n_comb);
+    int tpq = 1;
+    while (tpq < kWarpSize && (q1 - q0) * tpq * 2 <= kMlaThreads && tpq * 2 <= n_act) tpq *= 2;
+    const int sub = tid % tpq, per_pass = kMlaThreads / tpq;
+    for (int base = q0; base < q1; base += per_pass) {  // uniform trip count: all lanes shuffle
+      const int qi = base + tid / tpq;
+      const bool valid = qi < q1;
+      const int hh = valid ? qi / r4 : 0, c = valid ? 4 * (qi % r4) : 0;
+      const float* src = o + hh * R + c;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (valid) {
+#pragma unroll 4
+        for (int s = sub; s < n_act; s += tpq) {
+          const float w = sW[s * kHeads + hh];
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(src + s * split_stride));
+          a.x = fmaf(w, v.x, a.x), a.y = fmaf(w, v.y, a.y), a.z = fmaf(w, v.z, a.z), a.w = fmaf(w, v.w, a.w);
+        }
+      }
+      for (int off = 1; off < tpq; off *= 2) {
+        a.x += __shfl_xor_sync(kFullMask, a.x, off);
+        a.y += __shfl_xor_sync(kFullMask, a.y, off);
+        a.z += __shfl_xor_sync(kFullMask, a.z, off);
+        a.w += __shfl_xor_sync(kFullMask, a.w, off);
+      }
+      if (valid && sub == 0) {
+        const float inv = sInv[hh];
+        a.x *= inv, a.y *= inv, a.z *= inv, a.w *= inv;
+        *reinterpret_cast<float4*>(p.o_lat + (t * H + h0 + hh) * R + c) = a;
+      }
+    }
+  } else {
+    const int n = hv * R;
+    const int e0 = int(int64_t(n) * k / n_comb), e1 = int(int64_t(n) * (k + 1) / n_comb);
+    for (int e = e0 + tid; e < e1; e += kMlaThreads) {
+      const int hh = e / R, c = e % R;
+      const float* src = o + hh * R + c;
+      float a = 0.0f;
+#pragma unroll 4
+      for (int s = 0; s < n_act; ++s) a = fmaf(sW[s * kHeads + hh], __ldcg(src + s * split_stride), a);
+      p.o_lat[(t * H + h0 + hh) * R + c] = a * sInv[hh];
+    }
+  }
+}
+
 // One block = (token t, head group g, split s); blockIdx.x = ((m-1-t) x n_splits + s) x head_groups + g,
 // so the longest contexts (the last tokens of a causal prefill) start first.
-// Shared memory (floats): sQ [16][dp] | sK [2][32][dp] | sRed [8 warps][16][32] | sP [32][20] |
-// sAlpha, sM, sL [16].
+template <int kHeads>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
+  using Tile = MlaTile<kHeads>;
   extern __shared__ float4 smem4[];
   float* sQ = reinterpret_cast<float*>(smem4);
-  float* sK = sQ + kMlaHeads * p.dp;
-  float* sRed = sK + 2 * kMlaChunkRows * p.dp;
-  float* sP = sRed + kMlaWarps * kMlaHeads * kMlaChunkRows;
-  float* sAlpha = sP + kMlaChunkRows * kMlaPStride;
-  float* sM = sAlpha + kMlaHeads;
-  float* sL = sM + kMlaHeads;
+  float* sK = sQ + kHeads * p.dp;  // the work region (see mla_smem_floats)
+  float* sRed = sK + mla_work_floats(kHeads, p.dp, p.n_splits);
+  float* sP = sRed + kMlaWarps * kHeads * kMlaChunkRows;
+  float* sAlpha = sP + kMlaChunkRows * Tile::kPStride;
+  float* sM = sAlpha + kHeads;
+  float* sL = sM + kHeads;
+  int* sTicket = reinterpret_cast<int*>(sL + kHeads);  // the combine's ticket (dynamic: no static smem)
 
-  const int64_t n_splits = p.n_splits, H = p.n_heads, R = p.kv_lora_rank;
+  const int n_splits = p.n_splits, R = p.kv_lora_rank;
+  const int64_t H = p.n_heads;
   int64_t b = blockIdx.x;
   const int g = int(b % p.head_groups);
   b /= p.head_groups;
-  const int64_t s = b % n_splits;
+  const int s = int(b % n_splits);
   const int64_t t = p.m - 1 - b / n_splits;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int64_t h0 = int64_t(g) * kMlaHeads;
+  const int64_t h0 = int64_t(g) * kHeads;
+  const int64_t item = t * p.head_groups + g;  // (token, head group): counter and workspace index
 
-  int64_t ctx = p.ctx_len[t];
-  ctx = ctx < p.max_rows ? ctx : p.max_rows;
+  load_q<kHeads>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
+  cp_async_commit();
+
+  int64_t ctx64 = p.ctx_len[t];
+  const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
   if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
     if (s == 0)
-      for (int64_t i = tid; i < kMlaHeads * R; i += kMlaThreads)
+      for (int64_t i = tid; i < int64_t(kHeads) * R; i += kMlaThreads)
         if (h0 + i / R < H) p.o_lat[(t * H + h0 + i / R) * R + i % R] = 0.0f;
+    cp_async_wait_all();
     return;
   }
-  const int64_t split_rows = mla_split_rows(ctx, n_splits);
-  const int64_t begin = s * split_rows;
-  if (begin >= ctx) return;  // past this token's context (grids are sized from a bound)
-  const int64_t end = begin + split_rows < ctx ? begin + split_rows : ctx;
-  const bool direct = split_rows >= ctx;  // the only split: normalize and write o_lat here
+  const int split_rows = int(mla_split_rows(ctx, n_splits));
+  if (int64_t(s) * split_rows >= ctx) {  // past this token's context (grids are sized from a bound)
+    cp_async_wait_all();
+    return;
+  }
+  const int begin = s * split_rows;
+  const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
+  const int n_act = (ctx + split_rows - 1) / split_rows;  // splits holding rows of this token
+  const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(p.token_seq[t]) * p.max_blocks_per_seq;
 
-  // Q rows [q_lat | q_pe | 0 ...] of the group's heads; heads past n_heads are zeros.
-  for (int i = tid; i < kMlaHeads * p.dp; i += kMlaThreads) {
-    const int hh = i / p.dp, c = i % p.dp;
-    const int64_t h = h0 + hh;
-    float v = 0.0f;
-    if (h < H) {
-      if (c < p.kv_lora_rank) v = p.q_lat[(t * H + h) * R + c];
-      else if (c < p.d) v = p.q_pe[(t * H + h) * p.rope_dim + (c - p.kv_lora_rank)];
-    }
-    sQ[i] = v;
-  }
   load_chunk(p, sK, table, begin, end);
   cp_async_commit();
 
-  // Softmax state of this warp's two heads (2w, 2w + 1), identical in every lane.
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  // P·V tile: heads ho*8 .. +8, columns 4cq .. +4 (threads with 4cq >= R idle there).
-  const int ho = tid / kMlaColQuads, cq = tid % kMlaColQuads;
-  const bool pv_active = 4 * cq < p.kv_lora_rank;
+  // Softmax state of this warp's heads, identical in every lane.
+  float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];
+#pragma unroll
+  for (int k = 0; k < Tile::kHeadsPerWarp; ++k) m_run[k] = -INFINITY, l_run[k] = 0.0f;
+  // P·V tile: heads ho*8 .. +8, columns 4cq .. +4, rows phase, phase + kPhases, ... (threads with
+  // 4cq >= R idle there).
+  const int cq = tid % kMlaColQuads, ho = (tid / kMlaColQuads) % Tile::kOctets;
+  const int phase = tid / (kMlaColQuads * Tile::kOctets);
+  const bool pv_active = 4 * cq < R;
   float acc[kMlaOutHeads][4] = {};
-  // Score tile: rows r0 and r0 + 16, float4 columns f = 2w + half (mod 16).
-  const int half = lane / 16, r0 = lane % 16;
+  // Score tile: rows r0 + kRowLanes x i (i < kRowsPerLane), float4 columns f = warp x kRowsPerLane
+  // + q (mod kSlices).
+  const int r0 = lane % Tile::kRowLanes, q = lane / Tile::kRowLanes;
 
-  const int64_t n_chunks = (end - begin + kMlaChunkRows - 1) / kMlaChunkRows;
-  for (int64_t c = 0; c < n_chunks; ++c) {
+  const int n_chunks = (end - begin + kMlaChunkRows - 1) / kMlaChunkRows;
+  for (int c = 0; c < n_chunks; ++c) {
     cp_async_wait_all();
-    __syncthreads();  // chunk c visible; chunk c - 1 (the other buffer) no longer read
-    const int64_t c0 = begin + c * kMlaChunkRows;
+    __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
+    const int c0 = begin + c * kMlaChunkRows;
     if (c + 1 < n_chunks) load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, table, c0 + kMlaChunkRows, end);
     cp_async_commit();
     const float* K = sK + (c & 1) * kMlaChunkRows * p.dp;
-    const int rows = int(end - c0 < kMlaChunkRows ? end - c0 : kMlaChunkRows);
+    const int rows = end - c0 < kMlaChunkRows ? end - c0 : kMlaChunkRows;
 
-    // Partial scores over this warp's slice of D.
-    float sc[kMlaHeads][2];
+    // Partial scores over this lane's slice of D.
+    float sc[kHeads][Tile::kRowsPerLane];
 #pragma unroll
-    for (int h = 0; h < kMlaHeads; ++h) sc[h][0] = sc[h][1] = 0.0f;
-    for (int f = 2 * warp + half; f < p.d4; f += kMlaScoreSlices) {
-      const float4 k0 = lds4(K + r0 * p.dp + 4 * f), k1 = lds4(K + (r0 + 16) * p.dp + 4 * f);
+    for (int h = 0; h < kHeads; ++h)
 #pragma unroll
-      for (int h = 0; h < kMlaHeads; ++h) {
-        const float4 q = lds4(sQ + h * p.dp + 4 * f);
-        sc[h][0] = dot4(q, k0, sc[h][0]);
-        sc[h][1] = dot4(q, k1, sc[h][1]);
+      for (int i = 0; i < Tile::kRowsPerLane; ++i) sc[h][i] = 0.0f;
+    for (int f = warp * Tile::kRowsPerLane + q; f < p.d4; f += Tile::kSlices) {
+      float4 k4[Tile::kRowsPerLane];
+#pragma unroll
+      for (int i = 0; i < Tile::kRowsPerLane; ++i) k4[i] = lds4(K + (r0 + Tile::kRowLanes * i) * p.dp + 4 * f);
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        const float4 qv = lds4(sQ + h * p.dp + 4 * f);
+#pragma unroll
+        for (int i = 0; i < Tile::kRowsPerLane; ++i) sc[h][i] = dot4(qv, k4[i], sc[h][i]);
       }
     }
-    float* red = sRed + warp * kMlaHeads * kMlaChunkRows;
+    // Sum the warp's slices (lanes r0 + kRowLanes x q, q < kRowsPerLane); lane q keeps row
+    // r0 + kRowLanes x q.
+    float* red = sRed + warp * kHeads * kMlaChunkRows;
 #pragma unroll
-    for (int h = 0; h < kMlaHeads; ++h) {
-      const float a = sc[h][0] + __shfl_xor_sync(kFullMask, sc[h][0], 16);
-      const float e = sc[h][1] + __shfl_xor_sync(kFullMask, sc[h][1], 16);
-      red[h * kMlaChunkRows + r0 + 16 * half] = half ? e : a;  // lower half row r0, upper half row r0 + 16
+    for (int h = 0; h < kHeads; ++h) {
+      float mine = 0.0f;
+#pragma unroll
+      for (int i = 0; i < Tile::kRowsPerLane; ++i) {
+        float v = sc[h][i];
+#pragma unroll
+        for (int o = Tile::kRowLanes; o < kWarpSize; o *= 2) v += __shfl_xor_sync(kFullMask, v, o);
+        mine = q == i ? v : mine;
+      }
+      red[h * kMlaChunkRows + r0 + Tile::kRowLanes * q] = mine;
     }
     __syncthreads();
 
-    // Online softmax: warp w, heads 2w and 2w + 1, lane = row of the chunk.
+    // Online softmax: warp w, its kHeadsPerWarp heads, lane = row of the chunk.
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int hh = 2 * warp + k;
+    for (int k = 0; k < Tile::kHeadsPerWarp; ++k) {
+      const int hh = warp * Tile::kHeadsPerWarp + k;
       float v = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kMlaWarps; ++w) v += sRed[(w * kMlaHeads + hh) * kMlaChunkRows + lane];
+      for (int w = 0; w < kMlaWarps; ++w) v += sRed[(w * kHeads + hh) * kMlaChunkRows + lane];
       v = lane < rows ? v * p.scale_log2 : -INFINITY;
       const float m_new = fmaxf(m_run[k], warp_max(v));  // finite: row 0 of a chunk is always valid
       const float pr = exp2f(v - m_new);
       const float alpha = exp2f(m_run[k] - m_new);  // 0 on the first chunk (m_run = -inf)
       l_run[k] = l_run[k] * alpha + warp_sum(pr);
       m_run[k] = m_new;
-      sP[lane * kMlaPStride + hh] = pr;
+      sP[lane * Tile::kPStride + hh] = pr;
       if (lane == 0) sAlpha[hh] = alpha;
     }
     __syncthreads();
@@ -173,10 +313,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
       for (int i = 0; i < kMlaOutHeads; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][e] *= al[i];
-      for (int j = 0; j < rows; ++j) {
+      for (int j = phase; j < rows; j += Tile::kPhases) {
         const float4 v = lds4(K + j * p.dp + 4 * cq);
-        const float4 p0 = lds4(sP + j * kMlaPStride + ho * kMlaOutHeads);
-        const float4 p1 = lds4(sP + j * kMlaPStride + ho * kMlaOutHeads + 4);
+        const float4 p0 = lds4(sP + j * Tile::kPStride + ho * kMlaOutHeads);
+        const float4 p1 = lds4(sP + j * Tile::kPStride + ho * kMlaOutHeads + 4);
         const float pj[kMlaOutHeads] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
         for (int i = 0; i < kMlaOutHeads; ++i) {
@@ -190,10 +330,28 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   }
 
   if (lane == 0)
-    for (int k = 0; k < 2; ++k) sM[2 * warp + k] = m_run[k], sL[2 * warp + k] = l_run[k];
-  __syncthreads();
+#pragma unroll
+    for (int k = 0; k < Tile::kHeadsPerWarp; ++k)
+      sM[warp * Tile::kHeadsPerWarp + k] = m_run[k], sL[warp * Tile::kHeadsPerWarp + k] = l_run[k];
+  __syncthreads();  // also: every P·V read of sK is done, the work region is free
 
-  if (pv_active) {
+  if constexpr (Tile::kPhases > 1) {  // 8 heads: phase 1 hands its partial sums to phase 0
+    static_assert(Tile::kPhases == 2, "two row phases");
+    float* sX = sK;  // [8 heads][128 quads] float4
+    if (phase == 1 && pv_active)
+#pragma unroll
+      for (int i = 0; i < kMlaOutHeads; ++i)
+        *reinterpret_cast<float4*>(sX + (i * kMlaColQuads + cq) * 4) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    __syncthreads();
+    if (phase == 0 && pv_active)
+#pragma unroll
+      for (int i = 0; i < kMlaOutHeads; ++i) {
+        const float4 x = lds4(sX + (i * kMlaColQuads + cq) * 4);
+        acc[i][0] += x.x, acc[i][1] += x.y, acc[i][2] += x.z, acc[i][3] += x.w;
+      }
+  }
+
+  if (phase == 0 && pv_active) {
     const int c = 4 * cq;
 #pragma unroll
     for (int i = 0; i < kMlaOutHeads; ++i) {
@@ -207,68 +365,82 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
         v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
         dst = p.o_lat + (t * H + h) * R;
       } else {
-        dst = p.ws_o + ((t * H + h) * n_splits + s) * R;
+        dst = p.ws_o + ((item * n_splits + s) * kHeads + hh) * R;
       }
       if (p.vec_out) {
         *reinterpret_cast<float4*>(dst + c) = v;
       } else {
         const float e[4] = {v.x, v.y, v.z, v.w};
-        for (int k = 0; k < 4 && c + k < p.kv_lora_rank; ++k) dst[c + k] = e[k];
+        for (int k = 0; k < 4 && c + k < R; ++k) dst[c + k] = e[k];
       }
     }
   }
-  if (!direct && tid < kMlaHeads && h0 + tid < H) {
-    float* ml = p.ws_ml + ((t * H + h0 + tid) * n_splits + s) * 2;
+  if (direct) return;
+  if (tid < kHeads && h0 + tid < H) {
+    float* ml = p.ws_ml + ((item * n_splits + s) * kHeads + tid) * 2;
     ml[0] = sM[tid];
     ml[1] = sL[tid];
   }
-}
 
-// One block per (token, head): o = Σ_s 2^(m_s - M) o_s / Σ_s 2^(m_s - M) l_s over the token's
-// active splits. Tokens with one split were written by the split kernel.
-__global__ void __launch_bounds__(kMlaCombineThreads) mla_combine_kernel(const __grid_constant__ MlaAttentionParams p) {
-  __shared__ float sw[kMlaMaxSplits], sl[kMlaMaxSplits];
-  const int64_t H = p.n_heads, R = p.kv_lora_rank, n_splits = p.n_splits;
-  const int64_t t = blockIdx.x / H, h = blockIdx.x % H;
-  int64_t ctx = p.ctx_len[t];
-  ctx = ctx < p.max_rows ? ctx : p.max_rows;
-  if (ctx <= 0) return;
-  const int64_t split_rows = mla_split_rows(ctx, n_splits);
-  const int n_active = int((ctx + split_rows - 1) / split_rows);
-  if (n_active <= 1) return;
-  const float* ml = p.ws_ml + (t * H + h) * n_splits * 2;
-  float mx = -INFINITY;
-  for (int s = 0; s < n_active; ++s) mx = fmaxf(mx, ml[2 * s]);
-  for (int s = threadIdx.x; s < n_active; s += kMlaCombineThreads) {
-    sw[s] = exp2f(ml[2 * s] - mx);
-    sl[s] = ml[2 * s + 1];
+  // Fused combine. Counter protocol per item, starting at 0: each of the n_act splits adds 1 on
+  // arrival (after a fence that publishes its partial); the last n_comb arrivals (tickets
+  // >= n_act - n_comb) are the combiners: each waits for the count to reach n_act, adds 1 again
+  // and combines its slice; the one whose second add completes n_act + n_comb resets the counter
+  // to 0 (every combiner has stopped polling by then).
+  const int n_comb = p.n_combiners < n_act ? p.n_combiners : n_act;
+  unsigned* cnt = p.counters + item;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const unsigned ticket = atomicAdd(cnt, 1u);
+    *sTicket = ticket >= unsigned(n_act - n_comb) ? int(ticket - unsigned(n_act - n_comb)) : -1;
   }
   __syncthreads();
-  float l = 0.0f;
-  for (int s = 0; s < n_active; ++s) l = fmaf(sw[s], sl[s], l);
-  const float inv = 1.0f / l;
-  const float* o = p.ws_o + (t * H + h) * n_splits * R;
-  float* out = p.o_lat + (t * H + h) * R;
-  for (int64_t c = threadIdx.x; c < R; c += kMlaCombineThreads) {
-    float a = 0.0f;
-    for (int s = 0; s < n_active; ++s) a = fmaf(sw[s], o[s * R + c], a);
-    out[c] = a * inv;
+  const int k = *sTicket;
+  if (k < 0) return;
+  if (tid == 0) {
+    for (int it = 0; it < kMlaSpinLimit && ld_acquire(cnt) < unsigned(n_act); ++it) __nanosleep(64);
+    __threadfence();
+    if (atomicAdd(cnt, 1u) == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
   }
+  __syncthreads();
+  combine<kHeads>(p, sK, item, t, h0, n_act, k, n_comb);
+}
+
+// The kernels' shared memory limit, raised once per device (the largest dynamic shared memory of
+// an sm_90 block, 227 KB, so no later launch needs another call).
+constexpr int kMaxSmemBytes = 227 * 1024;
+constexpr int kMaxDevices = 64;
+
+template <int kHeads>
+cudaError_t raise_smem_limit_once() {
+  static std::mutex mu;
+  static bool done[kMaxDevices] = {};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev >= 0 && dev < kMaxDevices && done[dev]) return cudaSuccess;
+  e = cudaFuncSetAttribute(mla_attention_kernel<kHeads>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
+  if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices) done[dev] = true;
+  return e;
+}
+
+template <int kHeads>
+cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
+  const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits) * sizeof(float);
+  cudaError_t e = raise_smem_limit_once<kHeads>();
+  if (e != cudaSuccess) return e;
+  const int64_t blocks = p.m * p.head_groups * p.n_splits;
+  mla_attention_kernel<kHeads><<<unsigned(blocks), kMlaThreads, smem, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
+cudaError_t launch_mla_attention(const MlaAttentionParams& p, int heads, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
-  const size_t smem = mla_smem_floats(p.dp) * sizeof(float);
-  cudaError_t e = cudaFuncSetAttribute(mla_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e != cudaSuccess) return e;
-  const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  mla_attention_kernel<<<unsigned(blocks), kMlaThreads, smem, stream>>>(p);
-  e = cudaGetLastError();
-  if (e != cudaSuccess || p.n_splits <= 1) return e;
-  mla_combine_kernel<<<unsigned(p.m * p.n_heads), kMlaCombineThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return heads == 8 ? launch<8>(p, stream) : launch<16>(p, stream);
 }
 
 }  // namespace pg::ops::cuda

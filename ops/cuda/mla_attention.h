@@ -1,6 +1,7 @@
 // ops::cuda::mla_attention: the CUDA backend of ops/mla_attention.h (DeepSeek MLA, absorbed form,
-// over the paged f32 latent cache), flash-decoding split-KV plus a combine. Graph-capturable:
-// no allocation, no synchronization, the grid sized from a host-known context bound.
+// over the paged f32 latent cache), flash-decoding split-KV with the combine fused into the same
+// kernel. Graph-capturable: no allocation, no synchronization, the grid sized from a host-known
+// context bound.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,7 +16,14 @@ namespace pg::ops::cuda {
 
 // Floats of scratch the launcher needs for m tokens whose ctx_len are all <= max_ctx (0 when
 // the plan has one split per token, as in prefill). Depends on the current device's SM count.
+// The workspace starts with counters that must be zero before its first use (call
+// mla_attention_workspace_init once after allocating it); every launch leaves them zero again,
+// so one workspace serves any sequence of launches and graph replays (on one stream at a time),
+// whatever their m and max_ctx, as long as it is large enough for each.
 size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx);
+
+// Zeroes the workspace's counters (an async memset on `stream`); once, after allocation.
+Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, cudaStream_t stream);
 
 // o_lat per MlaAttentionArgs (device pointers). max_ctx: a host-known upper bound of every
 // ctx_len[t]; the grid is sized from it so that a CUDA graph captured with a bound stays valid

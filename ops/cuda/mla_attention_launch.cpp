@@ -17,16 +17,22 @@ constexpr size_t kMaxSmemBytes = 227 * 1024;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-int64_t n_splits_for(int64_t m, int64_t n_heads, int64_t max_ctx) {
-  return mla_n_splits(m, n_heads, max_ctx, current_device_props().sm_count);
+MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx) {
+  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count);
 }
 
 }  // namespace
 
 size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx) {
   if (m <= 0 || n_heads <= 0 || kv_lora_rank <= 0) return 0;
-  const int64_t s = n_splits_for(m, n_heads, max_ctx);
-  return s > 1 ? size_t(m * n_heads * s * (kv_lora_rank + 2)) : 0;
+  return mla_workspace_floats(plan_for(m, n_heads, max_ctx), m, kv_lora_rank);
+}
+
+Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, cudaStream_t stream) {
+  if (!workspace || workspace_floats == 0) return ok_status();
+  const size_t n = workspace_floats < size_t(kMlaCounterSlots) ? workspace_floats : size_t(kMlaCounterSlots);
+  PG_CUDA_TRY(cudaMemsetAsync(workspace, 0, n * sizeof(float), stream));
+  return ok_status();
 }
 
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
@@ -45,39 +51,46 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   if (max_ctx <= 0 || max_ctx > max_rows)
     return invalid_argument("mla_attention: max_ctx {} outside [1, block_size x max_blocks_per_seq = {}]", max_ctx,
                             max_rows);
+  if (max_rows > INT_MAX - int64_t(kMlaMaxSplits) * kMlaChunkRows)  // int positions on the device
+    return unsupported("mla_attention (CUDA): block_size x max_blocks_per_seq = {} rows", max_rows);
   if (a.kv_lora_rank > kMlaMaxRank)
     return unsupported("mla_attention (CUDA): kv_lora_rank {} > {}", a.kv_lora_rank, kMlaMaxRank);
   if (!std::isfinite(a.softmax_scale)) return invalid_argument("mla_attention: softmax_scale {}", a.softmax_scale);
 
+  const MlaPlan plan = plan_for(a.m, a.n_heads, max_ctx);
   MlaAttentionParams p;
   p.q_lat = a.q_lat, p.q_pe = a.q_pe, p.kv = a.kv, p.block_tables = a.block_tables;
   p.token_seq = a.token_seq, p.ctx_len = a.ctx_len, p.o_lat = a.o_lat;
+  p.q_lat_row_stride = q_lat_row_stride(a), p.q_lat_head_stride = q_lat_head_stride(a);
+  p.q_pe_row_stride = q_pe_row_stride(a), p.q_pe_head_stride = q_pe_head_stride(a);
   p.m = a.m, p.n_heads = a.n_heads;
-  p.block_size = a.block_size, p.max_blocks_per_seq = a.max_blocks_per_seq, p.max_rows = max_rows;
+  p.block_size = int(a.block_size), p.max_blocks_per_seq = int(a.max_blocks_per_seq), p.max_rows = int(max_rows);
   p.kv_lora_rank = int(a.kv_lora_rank), p.rope_dim = int(a.rope_dim);
   const int64_t d = a.kv_lora_rank + a.rope_dim, d4 = (d + 3) / 4;
   p.d = int(d), p.d4 = int(d4), p.dp = int(4 * (d4 | 1));  // odd float4 stride: conflict-free row reads
-  const size_t smem = mla_smem_floats(p.dp) * sizeof(float);
+  p.head_groups = int(plan.head_groups), p.n_splits = int(plan.n_splits), p.n_combiners = plan.n_combiners;
+  const size_t smem = mla_smem_floats(plan.heads, p.dp, p.n_splits) * sizeof(float);
   if (smem > kMaxSmemBytes)
     return unsupported("mla_attention (CUDA): kv_lora_rank + rope_dim = {} needs {} bytes of shared memory", d, smem);
-  p.head_groups = int(mla_head_groups(a.n_heads));
-  const int64_t n_splits = n_splits_for(a.m, a.n_heads, max_ctx);
-  p.n_splits = int(n_splits);
-  if (a.m * p.head_groups * n_splits > INT_MAX || a.m * a.n_heads > INT_MAX)
+  if (a.m * plan.head_groups * plan.n_splits > INT_MAX || a.m * a.n_heads > INT_MAX)
     return unsupported("mla_attention (CUDA): {} tokens x {} heads is too large a grid", a.m, a.n_heads);
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
 
-  if (n_splits > 1) {
-    const size_t need = mla_attention_workspace_floats(a.m, a.n_heads, a.kv_lora_rank, max_ctx);
+  if (plan.n_splits > 1) {
+    const size_t need = mla_workspace_floats(plan, a.m, a.kv_lora_rank);
     if (!workspace || workspace_floats < need)
       return invalid_argument("mla_attention: workspace of {} floats, {} needed (m={}, max_ctx={})", workspace_floats,
                               need, a.m, max_ctx);
-    p.ws_o = workspace;
-    p.ws_ml = workspace + a.m * a.n_heads * n_splits * a.kv_lora_rank;
+    p.counters = reinterpret_cast<unsigned*>(workspace);
+    p.ws_o = workspace + kMlaCounterSlots;
+    p.ws_ml = p.ws_o + a.m * plan.head_groups * plan.n_splits * plan.heads * a.kv_lora_rank;
   }
   p.vec_kv = d % 4 == 0 && aligned16(a.kv);
+  p.vec_q = a.kv_lora_rank % 4 == 0 && a.rope_dim % 4 == 0 && aligned16(a.q_lat) && aligned16(a.q_pe) &&
+            p.q_lat_row_stride % 4 == 0 && p.q_lat_head_stride % 4 == 0 && p.q_pe_row_stride % 4 == 0 &&
+            p.q_pe_head_stride % 4 == 0;
   p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!p.ws_o || aligned16(p.ws_o));
-  PG_CUDA_TRY(launch_mla_attention(p, stream));
+  PG_CUDA_TRY(launch_mla_attention(p, plan.heads, stream));
   return ok_status();
 }
 

@@ -11,52 +11,91 @@
 namespace pg::ops::cuda {
 
 // ---- Tile constants ------------------------------------------------------------------------
-// One block: one token, kMlaHeads heads (a head group), one split of the token's context, which
-// it walks in chunks of kMlaChunkRows cache rows staged in shared memory (double-buffered with
-// cp.async) and used by all heads of the group: the latent KV is shared by every head (MQA-like).
+// One block: one token, a group of kHeads heads (8 or 16, a template parameter), one split of
+// the token's context, walked in chunks of kMlaChunkRows cache rows staged in shared memory
+// (double-buffered with cp.async) and used by all heads of the group: the latent KV is shared
+// by every head (MQA-like).
 constexpr int kMlaThreads = 256;
 constexpr int kMlaWarps = kMlaThreads / 32;
-constexpr int kMlaHeads = 16;       // heads per block (moonlight: 1 group, V3: 8, tiny: 1, padded)
-constexpr int kMlaChunkRows = 32;   // cache rows per chunk
-// Scores S[16 heads][32 rows] = Q·Kᵀ: lane = (row r and r + 16, float4 parity), warp = a 1/8 slice
-// of D. Per float4 step a lane loads 2 K float4 (4 shared wavefronts each, conflict-free because
-// the row stride is an odd number of float4) and 16 Q float4 (warp broadcasts), for 128 FMAs.
-constexpr int kMlaScoreSlices = 2 * kMlaWarps;  // D split into 16 interleaved float4 slices
-// o[16 heads][R] += P·V: thread = 8 heads x 4 columns; 2 head octets x 128 column quads.
+constexpr int kMlaChunkRows = 32;  // cache rows per chunk; the softmax gives each lane one row
+// Scores S[kHeads][32 rows] = Q·Kᵀ: a lane holds 32 / kHeads rows (2 at 16 heads, 4 at 8) and
+// one float4 column slice; per float4 step it loads its rows' K float4 (conflict-free: the row
+// stride is an odd number of float4) and kHeads Q float4 (broadcasts) for 128 FMAs. The slices
+// of a warp are reduced with shuffles, the 8 warps' partials through shared memory.
+// o[kHeads][R] += P·V: thread = 8 heads x 4 columns; kHeads / 8 head octets x 128 column quads,
+// the remaining factor of 256 threads as row phases (16 heads: 1, 8 heads: 2, summed at the end).
 constexpr int kMlaOutHeads = 8;
-constexpr int kMlaColQuads = kMlaThreads / (kMlaHeads / kMlaOutHeads);  // 128
-constexpr int kMlaMaxRank = 4 * kMlaColQuads;                            // 512: kv_lora_rank limit
-constexpr int kMlaPStride = kMlaHeads + 4;  // sP row stride: 16B-aligned rows, 4-way (not 16-way) store conflicts
-static_assert(kMlaHeads == 2 * kMlaWarps, "the softmax gives each warp two heads");
-static_assert(kMlaChunkRows == 32, "the softmax gives each lane one row of the chunk");
-static_assert(kMlaHeads % kMlaOutHeads == 0 && kMlaMaxRank == 512, "P·V thread tile");
+constexpr int kMlaColQuads = 128;
+constexpr int kMlaMaxRank = 4 * kMlaColQuads;  // 512: kv_lora_rank limit
+constexpr int kMlaMergeFloats = kMlaOutHeads * 4 * kMlaColQuads;  // the row phases' merge buffer
+
+template <int kHeads>
+struct MlaTile {
+  static_assert(kHeads == 8 || kHeads == 16, "8 or 16 heads per block");
+  static constexpr int kHeadsPerWarp = kHeads / kMlaWarps;        // softmax: heads of one warp
+  static constexpr int kRowsPerLane = kMlaChunkRows / kHeads;     // score tile rows (2 or 4)
+  static constexpr int kRowLanes = kMlaChunkRows / kRowsPerLane;  // lanes of one slice (16 or 8)
+  static constexpr int kSlices = kMlaWarps * kRowsPerLane;        // float4 column slices of D
+  static constexpr int kOctets = kHeads / kMlaOutHeads;           // P·V head octets
+  static constexpr int kPhases = kMlaThreads / (kOctets * kMlaColQuads);  // P·V row phases
+  static constexpr int kPStride = kHeads + 4;  // sP row: 16-byte aligned, few store conflicts
+  static_assert(kHeadsPerWarp * kMlaWarps == kHeads && kRowsPerLane * kRowLanes == kMlaChunkRows);
+  static_assert(kPhases * kOctets * kMlaColQuads == kMlaThreads && kPStride % 4 == 0);
+};
 
 // ---- Split-KV plan ---------------------------------------------------------------------------
-// The block's shared memory (~205 KB at R = 512: Q 16 x 580 floats, 2 K chunks 32 x 580, the
-// score partials 8 x 16 x 32) allows one block per SM, so the grid aims at one wave: splits are
-// added until m x head_groups x n_splits reaches the SM count, never beyond it (a second,
-// partly filled wave would double the time). Batch 1, 16 heads: 132 splits; V3 (8 head groups):
-// 16 splits; m x head_groups >= SMs (prefill): one split, no combine.
-constexpr int kMlaBlocksPerSm = 1;
-constexpr int kMlaMaxSplits = 256;                  // the combine kernel's shared arrays
+// The block's shared memory (~180-210 KB at D = 576: Q, 2 K chunks of 32 x 580 floats, the score
+// partials) allows one block per SM, so a split grid aims at one wave: splits are added until
+// m x head_groups x n_splits reaches the SM count, never beyond (a second, partly filled wave
+// would double the time), and only while every split keeps >= one chunk of rows. The splits of
+// a (token, head group) are combined in the same kernel: each split block writes its partial,
+// takes a ticket from a counter in the workspace, and the last n_combiners to arrive wait for
+// the rest (all are resident: see mla_plan) and each combine a slice of the group's outputs;
+// the last of them resets the counter, so every launch (and graph replay) starts from zero.
+// Batch 1: moonlight (16 heads) 2 groups of 8 x up to 66 splits; V3 (128 heads) 8 groups of 16 x
+// 16 splits; m x head_groups x 2 > SMs (prefill, big batches): one split, no combine.
+constexpr int kMlaMaxSplits = 256;      // the combine's weights in shared memory
+constexpr int kMlaMaxCombiners = 32;    // blocks that share one group's combine
 constexpr int64_t kMlaMinSplitRows = kMlaChunkRows;  // at least one full chunk per split
-constexpr int kMlaCombineThreads = 128;
-constexpr int kMlaDefaultSmCount = 132;  // H100/H200 SXM, when the device cannot be asked
+constexpr int64_t kMlaCounterSlots = 1024;  // counters at the workspace's head: >= items of a split plan
+constexpr int64_t kMlaSmallHeadWork = 32;   // m x n_heads up to this: 8 heads per block (more blocks)
+constexpr int kMlaDefaultSmCount = 132;     // H100/H200 SXM, when the device cannot be asked
 
 inline int64_t mla_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t mla_head_groups(int64_t n_heads) { return mla_ceil_div(n_heads, kMlaHeads); }
 
-// Splits per (token, head group), from host-known bounds only: the grid stays valid (and the
-// workspace large enough) for any ctx_len, since every token spreads its own context over these
-// n_splits (see mla_split_rows).
-inline int64_t mla_n_splits(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count) {
-  const int64_t items = m * mla_head_groups(n_heads);
-  const int64_t target = int64_t(sm_count > 0 ? sm_count : kMlaDefaultSmCount) * kMlaBlocksPerSm;
-  if (items <= 0 || items * 2 > target) return 1;
+struct MlaPlan {
+  int heads = 16;          // heads per block: 8 or 16
+  int64_t head_groups = 1;  // ceil(n_heads / heads)
+  int64_t n_splits = 1;     // splits per (token, head group); 1: no workspace, no combine
+  int n_combiners = 1;      // blocks sharing a group's combine (1: the last one alone, no waiting)
+};
+
+// From host-known bounds only: the grid stays valid (and the workspace large enough) for any
+// ctx_len <= max_ctx, since every token spreads its own context over these n_splits (see
+// mla_split_rows). sm_count <= 0 (unknown): the default SM count for the grid, one combiner.
+// Combiners wait for the other splits of their group, so they must never hold every SM while a
+// block they wait on is not yet resident: items x n_combiners <= SMs / 2 leaves half the SMs to
+// blocks that never wait (and the whole split grid, <= SMs blocks, fits in one wave anyway).
+inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count) {
+  MlaPlan p;
+  if (m <= 0 || n_heads <= 0) return p;
+  p.heads = (n_heads <= 8 || m * n_heads <= kMlaSmallHeadWork) ? 8 : 16;
+  p.head_groups = mla_ceil_div(n_heads, p.heads);
+  const int64_t items = m * p.head_groups;
+  const int64_t target = sm_count > 0 ? sm_count : kMlaDefaultSmCount;
+  if (items * 2 > target || items > kMlaCounterSlots) return p;
   int64_t s = target / items;
-  s = s < mla_ceil_div(max_ctx, kMlaMinSplitRows) ? s : mla_ceil_div(max_ctx, kMlaMinSplitRows);
+  const int64_t by_rows = mla_ceil_div(max_ctx, kMlaMinSplitRows);
+  s = s < by_rows ? s : by_rows;
   s = s < kMlaMaxSplits ? s : kMlaMaxSplits;
-  return s > 1 ? s : 1;
+  p.n_splits = s > 1 ? s : 1;
+  if (p.n_splits > 1 && sm_count > 0) {
+    int64_t c = int64_t(sm_count) / (2 * items);
+    c = c < p.n_splits ? c : p.n_splits;
+    c = c < kMlaMaxCombiners ? c : kMlaMaxCombiners;
+    p.n_combiners = int(c > 1 ? c : 1);
+  }
+  return p;
 }
 
 // Rows of one split of a token with ctx cache rows: a whole number of chunks, >= kMlaMinSplitRows,
@@ -67,37 +106,60 @@ __host__ __device__ inline int64_t mla_split_rows(int64_t ctx, int64_t n_splits)
   return rows > kMlaMinSplitRows ? rows : kMlaMinSplitRows;
 }
 
+// Workspace floats of a plan: kMlaCounterSlots uint32 counters (first, at a fixed place for every
+// plan sharing the workspace), then per (token, group, split) kHeads partial outputs of R floats
+// and kHeads (max, sum) pairs. 0 when the plan has one split.
+inline size_t mla_workspace_floats(const MlaPlan& p, int64_t m, int64_t kv_lora_rank) {
+  if (p.n_splits <= 1) return 0;
+  return size_t(kMlaCounterSlots) + size_t(m * p.head_groups * p.n_splits * p.heads * (kv_lora_rank + 2));
+}
+
 // ---- Kernel parameters -------------------------------------------------------------------------
-// One launch of the split-KV kernel and the combine, passed as `const __grid_constant__`.
+// One launch, passed as `const __grid_constant__`.
 struct MlaAttentionParams {
-  const float* q_lat = nullptr;           // [m, n_heads, R] f32
-  const float* q_pe = nullptr;            // [m, n_heads, P] f32
+  const float* q_lat = nullptr;           // [m, n_heads, R] f32 at the strides below
+  const float* q_pe = nullptr;            // [m, n_heads, P] f32 at the strides below
   const float* kv = nullptr;              // [n_blocks, block_size, D = R + P] f32
   const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]
   const int32_t* token_seq = nullptr;     // [m]
   const int64_t* ctx_len = nullptr;       // [m]
-  float* o_lat = nullptr;                 // [m, n_heads, R] f32
-  float* ws_o = nullptr;   // [m, n_heads, n_splits, R] f32: a split's unnormalized Σ p_j c_kv[j]
-  float* ws_ml = nullptr;  // [m, n_heads, n_splits, 2] f32: its running max (log2 units) and Σ p_j
+  float* o_lat = nullptr;                 // [m, n_heads, R] f32, contiguous
+  // Workspace (n_splits > 1): counters [kMlaCounterSlots] u32 (zero between launches);
+  // ws_o [m, head_groups, n_splits, heads, R]: a split's unnormalized Σ p_j c_kv[j];
+  // ws_ml [m, head_groups, n_splits, heads, 2]: its running max (log2 units) and Σ p_j.
+  unsigned* counters = nullptr;
+  float* ws_o = nullptr;
+  float* ws_ml = nullptr;
+  int64_t q_lat_row_stride = 0, q_lat_head_stride = 0;  // elements
+  int64_t q_pe_row_stride = 0, q_pe_head_stride = 0;    // elements
   int64_t m = 0, n_heads = 0;
-  int64_t block_size = 0, max_blocks_per_seq = 0;
-  int64_t max_rows = 0;  // block_size x max_blocks_per_seq: ctx_len is clamped to it (no reads past the table)
+  int block_size = 0, max_blocks_per_seq = 0;
+  int max_rows = 0;  // block_size x max_blocks_per_seq (< 2^31): ctx_len is clamped to it
   int kv_lora_rank = 0, rope_dim = 0, d = 0;  // R, P, D = R + P
   int d4 = 0;               // ceil(D / 4): float4 columns the score loop walks (zero-padded)
   int dp = 0;               // shared row stride in floats: 4 x (d4 rounded up to odd), conflict-free
-  int head_groups = 1, n_splits = 1;
+  int head_groups = 1, n_splits = 1, n_combiners = 1;
   float scale_log2 = 0;     // softmax_scale x log2(e): scores in log2 units, exp2 in the softmax
   bool vec_kv = false;      // D % 4 == 0 and kv 16-byte aligned: 16-byte cp.async, else 4-byte
+  bool vec_q = false;       // R, P and the q strides % 4 == 0, q pointers 16-byte aligned
   bool vec_out = false;     // R % 4 == 0 and o_lat / ws 16-byte aligned: float4 stores
 };
 
-// Shared memory floats of one split-KV block.
-inline size_t mla_smem_floats(int dp) {
-  return size_t(kMlaHeads) * dp + 2 * size_t(kMlaChunkRows) * dp + size_t(kMlaWarps) * kMlaHeads * kMlaChunkRows +
-         size_t(kMlaChunkRows) * kMlaPStride + 3 * kMlaHeads;
+// Shared memory floats of one block: sQ [heads][dp] | work | sRed [8 warps][heads][32] |
+// sP [32][heads + 4] | sAlpha, sM, sL [heads] | the combine's ticket (1 int). work holds the 2 K chunks, after the chunk loop the
+// row phases' merge buffer, and in a combiner the weights [n_splits][heads] and [heads] inverses.
+__host__ __device__ inline size_t mla_work_floats(int heads, int dp, int n_splits) {
+  size_t w = 2 * size_t(kMlaChunkRows) * size_t(dp);
+  if (heads == 8 && w < size_t(kMlaMergeFloats)) w = kMlaMergeFloats;
+  const size_t comb = size_t(n_splits + 1) * size_t(heads);
+  return w > comb ? w : comb;
+}
+inline size_t mla_smem_floats(int heads, int dp, int n_splits) {
+  return size_t(heads) * dp + mla_work_floats(heads, dp, n_splits) + size_t(kMlaWarps) * heads * kMlaChunkRows +
+         size_t(kMlaChunkRows) * (heads + 4) + 3 * size_t(heads) + 1;
 }
 
-// Split-KV kernel, then (n_splits > 1) the combine. Defined in mla_attention.cu.
-cudaError_t launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream);
+// The kernel at `heads` (8 or 16) per block. Defined in mla_attention.cu.
+cudaError_t launch_mla_attention(const MlaAttentionParams& p, int heads, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

@@ -2,6 +2,7 @@
 // CPU definition (ops/cpu/mla_ops.cpp, ops::cpu::rope): embedding and RoPE give the same bits
 // (exact dequantization; cos/sin in double, rotations without FMA contraction); rmsnorm and
 // head_linear differ only in summation order (tests/ops/mla_ops_test.cpp derives the tolerance).
+#include "ops/cuda/common/pdl.cuh"
 #include <cuda_runtime.h>
 
 #include "ops/cuda/common/vec.cuh"
@@ -24,6 +25,8 @@ __device__ __forceinline__ float load_elem(const void* row, int64_t j) {
 // embedding: thread u of the grid's x dimension owns chunk (vec) or element u of every row.
 template <LinearWeight F, bool kVec>
 __global__ void __launch_bounds__(kEmbeddingThreads) embedding_kernel(const __grid_constant__ EmbeddingParams p) {
+  pdl_trigger();
+  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
   constexpr int kE = linear_vec_elems(F), kB = linear_elem_bytes(F);
   const int64_t units = kVec ? p.hidden / kE : p.hidden;
   const int64_t u = int64_t(blockIdx.x) * kEmbeddingThreads + threadIdx.x;
@@ -58,8 +61,8 @@ template <LinearWeight F>
 cudaError_t launch_embedding_f(const EmbeddingParams& p, cudaStream_t stream) {
   const int64_t units = p.vec ? p.hidden / linear_vec_elems(F) : p.hidden;
   const dim3 grid(unsigned((units + kEmbeddingThreads - 1) / kEmbeddingThreads), unsigned(std::min(p.m, kEmbeddingMaxGridY)));
-  if (p.vec) embedding_kernel<F, true><<<grid, kEmbeddingThreads, 0, stream>>>(p);
-  else embedding_kernel<F, false><<<grid, kEmbeddingThreads, 0, stream>>>(p);
+  if (p.vec) PG_LAUNCH_PDL(embedding_kernel<F, true>, dim3(grid), dim3(kEmbeddingThreads), 0, stream, p);
+  else PG_LAUNCH_PDL(embedding_kernel<F, false>, dim3(grid), dim3(kEmbeddingThreads), 0, stream, p);
   return cudaGetLastError();
 }
 
@@ -93,6 +96,8 @@ __device__ __forceinline__ void rope_rotate(const float* in, float* out, int64_t
 // then one (head, pair) per thread, so that a decode step (m = 1, 128 heads x 32 pairs) spreads
 // over 32 blocks instead of looping 32 dependent load-store rounds in one.
 __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const __grid_constant__ RopeParams p) {
+  pdl_trigger();
+  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
   extern __shared__ float cos_sin[];  // [2, half]
   const int64_t half = p.rope_dim / 2, t = blockIdx.x;
   float* cs = cos_sin;
@@ -111,6 +116,8 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const __grid_constan
 // mla_kv_write: one block per token. rmsnorm as rmsnorm.cu (same per-element expression as the
 // CPU, block-order sum of squares), then the rope pairs of k_pe straight from kv to the cache.
 __global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __grid_constant__ MlaKvWriteParams p) {
+  pdl_trigger();
+  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
   __shared__ float scratch[kKvWriteThreads / kWarpSize];
   const int64_t t = blockIdx.x, R = p.kv_lora_rank, D = R + p.rope_dim, half = p.rope_dim / 2;
   const int64_t pos = p.positions[t];
@@ -141,6 +148,8 @@ __global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __g
 // owns tokens [t_begin, t_end), kMTile per pass.
 template <LinearWeight F, int kL, int kMTile>
 __global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __grid_constant__ HeadLinearParams p) {
+  pdl_trigger();
+  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
   constexpr int kVec = linear_vec_elems(F), kElemBytes = linear_elem_bytes(F);
   constexpr int kG = kWarpSize / kL, kR = kHeadRowsPerLane, kU = kHeadChunksPerLane, kSeg = kL * kU;
   static_assert(kL >= 1 && kL <= kWarpSize && kWarpSize % kL == 0, "lane groups tile the warp");
@@ -222,8 +231,8 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __g
 
 template <LinearWeight F, int kL>
 cudaError_t launch_head_vec_l(bool m_tile_one, const HeadLinearParams& p, dim3 grid, cudaStream_t stream) {
-  if (m_tile_one) head_linear_vec_kernel<F, kL, 1><<<grid, kHeadThreads, 0, stream>>>(p);
-  else head_linear_vec_kernel<F, kL, kHeadMTileLarge><<<grid, kHeadThreads, 0, stream>>>(p);
+  if (m_tile_one) PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, 1>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
+  else PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, kHeadMTileLarge>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
   return cudaGetLastError();
 }
 
@@ -277,14 +286,14 @@ cudaError_t launch_rope(const RopeParams& p, cudaStream_t stream) {
   const int64_t slices = (p.n_heads * (p.rope_dim / 2) + kRopeThreads - 1) / kRopeThreads;
   if (slices > 65535) return cudaErrorInvalidConfiguration;
   const size_t smem = size_t(p.rope_dim) * sizeof(float);  // cos and sin of rope_dim / 2 pairs
-  rope_kernel<<<dim3(unsigned(p.m), unsigned(slices)), kRopeThreads, smem, stream>>>(p);
+  PG_LAUNCH_PDL(rope_kernel, dim3(dim3(unsigned(p.m), unsigned(slices))), dim3(kRopeThreads), smem, stream, p);
   return cudaGetLastError();
 }
 
 cudaError_t launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
   if (p.m > INT32_MAX) return cudaErrorInvalidConfiguration;
-  mla_kv_write_kernel<<<unsigned(p.m), kKvWriteThreads, 0, stream>>>(p);
+  PG_LAUNCH_PDL(mla_kv_write_kernel, dim3(unsigned(p.m)), dim3(kKvWriteThreads), 0, stream, p);
   return cudaGetLastError();
 }
 

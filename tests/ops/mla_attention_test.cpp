@@ -2,7 +2,9 @@
 // (16 heads, R 512, P 64), DeepSeek-V3 (128 heads) and the tiny models' odd dims over paged
 // caches with shuffled block tables (block_size 16 and 64); decode at ctx 1..4097, mixed batches,
 // speculative verify (consecutive positions of one sequence), a causal prefill of 300 tokens,
-// graph bounds (max_ctx above every context) and a captured graph replayed at other contexts.
+// graph bounds (max_ctx above every context), q_lat / q_pe read at strides (q_pe in place inside
+// q [m, n_heads, nope + rope]) and a captured graph replayed at other contexts (the fused
+// combine's counters return to zero after every launch).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +20,7 @@
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/mla_attention.h"
+#include "ops/cuda/mla_attention_params.h"
 #include "tests/ops/test_util.h"
 
 namespace pg::ops::test {
@@ -49,6 +52,9 @@ struct MlaCase {
   float softmax_scale = 0.0f;  // 0: 1 / sqrt(192), DeepSeek's qk_head_dim
   float q_amp = 1.0f;         // |q| scale: larger makes the softmax peaky
   double min_cosine = kMinCosine;
+  // Strided queries: q_nope >= 0 puts q_pe at column q_nope of per-head rows of q_nope + p floats
+  // (as q [m, n_heads, nope + rope] in the model); q_lat_pad adds floats after each head's q_lat.
+  int64_t q_nope = -1, q_lat_pad = 0;
 };
 void PrintTo(const MlaCase& c, std::ostream* os) { *os << c.name; }
 
@@ -66,7 +72,7 @@ bool sync_ok() {
 
 // Host inputs of one case; `args` points into them.
 struct HostData {
-  std::vector<float> q_lat, q_pe, kv;
+  std::vector<float> q_lat, q_pe, kv;  // q_lat / q_pe at the case's strides
   std::vector<int32_t> tables, token_seq;
   std::vector<int64_t> ctx_len;
   MlaAttentionArgs args;
@@ -96,24 +102,34 @@ HostData make_data(const MlaCase& c) {
   for (int64_t i = 0; i < n_seqs; ++i) {
     const Seq& s = c.seqs[size_t(i)];
     for (int64_t k = 0; k < (s.len + bs - 1) / bs; ++k) d.tables[size_t(i * max_blocks + k)] = perm[next++];
-    for (int64_t j = 0; j < s.len; ++j) {  // rows past len stay NaN: never read
-      float* row = &d.kv[size_t((int64_t(d.tables[size_t(i * max_blocks + j / bs)]) * bs + j % bs) * D)];
-      for (int64_t e = 0; e < D; ++e) row[e] = uniform_pm1(seed + 1, uint64_t((i << 40) + j * D + e));
-    }
+    ThreadPool::global().parallel_for(s.len, [&](int64_t jb, int64_t je) {  // rows past len stay NaN: never read
+      for (int64_t j = jb; j < je; ++j) {
+        float* row = &d.kv[size_t((int64_t(d.tables[size_t(i * max_blocks + j / bs)]) * bs + j % bs) * D)];
+        for (int64_t e = 0; e < D; ++e) row[e] = uniform_pm1(seed + 1, uint64_t((i << 40) + j * D + e));
+      }
+    }, 256);
     for (int64_t q = 0; q < s.n_query; ++q) {
       d.token_seq.push_back(int32_t(i));
       d.ctx_len.push_back(s.len - s.n_query + q + 1);
     }
   }
   const int64_t m = int64_t(d.ctx_len.size());
-  d.q_lat.resize(size_t(m * c.n_heads * c.r));
-  d.q_pe.resize(size_t(m * c.n_heads * c.p));
-  parallel_fill(d.q_lat, [&](uint64_t i) { return c.q_amp * uniform_pm1(seed + 2, i); });
-  parallel_fill(d.q_pe, [&](uint64_t i) { return c.q_amp * uniform_pm1(seed + 3, i); });
+  // Padding between strided heads is NaN: a read outside a head's q shows.
+  const int64_t ql_hs = c.r + c.q_lat_pad, qp_hs = c.q_nope >= 0 ? c.q_nope + c.p : c.p;
+  const int64_t qp_off = c.q_nope >= 0 ? c.q_nope : 0;
+  d.q_lat.assign(size_t(m * c.n_heads * ql_hs), std::numeric_limits<float>::quiet_NaN());
+  d.q_pe.assign(size_t(m * c.n_heads * qp_hs + qp_off), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t th = 0; th < m * c.n_heads; ++th) {
+    for (int64_t e = 0; e < c.r; ++e) d.q_lat[size_t(th * ql_hs + e)] = c.q_amp * uniform_pm1(seed + 2, uint64_t(th * c.r + e));
+    for (int64_t e = 0; e < c.p; ++e)
+      d.q_pe[size_t(qp_off + th * qp_hs + e)] = c.q_amp * uniform_pm1(seed + 3, uint64_t(th * c.p + e));
+  }
   d.max_ctx = c.max_ctx ? c.max_ctx : *std::max_element(d.ctx_len.begin(), d.ctx_len.end());
 
   MlaAttentionArgs& a = d.args;
-  a.q_lat = d.q_lat.data(), a.q_pe = d.q_pe.data(), a.kv = d.kv.data(), a.block_tables = d.tables.data();
+  a.q_lat = d.q_lat.data(), a.q_pe = d.q_pe.data() + qp_off, a.kv = d.kv.data(), a.block_tables = d.tables.data();
+  if (c.q_lat_pad) a.q_lat_head_stride = ql_hs, a.q_lat_row_stride = c.n_heads * ql_hs;
+  if (c.q_nope >= 0) a.q_pe_head_stride = qp_hs, a.q_pe_row_stride = c.n_heads * qp_hs;
   a.token_seq = d.token_seq.data(), a.ctx_len = d.ctx_len.data();
   a.m = m, a.n_heads = c.n_heads, a.kv_lora_rank = c.r, a.rope_dim = c.p;
   a.block_size = bs, a.max_blocks_per_seq = max_blocks, a.n_blocks = n_blocks;
@@ -134,8 +150,8 @@ std::vector<double> tolerances(const MlaAttentionArgs& a) {
     for (int64_t th = b; th < e; ++th) {
       const int64_t t = th / H, n = a.ctx_len[t];
       const int32_t* table = a.block_tables + int64_t(a.token_seq[t]) * a.max_blocks_per_seq;
-      const float* ql = a.q_lat + th * R;
-      const float* qp = a.q_pe + th * P;
+      const float* ql = a.q_lat + t * q_lat_row_stride(a) + (th % H) * q_lat_head_stride(a);
+      const float* qp = a.q_pe + t * q_pe_row_stride(a) + (th % H) * q_pe_head_stride(a);
       auto row_of = [&](int64_t j) { return a.kv + (int64_t(table[j / a.block_size]) * a.block_size + j % a.block_size) * D; };
       s.assign(size_t(n), 0.0);
       double mx = -1e300, E = 0;
@@ -186,8 +202,10 @@ DeviceData upload_case(const HostData& h, int64_t max_ctx) {
   EXPECT_TRUE(w.ok());
   if (w.ok()) d.ws = std::move(w).value();
   EXPECT_TRUE(d.ws.fill_bytes(0xff).ok());  // partials are written before they are read
+  EXPECT_TRUE(cuda::mla_attention_workspace_init(d.ws.data(), d.ws.size(), nullptr).ok());  // counters only
   d.args = a;
-  d.args.q_lat = d.q_lat.data(), d.args.q_pe = d.q_pe.data(), d.args.kv = d.kv.data();
+  d.args.q_lat = d.q_lat.data(), d.args.kv = d.kv.data();
+  d.args.q_pe = d.q_pe.data() + (a.q_pe - h.q_pe.data());
   d.args.block_tables = d.tables.data(), d.args.token_seq = d.token_seq.data(), d.args.ctx_len = d.ctx_len.data();
   d.args.o_lat = d.o_lat.data();
   return d;
@@ -223,6 +241,12 @@ TEST_P(MlaAttentionCuda, MatchesCpu) {
   PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr));
   ASSERT_TRUE(sync_ok());
   expect_close(c.name, to_host(d.o_lat), ref, tol, c.min_cosine);
+  // Again on the same workspace: the first launch left the combine's counters at zero.
+  PG_ASSERT_OK(d.o_lat.fill_bytes(0xff));
+  PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr));
+  ASSERT_TRUE(sync_ok());
+  const std::string again = std::string(c.name) + " (2nd launch)";
+  expect_close(again.c_str(), to_host(d.o_lat), ref, tol, c.min_cosine);
 }
 
 constexpr int64_t kMoonH = 16, kV3H = 128, kR = 512, kP = 64;
@@ -268,6 +292,21 @@ const MlaCase kCases[] = {
     {"moonlight_bound8k_batch2", kMoonH, kR, kP, 16, {{17, 1}, {200, 1}}, 8192},
     {"v3_bound16k_ctx100", kV3H, kR, kP, 64, {{100, 1}}, 16384},
     {"tiny3_bound4k_verify3", 3, 27, 6, 16, {{10, 3}}, 4096},
+    // Strided queries: q_pe in place in q [m, n_heads, nope + rope] (aligned nope: the float4
+    // path; odd nope: the scalar path), q_lat with padded heads.
+    {"moonlight_qstride_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}, 0, 0.0f, 1.0f, kMinCosine, 128, 4},
+    {"v3_qstride_ctx1024", kV3H, kR, kP, 64, {{1024, 1}}, 0, 0.0f, 1.0f, kMinCosine, 128},
+    {"moonlight_qstride_verify5", kMoonH, kR, kP, 16, {{600, 5}}, 4096, 0.0f, 1.0f, kMinCosine, 128},
+    {"moonlight_qstride_odd", kMoonH, kR, kP, 64, {{777, 2}}, 0, 0.0f, 1.0f, kMinCosine, 3, 1},
+    {"tiny3_qstride_ctx200", 3, 27, 6, 16, {{200, 1}}, 0, 0.0f, 1.0f, kMinCosine, 11, 2},
+    {"tiny3_qstride_prefill50", 3, 27, 6, 16, {{50, 50}}, 0, 0.0f, 1.0f, kMinCosine, 11},
+    // The timing shape (batch 1, ctx 1024, block 64) and a split of many short rows.
+    {"moonlight_ctx1024", kMoonH, kR, kP, 64, {{1024, 1}}},
+    {"v3_ctx1024", kV3H, kR, kP, 64, {{1024, 1}}},
+    {"moonlight_ctx8192", kMoonH, kR, kP, 64, {{8192, 1}}},
+    {"v3_batch8_ctx4096", kV3H, kR, kP, 64, {{4096, 1}, {4000, 1}, {3000, 1}, {100, 1}, {1, 1}, {2, 1}, {4095, 1}, {64, 1}}},
+    {"moonlight_batch2_ctx1500", kMoonH, kR, kP, 64, {{1500, 1}, {1499, 1}}},
+    {"tiny4_batch8_bound1k", 4, 32, 8, 16, {{100, 1}, {200, 1}, {3, 1}, {999, 1}, {31, 1}, {32, 1}, {33, 1}, {1000, 1}}, 1024},
     // Stability: scores of +-hundreds (exp would overflow without the max); tolerance scales with them.
     {"moonlight_peaky_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}, 0, 8.0f, 1.0f, 1.0 - 1e-4},
     {"moonlight_sharp_ctx4097", kMoonH, kR, kP, 16, {{4097, 1}}, 0, 0.0f, 6.0f},
@@ -339,6 +378,18 @@ TEST(MlaAttentionCudaValidate, RejectsBadArguments) {
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);
   EXPECT_NE(s.to_string().find("kv_lora_rank"), std::string::npos) << s.to_string();
 
+  b = a;
+  b.q_pe_head_stride = 32;  // < rope_dim: heads overlap
+  s = cuda::mla_attention(b, 64, nullptr, 0, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.to_string().find("head strides"), std::string::npos) << s.to_string();
+
+  b = a;
+  b.q_pe_head_stride = 192, b.q_pe_row_stride = 15 * 192;  // the last head runs into the next row
+  s = cuda::mla_attention(b, 64, nullptr, 0, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.to_string().find("row strides"), std::string::npos) << s.to_string();
+
   // Batch 1 at 64 rows splits (at least 2 chunks of 32), so it needs a workspace.
   ASSERT_GT(cuda::mla_attention_workspace_floats(1, 16, 512, 64), 0u);
   s = cuda::mla_attention(a, 64, nullptr, 0, nullptr);
@@ -346,35 +397,112 @@ TEST(MlaAttentionCudaValidate, RejectsBadArguments) {
   EXPECT_NE(s.to_string().find("workspace"), std::string::npos) << s.to_string();
 }
 
-// Not a check: decode latency at the real shapes for the record (the lead's GPU run prints it).
-TEST(MlaAttentionCudaTiming, DecodeBatch1) {
-  PG_REQUIRE_CUDA();
-  for (int64_t heads : {kMoonH, kV3H}) {
-    for (int64_t ctx : {1024, 4096, 32768}) {
-      MlaCase c{"timing", heads, kR, kP, 64, {{ctx, 1}}};
-      HostData h = make_data(c);
-      DeviceData d = upload_case(h, ctx);
-      for (int i = 0; i < 3; ++i) PG_ASSERT_OK(cuda::mla_attention(d.args, ctx, d.ws.data(), d.ws.size(), nullptr));
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      constexpr int kIters = 20;
-      cudaEventRecord(e0);
-      for (int i = 0; i < kIters; ++i) PG_ASSERT_OK(cuda::mla_attention(d.args, ctx, d.ws.data(), d.ws.size(), nullptr));
-      cudaEventRecord(e1);
-      ASSERT_TRUE(sync_ok());
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      const double us = 1e3 * ms / kIters, bytes = double(ctx) * (kR + kP) * 4;
-      const double flops = 2.0 * double(ctx) * heads * (2 * kR + kP);
-      std::printf("[ mla_attn ] timing heads=%-3lld ctx=%-6lld %8.1f us  %7.1f GB/s of KV  %6.1f TFLOP/s\n",
-                  (long long)heads, (long long)ctx, us, bytes / us * 1e-3, flops / us * 1e-6);
-      const std::vector<float> o = to_host(d.o_lat);
-      EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](float v) { return std::isfinite(v); }));
+// Host only: the CPU reference reads strided queries exactly as contiguous ones (same values,
+// bitwise the same outputs), so the strided CUDA cases are checked against the same definition.
+TEST(MlaAttentionCpu, StridedQueriesMatchContiguous) {
+  for (int64_t nope : {int64_t(128), int64_t(11)}) {
+    MlaCase plain{"strides", 3, 27, 6, 16, {{40, 3}, {7, 1}}};
+    MlaCase strided = plain;
+    strided.q_nope = nope, strided.q_lat_pad = 5;
+    const HostData a = make_data(plain), b = make_data(strided);
+    ASSERT_EQ(b.args.q_pe_head_stride, nope + 6);
+    ASSERT_EQ(b.args.q_lat_row_stride, 3 * 32);
+    const std::vector<float> oa = cpu_reference(a), ob = cpu_reference(b);
+    ASSERT_EQ(oa.size(), ob.size());
+    for (size_t i = 0; i < oa.size(); ++i) ASSERT_EQ(oa[i], ob[i]) << "element " << i << " nope " << nope;
+  }
+}
+
+// The split plan's invariants (host only): a split grid fits in one wave of one block per SM,
+// every split keeps a chunk of rows, the waiting combiners never hold more than half the SMs,
+// and the counters fit their fixed slots.
+TEST(MlaAttentionPlan, Invariants) {
+  for (int sms : {0, 16, 78, 132, 200}) {
+    for (int64_t heads : {3, 4, 16, 128}) {
+      for (int64_t m : {1, 2, 5, 8, 64, 300}) {
+        for (int64_t ctx : {1, 31, 32, 33, 1024, 4097, 32768, 163840}) {
+          const cuda::MlaPlan p = cuda::mla_plan(m, heads, ctx, sms);
+          const int64_t items = m * p.head_groups, slots = sms > 0 ? sms : cuda::kMlaDefaultSmCount;
+          EXPECT_TRUE(p.heads == 8 || p.heads == 16);
+          EXPECT_GE(p.head_groups * p.heads, heads);
+          EXPECT_LT((p.head_groups - 1) * p.heads, heads);
+          EXPECT_GE(p.n_splits, 1);
+          EXPECT_LE(p.n_splits, cuda::kMlaMaxSplits);
+          EXPECT_GE(p.n_combiners, 1);
+          if (p.n_splits > 1) {
+            EXPECT_LE(items * p.n_splits, slots) << "m=" << m << " heads=" << heads << " sms=" << sms;
+            EXPECT_LE(items, cuda::kMlaCounterSlots);
+            EXPECT_LE((p.n_splits - 1) * cuda::kMlaMinSplitRows, ctx);
+            EXPECT_LE(p.n_combiners, p.n_splits);
+            if (p.n_combiners > 1) {
+              EXPECT_LE(items * p.n_combiners, sms / 2);
+            }
+          } else {
+            EXPECT_EQ(p.n_combiners, 1);
+          }
+          if (sms <= 0) {
+            EXPECT_EQ(p.n_combiners, 1);
+          }
+        }
+      }
     }
   }
+  // The decode shapes of the budget: moonlight 2 groups of 8 heads, V3 8 groups of 16.
+  const cuda::MlaPlan moon = cuda::mla_plan(1, 16, 1024, 132), v3 = cuda::mla_plan(1, 128, 1024, 132);
+  EXPECT_EQ(moon.heads, 8);
+  EXPECT_EQ(moon.n_splits, 32);
+  EXPECT_EQ(v3.heads, 16);
+  EXPECT_EQ(v3.n_splits, 16);
+}
+
+// Not a check: decode latency at the real shapes for the record (the lead's GPU run prints it).
+// Timed as in the decode step: kLaunches launches captured in one CUDA graph (no host overhead),
+// batch 1 and batch 8 (8 sequences of ctx rows each), block_size 64; ctx 1024 at m = 1 is the
+// per-layer budget's reference point (moonlight <= 6 us, V3 <= 12 us).
+TEST(MlaAttentionCudaTiming, Decode) {
+  PG_REQUIRE_CUDA();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (int64_t m : {1, 8}) {
+    for (int64_t heads : {kMoonH, kV3H}) {
+      for (int64_t ctx : {1024, 4096, 32768}) {
+        MlaCase c{"timing", heads, kR, kP, 64, std::vector<Seq>(size_t(m), Seq{ctx, 1})};
+        HostData h = make_data(c);
+        DeviceData d = upload_case(h, ctx);
+        constexpr int kLaunches = 20;
+        const int kReplays = m * ctx * heads >= 8 * 32768 * 16 ? 1 : 5;  // the long V3 batches take ms each
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+        Status s = ok_status();
+        for (int i = 0; i < kLaunches && s.ok(); ++i) s = cuda::mla_attention(d.args, ctx, d.ws.data(), d.ws.size(), stream);
+        ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+        PG_ASSERT_OK(s);
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);  // warm-up
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        cudaEventRecord(e0, stream);
+        for (int i = 0; i < kReplays; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        cudaEventRecord(e1, stream);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        const double us = 1e3 * ms / (kLaunches * kReplays), bytes = double(m * ctx) * (kR + kP) * 4;
+        const double flops = 2.0 * double(m * ctx) * heads * (2 * kR + kP);
+        std::printf("[ mla_attn ] timing m=%lld heads=%-3lld ctx=%-6lld %8.1f us  %7.1f GB/s of KV  %6.1f TFLOP/s\n",
+                    (long long)m, (long long)heads, (long long)ctx, us, bytes / us * 1e-3, flops / us * 1e-6);
+        const std::vector<float> o = to_host(d.o_lat);
+        EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](float v) { return std::isfinite(v); }));
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // ops::cuda::moe_experts against ops::cpu::moe_experts on seeded random inputs: moonlight
-// (64 + 2 experts, top 6, bf16 and FP8 128x128) at m = 1, 2, 8, 33, DeepSeek-V3 (256 + 1, top 8,
-// FP8) at m = 1 and 4, the tiny models' odd dims (scalar path), every token on the same experts,
-// duplicate ids, shared-only and routed-only layers, accumulate with a row gap, prefill-sized m.
-// Weights of experts no token chose stay NaN on the device: reading one poisons the output.
+// (64 + 2 experts, top 6, bf16 and FP8 128x128) at m = 1, 2, 8, 33, 64 (decode path) and 65
+// (prefill path), DeepSeek-V3 (256 + 1, top 8, FP8) at m = 1 and 4, the tiny models' odd dims
+// (scalar path), every token on the same experts, duplicate ids, shared-only and routed-only
+// layers, accumulate with a row gap, prefill-sized m. Weights of experts no token chose stay NaN
+// on the device: reading one poisons the output. Last, a timing test that only prints.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -287,11 +288,18 @@ void run_case(const MoeCase& c) {
     EXPECT_GE(d.cosine, kMinCosine) << d.summary();
     EXPECT_EQ(gap_touched, 0) << "elements between rows (y_stride > hidden) were written";
 
-    // Deterministic: a second run gives the same bits (no float atomics, a fixed order).
+    // Deterministic: a second run gives the same bits (no float atomics, a fixed order). It runs
+    // on a created stream, where the decode path launches its down kernel with PDL.
     if (!c.accumulate) {
       PG_ASSERT_OK(dy.fill_bytes(0xff));
-      PG_ASSERT_OK(cuda::moe_experts(da, ws.data(), ws.size(), nullptr));
-      ASSERT_TRUE(sync_ok());
+      PG_ASSERT_OK(ws.fill_bytes(0xff));
+      cudaStream_t stream = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      const Status s = cuda::moe_experts(da, ws.data(), ws.size(), stream);
+      const cudaError_t e = cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+      PG_ASSERT_OK(s);
+      ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
       const std::vector<float> again = to_host(dy);
       EXPECT_EQ(0, std::memcmp(again.data(), y_gpu.data(), again.size() * sizeof(float))) << "run-to-run difference";
     }
@@ -303,7 +311,7 @@ constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, k
 
 const MoeCase kCases[] = {
     // moonlight-16b-a3b: 64 routed + 2 shared, top 6, moe inter 1408, hidden 2048.
-    {"moonlight_bf16", kBF16, 64, 2, 6, 2048, 1408, {1, 2, 8, 33}},
+    {"moonlight_bf16", kBF16, 64, 2, 6, 2048, 1408, {1, 2, 8, 33, 64, 65}},
     {"moonlight_fp8", kFp8, 64, 2, 6, 2048, 1408, {1, 2, 8, 33}},
     {"moonlight_bf16_same_experts", kBF16, 64, 2, 6, 2048, 1408, {16, 64}, 128, Routing::kSameExperts},
     {"moonlight_bf16_accumulate", kBF16, 64, 2, 6, 2048, 1408, {8}, 128, Routing::kRandom, true, 5},
@@ -322,6 +330,8 @@ const MoeCase kCases[] = {
     {"moonlight_dense_bf16", kBF16, 0, 1, 0, 2048, 11264, {1, 4}},
     // Small vector-path shapes: FP8 32x32 blocks, and prefill-sized m on few experts.
     {"small_fp8_32x32", kFp8, 16, 1, 4, 160, 96, {1, 3, 70}, 32},
+    {"small_bf16_duplicate_ids", kBF16, 16, 1, 4, 160, 96, {1, 3}, 128, Routing::kDuplicates},
+    {"small_f32_accumulate_gap", kF32, 16, 2, 4, 160, 96, {1, 6}, 128, Routing::kRandom, true, 4},
     {"mid_bf16_prefill", kBF16, 16, 1, 4, 256, 128, {2000}},
     {"mid_f32_same_experts_prefill", kF32, 16, 1, 4, 256, 128, {1000}, 128, Routing::kSameExperts},
 };
@@ -354,6 +364,108 @@ TEST(MoeExpertsCudaArgs, BadArgumentsAreStatusNotCrash) {
   const Status s = validate(a);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("multiple of"), std::string::npos) << s.message();
+}
+
+// Timing of the decode shapes at m = 1 and 8: prints µs per call and GB/s of weights read (the
+// selected experts' and the shared ones', scales included); never fails on time. Cold L2: a
+// 256 MB buffer (5x the H200's 50 MB L2) is rewritten before every timed call. Eager launches on
+// a created stream (the down kernel with PDL), so the time includes the gap between launches.
+// The weights are constant bytes (no host fill): V3 bf16's full stack is 22.6 GB of device memory.
+struct TimingShape {
+  const char* name;
+  WeightFormat format;
+  int64_t n_experts, n_shared, top_k, hidden, inter;
+};
+
+TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
+  PG_REQUIRE_CUDA();
+  constexpr double kCeilingGBps = 4550.0;  // the H200's measured HBM read ceiling (bench_ops_cuda)
+  constexpr int kWarmup = 3, kIters = 20;
+  constexpr size_t kFlushBytes = size_t(256) << 20;
+  const TimingShape shapes[] = {
+      {"moonlight_bf16", kBF16, 64, 2, 6, 2048, 1408},
+      {"moonlight_fp8", kFp8, 64, 2, 6, 2048, 1408},
+      {"moonlight_dense_bf16", kBF16, 0, 1, 0, 2048, 11264},
+      {"moonlight_dense_fp8", kFp8, 0, 1, 0, 2048, 11264},
+      {"v3_bf16", kBF16, 256, 1, 8, 7168, 2048},
+      {"v3_fp8", kFp8, 256, 1, 8, 7168, 2048},
+  };
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* flush = nullptr;
+  ASSERT_EQ(cudaMalloc(&flush, kFlushBytes), cudaSuccess);
+  cudaEvent_t ev0, ev1;
+  ASSERT_EQ(cudaEventCreate(&ev0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&ev1), cudaSuccess);
+  for (const TimingShape& sh : shapes) {
+    const int64_t n_all = sh.n_experts + sh.n_shared, eb = sh.format == kFp8 ? 1 : 2, blk = 128;
+    Matrix gu{sh.format, n_all * 2 * sh.inter, sh.hidden, nullptr, nullptr, blk, blk};
+    Matrix dn{sh.format, n_all * sh.hidden, sh.inter, nullptr, nullptr, blk, blk};
+    void *dgu = nullptr, *ddn = nullptr;
+    float *sgu = nullptr, *sdn = nullptr;
+    const size_t gu_bytes = size_t(gu.rows * gu.cols * eb), dn_bytes = size_t(dn.rows * dn.cols * eb);
+    const size_t gu_scales = size_t((gu.rows / blk) * gu.scale_cols()), dn_scales = size_t((dn.rows / blk) * dn.scale_cols());
+    if (cudaMalloc(&dgu, gu_bytes) != cudaSuccess || cudaMalloc(&ddn, dn_bytes) != cudaSuccess) {
+      std::printf("[ moe time ] %-22s skipped: %.1f GB of weights do not fit\n", sh.name, double(gu_bytes + dn_bytes) / 1e9);
+      if (dgu) cudaFree(dgu);
+      cudaGetLastError();
+      continue;
+    }
+    ASSERT_EQ(cudaMemset(dgu, 0x38, gu_bytes), cudaSuccess);  // bf16 0x3838 ~ 4.4e-5, fp8 0x38 = 1.0
+    ASSERT_EQ(cudaMemset(ddn, 0x38, dn_bytes), cudaSuccess);
+    if (sh.format == kFp8) {
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&sgu), gu_scales * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&sdn), dn_scales * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemset(sgu, 0, gu_scales * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemset(sdn, 0, dn_scales * 4), cudaSuccess);
+    }
+    gu.data = dgu, gu.scale_inv = sgu, dn.data = ddn, dn.scale_inv = sdn;
+    // Bytes one expert contributes: gate/up and down rows, plus their fp8 scales.
+    const double expert_bytes = double(3 * sh.inter * sh.hidden * eb) +
+                                (sh.format == kFp8 ? 4.0 * double(3 * (sh.inter / blk) * (sh.hidden / blk)) : 0.0);
+    for (int64_t m : {int64_t(1), int64_t(8)}) {
+      MoeCase rc{sh.name, sh.format, sh.n_experts, sh.n_shared, sh.top_k, sh.hidden, sh.inter, {m}};
+      const Routed r = sh.top_k ? route(rc, m, seed_of(sh.name) + uint64_t(m)) : Routed{};
+      const std::set<int32_t> distinct(r.idx.begin(), r.idx.end());
+      const double bytes = double(int64_t(distinct.size()) + sh.n_shared) * expert_bytes;
+      std::vector<float> x(static_cast<size_t>(m * sh.hidden), 0.01f);
+      auto dx = to_device(x);
+      auto dy = to_device(x);
+      auto didx = to_device(r.idx);
+      auto dw = to_device(r.weight);
+      const size_t ws_bytes = cuda::moe_experts_workspace_bytes(m, sh.top_k, sh.n_shared, sh.n_experts, sh.inter);
+      auto ws_r = cuda::DeviceBuffer<uint8_t>::create(ws_bytes);
+      PG_ASSERT_OK(ws_r.status());
+      cuda::DeviceBuffer<uint8_t> ws = std::move(ws_r).value();
+      MoeExpertsArgs a;
+      a.x = dx.data(), a.y = dy.data(), a.gate_up = &gu, a.down = &dn;
+      a.expert_idx = sh.top_k ? didx.data() : nullptr, a.expert_weight = sh.top_k ? dw.data() : nullptr;
+      a.m = m, a.hidden = sh.hidden, a.inter = sh.inter, a.n_experts = sh.n_experts, a.top_k = sh.top_k;
+      a.n_shared = sh.n_shared;
+      for (int i = 0; i < kWarmup; ++i) PG_ASSERT_OK(cuda::moe_experts(a, ws.data(), ws.size(), stream));
+      double total_ms = 0;
+      for (int i = 0; i < kIters; ++i) {
+        ASSERT_EQ(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, stream), cudaSuccess);
+        ASSERT_EQ(cudaEventRecord(ev0, stream), cudaSuccess);
+        PG_ASSERT_OK(cuda::moe_experts(a, ws.data(), ws.size(), stream));
+        ASSERT_EQ(cudaEventRecord(ev1, stream), cudaSuccess);
+        ASSERT_EQ(cudaEventSynchronize(ev1), cudaSuccess);
+        float ms = 0;
+        ASSERT_EQ(cudaEventElapsedTime(&ms, ev0, ev1), cudaSuccess);
+        total_ms += ms;
+      }
+      const double us = 1e3 * total_ms / kIters, gbps = bytes / (us * 1e3);
+      std::printf("[ moe time ] %-22s m=%-2lld %3zu experts %7.1f MB %8.1f us %7.0f GB/s %5.1f%% of %.0f GB/s (floor %.1f us)\n",
+                  sh.name, (long long)m, distinct.size() + size_t(sh.n_shared), bytes / 1e6, us, gbps,
+                  100.0 * gbps / kCeilingGBps, kCeilingGBps, bytes / (kCeilingGBps * 1e3));
+    }
+    cudaFree(dgu), cudaFree(ddn);
+    if (sgu) cudaFree(sgu);
+    if (sdn) cudaFree(sdn);
+  }
+  cudaEventDestroy(ev0), cudaEventDestroy(ev1);
+  cudaFree(flush);
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

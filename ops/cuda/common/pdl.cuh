@@ -46,3 +46,10 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
 }
 
 }  // namespace pg::ops::cuda
+
+// In a launcher returning cudaError_t: launch_pdl(...) and return its error if any.
+#define PG_LAUNCH_PDL(...)                                            \
+  do {                                                                \
+    const cudaError_t _pg_pdl_err = ::pg::ops::cuda::launch_pdl(__VA_ARGS__); \
+    if (_pg_pdl_err != cudaSuccess) return _pg_pdl_err;               \
+  } while (0)
