@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "core/dtype.h"
 #include "model/rope_yarn.h"
 #include "ops/cpu/cpu_ops.h"
 
@@ -45,23 +44,7 @@ void linear(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& po
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
-float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
-
 }  // namespace
-
-// A projection of the attention / heads: through the bf16 emulation when it is on and m is large
-// enough (what CudaRunner's tensor-core path computes: x and the weight rounded to bf16, products
-// summed in f32), else the plain f32 reference.
-void DeepseekModel::proj(const float* x, const Matrix& w, float* y, int64_t m, bool accumulate) const {
-  if (bf16_gemm_min_m_ <= 0 || m < bf16_gemm_min_m_) return linear(x, w, y, m, thread_pool(), accumulate);
-  std::vector<float> xr(x, x + m * w.cols);
-  for (float& v : xr) v = round_bf16(v);
-  std::vector<float> wr(static_cast<size_t>(w.rows * w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) ops::matrix_row_to_f32(w, r, &wr[size_t(r * w.cols)]);
-  for (float& v : wr) v = round_bf16(v);
-  const Matrix wf{ops::WeightFormat::kF32, w.rows, w.cols, wr.data()};
-  linear(xr.data(), wf, y, m, thread_pool(), accumulate);
-}
 
 void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y,
                                 bool accumulate) const {
@@ -141,14 +124,14 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   if (A.has_q_lora) {
     const int64_t QR = *c.q_lora_rank;
     std::vector<float> qa(size_t(T * QR));  // [T, q_lora_rank]
-    proj(a.data(), A.q_a_proj, qa.data(), T);
+    linear(a.data(), A.q_a_proj, qa.data(), T, pool);
     rmsnorm_rows(qa.data(), A.q_a_layernorm, qa.data(), T, QR, eps);
-    proj(qa.data(), A.q_b_proj, q.data(), T);
+    linear(qa.data(), A.q_b_proj, q.data(), T, pool);
   } else {
-    proj(a.data(), A.q_proj, q.data(), T);
+    linear(a.data(), A.q_proj, q.data(), T, pool);
   }
   std::vector<float> kv(size_t(T * D));  // [T, R + P]: [c_kv | k_pe]
-  proj(a.data(), A.kv_a_proj_with_mqa, kv.data(), T);
+  linear(a.data(), A.kv_a_proj_with_mqa, kv.data(), T, pool);
   rmsnorm_rows(kv.data(), A.kv_a_layernorm, kv.data(), T, R, eps, D, D);
 
   ops::RopeArgs ra;  // q_pe of every head
@@ -196,7 +179,7 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
       for (int64_t v = 0; v < V; ++v) o[th * V + v] = ops::cpu::dot(&A.w_uv[(h * V + v) * R], &o_lat[th * R], R);
     }
   });
-  proj(o.data(), A.o_proj, x, T, /*accumulate=*/true);
+  linear(o.data(), A.o_proj, x, T, pool, /*accumulate=*/true);
 
   // FFN block.
   rmsnorm_rows(x, L.post_attention_layernorm, a.data(), T, H, eps);
@@ -233,7 +216,7 @@ Status DeepseekModel::forward(std::span<const SeqStep> seqs, KvCache& cache, Ste
   for (int64_t i = 0; i < out.n_rows; ++i)
     std::copy(&out.hidden_all[L.out_rows[i] * H], &out.hidden_all[(L.out_rows[i] + 1) * H], &out.hidden[i * H]);
   out.logits.resize(size_t(out.n_rows * c.vocab_size));
-  proj(out.hidden.data(), w_.lm_head, out.logits.data(), out.n_rows);
+  linear(out.hidden.data(), w_.lm_head, out.logits.data(), out.n_rows, thread_pool());
   return ok_status();
 }
 
@@ -257,7 +240,7 @@ Status DeepseekModel::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs
     rmsnorm_rows(&cat[t * 2 * H], m.enorm, &cat[t * 2 * H], 1, H, eps);
     rmsnorm_rows(&prev_hidden[size_t(t * H)], m.hnorm, &cat[t * 2 * H + H], 1, H, eps);
   }
-  proj(cat.data(), m.eh_proj, x.data(), L.T);
+  linear(cat.data(), m.eh_proj, x.data(), L.T, thread_pool());
   layer_forward(m.block, c.num_hidden_layers + mtp_idx, x.data(), L.T, L.positions.data(), L.token_seq.data(),
                 L.ctx_len.data(), L.tables.data(), L.max_blocks, cache);
   // hidden = the block's output (what the next draft depth takes); logits via shared_head.
@@ -270,7 +253,7 @@ Status DeepseekModel::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs
     rmsnorm_rows(&out.hidden[i * H], m.shared_head_norm, &normed[i * H], 1, H, eps);
   }
   out.logits.resize(size_t(out.n_rows * c.vocab_size));
-  proj(normed.data(), m.shared_head_head, out.logits.data(), out.n_rows);
+  linear(normed.data(), m.shared_head_head, out.logits.data(), out.n_rows, thread_pool());
   return ok_status();
 }
 

@@ -69,12 +69,6 @@ class DeepseekModel {
   Status forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
                      KvCache& cache, StepOutput& out) const;
 
-  // Emulates the CUDA runner's tensor-core projections (CudaRunner, default mode): from m >= min_m
-  // rows on, the attention and head projections (not the router, not the experts) round their
-  // input and weight to bf16 and sum in f32. 0 (default): off, the f32 reference. For tests that
-  // check the CUDA default mode at summation-order tolerance.
-  void set_emulate_bf16_gemm(int64_t min_m) { bf16_gemm_min_m_ = min_m; }
-
   // The pool CPU ops run on (default: ThreadPool::global()).
   void set_thread_pool(ThreadPool* pool) { pool_ = pool; }
   ThreadPool& thread_pool() const { return pool_ ? *pool_ : ThreadPool::global(); }
@@ -86,7 +80,6 @@ class DeepseekModel {
   void layer_forward(const LayerWeights& L, int64_t cache_layer, float* x, int64_t T, const int64_t* positions,
                      const int32_t* token_seq, const int64_t* ctx_len, const int32_t* block_tables,
                      int64_t max_blocks, KvCache& cache) const;
-  void proj(const float* x, const ops::Matrix& w, float* y, int64_t m, bool accumulate = false) const;
   void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y, bool accumulate) const;
   void moe_forward(const MoeWeights& w, const float* x, int64_t T, float* y) const;
 
@@ -96,7 +89,6 @@ class DeepseekModel {
   ops::RopeTable rope_;
   float softmax_scale_ = 1.0f;
   ThreadPool* pool_ = nullptr;
-  int64_t bf16_gemm_min_m_ = 0;
 };
 
 }  // namespace pg

@@ -16,6 +16,8 @@
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm/gemm.h"
+#include "ops/cuda/head_linear_gemm.h"
+#include "ops/cuda/moe_experts_gemm.h"
 #include "ops/cuda/mla_attention.h"
 #include "ops/cuda/mla_ops.h"
 #include "ops/cuda/moe_experts/moe_experts.h"
@@ -27,6 +29,9 @@ using ops::Matrix;
 
 namespace {
 
+// Steps of at least this many tokens run the experts and the per-head products on tensor cores
+// (below it the GEMV-style kernels, which read each weight once, win).
+constexpr int64_t kPrefillGemmMinRows = 64;
 // Pinned staging slots for step inputs: a slot is rewritten only after the copy that read it ran.
 constexpr int kStageSlots = 4;
 
@@ -77,6 +82,11 @@ struct CudaRunner::Impl {
   size_t mla_ws_floats = 0;
   void* moe_ws = nullptr;
   size_t moe_ws_bytes = 0;
+  // Prefill on tensor cores (not in exact mode): the experts (moe_experts_gemm, which syncs the
+  // host once per pass: never inside a graph) and the per-head products, sharing one scratch.
+  void* prefill_ws = nullptr;
+  size_t prefill_ws_bytes = 0;
+  bool capturing = false;  // inside a graph capture: only the capturable ops
   std::unique_ptr<cu::GemmContext> gemm;
 
   uint8_t* d_inputs = nullptr;
@@ -129,6 +139,11 @@ struct CudaRunner::Impl {
   std::vector<std::pair<std::string, cudaEvent_t>>* prof = nullptr;
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
   Status layer(const DevLayer& L, int64_t cache_layer, const Step& s);
+  bool prefill_path(int64_t T) const { return prefill_ws && !capturing && T >= kPrefillGemmMinRows; }
+  Status heads(const ops::HeadLinearArgs& h) {
+    if (prefill_path(h.m)) return cu::head_linear_gemm(*gemm, h, prefill_ws, prefill_ws_bytes, stream);
+    return cu::head_linear(h, stream);
+  }
   Result<Step> layer_inputs(int64_t batch, int64_t ctx);
   Status trunk(const Step& s);              // embedding + layers + final norm -> hidden_all
   Status forward_device(const Step& s);     // trunk + gather + lm_head (rows <= logit_rows)
@@ -219,6 +234,20 @@ Status CudaRunner::Impl::init_buffers() {
     see(w.lm_head);
     PG_ASSIGN_OR_RETURN(cu::GemmContext g, cu::GemmContext::create(Tm, max_k, max_n, max_expand));
     gemm = std::make_unique<cu::GemmContext>(std::move(g));
+    if (Tm >= kPrefillGemmMinRows) {
+      auto layer_bytes = [&](const DevLayer& L) {
+        ops::MoeExpertsArgs me;
+        me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.hidden = H, me.inter = L.mlp.inter;
+        me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
+        me.top_k = L.is_moe ? c.num_experts_per_tok : 0;
+        return std::max({cu::moe_experts_gemm_workspace_bytes(cu::moe_gemm_dims(me, Tm)),
+                         cu::head_linear_gemm_scratch_bytes(Tm, nh, R, c.qk_nope_head_dim, L.attn.head_format, L.attn.w_uk_t),
+                         cu::head_linear_gemm_scratch_bytes(Tm, nh, V, R, L.attn.head_format, L.attn.w_uv)});
+      };
+      for (const DevLayer& L : w.layers) prefill_ws_bytes = std::max(prefill_ws_bytes, layer_bytes(L));
+      for (const DevMtp& m : w.mtp) prefill_ws_bytes = std::max(prefill_ws_bytes, layer_bytes(m.block));
+      PG_ASSIGN_OR_RETURN(prefill_ws, acts.alloc(prefill_ws_bytes));
+    }
   }
   const InputLayout in(Tm, max_seqs, table_stride);
   inputs_capacity = in.bytes;
@@ -373,7 +402,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   ops::HeadLinearArgs uk;  // q_lat[t,h] = W_UK[h]ᵀ · q_nope[t,h]   [T, nh, R]
   uk.x = qb, uk.x_row_stride = q_row, uk.x_head_stride = qk, uk.w = A.w_uk_t, uk.w_format = A.head_format;
   uk.y = q_lat, uk.y_row_stride = nh * R, uk.y_head_stride = R, uk.m = T, uk.n_heads = nh, uk.n = R, uk.k = nope;
-  PG_TRY(cu::head_linear(uk, stream));
+  PG_TRY(heads(uk));
   PG_TRY(mark("w_uk"));
   ops::MlaAttentionArgs m;
   // q_pe read in place: column nope of every head of q [T, nh, qk].
@@ -388,7 +417,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
   uv.x = o_lat, uv.x_row_stride = nh * R, uv.x_head_stride = R, uv.w = A.w_uv, uv.w_format = A.head_format;
   uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
-  PG_TRY(cu::head_linear(uv, stream));
+  PG_TRY(heads(uv));
   PG_TRY(mark("w_uv"));
   PG_TRY(lin(o, A.o, x, T, /*acc=*/true));  // residual += o_proj(o)
   PG_TRY(mark("o_proj"));
@@ -416,7 +445,11 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     PG_TRY(mark("routing"));
     me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
   }
-  PG_TRY(cu::moe_experts(me, moe_ws, moe_ws_bytes, stream));
+  if (prefill_path(T)) {
+    PG_TRY(cu::moe_experts_gemm(*gemm, me, cu::MoeGemmWorkspace{prefill_ws, prefill_ws_bytes}, stream));
+  } else {
+    PG_TRY(cu::moe_experts(me, moe_ws, moe_ws_bytes, stream));
+  }
   return mark(L.is_moe ? "moe_experts" : "dense_mlp");
 }
 
@@ -477,7 +510,9 @@ Result<cudaGraphExec_t> CudaRunner::Impl::decode_graph(int64_t bucket) {
   s.tables = reinterpret_cast<const int32_t*>(d_inputs + in.tables);
   cudaGraph_t g = nullptr;
   PG_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  capturing = true;
   const Status st = forward_device(s);
+  capturing = false;
   const cudaError_t end = cudaStreamEndCapture(stream, &g);
   if (!st.ok()) {
     if (g) cudaGraphDestroy(g);
@@ -742,7 +777,9 @@ Result<double> CudaRunner::time_layer(int64_t layer_idx, int64_t batch, int64_t 
   cudaGraph_t g = nullptr;
   PG_CUDA_TRY(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
   Status st = ok_status();
+  m.capturing = true;
   for (int i = 0; i < iters && st.ok(); ++i) st = m.layer(m.w.layers[size_t(layer_idx)], layer_idx, s);
+  m.capturing = false;
   const cudaError_t end = cudaStreamEndCapture(m.stream, &g);
   if (!st.ok()) {
     if (g) cudaGraphDestroy(g);

@@ -25,14 +25,15 @@ namespace {
 // Exact mode (f32 activations in every projection): the bound against the CPU and
 // transformers, absolute, on log-probabilities.
 constexpr double kExactTol = 1e-3;
-// Default mode: projections of >= CudaRunner::kTensorCoreMinRows rows (prefill) round their input
-// and weight to bf16 for the tensor cores. The CPU reference then emulates exactly that
-// (DeepseekModel::set_emulate_bf16_gemm), so what remains is f32 summation order plus the rare
-// flip of a bf16 rounding it causes. kBf16Tol is the largest |Δ logprob| measured on the H200 over
-// all five golden models (printed as "max_dlogprob vs CPU"), with a 2x margin. Against the plain
-// f32 CPU the distance is printed too ("vs f32 CPU"): on these tiny random models bf16 rounding
-// moves near-tied routing decisions, so it reaches whole nats and is reported, not asserted.
-constexpr double kBf16Tol = 1e-2;
+// Default mode: prefill steps (>= CudaRunner::kTensorCoreMinRows rows per projection) round the
+// projections' inputs to bf16 for the tensor cores, and steps of >= 64 tokens also run the experts
+// and the per-head products on them. On the tiny random golden models that moves near-tied
+// routing decisions: measured on the H200 (commit d4799ee), the default mode differs from the f32
+// CPU by up to 0.59 / 2.89 / 2.49 / 1.31 nats (v2_lite_tiny, v3_odd_dims, v3_tiny, v3_tiny_fp8),
+// and still by up to 2.09 nats from a CPU that emulated the same bf16 rounding. So the random
+// models are checked in exact mode (f32 activations, 1e-3), and the default mode on the trained
+// embedded model, whose routing has margins (EmbeddedModelLongPromptDefaultMode below).
+constexpr double kBf16Tol = 0.25;  // nats; the test prints the measured maximum next to it
 
 #define PG_REQUIRE_GPU()                                                                         \
   do {                                                                                           \
@@ -79,7 +80,7 @@ CudaRunnerOptions test_options(bool exact) {
   o.kv_blocks = 16 * kSeqBlocks;
   o.kv_block_size = 16;
   o.max_num_seqs = 4;
-  o.max_tokens_per_step = 256;
+  o.max_tokens_per_step = 512;
   o.max_model_len = 512;
   o.exact = exact;
   return o;
@@ -125,7 +126,6 @@ Pair load_pair(const std::string& name, bool exact) {
   EXPECT_TRUE(a.ok() && b.ok());
   if (!a.ok() || !b.ok()) return p;
   p.cpu = std::move(a).value();
-  if (!exact) p.cpu->set_emulate_bf16_gemm(CudaRunner::kTensorCoreMinRows);
   auto r = CudaRunner::create(std::move(b).value(), test_options(exact));
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (r.ok()) p.cuda = std::move(r).value();
@@ -138,7 +138,7 @@ struct Case {
 };
 std::vector<Case> all_cases() {
   std::vector<Case> c;
-  for (const char* m : kModels) c.push_back({m, true}), c.push_back({m, false});
+  for (const char* m : kModels) c.push_back({m, true});
   return c;
 }
 std::string case_name(const ::testing::TestParamInfo<Case>& i) {
@@ -158,9 +158,7 @@ TEST_P(CudaGolden, TeacherForced) {
   ASSERT_TRUE(p.cpu && p.cuda);
   const int64_t vocab = p.cpu->vocab_size();
   const auto expected = load_expected(c.model);
-  auto f32_model = DeepseekModel::load(model_dir(c.model));  // the plain f32 reference (default mode: distance only)
-  ASSERT_TRUE(f32_model.ok());
-  double worst = 0, worst_hf = 0, worst_f32 = 0;
+  double worst = 0, worst_hf = 0;
   int64_t seq = 0;
   for (const auto& pr : expected["prompts"]) {
     const auto ids = pr["ids"].get<std::vector<int32_t>>();
@@ -172,15 +170,6 @@ TEST_P(CudaGolden, TeacherForced) {
     SeqStep cs{ids, 0, ct, true};
     StepOutput ref;
     ASSERT_TRUE(p.cpu->forward(std::span(&cs, 1), cache, ref).ok());
-    if (!c.exact) {
-      KvCache c32 = (*f32_model)->make_cache(nb, 16);
-      StepOutput r32;
-      ASSERT_TRUE((*f32_model)->forward(std::span(&cs, 1), c32, r32).ok());
-      for (size_t i = 0; i < ref.logits.size(); i += size_t(vocab)) {
-        const auto a = log_softmax(&r32.logits[i], vocab), b = log_softmax(&ref.logits[i], vocab);
-        for (int32_t id : top_ids(a, 10)) worst_f32 = std::max(worst_f32, std::abs(a[size_t(id)] - b[size_t(id)]));
-      }
-    }
     // CUDA prefill (all logits).
     const auto t1 = table_for((2 * seq) % 16, nb, p.cuda->n_kv_blocks());
     SeqStep gs{ids, 0, t1, true};
@@ -215,8 +204,8 @@ TEST_P(CudaGolden, TeacherForced) {
     }
     ++seq;
   }
-  std::printf("[ measure  ] %s %s: max_dlogprob vs CPU %.3g, vs transformers %.3g; bf16-emulating vs f32 CPU %.3g\n",
-              c.model, c.exact ? "exact" : "default", worst, worst_hf, worst_f32);
+  std::printf("[ measure  ] %s %s: max_dlogprob vs CPU %.3g, vs transformers %.3g\n", c.model,
+              c.exact ? "exact" : "default", worst, worst_hf);
 }
 
 // Three sequences at different positions decoded together (one graph bucket of 4 with a padded
@@ -302,6 +291,46 @@ TEST(CudaGoldenMtp, MatchesCpu) {
   for (int64_t i = 0; i < n; ++i)
     compare_row("mtp pos " + std::to_string(i), &got_mtp.logits[size_t(i * vocab)], &ref_mtp.logits[size_t(i * vocab)],
                 vocab, kExactTol);
+}
+
+// The default mode's prefill on the trained embedded model: a 300-token prompt (bf16 tensor-core
+// projections, experts and per-head products) against the f32 CPU at every position: top-1 equal
+// wherever the CPU's top-1/top-2 margin is >= kBf16Tol, top-10 logprobs within kBf16Tol.
+TEST(CudaGoldenDefault, EmbeddedModelLongPromptDefaultMode) {
+  PG_REQUIRE_GPU();
+  const auto dir = model_dir("peregrine_tiny");
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  Pair p = load_pair("peregrine_tiny", /*exact=*/false);
+  ASSERT_TRUE(p.cpu && p.cuda);
+  const int64_t vocab = p.cpu->vocab_size();
+  std::string text;
+  for (int i = 0; text.size() < 1400; ++i)
+    text += "In the year " + std::to_string(1850 + 7 * i) +
+            " the committee met again in the old library, and the members argued about the river, the railway and "
+            "the price of grain. ";
+  auto enc = tok->encode(text);
+  ASSERT_TRUE(enc.ok());
+  std::vector<int32_t> ids = *enc;
+  ids.resize(std::min<size_t>(ids.size(), 300));
+  const int64_t n = int64_t(ids.size()), nb = (n + 15) / 16;
+  ASSERT_GE(n, 128);
+  KvCache cache = p.cpu->make_cache(nb, 16);
+  std::vector<int32_t> ct(static_cast<size_t>(nb));
+  std::iota(ct.begin(), ct.end(), 0);
+  SeqStep cs{ids, 0, ct, true};
+  StepOutput ref, got;
+  ASSERT_TRUE(p.cpu->forward(std::span(&cs, 1), cache, ref).ok());
+  const auto gt = table_for(0, nb, p.cuda->n_kv_blocks());
+  SeqStep gs{ids, 0, gt, true};
+  Status st = p.cuda->forward(std::span(&gs, 1), got);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i)
+    worst = std::max(worst, compare_row("long prompt pos " + std::to_string(i), &got.logits[size_t(i * vocab)],
+                                        &ref.logits[size_t(i * vocab)], vocab, kBf16Tol));
+  std::printf("[ measure  ] peregrine_tiny default mode, %lld-token prefill: max_dlogprob vs f32 CPU %.3g (tol %.3g)\n",
+              (long long)n, worst, kBf16Tol);
 }
 
 // Free-running greedy continuations of 64 tokens on the embedded trained model: the CUDA runner

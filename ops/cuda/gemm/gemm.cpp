@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <climits>
 #include <compare>
 #include <map>
 #include <utility>
@@ -69,10 +70,28 @@ class Layout {
     PG_LT_TRY(cublasLtMatrixLayoutCreate(&h_, type, uint64_t(rows), uint64_t(cols), ld));
     return ok_status();
   }
+  // Strided batch: `count` matrices, `stride` elements apart (count 1: a plain matrix).
+  Status set_batch(int64_t count, int64_t stride) {
+    if (count <= 1) return ok_status();
+    const int32_t c = int32_t(count);
+    PG_LT_TRY(cublasLtMatrixLayoutSetAttribute(h_, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof(c)));
+    PG_LT_TRY(cublasLtMatrixLayoutSetAttribute(h_, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    return ok_status();
+  }
   cublasLtMatrixLayout_t get() const { return h_; }
 
  private:
   cublasLtMatrixLayout_t h_ = nullptr;
+};
+
+// gemm_bf16's shapes: the caller's bf16 operands, strided-batched. Alignments of A / B / C cover
+// the base pointer and, with batch > 1, the batch stride in bytes (every batch's pointer).
+struct Bf16Key {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  uint32_t align_a = 0, align_b = 0, align_c = 0;
+  auto operator<=>(const Bf16Key&) const = default;
 };
 
 // One cached shape: its layouts and the algorithm the heuristic ranked first.
@@ -101,10 +120,12 @@ struct GemmContext::Impl {
   DeviceBuffer<uint16_t> w_bf16;  // max_expand_elems bf16: [n, padded_cols(k)] per call
   DeviceBuffer<uint8_t> workspace;  // kGemmWorkspaceBytes
   std::map<ShapeKey, Plan> plans;
+  std::map<Bf16Key, Plan> bf16_plans;  // gemm_bf16
   int64_t heuristic_calls = 0;
 
   ~Impl() {
     plans.clear();  // layouts before the handle
+    bf16_plans.clear();
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (desc) cublasLtMatmulDescDestroy(desc);
     if (handle) cublasLtDestroy(handle);
@@ -137,13 +158,31 @@ struct GemmContext::Impl {
     PG_TRY(plan.a.create(CUDA_R_16BF, key.k, key.n, key.lda));
     PG_TRY(plan.b.create(CUDA_R_16BF, key.k, key.m, key.ldb));
     PG_TRY(plan.c.create(CUDA_R_32F, key.n, key.m, key.ldc));
+    return choose_algo(plan, key.align_a, key.align_b, key.align_c, found);
+  }
+
+  // gemm_bf16's variant of try_plan: batched layouts.
+  Status try_plan_bf16(const Bf16Key& key, Plan& plan, bool* found) {
+    *found = false;
+    PG_TRY(plan.a.create(CUDA_R_16BF, key.k, key.n, key.lda));
+    PG_TRY(plan.b.create(CUDA_R_16BF, key.k, key.m, key.ldb));
+    PG_TRY(plan.c.create(CUDA_R_32F, key.n, key.m, key.ldc));
+    PG_TRY(plan.a.set_batch(key.batch, key.stride_a));
+    PG_TRY(plan.b.set_batch(key.batch, key.stride_b));
+    PG_TRY(plan.c.set_batch(key.batch, key.stride_c));
+    return choose_algo(plan, key.align_a, key.align_b, key.align_c, found);
+  }
+
+  // The heuristic's first algorithm for plan's layouts under these alignments (bytes).
+  Status choose_algo(Plan& plan, uint32_t align_a, uint32_t align_b, uint32_t align_c, bool* found) {
+    *found = false;
     const uint64_t ws = uint64_t(kGemmWorkspaceBytes);
     PG_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}};
     for (const auto& [attr, v] : aligns) PG_LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
     cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
@@ -204,7 +243,7 @@ int64_t GemmContext::max_n() const { return impl_->max_n; }
 int64_t GemmContext::device_bytes() const {
   return int64_t(impl_->x_bf16.bytes() + impl_->w_bf16.bytes() + impl_->workspace.bytes());
 }
-int64_t GemmContext::cached_shapes() const { return int64_t(impl_->plans.size()); }
+int64_t GemmContext::cached_shapes() const { return int64_t(impl_->plans.size() + impl_->bf16_plans.size()); }
 int64_t GemmContext::heuristic_calls() const { return impl_->heuristic_calls; }
 
 Result<GemmContext> GemmContext::create(int64_t max_m, int64_t max_k, int64_t max_n, int64_t max_expand_elems) {
@@ -280,6 +319,49 @@ Status gemm_linear(GemmContext& ctx, const LinearArgs& a, cudaStream_t stream) {
   PG_LT_TRY(cublasLtMatmul(s.handle, s.desc, &alpha, w_ptr, plan->a.get(), s.x_bf16.data(), plan->b.get(), &beta, a.y,
                            plan->c.get(), a.y, plan->c.get(), &plan->algo, s.workspace.data(),
                            size_t(kGemmWorkspaceBytes), stream));
+  return ok_status();
+}
+
+Status gemm_bf16(GemmContext& ctx, const GemmBf16Args& a, cudaStream_t stream) {
+  GemmContext::Impl& s = *ctx.impl_;
+  const int64_t xs = a.x_stride ? a.x_stride : a.k, ws = a.w_stride ? a.w_stride : a.k;
+  const int64_t ys = a.y_stride ? a.y_stride : a.n;
+  if (a.m < 0 || a.n <= 0 || a.k <= 0 || a.batch < 1 || a.batch > INT32_MAX || xs < a.k || ws < a.k || ys < a.n ||
+      a.x_batch_stride < 0 || a.w_batch_stride < 0 || a.y_batch_stride < 0)
+    return invalid_argument(
+        "gemm_bf16: bad dims m={} n={} k={} batch={} strides x {} w {} y {} (batch strides {} {} {})", a.m, a.n, a.k,
+        a.batch, xs, ws, ys, a.x_batch_stride, a.w_batch_stride, a.y_batch_stride);
+  if (a.m == 0) return ok_status();
+  if (!a.x || !a.w || !a.y) return invalid_argument("gemm_bf16: null operand");
+  // A batch's pointer is base + b * stride: its alignment is the base's and the stride's (bytes).
+  const auto align = [&](const void* p, int64_t batch_stride_bytes) {
+    uint32_t al = alignment_of(p);
+    if (a.batch > 1) al = std::min(al, alignment_of(reinterpret_cast<const void*>(uintptr_t(batch_stride_bytes))));
+    return al;
+  };
+  Bf16Key key;
+  key.m = a.m, key.n = a.n, key.k = a.k, key.batch = a.batch;
+  key.lda = ws, key.ldb = xs, key.ldc = ys;
+  if (a.batch > 1) key.stride_a = a.w_batch_stride, key.stride_b = a.x_batch_stride, key.stride_c = a.y_batch_stride;
+  key.align_a = align(a.w, a.w_batch_stride * 2);
+  key.align_b = align(a.x, a.x_batch_stride * 2);
+  key.align_c = align(a.y, a.y_batch_stride * 4);
+  auto it = s.bf16_plans.find(key);
+  if (it == s.bf16_plans.end()) {
+    Plan plan;
+    bool found = false;
+    PG_TRY(s.try_plan_bf16(key, plan, &found));
+    if (!found)
+      return unsupported(
+          "gemm_bf16: cuBLASLt has no bf16 algorithm for m={} n={} k={} batch={} (lda={} ldb={} ldc={}, alignment "
+          "{}/{}/{} bytes)",
+          a.m, a.n, a.k, a.batch, key.lda, key.ldb, key.ldc, key.align_a, key.align_b, key.align_c);
+    it = s.bf16_plans.emplace(key, std::move(plan)).first;
+  }
+  const Plan& plan = it->second;
+  const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
+  PG_LT_TRY(cublasLtMatmul(s.handle, s.desc, &alpha, a.w, plan.a.get(), a.x, plan.b.get(), &beta, a.y, plan.c.get(),
+                           a.y, plan.c.get(), &plan.algo, s.workspace.data(), size_t(kGemmWorkspaceBytes), stream));
   return ok_status();
 }
 

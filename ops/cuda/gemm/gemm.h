@@ -13,6 +13,8 @@
 
 namespace pg::ops::cuda {
 
+struct GemmBf16Args;  // below
+
 // What gemm_linear needs besides its arguments: the cuBLASLt handle, the preallocated workspace,
 // bf16 scratch for x and for expanded weights, and the per-shape algorithm cache. One per stream
 // (the scratch and the workspace are reused by every call, ordered by the stream); not thread-safe.
@@ -49,6 +51,7 @@ class GemmContext {
   std::unique_ptr<Impl> impl_;
   friend Status gemm_prepare(GemmContext& ctx, const LinearArgs& a);
   friend Status gemm_linear(GemmContext& ctx, const LinearArgs& a, cudaStream_t stream);
+  friend Status gemm_bf16(GemmContext& ctx, const GemmBf16Args& a, cudaStream_t stream);
 };
 
 // cuBLASLt workspace: 32 MiB, NVIDIA's recommendation for Hopper (cuBLAS docs,
@@ -74,6 +77,27 @@ Status gemm_linear(GemmContext& ctx, const LinearArgs& a, cudaStream_t stream);
 // Picks and caches the algorithm gemm_linear would use for these args, launching nothing (for
 // warm-up before graph capture). Pointers are only inspected for their alignment.
 Status gemm_prepare(GemmContext& ctx, const LinearArgs& a);
+
+// A GEMM on operands the caller already staged as bf16 (the MoE and per-head prefill paths,
+// ops/cuda/moe_experts_gemm.h, ops/cuda/head_linear_gemm.h), optionally strided-batched:
+//   for b < batch:  y_b [m, n] (+)= x_b [m, k] · w_bᵀ     (w_b [n, k], f32 accumulation and output)
+// as cuBLASLt Y_bᵀ = W_b (col-major k x n, transa = T) · X_bᵀ (col-major k x m), batch strides on
+// all three layouts. Uses only the context's handle, workspace and algorithm cache (no scratch,
+// so max_m / max_k / max_n do not apply). Graph-capturable like gemm_linear; the algorithm of each
+// new shape (dims, leading dims, batch strides, pointer and batch-stride alignments) is chosen at
+// its first use and cached (cached_shapes() counts these too). Rows with 16-byte multiples
+// (x_stride, w_stride multiples of 8; y_stride a multiple of 4) and 16-byte aligned pointers
+// always find an algorithm; other layouts may return Unsupported.
+struct GemmBf16Args {
+  const uint16_t* x = nullptr;  // [batch][m, k] bf16 at x[b * x_batch_stride + i * x_stride + j]
+  const uint16_t* w = nullptr;  // [batch][n, k] bf16 at w[b * w_batch_stride + r * w_stride + j]
+  float* y = nullptr;           // [batch][m, n] f32 at y[b * y_batch_stride + i * y_stride + r]
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t x_stride = 0, w_stride = 0, y_stride = 0;  // elements; 0 = dense (k, k, n)
+  int64_t x_batch_stride = 0, w_batch_stride = 0, y_batch_stride = 0;  // elements (batch > 1)
+  bool accumulate = false;  // y += (beta 1) instead of y = (beta 0: y is never read)
+};
+Status gemm_bf16(GemmContext& ctx, const GemmBf16Args& a, cudaStream_t stream);
 
 // y[i] = bf16(x[i]) (nearest even; NaN stays NaN), i < n; device pointers, any alignment.
 Status round_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);

@@ -1,21 +1,130 @@
-// The MoE expert kernels and their launchers. Prefill path (m > 64): plan (group pairs by
-// expert into the workspace), gate_up (h = silu(gate·x) * (up·x) per (token, expert) pair, every
-// selected expert's rows streamed once per 8 of its pairs) and down (per output row, the token's
-// experts summed in the contract's order). Decode path: decode.cuh. Weight rows stream in 16-byte
-// chunks dequantized in registers as in linear/kernel.cuh; odd shapes take the same kernels with
-// one element per "chunk". The CPU definition is ops::cpu::moe_experts.
+// The MoE expert kernels: plan (group pairs by expert), gate_up (h = silu(gate·x) * (up·x) per
+// (token, expert) pair, every selected expert's rows streamed once per 8 of its pairs) and down
+// (per output row, the token's experts summed in the contract's order). Weight rows stream in
+// 16-byte chunks dequantized in registers as in linear/kernel.cuh; odd shapes take the same
+// kernels with one element per "chunk". The CPU definition is ops::cpu::moe_experts.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
-#include "ops/cuda/moe_experts/decode.cuh"
+#include "ops/cuda/common/vec.cuh"
+#include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/linear/kernel.cuh"  // unpack_chunk
 #include "ops/cuda/moe_experts/params.h"
-#include "ops/cuda/moe_experts/stream.cuh"
 
 namespace pg::ops::cuda {
 namespace {
 
-using namespace moe_detail;
+// Elements of one streamed chunk: 16 bytes on the vector path, one element on the scalar path.
+template <LinearWeight F, bool kVec>
+constexpr int chunk_elems() {
+  return kVec ? linear_vec_elems(F) : 1;
+}
+
+// Chunk c of a weight row (scalar path: element c, its raw bits in .x).
+template <LinearWeight F, bool kVec>
+__device__ __forceinline__ uint4 load_chunk(const uint8_t* row, int64_t c) {
+  if constexpr (kVec) {
+    return ld_stream(row + c * kLinearVecBytes);
+  } else if constexpr (F == LinearWeight::kF32) {
+    return make_uint4(__ldg(reinterpret_cast<const unsigned int*>(row) + c), 0, 0, 0);
+  } else if constexpr (F == LinearWeight::kBF16) {
+    return make_uint4(__ldg(reinterpret_cast<const unsigned short*>(row) + c), 0, 0, 0);
+  } else {
+    return make_uint4(__ldg(row + c), 0, 0, 0);
+  }
+}
+
+template <LinearWeight F, bool kVec>
+__device__ __forceinline__ void unpack(const uint4& v, float (&out)[chunk_elems<F, kVec>()]) {
+  if constexpr (kVec) {
+    unpack_chunk<F>(v, out);
+  } else if constexpr (F == LinearWeight::kF32) {
+    out[0] = __uint_as_float(v.x);
+  } else if constexpr (F == LinearWeight::kBF16) {
+    out[0] = __uint_as_float(v.x << 16);
+  } else {
+    out[0] = fp8_e4m3_to_f32(uint8_t(v.x));
+  }
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+// First index in [lo, hi) of the ascending a[] with a[i] >= v.
+__device__ __forceinline__ int lower_bound(const int32_t* a, int lo, int hi, int v) {
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (a[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// acc[i][r] = this lane's part of row r · x row i, for i < m_valid (the warp sums the lanes).
+// All kR x kU loads of a step are issued before the first multiply; fp8 scales each chunk's dot
+// once (a chunk lies in one scale block on the vector path).
+template <LinearWeight F, bool kVec, int kM, int kR, int kU>
+__device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], const float* const (&srow)[kR],
+                                           const float* const (&xrow)[kM], int m_valid, int64_t n_chunks,
+                                           const MoeWeightParams& w, float (&acc)[kM][kR]) {
+  constexpr int kE = chunk_elems<F, kVec>();
+  constexpr bool kFp8 = F == LinearWeight::kFp8Block;
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int i = 0; i < kM; ++i)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[i][r] = 0.0f;
+
+  for (int64_t c = lane; c < n_chunks; c += int64_t(kWarpSize) * kU) {
+    uint4 wv[kU][kR];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const int64_t cc = c + int64_t(kWarpSize) * u;
+        wv[u][r] = cc < n_chunks ? load_chunk<F, kVec>(wrow[r], cc) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t cc = c + int64_t(kWarpSize) * u;
+      if (cc < n_chunks) {
+        float wf[kR][kE];
+        float sc[kR];
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          unpack<F, kVec>(wv[u][r], wf[r]);
+          if constexpr (kFp8)
+            sc[r] = __ldg(srow[r] + (kVec ? (cc * kE) >> w.log2_block_cols : cc / w.block_cols));
+        }
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          if (i < m_valid) {
+            float xf[kE];
+            if constexpr (kVec) {
+#pragma unroll
+              for (int q = 0; q < kE / 4; ++q) {
+                const float4 t = ld_f4(xrow[i] + cc * kE + 4 * q);
+                xf[4 * q] = t.x, xf[4 * q + 1] = t.y, xf[4 * q + 2] = t.z, xf[4 * q + 3] = t.w;
+              }
+            } else {
+              xf[0] = __ldg(xrow[i] + cc);
+            }
+#pragma unroll
+            for (int r = 0; r < kR; ++r) {
+              float d = 0.0f;
+#pragma unroll
+              for (int e = 0; e < kE; ++e) d = fmaf(wf[r][e], xf[e], d);
+              acc[i][r] = kFp8 ? fmaf(d, sc[r], acc[i][r]) : acc[i][r] + d;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <LinearWeight F>
+__device__ __forceinline__ const float* scale_row(const MoeWeightParams& w, int64_t row) {
+  return F == LinearWeight::kFp8Block ? w.scale_inv + (row / w.block_rows) * w.scale_cols : nullptr;
+}
 
 // One block: counting sort of the m * top_k (token, slot) pairs by expert, stable (flat order
 // within an expert, so a token range is a contiguous run). Counters in shared memory.
@@ -270,122 +379,29 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Prefill: the pair tile is 8 on the vector path, 1 on the scalar path.
-template <bool kGateUp>
-LaunchFn pick(LinearWeight f, bool vec) {
-#define PG_MOE_PICK(F) \
-  return vec ? (kGateUp ? &gate_up_launch<F, true, 8> : &down_launch<F, true, 8>) \
-             : (kGateUp ? &gate_up_launch<F, false, 1> : &down_launch<F, false, 1>)
-  switch (f) {
-    case LinearWeight::kF32: PG_MOE_PICK(LinearWeight::kF32);
-    case LinearWeight::kBF16: PG_MOE_PICK(LinearWeight::kBF16);
-    case LinearWeight::kFp8Block: PG_MOE_PICK(LinearWeight::kFp8Block);
+// The instantiated kernels: the vector path at every m tile, the scalar path at m tile 1.
+template <LinearWeight F, bool kGateUp>
+LaunchFn pick_m_tile(bool vec, int m_tile) {
+  if (!vec) return kGateUp ? &gate_up_launch<F, false, 1> : &down_launch<F, false, 1>;
+  switch (m_tile) {
+    case 1: return kGateUp ? &gate_up_launch<F, true, 1> : &down_launch<F, true, 1>;
+    case 2: return kGateUp ? &gate_up_launch<F, true, 2> : &down_launch<F, true, 2>;
+    case 4: return kGateUp ? &gate_up_launch<F, true, 4> : &down_launch<F, true, 4>;
+    default: return kGateUp ? &gate_up_launch<F, true, 8> : &down_launch<F, true, 8>;
   }
-#undef PG_MOE_PICK
+}
+
+template <bool kGateUp>
+LaunchFn pick(LinearWeight f, bool vec, int m_tile) {
+  switch (f) {
+    case LinearWeight::kF32: return pick_m_tile<LinearWeight::kF32, kGateUp>(vec, m_tile);
+    case LinearWeight::kBF16: return pick_m_tile<LinearWeight::kBF16, kGateUp>(vec, m_tile);
+    case LinearWeight::kFp8Block: return pick_m_tile<LinearWeight::kFp8Block, kGateUp>(vec, m_tile);
+  }
   return nullptr;
 }
 
-// Decode gate_up: a grid of one wave (all blocks resident, items split evenly over the warps),
-// no larger than the items of max_active experts need.
-template <LinearWeight F, bool kVec, int kM>
-cudaError_t gate_up_decode_launch(const MoeExpertsParams& p, int sm_count, cudaStream_t stream) {
-  const auto kernel = &moe_gate_up_decode_kernel<F, kVec, kM>;
-  const size_t smem = moe_decode_plan_smem_bytes(p.m, p.top_k, p.n_experts);
-  static const int occupancy = [&] {  // per instantiation, at the largest plan (the grid stays valid)
-    int n = 0;
-    const size_t max_smem = moe_decode_plan_smem_bytes(kMoeDecodeMaxPairs, 1, kMoeDecodeMaxExperts);
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kMoeThreads, max_smem) == cudaSuccess && n > 0
-               ? n
-               : kMoeMinBlocksPerSm;
-  }();
-  constexpr int kR = moe_gate_up_decode_tile(F, kVec, kM).rows;
-  const int64_t max_items = int64_t(p.max_active + p.n_shared) * ((int64_t(p.inter) + kR - 1) / kR);
-  const int64_t blocks =
-      std::max<int64_t>(1, std::min<int64_t>(int64_t(sm_count) * occupancy, (max_items + kMoeWarps - 1) / kMoeWarps));
-  kernel<<<unsigned(blocks), kMoeThreads, smem, stream>>>(p);
-  return cudaGetLastError();
-}
-
-// Decode down: launched with Programmatic Dependent Launch after gate_up (same stream), so its
-// blocks plan and prefetch while gate_up drains; pdl_wait() orders every read of h and y.
-// The legacy and per-thread default streams take a plain launch (PDL is documented for
-// created streams; pdl_wait() is then a no-op), which the parity tests also exercise.
-template <typename Kernel>
-cudaError_t launch_pdl(Kernel kernel, dim3 grid, size_t smem, const MoeExpertsParams& p, cudaStream_t stream) {
-  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
-    kernel<<<grid, kMoeThreads, smem, stream>>>(p);
-    return cudaGetLastError();
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kMoeThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, p);
-}
-
-template <LinearWeight F, bool kVec, int kM>
-cudaError_t down_decode_launch(const MoeExpertsParams& p, cudaStream_t stream) {
-  const size_t smem = moe_decode_plan_smem_bytes(p.m, p.top_k, p.n_experts);
-  if constexpr (kM == 0) {  // m = 1: the term kernel
-    constexpr int kRowsPerBlock = kMoeWarps * moe_down_term_tile(F, kVec).rows;
-    const dim3 grid(unsigned((int64_t(p.hidden) + kRowsPerBlock - 1) / kRowsPerBlock));
-    return launch_pdl(&moe_down_term_kernel<F, kVec>, grid, smem, p, stream);
-  } else {
-    constexpr int kRowsPerBlock = kMoeWarps * moe_down_tile(F, kVec, kM).rows;
-    const dim3 grid(unsigned((int64_t(p.hidden) + kRowsPerBlock - 1) / kRowsPerBlock));
-    return launch_pdl(&moe_down_decode_kernel<F, kVec, kM>, grid, smem, p, stream);
-  }
-}
-
-template <LinearWeight F>
-cudaError_t decode_gate_up(const MoeExpertsParams& p, bool vec, int sm_count, cudaStream_t stream) {
-  if (!vec) return gate_up_decode_launch<F, false, 1>(p, sm_count, stream);
-  switch (moe_m_tile(p.m)) {
-    case 1: return gate_up_decode_launch<F, true, 1>(p, sm_count, stream);
-    case 2: return gate_up_decode_launch<F, true, 2>(p, sm_count, stream);
-    case 4: return gate_up_decode_launch<F, true, 4>(p, sm_count, stream);
-    default: return gate_up_decode_launch<F, true, 8>(p, sm_count, stream);
-  }
-}
-
-// m = 1 takes the term kernel (kM 0 here); the scalar path's slot kernel runs one pair per pass.
-template <LinearWeight F>
-cudaError_t decode_down(const MoeExpertsParams& p, bool vec, cudaStream_t stream) {
-  if (p.m == 1) return vec ? down_decode_launch<F, true, 0>(p, stream) : down_decode_launch<F, false, 0>(p, stream);
-  if (!vec) return down_decode_launch<F, false, 1>(p, stream);
-  switch (moe_m_tile(p.m)) {
-    case 2: return down_decode_launch<F, true, 2>(p, stream);
-    case 4: return down_decode_launch<F, true, 4>(p, stream);
-    default: return down_decode_launch<F, true, 8>(p, stream);
-  }
-}
-
 }  // namespace
-
-cudaError_t launch_moe_decode(const MoeExpertsParams& p, LinearWeight gate_up_f, bool gate_up_vec, LinearWeight down_f,
-                              bool down_vec, int sm_count, cudaStream_t stream) {
-  // gate_up always runs (even with nothing to do): the down kernel's PDL prologue reads
-  // expert_idx, which is safe only behind a kernel that itself started after the routing.
-  cudaError_t e = cudaSuccess;
-  switch (gate_up_f) {
-    case LinearWeight::kF32: e = decode_gate_up<LinearWeight::kF32>(p, gate_up_vec, sm_count, stream); break;
-    case LinearWeight::kBF16: e = decode_gate_up<LinearWeight::kBF16>(p, gate_up_vec, sm_count, stream); break;
-    case LinearWeight::kFp8Block: e = decode_gate_up<LinearWeight::kFp8Block>(p, gate_up_vec, sm_count, stream); break;
-  }
-  if (e != cudaSuccess) return e;
-  switch (down_f) {
-    case LinearWeight::kF32: return decode_down<LinearWeight::kF32>(p, down_vec, stream);
-    case LinearWeight::kBF16: return decode_down<LinearWeight::kBF16>(p, down_vec, stream);
-    case LinearWeight::kFp8Block: return decode_down<LinearWeight::kFp8Block>(p, down_vec, stream);
-  }
-  return cudaErrorInvalidValue;
-}
 
 cudaError_t launch_moe_plan(const MoeExpertsParams& p, cudaStream_t stream) {
   const size_t smem = size_t(2) * size_t(p.n_experts) * sizeof(int32_t);
@@ -393,13 +409,13 @@ cudaError_t launch_moe_plan(const MoeExpertsParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t launch_moe_gate_up(const MoeExpertsParams& p, LinearWeight f, bool vec, cudaStream_t stream) {
+cudaError_t launch_moe_gate_up(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
-  return pick<true>(f, vec)(p, stream);
+  return pick<true>(f, vec, m_tile)(p, stream);
 }
 
-cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec, cudaStream_t stream) {
-  return pick<false>(f, vec)(p, stream);
+cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream) {
+  return pick<false>(f, vec, m_tile)(p, stream);
 }
 
 }  // namespace pg::ops::cuda

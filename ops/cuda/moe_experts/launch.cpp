@@ -1,7 +1,6 @@
 // ops::cuda::moe_experts: validates, checks the CUDA path's limits, lays out the workspace, picks
-// the vector or scalar path per weight stack and the decode or prefill path (config.h), and
-// enqueues the kernels (decode: gate_up, down; prefill: plan, gate_up, down). Host C++ (no nvcc):
-// the kernels are behind moe_experts/params.h.
+// the vector or scalar path per weight stack and the pair tile (config.h), and enqueues the plan,
+// gate_up and down kernels. Host C++ (no nvcc): the kernels are behind moe_experts/params.h.
 #include "ops/cuda/moe_experts/moe_experts.h"
 
 #include <algorithm>
@@ -9,7 +8,6 @@
 #include <climits>
 
 #include "ops/cuda/common/cuda_check.h"
-#include "ops/cuda/common/device.h"
 #include "ops/cuda/moe_experts/params.h"
 
 namespace pg::ops::cuda {
@@ -97,17 +95,11 @@ Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_by
   p.y_stride = a.y_stride ? a.y_stride : a.hidden;
   p.accumulate = a.accumulate;
 
-  const LinearWeight gu_f = to_kernel_format(a.gate_up->format), dn_f = to_kernel_format(a.down->format);
-  const bool gu_vec = vector_path_ok(*a.gate_up, a.x), dn_vec = vector_path_ok(*a.down, p.plan.h);
-  if (moe_decode_path(a.m, a.top_k, a.n_experts)) {
-    const int sm_count = std::max(1, current_device_props().sm_count);
-    p.prefetch_blocks = sm_count * kMoeDownPrefetchBlocksPerSm;
-    PG_CUDA_TRY(launch_moe_decode(p, gu_f, gu_vec, dn_f, dn_vec, sm_count, stream));
-    return ok_status();
-  }
+  const int m_tile = moe_m_tile(a.m);
   PG_CUDA_TRY(launch_moe_plan(p, stream));
-  PG_CUDA_TRY(launch_moe_gate_up(p, gu_f, gu_vec, stream));
-  PG_CUDA_TRY(launch_moe_down(p, dn_f, dn_vec, stream));
+  PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), vector_path_ok(*a.gate_up, a.x), m_tile,
+                                 stream));
+  PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), vector_path_ok(*a.down, p.plan.h), m_tile, stream));
   return ok_status();
 }
 

@@ -1,9 +1,7 @@
-// ops::cuda::moe_experts: the MoE expert MLPs (ops/moe_experts.h) in graph-capturable launches:
-// a gate/up kernel reads every selected expert's gate and up rows once for all of its tokens, a
-// down kernel sums each token's experts in the contract's order and writes (or adds to) y. At
-// decode (m <= 64, m * top_k <= 512) every block groups the pairs by expert itself and the down
-// kernel follows with Programmatic Dependent Launch (on a created stream); larger m first runs a
-// one-block plan kernel.
+// ops::cuda::moe_experts: the MoE expert MLPs (ops/moe_experts.h) in three graph-capturable
+// launches: a one-block plan groups the (token, slot) pairs by expert on the device, a gate/up
+// kernel reads every selected expert's gate and up rows once for all of its tokens, a down kernel
+// sums each token's experts in the contract's order and writes (or adds to) y.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,10 +17,10 @@ namespace pg::ops::cuda {
 // Device scratch one call needs (plan arrays + the [m * (top_k + n_shared), inter] f32 h).
 size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, int64_t n_experts, int64_t inter);
 
-// Never synchronizes or allocates; the grids depend on the Args' dims and the SM count only (not
-// on the routing). Pointers are device pointers; `workspace` holds moe_experts_workspace_bytes(...)
-// bytes, 256-byte aligned. Fast path: m = 1..64 with whole 16-byte chunks per weight row; other
-// shapes take the scalar path, any m works (prefill streams an expert once per 8 of its tokens).
+// Never synchronizes or allocates; the grids depend on the Args' dims only (not on the routing).
+// Pointers are device pointers; `workspace` holds moe_experts_workspace_bytes(...) bytes,
+// 256-byte aligned. Fast path: m = 1..64 with whole 16-byte chunks per weight row; other shapes
+// take the scalar path, any m works (prefill streams an expert once per 8 of its tokens).
 Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

@@ -63,21 +63,14 @@ struct MoeExpertsParams {
   int max_active = 0;  // min(n_experts, m * top_k): the grid's routed expert slots
   int64_t y_stride = 0;
   bool accumulate = false;
-  int prefetch_blocks = 0;  // decode down kernel: blocks below this prefetch their first rows into L2
 };
 
-// Decode path (moe_decode_path): the gate_up kernel (a grid of one wave: sm_count x its
-// occupancy) and the down kernel, launched with Programmatic Dependent Launch after it. Neither
-// reads p.plan's index arrays (each block plans in shared memory); only p.plan.h is used.
-cudaError_t launch_moe_decode(const MoeExpertsParams& p, LinearWeight gate_up_f, bool gate_up_vec, LinearWeight down_f,
-                              bool down_vec, int sm_count, cudaStream_t stream);
-
-// Prefill path: groups the m * top_k pairs by expert (one block; ids outside [0, n_experts) are dropped).
+// Groups the m * top_k pairs by expert (one block; ids outside [0, n_experts) are dropped).
 cudaError_t launch_moe_plan(const MoeExpertsParams& p, cudaStream_t stream);
 // h for every active expert's pairs and the shared experts'. `vec`: the 16-byte path (hidden a
-// multiple of the chunk, aligned rows); the prefill path's pair tile is 8 (vector) or 1 (scalar).
-cudaError_t launch_moe_gate_up(const MoeExpertsParams& p, LinearWeight f, bool vec, cudaStream_t stream);
+// multiple of the chunk, aligned rows); m_tile one of 1, 2, 4, 8.
+cudaError_t launch_moe_gate_up(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream);
 // y (+)= the weighted sum over each token's experts of down·h, in the contract's order.
-cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec, cudaStream_t stream);
+cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda
