@@ -234,7 +234,7 @@ Status CudaRunner::Impl::init_buffers() {
     see(w.lm_head);
     PG_ASSIGN_OR_RETURN(cu::GemmContext g, cu::GemmContext::create(Tm, max_k, max_n, max_expand));
     gemm = std::make_unique<cu::GemmContext>(std::move(g));
-    if (Tm >= kPrefillGemmMinRows) {
+    if (Tm >= kPrefillGemmMinRows && opt.tensor_core_experts) {
       auto layer_bytes = [&](const DevLayer& L) {
         ops::MoeExpertsArgs me;
         me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.hidden = H, me.inter = L.mlp.inter;

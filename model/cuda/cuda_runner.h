@@ -35,6 +35,9 @@ struct CudaRunnerOptions {
   // Debug mode: every projection on our f32-activation kernels (no bf16 rounding of activations
   // for the tensor-core GEMMs), so the results match the CPU reference to ~1e-5.
   bool exact = false;
+  // Prefill steps of >= 64 tokens run the experts and the per-head products on tensor cores too
+  // (else only the projections do). Off: for measuring what each bf16 path costs in accuracy.
+  bool tensor_core_experts = true;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 

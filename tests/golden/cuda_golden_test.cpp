@@ -303,6 +303,19 @@ TEST(CudaGoldenDefault, EmbeddedModelLongPromptDefaultMode) {
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   Pair p = load_pair("peregrine_tiny", /*exact=*/false);
   ASSERT_TRUE(p.cpu && p.cuda);
+  // Two more runners to attribute the error: f32 activations everywhere, and bf16 projections
+  // with the experts and per-head products kept on f32 kernels.
+  auto load_variant = [&](bool exact, bool tc_experts) {
+    auto h = DeepseekModel::load(dir);
+    EXPECT_TRUE(h.ok());
+    CudaRunnerOptions o = test_options(exact);
+    o.tensor_core_experts = tc_experts;
+    auto r = CudaRunner::create(std::move(h).value(), o);
+    EXPECT_TRUE(r.ok());
+    return std::move(r).value();
+  };
+  auto exact_runner = load_variant(true, false);
+  auto proj_only_runner = load_variant(false, false);
   const int64_t vocab = p.cpu->vocab_size();
   std::string text;
   for (int i = 0; text.size() < 1400; ++i)
@@ -329,6 +342,17 @@ TEST(CudaGoldenDefault, EmbeddedModelLongPromptDefaultMode) {
   for (int64_t i = 0; i < n; ++i)
     worst = std::max(worst, compare_row("long prompt pos " + std::to_string(i), &got.logits[size_t(i * vocab)],
                                         &ref.logits[size_t(i * vocab)], vocab, kBf16Tol));
+  for (auto* r : {exact_runner.get(), proj_only_runner.get()}) {
+    StepOutput v;
+    ASSERT_TRUE(r->forward(std::span(&gs, 1), v).ok());
+    double w = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto a = log_softmax(&v.logits[size_t(i * vocab)], vocab), b = log_softmax(&ref.logits[size_t(i * vocab)], vocab);
+      for (int32_t id : top_ids(b, 10)) w = std::max(w, std::abs(a[size_t(id)] - b[size_t(id)]));
+    }
+    std::printf("[ measure  ] peregrine_tiny %s, %lld-token prefill: max_dlogprob vs f32 CPU %.3g\n",
+                r == exact_runner.get() ? "exact mode" : "bf16 projections only", (long long)n, w);
+  }
   std::printf("[ measure  ] peregrine_tiny default mode, %lld-token prefill: max_dlogprob vs f32 CPU %.3g (tol %.3g)\n",
               (long long)n, worst, kBf16Tol);
 }
