@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "model/rope_yarn.h"
 #include "ops/cpu/cpu_ops.h"
 
@@ -44,12 +45,43 @@ void linear(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& po
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
+float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+// `w` dequantized and rounded to bf16 (what a tensor-core path multiplies), as an f32 matrix
+// over `storage`.
+Matrix bf16_image(const Matrix& w, std::vector<float>& storage) {
+  storage.resize(size_t(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) ops::matrix_row_to_f32(w, r, &storage[size_t(r * w.cols)]);
+  for (float& v : storage) v = round_bf16(v);
+  return Matrix{ops::WeightFormat::kF32, w.rows, w.cols, storage.data()};
+}
+
+// y (+)= x · Wᵀ with x and W rounded to bf16 and f32 sums: a tensor-core GEMM's numbers.
+void linear_bf16(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& pool, bool accumulate = false) {
+  std::vector<float> xr(x, x + m * w.cols), wr;
+  for (float& v : xr) v = round_bf16(v);
+  linear(xr.data(), bf16_image(w, wr), y, m, pool, accumulate);
+}
+
 }  // namespace
 
+void DeepseekModel::proj(const float* x, const Matrix& w, float* y, int64_t m, bool accumulate) const {
+  if (emul_.projection_min_rows > 0 && m >= emul_.projection_min_rows)
+    return linear_bf16(x, w, y, m, thread_pool(), accumulate);
+  linear(x, w, y, m, thread_pool(), accumulate);
+}
+
 void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y,
-                                bool accumulate) const {
+                                bool accumulate, bool bf16) const {
   ThreadPool& pool = thread_pool();
   std::vector<float> g(size_t(T * inter)), u(size_t(T * inter));  // [T, inter]
+  if (bf16) {  // the tensor-core experts: x, the weights and h rounded to bf16
+    linear_bf16(x, w.gate, g.data(), T, pool);
+    linear_bf16(x, w.up, u.data(), T, pool);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    linear_bf16(g.data(), w.down, y, T, pool, accumulate);
+    return;
+  }
   linear(x, w.gate, g.data(), T, pool);
   linear(x, w.up, u.data(), T, pool);
   for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
@@ -82,7 +114,8 @@ void DeepseekModel::moe_forward(const MoeWeights& w, const float* x, int64_t T, 
   // Shared experts first, then each routed expert over the tokens that chose it, in expert
   // order (a fixed summation order per token).
   if (w.has_shared) {
-    mlp_forward(w.shared, x, T, cfg_.moe_intermediate_size * cfg_.n_shared_experts, y, /*accumulate=*/false);
+    mlp_forward(w.shared, x, T, cfg_.moe_intermediate_size * cfg_.n_shared_experts, y, /*accumulate=*/false,
+                experts_bf16(T));
   } else {
     std::fill(y, y + T * H, 0.0f);
   }
@@ -101,7 +134,7 @@ void DeepseekModel::moe_forward(const MoeWeights& w, const float* x, int64_t T, 
     xe.resize(size_t(n * H));
     ye.resize(size_t(n * H));
     for (int64_t i = 0; i < n; ++i) std::copy(x + rows[i] * H, x + (rows[i] + 1) * H, &xe[i * H]);
-    mlp_forward(w.experts[e], xe.data(), n, cfg_.moe_intermediate_size, ye.data(), false);
+    mlp_forward(w.experts[e], xe.data(), n, cfg_.moe_intermediate_size, ye.data(), false, experts_bf16(T));
     for (int64_t i = 0; i < n; ++i) ops::cpu::axpy(row_w[i], &ye[i * H], &routed[rows[i] * H], H);
   }
   for (int64_t i = 0; i < T * H; ++i) y[i] += routed[i];
@@ -117,6 +150,7 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   const float eps = float(c.rms_norm_eps);
   const AttentionWeights& A = L.attn;
 
+  const bool heads_bf16 = experts_bf16(T);
   std::vector<float> a(size_t(T * H));  // [T, H] normed input
   rmsnorm_rows(x, L.input_layernorm, a.data(), T, H, eps);
 
@@ -124,14 +158,14 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   if (A.has_q_lora) {
     const int64_t QR = *c.q_lora_rank;
     std::vector<float> qa(size_t(T * QR));  // [T, q_lora_rank]
-    linear(a.data(), A.q_a_proj, qa.data(), T, pool);
+    proj(a.data(), A.q_a_proj, qa.data(), T);
     rmsnorm_rows(qa.data(), A.q_a_layernorm, qa.data(), T, QR, eps);
-    linear(qa.data(), A.q_b_proj, q.data(), T, pool);
+    proj(qa.data(), A.q_b_proj, q.data(), T);
   } else {
-    linear(a.data(), A.q_proj, q.data(), T, pool);
+    proj(a.data(), A.q_proj, q.data(), T);
   }
   std::vector<float> kv(size_t(T * D));  // [T, R + P]: [c_kv | k_pe]
-  linear(a.data(), A.kv_a_proj_with_mqa, kv.data(), T, pool);
+  proj(a.data(), A.kv_a_proj_with_mqa, kv.data(), T);
   rmsnorm_rows(kv.data(), A.kv_a_layernorm, kv.data(), T, R, eps, D, D);
 
   ops::RopeArgs ra;  // q_pe of every head
@@ -157,7 +191,12 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
       const int64_t t = th / nh, h = th % nh;
       const float* qn = &q[(t * nh + h) * qk];
       float* ql = &q_lat[th * R];
-      for (int64_t d = 0; d < nope; ++d) ops::cpu::axpy(qn[d], &A.w_uk[(h * nope + d) * R], ql, R);
+      if (heads_bf16) {  // the tensor-core per-head product: q_nope and W_UK rounded to bf16
+        for (int64_t d = 0; d < nope; ++d)
+          for (int64_t r = 0; r < R; ++r) ql[r] += round_bf16(qn[d]) * round_bf16(A.w_uk[(h * nope + d) * R + r]);
+      } else {
+        for (int64_t d = 0; d < nope; ++d) ops::cpu::axpy(qn[d], &A.w_uk[(h * nope + d) * R], ql, R);
+      }
       std::copy(qn + nope, qn + qk, &q_pe[th * P]);
     }
   });
@@ -176,10 +215,18 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   pool.parallel_for(T * nh, [&](int64_t b, int64_t e) {
     for (int64_t th = b; th < e; ++th) {
       const int64_t h = th % nh;
-      for (int64_t v = 0; v < V; ++v) o[th * V + v] = ops::cpu::dot(&A.w_uv[(h * V + v) * R], &o_lat[th * R], R);
+      for (int64_t v = 0; v < V; ++v) {
+        if (heads_bf16) {
+          float acc = 0.0f;
+          for (int64_t r = 0; r < R; ++r) acc += round_bf16(A.w_uv[(h * V + v) * R + r]) * round_bf16(o_lat[th * R + r]);
+          o[th * V + v] = acc;
+        } else {
+          o[th * V + v] = ops::cpu::dot(&A.w_uv[(h * V + v) * R], &o_lat[th * R], R);
+        }
+      }
     }
   });
-  linear(o.data(), A.o_proj, x, T, pool, /*accumulate=*/true);
+  proj(o.data(), A.o_proj, x, T, /*accumulate=*/true);
 
   // FFN block.
   rmsnorm_rows(x, L.post_attention_layernorm, a.data(), T, H, eps);
@@ -187,7 +234,7 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   if (L.is_moe)
     moe_forward(L.moe, a.data(), T, y.data());
   else
-    mlp_forward(L.mlp, a.data(), T, c.intermediate_size, y.data(), false);
+    mlp_forward(L.mlp, a.data(), T, c.intermediate_size, y.data(), false, experts_bf16(T));
   for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
 }
 
@@ -216,7 +263,7 @@ Status DeepseekModel::forward(std::span<const SeqStep> seqs, KvCache& cache, Ste
   for (int64_t i = 0; i < out.n_rows; ++i)
     std::copy(&out.hidden_all[L.out_rows[i] * H], &out.hidden_all[(L.out_rows[i] + 1) * H], &out.hidden[i * H]);
   out.logits.resize(size_t(out.n_rows * c.vocab_size));
-  linear(out.hidden.data(), w_.lm_head, out.logits.data(), out.n_rows, thread_pool());
+  proj(out.hidden.data(), w_.lm_head, out.logits.data(), out.n_rows);
   return ok_status();
 }
 
@@ -240,7 +287,7 @@ Status DeepseekModel::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs
     rmsnorm_rows(&cat[t * 2 * H], m.enorm, &cat[t * 2 * H], 1, H, eps);
     rmsnorm_rows(&prev_hidden[size_t(t * H)], m.hnorm, &cat[t * 2 * H + H], 1, H, eps);
   }
-  linear(cat.data(), m.eh_proj, x.data(), L.T, thread_pool());
+  proj(cat.data(), m.eh_proj, x.data(), L.T);
   layer_forward(m.block, c.num_hidden_layers + mtp_idx, x.data(), L.T, L.positions.data(), L.token_seq.data(),
                 L.ctx_len.data(), L.tables.data(), L.max_blocks, cache);
   // hidden = the block's output (what the next draft depth takes); logits via shared_head.
@@ -253,7 +300,7 @@ Status DeepseekModel::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs
     rmsnorm_rows(&out.hidden[i * H], m.shared_head_norm, &normed[i * H], 1, H, eps);
   }
   out.logits.resize(size_t(out.n_rows * c.vocab_size));
-  linear(normed.data(), m.shared_head_head, out.logits.data(), out.n_rows, thread_pool());
+  proj(normed.data(), m.shared_head_head, out.logits.data(), out.n_rows);
   return ok_status();
 }
 

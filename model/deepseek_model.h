@@ -69,6 +69,17 @@ class DeepseekModel {
   Status forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
                      KvCache& cache, StepOutput& out) const;
 
+  // Emulation of a backend's bf16 tensor-core paths (CudaRunner's default mode), so tests can
+  // derive from the CPU how far bf16 activations alone move the outputs: from
+  // projection_min_rows rows on, the attention / head projections (not the router) round their
+  // input and weight to bf16; in steps of at least expert_min_rows tokens so do the experts (x, the
+  // weights and h) and the per-head W_UK / W_UV products. 0: off (the f32 reference, default).
+  struct Bf16Emulation {
+    int64_t projection_min_rows = 0;
+    int64_t expert_min_rows = 0;
+  };
+  void set_bf16_emulation(Bf16Emulation e) { emul_ = e; }
+
   // The pool CPU ops run on (default: ThreadPool::global()).
   void set_thread_pool(ThreadPool* pool) { pool_ = pool; }
   ThreadPool& thread_pool() const { return pool_ ? *pool_ : ThreadPool::global(); }
@@ -80,7 +91,10 @@ class DeepseekModel {
   void layer_forward(const LayerWeights& L, int64_t cache_layer, float* x, int64_t T, const int64_t* positions,
                      const int32_t* token_seq, const int64_t* ctx_len, const int32_t* block_tables,
                      int64_t max_blocks, KvCache& cache) const;
-  void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y, bool accumulate) const;
+  void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y, bool accumulate,
+                   bool bf16 = false) const;
+  void proj(const float* x, const ops::Matrix& w, float* y, int64_t m, bool accumulate = false) const;
+  bool experts_bf16(int64_t T) const { return emul_.expert_min_rows > 0 && T >= emul_.expert_min_rows; }
   void moe_forward(const MoeWeights& w, const float* x, int64_t T, float* y) const;
 
   ModelConfig cfg_;
@@ -89,6 +103,7 @@ class DeepseekModel {
   ops::RopeTable rope_;
   float softmax_scale_ = 1.0f;
   ThreadPool* pool_ = nullptr;
+  Bf16Emulation emul_;
 };
 
 }  // namespace pg

@@ -29,9 +29,7 @@ using ops::Matrix;
 
 namespace {
 
-// Steps of at least this many tokens run the experts and the per-head products on tensor cores
-// (below it the GEMV-style kernels, which read each weight once, win).
-constexpr int64_t kPrefillGemmMinRows = 64;
+constexpr int64_t kPrefillGemmMinRows = CudaRunner::kTensorCoreExpertsMinRows;
 // Pinned staging slots for step inputs: a slot is rewritten only after the copy that read it ran.
 constexpr int kStageSlots = 4;
 

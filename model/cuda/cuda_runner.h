@@ -54,6 +54,9 @@ class CudaRunner final : public ModelRunner {
   // Projections of at least this many rows (prefill) run on the bf16 tensor cores (cuBLASLt) in
   // the default mode; smaller ones (decode) on our f32-activation GEMV kernels.
   static constexpr int64_t kTensorCoreMinRows = 17;
+  // Steps of at least this many tokens also run the experts and the per-head products on tensor
+  // cores (ops/cuda/moe_experts_gemm.h, head_linear_gemm.h); below it their GEMV kernels win.
+  static constexpr int64_t kTensorCoreExpertsMinRows = 64;
 
   ~CudaRunner() override;
 
