@@ -147,6 +147,8 @@ struct CudaRunner::Impl {
   Status forward_device(const Step& s);     // trunk + gather + lm_head (rows <= logit_rows)
   static StepLayout pad_decode(const StepLayout& L, int64_t bucket, int64_t scratch_block, int64_t stride);
   Result<cudaGraphExec_t> decode_graph(int64_t bucket);
+  // Captures what `enqueue` launches on the stream as an instantiated graph.
+  Result<cudaGraphExec_t> capture(const std::function<Status()>& enqueue);
   float* cache_layer(int64_t l) { return kv + l * (n_blocks + 1) * block_size * D; }
 };
 
@@ -506,10 +508,16 @@ Result<cudaGraphExec_t> CudaRunner::Impl::decode_graph(int64_t bucket) {
   s.positions = reinterpret_cast<const int64_t*>(d_inputs + in.positions);
   s.ctx_len = reinterpret_cast<const int64_t*>(d_inputs + in.ctx_len);
   s.tables = reinterpret_cast<const int32_t*>(d_inputs + in.tables);
+  PG_ASSIGN_OR_RETURN(cudaGraphExec_t exec, capture([&] { return forward_device(s); }));
+  graphs[bucket] = exec;
+  return exec;
+}
+
+Result<cudaGraphExec_t> CudaRunner::Impl::capture(const std::function<Status()>& enqueue) {
   cudaGraph_t g = nullptr;
   PG_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   capturing = true;
-  const Status st = forward_device(s);
+  const Status st = enqueue();
   capturing = false;
   const cudaError_t end = cudaStreamEndCapture(stream, &g);
   if (!st.ok()) {
@@ -521,7 +529,6 @@ Result<cudaGraphExec_t> CudaRunner::Impl::decode_graph(int64_t bucket) {
   const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
   PG_CUDA_TRY(inst);
-  graphs[bucket] = exec;
   return exec;
 }
 
@@ -772,22 +779,10 @@ Result<double> CudaRunner::time_layer(int64_t layer_idx, int64_t batch, int64_t 
     return invalid_argument("time_layer: layer {} of {}", layer_idx, cfg_.num_hidden_layers);
   PG_ASSIGN_OR_RETURN(Impl::Step s, m.layer_inputs(batch, ctx));
   s.max_ctx = ctx;
-  cudaGraph_t g = nullptr;
-  PG_CUDA_TRY(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
-  Status st = ok_status();
-  m.capturing = true;
-  for (int i = 0; i < iters && st.ok(); ++i) st = m.layer(m.w.layers[size_t(layer_idx)], layer_idx, s);
-  m.capturing = false;
-  const cudaError_t end = cudaStreamEndCapture(m.stream, &g);
-  if (!st.ok()) {
-    if (g) cudaGraphDestroy(g);
-    return st;
-  }
-  PG_CUDA_TRY(end);
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
-  cudaGraphDestroy(g);
-  PG_CUDA_TRY(inst);
+  PG_ASSIGN_OR_RETURN(cudaGraphExec_t exec, m.capture([&]() -> Status {
+    for (int i = 0; i < iters; ++i) PG_TRY(m.layer(m.w.layers[size_t(layer_idx)], layer_idx, s));
+    return ok_status();
+  }));
   cudaEvent_t e0, e1;
   PG_CUDA_TRY(cudaEventCreate(&e0));
   PG_CUDA_TRY(cudaEventCreate(&e1));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/cuda/common/bf16.cuh"
 #include "ops/cuda/prefill_gemm_params.h"
 
 namespace pg::ops::cuda {
@@ -14,18 +15,6 @@ constexpr int kChunk = 8;  // bf16 elements per 16-byte store
 constexpr int kHeadStageThreads = 128;
 constexpr int64_t kMaxGridY = 65535;
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo in the low half
-  uint32_t u;
-  memcpy(&u, &h, sizeof(u));
-  return u;
-}
-__device__ __forceinline__ uint32_t bf16_bits(float v) {
-  const __nv_bfloat16 h = __float2bfloat16_rn(v);
-  uint16_t u;
-  memcpy(&u, &h, sizeof(u));
-  return u;
-}
 
 // grid (ceil(ld / 8 / threads), min(m * n_heads, 65535)): thread = one 8-column chunk of a (t, h) row.
 __global__ void __launch_bounds__(kHeadStageThreads) head_stage_kernel(const __grid_constant__ HeadStageParams p) {
@@ -43,7 +32,7 @@ __global__ void __launch_bounds__(kHeadStageThreads) head_stage_kernel(const __g
     } else {
 #pragma unroll
       for (int j = 0; j < kChunk; ++j)
-        if (c0 + j < p.k) w[j / 2] |= bf16_bits(__ldg(src + j)) << (16 * (j % 2));
+        if (c0 + j < p.k) w[j / 2] |= uint32_t(to_bf16_bits(__ldg(src + j))) << (16 * (j % 2));
     }
     *reinterpret_cast<uint4*>(p.xs + r * p.ld + c0) = make_uint4(w[0], w[1], w[2], w[3]);
   }

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstring>
 
+#include "ops/cuda/common/bf16.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/prefill_gemm_params.h"
 
@@ -19,18 +20,6 @@ constexpr int kStageThreads = 256;
 constexpr int kCombineThreads = 256;
 constexpr int64_t kMaxGridY = 65535;
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo in the low half
-  uint32_t u;
-  memcpy(&u, &h, sizeof(u));
-  return u;
-}
-__device__ __forceinline__ uint32_t bf16_bits(float v) {
-  const __nv_bfloat16 h = __float2bfloat16_rn(v);
-  uint16_t u;
-  memcpy(&u, &h, sizeof(u));
-  return u;
-}
 __device__ __forceinline__ int64_t round_rows(int64_t n) { return (n + kMoeGemmRowPad - 1) / kMoeGemmRowPad * kMoeGemmRowPad; }
 
 // grid n_tiles, block kMoeGemmPlanTile: tile_hist[b][e] = pairs of tile b on expert e.
@@ -146,7 +135,7 @@ __global__ void __launch_bounds__(kStageThreads) moe_gemm_gather_kernel(const __
       } else {
 #pragma unroll
         for (int j = 0; j < kChunk; ++j)
-          if (c0 + j < p.hidden) w[j / 2] |= bf16_bits(__ldg(src + j)) << (16 * (j % 2));
+          if (c0 + j < p.hidden) w[j / 2] |= uint32_t(to_bf16_bits(__ldg(src + j))) << (16 * (j % 2));
       }
     }
     *reinterpret_cast<uint4*>(p.xg + r * p.ld + c0) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -175,7 +164,7 @@ __global__ void __launch_bounds__(kStageThreads) moe_gemm_silu_kernel(const __gr
       w[3] = pack_bf16x2(silu_mul(g1.z, u1.z), silu_mul(g1.w, u1.w));
     } else {
       for (int j = 0; j < kChunk; ++j)
-        if (c0 + j < p.inter) w[j / 2] |= bf16_bits(silu_mul(g[j], u[j])) << (16 * (j % 2));
+        if (c0 + j < p.inter) w[j / 2] |= uint32_t(to_bf16_bits(silu_mul(g[j], u[j]))) << (16 * (j % 2));
     }
     *reinterpret_cast<uint4*>(p.h + r * p.ld_h + c0) = make_uint4(w[0], w[1], w[2], w[3]);
   }

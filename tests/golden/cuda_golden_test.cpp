@@ -17,10 +17,16 @@
 #include "model/cuda/cuda_runner.h"
 #include "model/deepseek_model.h"
 #include "ops/cuda/common/device.h"
+#include "tests/golden/golden_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pg {
 namespace {
+
+using golden::kModels;
+using golden::load_expected;
+using golden::log_softmax;
+using golden::model_dir;
 
 // Exact mode (f32 activations in every projection): the bound against the CPU and
 // transformers, absolute, on log-probabilities.
@@ -46,28 +52,6 @@ double max_top10_delta(const std::vector<float>& a, const std::vector<float>& b,
       GTEST_SKIP() << "CUDA test skipped: " << ::pg::ops::cuda::cuda_unavailable_reason();       \
   } while (0)
 
-const char* kModels[] = {"v3_tiny", "v2_lite_tiny", "v3_odd_dims", "v3_tiny_fp8", "peregrine_tiny"};
-
-std::filesystem::path model_dir(const std::string& name) {
-  const auto root = std::filesystem::path(PG_SOURCE_DIR);
-  if (name == "peregrine_tiny") return root / "models" / "peregrine-tiny";
-  return root / "tests" / "golden" / name;
-}
-
-nlohmann::json load_expected(const std::string& name) {
-  std::ifstream f(std::filesystem::path(PG_SOURCE_DIR) / "tests" / "golden" / name / "expected.json");
-  return nlohmann::json::parse(f);
-}
-
-std::vector<double> log_softmax(const float* logits, int64_t n) {
-  const float mx = *std::max_element(logits, logits + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - mx);
-  const double lse = mx + std::log(sum);
-  std::vector<double> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(logits[i]) - lse;
-  return out;
-}
 
 std::vector<int32_t> top_ids(const std::vector<double>& lp, int k) {
   std::vector<int32_t> ids(lp.size());

@@ -11,36 +11,18 @@
 #include <numeric>
 
 #include "model/deepseek_model.h"
+#include "tests/golden/golden_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pg {
 namespace {
 
+using golden::kModels;
+using golden::load_expected;
+using golden::log_softmax;
+const auto& golden_dir = golden::model_dir;
+
 constexpr double kLogprobTol = 1e-3;  // the bound, absolute, on log-probabilities
-// Random tiny models (tools/golden.py) and the embedded trained model (models/peregrine-tiny,
-// whose expected outputs live in tests/golden/peregrine_tiny/).
-const char* kModels[] = {"v3_tiny", "v2_lite_tiny", "v3_odd_dims", "v3_tiny_fp8", "peregrine_tiny"};
-
-std::filesystem::path golden_dir(const std::string& name) {
-  const auto root = std::filesystem::path(PG_SOURCE_DIR);
-  if (name == "peregrine_tiny") return root / "models" / "peregrine-tiny";
-  return root / "tests" / "golden" / name;
-}
-
-nlohmann::json load_expected(const std::string& name) {
-  std::ifstream f(std::filesystem::path(PG_SOURCE_DIR) / "tests" / "golden" / name / "expected.json");
-  return nlohmann::json::parse(f);
-}
-
-std::vector<double> log_softmax(const float* logits, int64_t n) {
-  const float mx = *std::max_element(logits, logits + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - mx);
-  const double lse = mx + std::log(sum);
-  std::vector<double> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[i] = double(logits[i]) - lse;
-  return out;
-}
 
 int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
 

@@ -54,18 +54,6 @@ struct GemmCase {
 };
 void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
 
-uint64_t seed_of(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
-  return h;
-}
-
-bool sync_ok() {
-  const cudaError_t e = cudaDeviceSynchronize();
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  return e == cudaSuccess;
-}
-
 float bf16_round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
 // Host weights of one case in its stored format, and their bf16 image (what the GPU multiplies).

@@ -45,18 +45,6 @@ struct LinearCase {
 // gtest prints a case by its name (test names and failure messages stay readable).
 void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.name; }
 
-uint64_t seed_of(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
-  return h;
-}
-
-bool sync_ok() {
-  const cudaError_t e = cudaDeviceSynchronize();
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  return e == cudaSuccess;
-}
-
 // Host weights of one case, in the case's format; `w` points into them.
 struct HostWeights {
   std::vector<float> f32;

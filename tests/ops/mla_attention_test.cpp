@@ -58,18 +58,6 @@ struct MlaCase {
 };
 void PrintTo(const MlaCase& c, std::ostream* os) { *os << c.name; }
 
-uint64_t seed_of(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
-  return h;
-}
-
-bool sync_ok() {
-  const cudaError_t e = cudaDeviceSynchronize();
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  return e == cudaSuccess;
-}
-
 // Host inputs of one case; `args` points into them.
 struct HostData {
   std::vector<float> q_lat, q_pe, kv;  // q_lat / q_pe at the case's strides

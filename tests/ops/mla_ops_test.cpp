@@ -41,18 +41,6 @@ constexpr double kMinCosine = 1.0 - 1e-6;
 // brief's limit: 1e-6 absolute for |x| <= 1, attention_factor ~1.
 constexpr double kRopeMaxAbs = 1e-6;
 
-uint64_t seed_of(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
-  return h;
-}
-
-bool sync_ok() {
-  const cudaError_t e = cudaDeviceSynchronize();
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  return e == cudaSuccess;
-}
-
 template <typename T>
 cuda::DeviceBuffer<T> poisoned(size_t n) {
   auto r = cuda::DeviceBuffer<T>::create(n);

@@ -50,18 +50,6 @@ struct MoeCase {
 };
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
 
-uint64_t seed_of(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
-  return h;
-}
-
-bool sync_ok() {
-  const cudaError_t e = cudaDeviceSynchronize();
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  return e == cudaSuccess;
-}
-
 // One stacked weight on host and device. Host memory is allocated untouched: only the experts
 // some token chose (and the shared ones) are filled, so V3's 11 GB stack costs what it uses.
 struct Stack {

@@ -53,18 +53,6 @@ constexpr int64_t kMaxCheckedTokens = 48;
 
 double chains(int64_t k) { return std::sqrt(std::ceil(double(k) / 16) + 6) + std::sqrt(double(k) + 32); }
 
-uint64_t seed_of(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
-  return h;
-}
-
-bool sync_ok() {
-  const cudaError_t e = cudaDeviceSynchronize();
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  return e == cudaSuccess;
-}
-
 float bf16_round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
 // Evenly spread tokens (first and last included), all when m <= max_n.

@@ -2,6 +2,7 @@
 // fills, device round trips, and comparisons with named tolerances (max_abs, max_rel, cosine).
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +32,20 @@ namespace pg::ops::test {
     const ::pg::Status _pg_s = (expr);                       \
     ASSERT_TRUE(_pg_s.ok()) << #expr << ": " << _pg_s.to_string(); \
   } while (0)
+
+// A case's seed from its name (FNV-1a): every case draws its own inputs, stable across runs.
+inline uint64_t seed_of(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : s) h = (h ^ uint8_t(ch)) * 1099511628211ull;
+  return h;
+}
+
+// Waits for the device; a kernel fault fails the test here, naming the error.
+inline bool sync_ok() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  return e == cudaSuccess;
+}
 
 template <typename T>
 cuda::DeviceBuffer<T> to_device(const std::vector<T>& h) {

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstring>
 
+#include "ops/cuda/common/bf16.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/gemm/convert.h"
 
@@ -17,19 +18,7 @@ constexpr int kToBf16Threads = 256;
 // gridDim.y limit; more rows loop.
 constexpr int64_t kMaxGridY = 65535;
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo in the low half
-  uint32_t u;
-  memcpy(&u, &h, sizeof(u));
-  return u;
-}
 
-__device__ __forceinline__ uint16_t to_bf16_bits(float v) {
-  const __nv_bfloat16 h = __float2bfloat16_rn(v);
-  uint16_t u;
-  memcpy(&u, &h, sizeof(u));
-  return u;
-}
 
 // One source element as bf16 bits (the scalar path: any alignment, any block size).
 template <ToBf16Src S>
