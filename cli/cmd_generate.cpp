@@ -29,6 +29,7 @@ struct GenerateOptions {
   std::string device = "auto";
   bool exact = false;
   int64_t speculative_tokens = 0;
+  bool speculative_adaptive = false;
   SamplingParams params;
   int64_t max_tokens = 128;
   int64_t seed = -1;
@@ -74,6 +75,7 @@ int run_generate(GenerateOptions o) {
   ec.scheduler.max_num_batched_tokens = 8192;
   ec.n_threads = o.threads;
   ec.num_speculative_tokens = o.speculative_tokens;
+  ec.speculative_adaptive = o.speculative_adaptive;
   ec.kv_blocks = 0;
   RunnerOptions ro;
   ro.device = o.device;
@@ -125,9 +127,10 @@ int run_generate(GenerateOptions o) {
     const EngineStats st = (*engine)->stats();
     if (st.speculative_tokens > 0 && st.spec_draft_tokens_total > 0) {
       const double steps = double(std::max<int64_t>(1, st.spec_verify_steps_total));
-      std::fprintf(stderr, "[peregrine] speculation k=%lld: %lld drafted, %lld accepted (%.1f%%), "
+      std::fprintf(stderr, "[peregrine] speculation k=%s%lld: %lld drafted (%.2f per verify step), %lld accepted (%.1f%%), "
                    "mean accepted length %.2f tokens per verify step\n",
-                   (long long)st.speculative_tokens, (long long)st.spec_draft_tokens_total,
+                   o.speculative_adaptive ? "adaptive 1.." : "", (long long)st.speculative_tokens,
+                   (long long)st.spec_draft_tokens_total, double(st.spec_draft_tokens_total) / steps,
                    (long long)st.spec_accepted_tokens_total,
                    100.0 * double(st.spec_accepted_tokens_total) / double(st.spec_draft_tokens_total),
                    1.0 + double(st.spec_accepted_tokens_total) / steps);
@@ -176,6 +179,8 @@ Command add_generate(CLI::App& root) {
   app->add_flag("--exact", o->exact, "cuda: f32 activations in every projection (debug; matches the CPU)");
   app->add_option("--speculative-tokens", o->speculative_tokens,
                   "draft depth k of MTP speculative decoding (0: off; needs MTP weights)");
+  app->add_flag("--speculative-adaptive", o->speculative_adaptive,
+                "pick the draft depth per step in 1..--speculative-tokens from recent acceptance");
   app->add_flag("-q,--quiet", o->quiet, "no statistics on stderr");
   return {app, [o] { return run_generate(*o); }};
 }

@@ -55,6 +55,8 @@ Command add_serve(CLI::App& root) {
   app->add_option("--speculative-tokens", opts->speculative_tokens,
                   "Draft depth k of speculative decoding with the model's MTP head (0: off)")
       ->capture_default_str()->check(CLI::Range(0, 8));
+  app->add_flag("--speculative-adaptive", opts->speculative_adaptive,
+                "Pick the draft depth per step in 1..--speculative-tokens from recent acceptance");
   app->add_option("--http-threads", opts->http_threads, "Threads serving HTTP connections")->capture_default_str()
       ->check(CLI::PositiveNumber);
   app->add_option("--max-body-bytes", opts->max_body_bytes, "Largest request body (larger: 413)")

@@ -105,6 +105,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> mode
   impl->tokenizer = std::move(tokenizer);
   impl->cfg = cfg;
   impl->stats.kv_blocks_total = cfg.kv_blocks;
+  if (!(cfg.speculative_draft_cost >= 0.0 && cfg.speculative_draft_cost <= 10.0))
+    return invalid_argument("speculative draft cost must be in [0, 10] (a fraction of a decode step), got {}",
+                            cfg.speculative_draft_cost);
   if (cfg.num_speculative_tokens < 0 || cfg.num_speculative_tokens > kMaxSpeculativeTokens)
     return invalid_argument("speculative tokens must be in [0, {}], got {}", kMaxSpeculativeTokens,
                             cfg.num_speculative_tokens);
@@ -313,6 +316,7 @@ bool Engine::Impl::step_inner() {
                           sampler, ev, &m);
         row += n_d + 1;
         r.seq.n_computed = base + m;  // KV of the rejected drafts is stale: rolled back
+        r.depth.observe(n_d, m);
         n_valid = 1 + m;
         n_drafted += n_d;
         n_accepted += m;
@@ -381,7 +385,8 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
     r.draft_dists.clear();
     // Verify positions run to last + n_drafts: keep them inside the context and max_tokens.
     const int64_t last = int64_t(r.seq.tokens.size()) - 1;
-    int64_t cap = std::min<int64_t>(spec_k, max_model_len - 1 - last);
+    const int64_t k = cfg.speculative_adaptive ? r.depth.choose(spec_k, cfg.speculative_draft_cost) : spec_k;
+    int64_t cap = std::min<int64_t>(k, max_model_len - 1 - last);
     if (r.req.params.max_tokens) cap = std::min(cap, *r.req.params.max_tokens - r.n_generated() - 1);
     if (cap <= 0) continue;
     r.drafts.push_back(r.draw_draft(std::span<const float>(&mo.logits[i * size_t(vocab)], size_t(vocab)), sampler, 0));

@@ -68,6 +68,11 @@ struct EngineConfig {
   // Speculative decoding with the model's MTP head: draft depth k (0: off). Models without MTP
   // weights run without speculation.
   int64_t num_speculative_tokens = 0;
+  // Adaptive depth: each request drafts k in 1..num_speculative_tokens per step, chosen from its
+  // recent acceptance (engine/adaptive_depth.h) with one more draft costing
+  // speculative_draft_cost of a decode step.
+  bool speculative_adaptive = false;
+  double speculative_draft_cost = 0.25;
   // Draws tokens where the runner's logits live (CUDA: engine/cuda/device_sampler_cuda.h), for
   // steps without speculative rows; null: every row is sampled on the host.
   std::shared_ptr<DeviceSampler> device_sampler;

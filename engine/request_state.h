@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 
+#include "engine/adaptive_depth.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/stop_checker.h"
@@ -42,6 +43,7 @@ struct RequestState {
   std::vector<std::vector<WeightedToken>> draft_dists;  // sampling: the distribution each was drawn from
   int64_t drafts_in_seq = 0;
   int64_t n_drafted = 0, n_accepted = 0, n_verify_steps = 0;
+  AdaptiveDepth depth;  // the draft depth in adaptive mode (EngineConfig::speculative_adaptive)
   // Removes planned drafts from seq.tokens (after a partial schedule or a preemption).
   void strip_drafts();
   // Draws a draft for depth `depth` (0-based) from MTP logits.

@@ -120,6 +120,7 @@ int serve(ServeOptions o) {
   ec_cfg.max_model_len = o.max_model_len;
   ec_cfg.n_threads = o.threads;
   ec_cfg.num_speculative_tokens = o.speculative_tokens;
+  ec_cfg.speculative_adaptive = o.speculative_adaptive;
   RunnerOptions ro;
   ro.device = o.device;
   ro.kv_blocks = o.kv_blocks;
