@@ -5,6 +5,7 @@
 
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <set>
 
 #include "core/dtype.h"
@@ -30,6 +31,7 @@ class Binder {
   }
 
   Result<ops::Matrix> matrix(const std::string& name, int64_t rows, int64_t cols) {
+    if (const TensorView* raw = ckpt_.find(name); raw && raw->dtype == DType::kU8) return nvfp4(name, rows, cols);
     PG_ASSIGN_OR_RETURN(const TensorView* t, tensor(name, {rows, cols}));
     ops::Matrix m;
     m.rows = rows;
@@ -58,6 +60,37 @@ class Binder {
         return unsupported("tensor '{}' has dtype {}; weight matrices may be BF16, F32 or F8_E4M3 (DeepSeek FP8 with "
                            "weight_scale_inv)", name, dtype_safetensors_name(t->dtype));
     }
+    return m;
+  }
+
+  // ModelOpt NVFP4 (layout and sources in formats/nvfp4.h): <m>.weight U8 [rows, cols/2],
+  // <m>.weight_scale F8_E4M3 [rows, cols/16], <m>.weight_scale_2 F32 [], <m>.input_scale F32 []
+  // (activation scale: bound as used, ignored by weight-only kernels). Excluded modules stay BF16.
+  Result<ops::Matrix> nvfp4(const std::string& name, int64_t rows, int64_t cols) {
+    const auto& hq = cfg_.hf_quant_config;
+    const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;  // 7: ".weight"
+    if (!hq || hq->quant_algo != "NVFP4" || hq->group_size != ops::kNvfp4GroupSize)
+      return unsupported("tensor '{}' is U8 but there is no hf_quant_config.json with quant_algo \"NVFP4\" and "
+                         "group_size {}", name, ops::kNvfp4GroupSize);
+    if (hq->is_excluded(module))
+      return invalid_argument("tensor '{}' is NVFP4 but hf_quant_config.json excludes module '{}'", name, module);
+    if (cols % ops::kNvfp4GroupSize)
+      return invalid_argument("tensor '{}': NVFP4 needs in_features ({}) to be a multiple of {}", name, cols,
+                              ops::kNvfp4GroupSize);
+    PG_ASSIGN_OR_RETURN(const TensorView* t, tensor(name, {rows, cols / 2}));
+    PG_ASSIGN_OR_RETURN(const TensorView* s, tensor(module + ".weight_scale", {rows, cols / ops::kNvfp4GroupSize}));
+    if (s->dtype != DType::kF8E4M3)
+      return unsupported("tensor '{}.weight_scale' has dtype {}, expected F8_E4M3", module, dtype_safetensors_name(s->dtype));
+    ops::Matrix m{ops::WeightFormat::kNvfp4, rows, cols, t->data};
+    m.scale_fp8 = s->data;
+    for (const char* suffix : {".weight_scale_2", ".input_scale"}) {
+      const TensorView* v = ckpt_.find(module + suffix);
+      if (!v || v->dtype != DType::kF32 || v->numel() != 1)
+        return invalid_argument("NVFP4 module '{}' needs a scalar F32 '{}{}'", module, module, suffix);
+      used_.insert(module + suffix);
+      if (suffix == std::string_view(".weight_scale_2")) std::memcpy(&m.scale_2, v->data, sizeof(float));
+    }
+    PG_TRY(ops::validate_matrix(m).with_context(name));
     return m;
   }
 

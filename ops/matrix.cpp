@@ -1,6 +1,8 @@
 // Row dequantization and validation of weight matrices.
 #include "ops/matrix.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -27,6 +29,18 @@ void matrix_row_to_f32(const Matrix& w, int64_t r, float* out) {
       }
       return;
     }
+    case WeightFormat::kNvfp4: {
+      // Same definition as formats/nvfp4.cpp's dequantize_nvfp4 (tests hold them bit-identical).
+      const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
+      const uint8_t* scales = w.scale_fp8 + r * (w.cols / kNvfp4GroupSize);
+      for (int64_t c = 0; c < w.cols; c += 2) {
+        const float s = f8e4m3_to_f32(scales[c / kNvfp4GroupSize]);
+        const uint8_t b = row[c / 2];
+        out[c] = (e2m1_to_f32(b & 0xf) * s) * w.scale_2;
+        out[c + 1] = (e2m1_to_f32(b >> 4) * s) * w.scale_2;
+      }
+      return;
+    }
   }
 }
 
@@ -34,6 +48,13 @@ Status validate_matrix(const Matrix& w) {
   if (!w.data || w.rows <= 0 || w.cols <= 0) return invalid_argument("matrix: empty ({}x{})", w.rows, w.cols);
   if (w.format == WeightFormat::kFp8Block && (!w.scale_inv || w.block_rows <= 0 || w.block_cols <= 0))
     return invalid_argument("matrix: FP8 block weights need scale_inv and positive block sizes");
+  if (w.format == WeightFormat::kNvfp4) {
+    if (w.cols % kNvfp4GroupSize)
+      return invalid_argument("matrix: NVFP4 needs cols ({}) to be a multiple of {}", w.cols, kNvfp4GroupSize);
+    if (!w.scale_fp8) return invalid_argument("matrix: NVFP4 weights need scale_fp8");
+    if (!std::isfinite(w.scale_2) || w.scale_2 < 0)
+      return invalid_argument("matrix: NVFP4 scale_2 must be finite and >= 0, got {}", w.scale_2);
+  }
   return ok_status();
 }
 

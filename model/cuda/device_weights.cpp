@@ -22,6 +22,7 @@ size_t matrix_elem_bytes(const Matrix& m) {
     case WeightFormat::kF32: return 4;
     case WeightFormat::kBF16: return 2;
     case WeightFormat::kFp8Block: return 1;
+    case WeightFormat::kNvfp4: return 1;  // two values per byte: matrix_bytes counts them right
   }
   return 4;
 }
@@ -33,6 +34,8 @@ int64_t scale_rows(const Matrix& m) { return (m.rows + m.block_rows - 1) / m.blo
 }  // namespace
 
 size_t matrix_bytes(const Matrix& m) {
+  if (m.format == WeightFormat::kNvfp4)  // packed E2M1 pairs + one e4m3 scale per 16 values
+    return size_t(m.rows * m.cols) / 2 + size_t(m.rows * (m.cols / ops::kNvfp4GroupSize));
   size_t b = size_t(m.rows * m.cols) * matrix_elem_bytes(m);
   if (m.format == WeightFormat::kFp8Block) b += size_t(scale_rows(m) * m.scale_cols()) * 4;
   return b;
@@ -56,6 +59,8 @@ class Uploader {
   }
   Result<Matrix> matrix(const Matrix& h) {
     if (!h.data) return Matrix{};
+    if (h.format == WeightFormat::kNvfp4)
+      return unsupported("cuda: NVFP4 weights have no CUDA kernels yet; run this checkpoint with --device cpu");
     if (auto it = seen_.find(h.data); it != seen_.end()) return it->second;
     Matrix d = h;
     PG_ASSIGN_OR_RETURN(void* data, raw(h.data, size_t(h.rows * h.cols) * matrix_elem_bytes(h)));
@@ -72,6 +77,7 @@ class Uploader {
   // (nothing uploaded) when they cannot be joined.
   Result<bool> concat(const Matrix& top, const Matrix& bottom, Matrix& joined, Matrix& top_view, Matrix& bottom_view) {
     if (!top.data || !bottom.data || top.format != bottom.format || top.cols != bottom.cols) return false;
+    if (top.format == WeightFormat::kNvfp4) return false;  // matrix() reports it
     const bool fp8 = top.format == WeightFormat::kFp8Block;
     if (fp8 && (top.block_rows != bottom.block_rows || top.block_cols != bottom.block_cols || top.rows % top.block_rows))
       return false;
@@ -129,6 +135,8 @@ Status check_stackable(const Matrix& m, int64_t inter, int64_t H, const char* wh
 Result<DevMlp> stack_mlp(DeviceWeights& w, const std::vector<MlpSlice>& slices, int64_t n_experts, int64_t inter,
                          int64_t H) {
   const Matrix& ref = slices.front().mlp->gate;
+  if (ref.format == WeightFormat::kNvfp4)
+    return unsupported("cuda: NVFP4 weights have no CUDA kernels yet; run this checkpoint with --device cpu");
   const WeightFormat f = ref.format;
   const size_t esz = matrix_elem_bytes(ref);
   const bool fp8 = f == WeightFormat::kFp8Block;

@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/mla_ops.h"
@@ -13,18 +14,10 @@ namespace {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-LinearWeight to_kernel_format(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kF32: return LinearWeight::kF32;
-    case WeightFormat::kBF16: return LinearWeight::kBF16;
-    case WeightFormat::kFp8Block: return LinearWeight::kFp8Block;
-  }
-  return LinearWeight::kF32;
-}
-
 }  // namespace
 
 Status embedding(const EmbeddingArgs& a, cudaStream_t stream) {
+  if (a.table) PG_TRY(check_kernel_format(*a.table, "embedding"));
   PG_TRY(validate(a));
   if (a.m == 0) return ok_status();
   const Matrix& t = *a.table;

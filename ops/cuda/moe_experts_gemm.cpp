@@ -2,6 +2,7 @@
 // per-expert counts back (the one synchronization), and enqueues the gather, the per-expert
 // cuBLASLt GEMMs (gemm_bf16), SiLU * mul and the combine. Host C++ (no nvcc): the kernels are
 // behind prefill_gemm_params.h and gemm/convert.h.
+#include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/moe_experts_gemm.h"
 
 #include <algorithm>
@@ -98,6 +99,8 @@ Result<WeightSlice> weight_slice(const Matrix& w, int64_t row0, int64_t rows, ui
       wp.vec = aligned(p, 8) && k % 8 == 0 && w.block_cols % kToBf16Chunk == 0;
       break;
     }
+    case WeightFormat::kNvfp4:
+      return check_kernel_format(w, "moe_experts_gemm");
   }
   PG_CUDA_TRY(launch_to_bf16(wp, stream));
   return WeightSlice{scratch, wp.dst_stride};

@@ -153,9 +153,9 @@ TEST(GoldenBatch, BatchedEqualsSingle) {
   ASSERT_TRUE(model->forward(both, cache, o2).ok());
   ASSERT_EQ(o2.n_rows, int64_t(1 + b.size()));
   check_rows("batched a", expected["prompts"][0]["top_logprobs"],
-             StepOutput{std::vector<float>(o2.logits.begin(), o2.logits.begin() + model->vocab_size()), {}, 1},
+             StepOutput{std::vector<float>(o2.logits.begin(), o2.logits.begin() + model->vocab_size()), {}, 1, {}},
              model->vocab_size(), int64_t(a.size()) - 1);
-  StepOutput ob{std::vector<float>(o2.logits.begin() + model->vocab_size(), o2.logits.end()), {}, int64_t(b.size())};
+  StepOutput ob{std::vector<float>(o2.logits.begin() + model->vocab_size(), o2.logits.end()), {}, int64_t(b.size()), {}};
   check_rows("batched b", expected["prompts"][1]["top_logprobs"], ob, model->vocab_size(), 0);
 }
 

@@ -76,6 +76,7 @@ HostWeights make_weights(const GemmCase& c, uint64_t seed) {
   h.w.block_rows = h.w.block_cols = c.block;
   const size_t nk = size_t(c.n * c.k);
   switch (c.format) {
+    case WeightFormat::kNvfp4: break;  // no CUDA kernel reads NVFP4 yet: no case uses it
     case WeightFormat::kF32:
       h.f32.resize(nk);
       parallel_fill(h.f32, [&](uint64_t i) { return uniform_pm1(seed, i); });
@@ -175,6 +176,7 @@ void run_case(const GemmCase& c, cuda::GemmContext& ctx, Launch launch = Launch:
   }
   d.dw = hw.w;
   switch (c.format) {
+    case WeightFormat::kNvfp4: break;  // no CUDA kernel reads NVFP4 yet: no case uses it
     case WeightFormat::kF32: d.wf = to_device(hw.f32), d.dw.data = d.wf.data(); break;
     case WeightFormat::kBF16: {
       // misalign_w: the matrix starts one element into the buffer.

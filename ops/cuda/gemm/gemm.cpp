@@ -1,6 +1,7 @@
 // gemm_linear: the linear contract (ops/linear.h) as one cuBLASLt bf16 GEMM, plus the context that
 // owns its handle, scratch, workspace and per-shape algorithm cache. Host C++ (no nvcc): the
 // staging kernel is behind gemm/convert.h.
+#include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/gemm/gemm.h"
 
 #include <cublasLt.h>
@@ -310,6 +311,8 @@ Status gemm_linear(GemmContext& ctx, const LinearArgs& a, cudaStream_t stream) {
         wp.block_rows = w.block_rows, wp.block_cols = w.block_cols, wp.scale_cols = w.scale_cols();
         wp.vec = aligned(w.data, 8) && c.k % 8 == 0 && w.block_cols % kToBf16Chunk == 0;
         break;
+      case WeightFormat::kNvfp4:
+        return check_kernel_format(w, "gemm_linear");
     }
     PG_CUDA_TRY(launch_to_bf16(wp, stream));
     w_ptr = s.w_bf16.data();

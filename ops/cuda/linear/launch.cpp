@@ -4,6 +4,7 @@
 #include <bit>
 #include <climits>
 
+#include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/cuda_ops.h"
@@ -25,15 +26,6 @@ struct TileEntry {
 const TileEntry kTiles[] = {PG_LINEAR_TILES_F32(PG_TILE_ENTRY) PG_LINEAR_TILES_BF16(PG_TILE_ENTRY)
                                 PG_LINEAR_TILES_FP8(PG_TILE_ENTRY)};
 #undef PG_TILE_ENTRY
-
-LinearWeight to_kernel_format(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kF32: return LinearWeight::kF32;
-    case WeightFormat::kBF16: return LinearWeight::kBF16;
-    case WeightFormat::kFp8Block: return LinearWeight::kFp8Block;
-  }
-  return LinearWeight::kF32;
-}
 
 const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
   for (const TileEntry& e : kTiles)
@@ -108,6 +100,7 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
 }
 
 Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t stream) {
+  if (a.w) PG_TRY(check_kernel_format(*a.w, "linear"));
   PG_ASSIGN_OR_RETURN(const LinearPlan plan, linear_plan(a, v));
   if (a.m == 0) return ok_status();
   LinearParams p = make_params(a);

@@ -1,6 +1,7 @@
 // ops::cuda::moe_experts: validates, checks the CUDA path's limits, lays out the workspace, picks
 // the vector or scalar path per weight stack and the pair tile (config.h), and enqueues the plan,
 // gate_up and down kernels. Host C++ (no nvcc): the kernels are behind moe_experts/params.h.
+#include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/moe_experts/moe_experts.h"
 
 #include <algorithm>
@@ -12,15 +13,6 @@
 
 namespace pg::ops::cuda {
 namespace {
-
-LinearWeight to_kernel_format(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kF32: return LinearWeight::kF32;
-    case WeightFormat::kBF16: return LinearWeight::kBF16;
-    case WeightFormat::kFp8Block: return LinearWeight::kFp8Block;
-  }
-  return LinearWeight::kF32;
-}
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -54,6 +46,8 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 }
 
 Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (a.gate_up) PG_TRY(check_kernel_format(*a.gate_up, "moe_experts"));
+  if (a.down) PG_TRY(check_kernel_format(*a.down, "moe_experts"));
   PG_TRY(validate(a));
   if (a.m == 0) return ok_status();
   // The kernels index pairs, tokens and rows in 32-bit ints and launch a fixed grid.
