@@ -19,5 +19,6 @@ Command add_tokenize(CLI::App& root);
 Command add_serve(CLI::App& root);
 Command add_bench(CLI::App& root);
 Command add_generate(CLI::App& root);
+Command add_eval(CLI::App& root);
 
 }  // namespace pg::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
       pg::cli::add_serve(app),
       pg::cli::add_bench(app),
       pg::cli::add_generate(app),
+      pg::cli::add_eval(app),
   };
   CLI11_PARSE(app, argc, argv);
   for (auto& c : commands)
