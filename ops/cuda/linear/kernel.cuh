@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
             float xf[kVec];
 #pragma unroll
             for (int q = 0; q < kVec / 4; ++q) {
-              const float4 t = ld_f4(xp + 4 * q);
+              const float4 t = ld_act4(xp + 4 * q);
               xf[4 * q] = t.x, xf[4 * q + 1] = t.y, xf[4 * q + 2] = t.z, xf[4 * q + 3] = t.w;
             }
 #pragma unroll

@@ -108,11 +108,11 @@ __device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], con
             if constexpr (kVec) {
 #pragma unroll
               for (int q = 0; q < kE / 4; ++q) {
-                const float4 t = ld_f4(xrow[i] + cc * kE + 4 * q);
+                const float4 t = ld_act4(xrow[i] + cc * kE + 4 * q);
                 xf[4 * q] = t.x, xf[4 * q + 1] = t.y, xf[4 * q + 2] = t.z, xf[4 * q + 3] = t.w;
               }
             } else {
-              xf[0] = __ldg(xrow[i] + cc);
+              xf[0] = ld_act(xrow[i] + cc);
             }
 #pragma unroll
             for (int r = 0; r < kR; ++r) {
@@ -197,11 +197,11 @@ __global__ void __launch_bounds__(kMoePlanThreads) moe_plan_kernel(const __grid_
 // Grid: x = inter row tiles (kMoeWarps x rows per block), y = expert slot (max_active routed
 // slots, then n_shared shared), z = splits of the slot's pair passes. Warp: `rows` gate rows j and
 // the matching up rows, over kM pairs per pass.
-template <LinearWeight F, bool kVec, int kM>
+template <LinearWeight F, bool kVec, int kM, int kR = moe_gate_up_tile(F, kVec, kM).rows,
+          int kU = moe_gate_up_tile(F, kVec, kM).unroll>
 __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     moe_gate_up_kernel(const __grid_constant__ MoeExpertsParams p) {
-  constexpr MoeTile kTile = moe_gate_up_tile(F, kVec, kM);
-  constexpr int kR = kTile.rows, kW = 2 * kR, kU = kTile.unroll;
+  constexpr int kW = 2 * kR;
   constexpr int kE = chunk_elems<F, kVec>();
   static_assert(kM * kR <= kWarpSize, "one lane per output of the warp");
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -210,9 +210,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   int64_t expert;
   int lo, hi;
   int64_t h_base = 0;  // shared: h row of token 0
-  if (p.direct) {  // m = 1: slot s is pair s; let the down kernel launch (PDL) at once
-    pdl_trigger();
-  }
+  // m = 1: slot s is pair s; the down kernel (PDL) may launch at once. gate_up itself is an
+  // ordinary launch (measured: with PDL here and in mla_attention, V3's decode lost 7%), so the
+  // routing is complete and down may read expert_idx before its own wait.
+  if (p.direct) pdl_trigger();
   if (!shared && p.direct) {
     expert = p.expert_idx[slot];
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
@@ -379,15 +380,14 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 // m = 1). Launched with PDL after gate_up: each warp issues its first weight loads, then waits
 // for h. The slots' partial sums meet in shared memory and are added in the contract's order
 // (routed by ascending expert id, equal ids by slot, then shared).
-template <LinearWeight F, bool kVec>
+template <LinearWeight F, bool kVec, int kR, int kU>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_kernel(const __grid_constant__ MoeExpertsParams p) {
-  constexpr MoeTile kTile = moe_down_direct_tile(F, kVec);
-  constexpr int kR = kTile.rows, kU = kTile.unroll;
   constexpr int kE = chunk_elems<F, kVec>();
-  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank][row]
-  const int slot = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [group * n_slots + rank][row]
   const int n_slots = p.top_k + p.n_shared;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int slot = warp % n_slots, group = warp / n_slots;  // groups: row tiles of one block
   const bool shared = slot >= p.top_k;
   const int64_t expert = shared ? p.n_experts + (slot - p.top_k) : p.expert_idx[slot];
   const bool valid = shared || (expert >= 0 && expert < p.n_experts);
@@ -399,7 +399,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       rank += e < expert || (e == expert && s < slot);
     }
   }
-  const int64_t row0 = int64_t(blockIdx.x) * kR;
+  const int n_groups = int(blockDim.x) / kWarpSize / n_slots;
+  const int64_t row0 = (int64_t(blockIdx.x) * n_groups + group) * kR;
   const uint8_t* wrow[kR];
   const float* srow[kR];
 #pragma unroll
@@ -410,39 +411,50 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   }
   const float* xrow[1] = {p.plan.h + int64_t(slot) * p.inter};
   float acc[1][kR];
-  stream_dot<F, kVec, 1, kR, kU, true>(wrow, srow, xrow, 1, valid ? p.inter / kE : 0, p.down, acc);
+  stream_dot<F, kVec, 1, kR, kU, true>(wrow, srow, xrow, 1, valid && row0 < p.hidden ? p.inter / kE : 0, p.down, acc);
   pdl_wait();  // lanes without a chunk; y is written below
   const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const float v = warp_sum(acc[0][r]);
-    if (lane == r) s_part[rank][r] = wgt * v;
+    if (lane == r) s_part[group * n_slots + rank][r] = wgt * v;
   }
   __syncthreads();
-  if (threadIdx.x < kR && row0 + threadIdx.x < p.hidden) {
+  const int g = threadIdx.x / kR, r = threadIdx.x % kR;
+  const int64_t row = (int64_t(blockIdx.x) * n_groups + g) * kR + r;
+  if (g < n_groups && row < p.hidden) {
     float v = 0.0f;
-    for (int k = 0; k < n_slots; ++k) v += s_part[k][threadIdx.x];
-    float* yp = p.y + row0 + threadIdx.x;
+    for (int k = 0; k < n_slots; ++k) v += s_part[g * n_slots + k][r];
+    float* yp = p.y + row;
     *yp = p.accumulate ? *yp + v : v;
   }
 }
 
 using LaunchFn = cudaError_t (*)(const MoeExpertsParams&, cudaStream_t);
 
-template <LinearWeight F, bool kVec>
+template <LinearWeight F, bool kVec, bool kSingle>
 cudaError_t down_direct_launch(const MoeExpertsParams& p, cudaStream_t stream) {
-  constexpr int kR = moe_down_direct_tile(F, kVec).rows;
-  const dim3 grid(unsigned((int64_t(p.hidden) + kR - 1) / kR));
-  return launch_pdl(moe_down_direct_kernel<F, kVec>, grid, dim3(unsigned((p.top_k + p.n_shared) * kWarpSize)), 0,
-                    stream, p);
+  constexpr MoeTile kTile = moe_down_direct_tile(F, kVec, kSingle);
+  const int n_slots = p.top_k + p.n_shared, groups = moe_down_direct_groups(n_slots);
+  const int64_t rows_per_block = int64_t(groups) * kTile.rows;
+  const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
+  return launch_pdl(moe_down_direct_kernel<F, kVec, kTile.rows, kTile.unroll>, grid,
+                    dim3(unsigned(groups * n_slots * kWarpSize)), 0, stream, p);
 }
 
-template <LinearWeight F, bool kVec, int kM>
+template <LinearWeight F, bool kVec>
+cudaError_t down_direct_pick(const MoeExpertsParams& p, cudaStream_t stream) {
+  return p.top_k + p.n_shared == 1 ? down_direct_launch<F, kVec, true>(p, stream)
+                                   : down_direct_launch<F, kVec, false>(p, stream);
+}
+
+template <LinearWeight F, bool kVec, int kM, int kR = moe_gate_up_tile(F, kVec, kM).rows,
+          int kU = moe_gate_up_tile(F, kVec, kM).unroll>
 cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
-  constexpr int kRowsPerBlock = kMoeWarps * moe_gate_up_tile(F, kVec, kM).rows;
+  constexpr int kRowsPerBlock = kMoeWarps * kR;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
-  moe_gate_up_kernel<F, kVec, kM><<<grid, kMoeThreads, 0, stream>>>(p);
+  moe_gate_up_kernel<F, kVec, kM, kR, kU><<<grid, kMoeThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -494,12 +506,12 @@ cudaError_t launch_moe_gate_up(const MoeExpertsParams& p, LinearWeight f, bool v
 cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream) {
   if (p.direct) {
     switch (f) {
-      case LinearWeight::kF32: return vec ? down_direct_launch<LinearWeight::kF32, true>(p, stream)
-                                          : down_direct_launch<LinearWeight::kF32, false>(p, stream);
-      case LinearWeight::kBF16: return vec ? down_direct_launch<LinearWeight::kBF16, true>(p, stream)
-                                           : down_direct_launch<LinearWeight::kBF16, false>(p, stream);
-      case LinearWeight::kFp8Block: return vec ? down_direct_launch<LinearWeight::kFp8Block, true>(p, stream)
-                                               : down_direct_launch<LinearWeight::kFp8Block, false>(p, stream);
+      case LinearWeight::kF32: return vec ? down_direct_pick<LinearWeight::kF32, true>(p, stream)
+                                          : down_direct_pick<LinearWeight::kF32, false>(p, stream);
+      case LinearWeight::kBF16: return vec ? down_direct_pick<LinearWeight::kBF16, true>(p, stream)
+                                           : down_direct_pick<LinearWeight::kBF16, false>(p, stream);
+      case LinearWeight::kFp8Block: return vec ? down_direct_pick<LinearWeight::kFp8Block, true>(p, stream)
+                                               : down_direct_pick<LinearWeight::kFp8Block, false>(p, stream);
     }
     return cudaErrorInvalidValue;
   }
