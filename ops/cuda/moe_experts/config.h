@@ -47,7 +47,7 @@ struct MoeTile {
 constexpr MoeTile moe_gate_up_tile(LinearWeight f, bool vec, int m_tile) {
   if (!vec) return {1, 4};
   if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
-  if (m_tile == 1) return {4, 2};  // the m = 1 sweep: +3% moonlight, +7% its dense MLP over 1 x 4
+  if (m_tile == 1) return {4, 2};  // the sweep: +3% moonlight, +7% its dense MLP over 1 x 4
   return m_tile <= 2 ? MoeTile{1, 4} : MoeTile{1, 2};
 }
 
