@@ -3,6 +3,7 @@
 // R = kv_lora_rank, P = qk_rope_head_dim, nope = qk_nope_head_dim, V = v_head_dim.
 #include "model/deepseek_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -61,6 +62,55 @@ void linear_bf16(const float* x, const Matrix& w, float* y, int64_t m, ThreadPoo
   std::vector<float> xr(x, x + m * w.cols), wr;
   for (float& v : xr) v = round_bf16(v);
   linear(xr.data(), bf16_image(w, wr), y, m, pool, accumulate);
+}
+
+// Whether every run of the step (tokens of one sequence at consecutive positions) has at least
+// min_tokens tokens: the steps whose attention CudaRunner puts on tensor cores (mla_prefill).
+bool runs_at_least(const int32_t* token_seq, const int64_t* positions, int64_t T, int64_t min_tokens) {
+  int64_t run = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const bool cont = t > 0 && token_seq[t] == token_seq[t - 1] && positions[t] == positions[t - 1] + 1;
+    if (!cont && t > 0 && run < min_tokens) return false;
+    run = cont ? run + 1 : 1;
+  }
+  return T > 0 && run >= min_tokens;
+}
+
+// ops::cpu::mla_attention with the numbers of the tensor-core prefill (ops::cuda::mla_prefill):
+// the scaled queries, the cache rows and the softmax weights rounded to bf16, sums in f32.
+void mla_attention_bf16(const ops::MlaAttentionArgs& m, ThreadPool& pool) {
+  const int64_t R = m.kv_lora_rank, P = m.rope_dim, D = R + P, nh = m.n_heads;
+  pool.parallel_for(m.m * nh, [&](int64_t b, int64_t e) {
+    std::vector<float> q(static_cast<size_t>(D)), w, row(static_cast<size_t>(D));
+    for (int64_t th = b; th < e; ++th) {
+      const int64_t t = th / nh, h = th % nh, n = m.ctx_len[t];
+      for (int64_t c = 0; c < R; ++c)
+        q[size_t(c)] = round_bf16(m.softmax_scale * m.q_lat[t * q_lat_row_stride(m) + h * q_lat_head_stride(m) + c]);
+      for (int64_t c = 0; c < P; ++c)
+        q[size_t(R + c)] = round_bf16(m.softmax_scale * m.q_pe[t * q_pe_row_stride(m) + h * q_pe_head_stride(m) + c]);
+      const int32_t* table = m.block_tables + int64_t(m.token_seq[t]) * m.max_blocks_per_seq;
+      auto cache_row = [&](int64_t j) { return m.kv + (int64_t(table[j / m.block_size]) * m.block_size + j % m.block_size) * D; };
+      w.assign(size_t(n), 0.0f);
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* kv = cache_row(j);
+        float sc = 0.0f;
+        for (int64_t c = 0; c < D; ++c) sc += q[size_t(c)] * round_bf16(kv[c]);
+        w[size_t(j)] = sc;
+        mx = std::max(mx, sc);
+      }
+      double sum = 0.0;
+      for (float& v : w) sum += std::exp(double(v - mx));
+      for (float& v : w) v = round_bf16(float(std::exp(double(v - mx)) / sum));
+      float* o = m.o_lat + th * R;
+      std::fill(o, o + R, 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* kv = cache_row(j);
+        for (int64_t c = 0; c < R; ++c) row[size_t(c)] = round_bf16(kv[c]);
+        ops::cpu::axpy(w[size_t(j)], row.data(), o, R);
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -208,7 +258,10 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   m.m = T; m.n_heads = nh; m.kv_lora_rank = R; m.rope_dim = P;
   m.block_size = bs; m.max_blocks_per_seq = max_blocks; m.n_blocks = cache.n_blocks();
   m.softmax_scale = softmax_scale_;
-  ops::cpu::mla_attention(m, pool);
+  if (heads_bf16 && R % 8 == 0 && D % 8 == 0 && runs_at_least(token_seq, positions, T, emul_.expert_min_rows))
+    mla_attention_bf16(m, pool);  // the tensor-core prefill attention's roundings
+  else
+    ops::cpu::mla_attention(m, pool);
 
   // Up-project with W_UV: o[t,h,v] = W_UV[h,v] · o_lat[t,h]  -> [T, nh * V]; then o_proj, residual.
   std::vector<float> o(size_t(T * nh * V));

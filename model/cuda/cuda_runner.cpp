@@ -17,6 +17,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm/gemm.h"
 #include "ops/cuda/head_linear_gemm.h"
+#include "ops/cuda/mla_prefill.h"
 #include "ops/cuda/moe_experts_gemm.h"
 #include "ops/cuda/mla_attention.h"
 #include "ops/cuda/mla_ops.h"
@@ -115,6 +116,9 @@ struct CudaRunner::Impl {
     const int64_t* positions = nullptr;
     const int64_t* ctx_len = nullptr;
     const int32_t* tables = nullptr;
+    // Host: the step's tokens as runs of one sequence at consecutive positions; filled when every
+    // run has >= kPrefillGemmMinRows tokens (a prefill step: attention on tensor cores), else empty.
+    std::vector<cu::MlaPrefillRun> prefill_runs;
   };
 
   Status init_buffers();
@@ -244,6 +248,13 @@ Status CudaRunner::Impl::init_buffers() {
                          cu::head_linear_gemm_scratch_bytes(Tm, nh, R, c.qk_nope_head_dim, L.attn.head_format, L.attn.w_uk_t),
                          cu::head_linear_gemm_scratch_bytes(Tm, nh, V, R, L.attn.head_format, L.attn.w_uv)});
       };
+      // Prefill attention (mla_prefill): query chunks of up to ~512 MB of scores and weights
+      // (6 bytes per (token, head) row and position), at least one token's heads.
+      if (cu::mla_prefill_supported(R, c.qk_rope_head_dim)) {
+        const int64_t C = (max_model_len + 7) / 8 * 8;
+        const int64_t rows = std::clamp<int64_t>((int64_t(512) << 20) / (6 * C), nh, Tm * nh);
+        prefill_ws_bytes = cu::mla_prefill_workspace_bytes(max_model_len, nh, R, c.qk_rope_head_dim, rows);
+      }
       for (const DevLayer& L : w.layers) prefill_ws_bytes = std::max(prefill_ws_bytes, layer_bytes(L));
       for (const DevMtp& m : w.mtp) prefill_ws_bytes = std::max(prefill_ws_bytes, layer_bytes(m.block));
       PG_ASSIGN_OR_RETURN(prefill_ws, acts.alloc(prefill_ws_bytes));
@@ -313,6 +324,20 @@ Result<CudaRunner::Impl::Step> CudaRunner::Impl::upload(const StepLayout& L) {
   s.max_ctx = *std::max_element(L.ctx_len.begin(), L.ctx_len.end());
   s.rows_are_tokens = s.n_rows == s.T;
   for (int64_t i = 0; s.rows_are_tokens && i < s.n_rows; ++i) s.rows_are_tokens = L.out_rows[size_t(i)] == i;
+  if (L.T >= kPrefillGemmMinRows) {
+    for (int64_t t = 0; t < L.T; ++t) {
+      const size_t i = size_t(t);
+      if (t > 0 && L.token_seq[i] == L.token_seq[i - 1] && L.positions[i] == L.positions[i - 1] + 1)
+        ++s.prefill_runs.back().t1;
+      else
+        s.prefill_runs.push_back({t, t + 1, L.positions[i], L.token_seq[i]});
+    }
+    for (const cu::MlaPrefillRun& r : s.prefill_runs)
+      if (r.t1 - r.t0 < kPrefillGemmMinRows) {
+        s.prefill_runs.clear();
+        break;
+      }
+  }
   if (L.T > Tm) return invalid_argument("cuda: {} tokens in one step, the runner holds {}", L.T, Tm);
   if (s.n_seqs > max_seqs) return invalid_argument("cuda: {} sequences in one step, the runner holds {}", s.n_seqs, max_seqs);
   const int slot = stage_slot;
@@ -411,7 +436,10 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   m.ctx_len = s.ctx_len, m.o_lat = o_lat, m.m = T, m.n_heads = nh, m.kv_lora_rank = R, m.rope_dim = P;
   m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
   m.softmax_scale = softmax_scale;
-  PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream));
+  if (prefill_path(T) && !s.prefill_runs.empty() && cu::mla_prefill_supported(R, P))
+    PG_TRY(cu::mla_prefill(*gemm, m, s.prefill_runs, prefill_ws, prefill_ws_bytes, stream));
+  else
+    PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream));
   PG_TRY(mark("mla_attention"));
 
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
