@@ -99,8 +99,19 @@ Result<WeightSlice> weight_slice(const Matrix& w, int64_t row0, int64_t rows, ui
       wp.vec = aligned(p, 8) && k % 8 == 0 && w.block_cols % kToBf16Chunk == 0;
       break;
     }
-    case WeightFormat::kNvfp4:
-      return check_kernel_format(w, "moe_experts_gemm");
+    case WeightFormat::kNvfp4: {
+      // The slice's scale_2 groups start at row0 (an expert boundary: one group per expert).
+      if (w.scale_2_rows && row0 % w.scale_2_group_rows)
+        return internal_error("moe_experts_gemm: slice at row {} splits an NVFP4 scale_2 group of {} rows", row0,
+                              w.scale_2_group_rows);
+      const uint8_t* p = static_cast<const uint8_t*>(w.data) + row0 * (k / 2);
+      wp.src = p, wp.src_type = ToBf16Src::kNvfp4;
+      wp.scale_fp8 = w.scale_fp8 + row0 * (k / 16), wp.scale_2 = w.scale_2;
+      if (w.scale_2_rows)
+        wp.scale_2_rows = w.scale_2_rows + row0 / w.scale_2_group_rows, wp.scale_2_group_rows = w.scale_2_group_rows;
+      wp.vec = aligned(p, 4) && k % 8 == 0;
+      break;
+    }
   }
   PG_CUDA_TRY(launch_to_bf16(wp, stream));
   return WeightSlice{scratch, wp.dst_stride};

@@ -149,7 +149,8 @@ struct GemmContext::Impl {
     if (c.expand && c.n * c.ldw > int64_t(w_bf16.size()))
       return failed_precondition(
           "gemm_linear: a {} x {} {} weight needs {} bf16 of weight scratch; the context has {} (max_expand_elems)",
-          c.n, c.k, w.format == WeightFormat::kF32 ? "f32" : "FP8", c.n * c.ldw, w_bf16.size());
+          c.n, c.k, w.format == WeightFormat::kF32 ? "f32" : w.format == WeightFormat::kNvfp4 ? "NVFP4" : "FP8",
+          c.n * c.ldw, w_bf16.size());
     return c;
   }
 
@@ -312,7 +313,11 @@ Status gemm_linear(GemmContext& ctx, const LinearArgs& a, cudaStream_t stream) {
         wp.vec = aligned(w.data, 8) && c.k % 8 == 0 && w.block_cols % kToBf16Chunk == 0;
         break;
       case WeightFormat::kNvfp4:
-        return check_kernel_format(w, "gemm_linear");
+        wp.src_type = ToBf16Src::kNvfp4;
+        wp.scale_fp8 = w.scale_fp8, wp.scale_2 = w.scale_2;
+        wp.scale_2_rows = w.scale_2_rows, wp.scale_2_group_rows = w.scale_2_rows ? w.scale_2_group_rows : 1;
+        wp.vec = aligned(w.data, 4) && c.k % 8 == 0;
+        break;
     }
     PG_CUDA_TRY(launch_to_bf16(wp, stream));
     w_ptr = s.w_bf16.data();

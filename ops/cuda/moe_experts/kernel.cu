@@ -397,6 +397,7 @@ LaunchFn pick(LinearWeight f, bool vec, int m_tile) {
     case LinearWeight::kF32: return pick_m_tile<LinearWeight::kF32, kGateUp>(vec, m_tile);
     case LinearWeight::kBF16: return pick_m_tile<LinearWeight::kBF16, kGateUp>(vec, m_tile);
     case LinearWeight::kFp8Block: return pick_m_tile<LinearWeight::kFp8Block, kGateUp>(vec, m_tile);
+    case LinearWeight::kNvfp4: break;  // rejected by the launcher (check_kernel_format)
   }
   return nullptr;
 }
