@@ -7,6 +7,7 @@
 # CUDA tests, then bench_ops_cuda if time is left; logs go to OUT_DIR, a summary table comes last.
 #   usage: scripts/gpu_suite.sh OUT_DIR
 # Every phase is capped so the whole run fits PG_SUITE_BUDGET_S (default 540 s, from the start).
+# Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1.
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
 # folders the GPU run needs (core, ops, ops/cuda, tests/ops, bench_ops_cuda); the summary says so.
@@ -163,7 +164,9 @@ note "build (GPU targets): rc=$gpu_build_rc, $(($(date +%s) - tb)) s"
 export LD_LIBRARY_PATH="$RUN_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 count() { grep -E "tests passed|No tests were found" "$1" | tail -1; }
 log "ctest -L gpu"
-ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 4 --timeout 300 >"$OUT/ctest_gpu.log" 2>&1
+# PG_SUITE_CTEST_R=REGEX: only the GPU tests matching it (an iteration run; the full suite otherwise).
+ctest --test-dir "$BUILD" -L gpu ${PG_SUITE_CTEST_R:+-R "$PG_SUITE_CTEST_R"} --output-on-failure -j 4 --timeout 300 \
+  >"$OUT/ctest_gpu.log" 2>&1
 gpu_rc=$?
 note "ctest -L gpu : rc=$gpu_rc  $(count "$OUT/ctest_gpu.log")  (skipped: $(grep -c '(Skipped)' "$OUT/ctest_gpu.log"))"
 # The figures passing tests print (ctest shows output only on failure): rerun the measuring ones.
@@ -198,7 +201,7 @@ fi
 # ---- 6. compute-sanitizer memcheck over the golden CUDA tests ----------------------------------
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
 GOLD=$(find "$BUILD" -name cuda_golden_test -type f -perm -u+x | head -1)
-if [ -n "$SAN" ] && [ -n "$GOLD" ] && [ "$(left)" -gt 90 ]; then
+if [ -n "$SAN" ] && [ -n "$GOLD" ] && [ "$(left)" -gt 90 ] && [ -z "${PG_SUITE_SKIP_MEMCHECK:-}" ]; then
   log "compute-sanitizer memcheck: cuda_golden_test"
   (cd "$ROOT" && timeout $(( $(left) - 40 )) "$SAN" --tool memcheck --error-exitcode 9 "$GOLD" \
      --gtest_filter='All/CudaGolden.*v3_tiny_*:All/CudaGolden.*odd*:CudaGoldenMtp.*' >"$OUT/memcheck.log" 2>&1)

@@ -60,4 +60,18 @@ constexpr MoeTile moe_down_tile(LinearWeight f, bool vec, int m_tile) {
   return m_tile == 1 ? MoeTile{1, 8} : m_tile <= 4 ? MoeTile{2, 2} : MoeTile{1, 2};
 }
 
+// m = 1 ("direct": the token's slots are the pairs, no plan kernel) when the token's slots fit one
+// block of one warp each.
+constexpr int kMoeDirectMaxSlots = 16;
+
+// down at m = 1, direct: one warp per (expert slot, `rows` output rows), all of its row chunks in
+// flight in one step where they fit: bf16 2 x 8 (moonlight's 1408 columns are 5.5 chunks per
+// lane, V3's 2048 are 8), fp8 4 x 4 (2.75 and 4 chunks per lane).
+constexpr MoeTile moe_down_direct_tile(LinearWeight f, bool vec) {
+  if (!vec) return {1, 4};
+  if (f == LinearWeight::kFp8Block) return {4, 4};
+  if (f == LinearWeight::kBF16) return {2, 8};
+  return {2, 4};
+}
+
 }  // namespace pg::ops::cuda

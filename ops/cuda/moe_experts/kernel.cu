@@ -5,6 +5,7 @@
 // kernels with one element per "chunk". The CPU definition is ops::cpu::moe_experts.
 #include <cuda_runtime.h>
 
+#include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/kernel.cuh"  // unpack_chunk
@@ -61,7 +62,10 @@ __device__ __forceinline__ int lower_bound(const int32_t* a, int lo, int hi, int
 // acc[i][r] = this lane's part of row r · x row i, for i < m_valid (the warp sums the lanes).
 // All kR x kU loads of a step are issued before the first multiply; fp8 scales each chunk's dot
 // once (a chunk lies in one scale block on the vector path).
-template <LinearWeight F, bool kVec, int kM, int kR, int kU>
+// kWaitAfterFirstLoads: the x rows are written by the kernel launched before this one (PDL): the
+// first step's weight loads are issued, then the lane waits for that kernel (pdl_wait) before it
+// reads x; weights never depend on it. A lane with no chunk does not wait here: its caller must.
+template <LinearWeight F, bool kVec, int kM, int kR, int kU, bool kWaitAfterFirstLoads = false>
 __device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], const float* const (&srow)[kR],
                                            const float* const (&xrow)[kM], int m_valid, int64_t n_chunks,
                                            const MoeWeightParams& w, float (&acc)[kM][kR]) {
@@ -82,6 +86,9 @@ __device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], con
         const int64_t cc = c + int64_t(kWarpSize) * u;
         wv[u][r] = cc < n_chunks ? load_chunk<F, kVec>(wrow[r], cc) : make_uint4(0, 0, 0, 0);
       }
+    if constexpr (kWaitAfterFirstLoads) {
+      if (c == lane) pdl_wait();
+    }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t cc = c + int64_t(kWarpSize) * u;
@@ -203,7 +210,15 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   int64_t expert;
   int lo, hi;
   int64_t h_base = 0;  // shared: h row of token 0
-  if (!shared) {
+  if (p.direct) {  // m = 1: slot s is pair s; let the down kernel launch (PDL) at once
+    pdl_trigger();
+  }
+  if (!shared && p.direct) {
+    expert = p.expert_idx[slot];
+    if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
+    lo = slot;
+    hi = slot + 1;
+  } else if (!shared) {
     if (slot >= *p.plan.n_active) return;
     expert = p.plan.active_expert[slot];
     lo = p.plan.seg_begin[slot];
@@ -238,7 +253,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < kM; ++i) {
       const int pi = q + min(i, m_valid - 1);
-      const int64_t token = shared ? pi : p.plan.pair_flat[pi] / p.top_k;
+      const int64_t token = shared || p.direct ? (p.direct ? 0 : pi) : p.plan.pair_flat[pi] / p.top_k;
       xrow[i] = p.x + token * p.hidden;
     }
     float acc[kM][kW];
@@ -358,7 +373,69 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   }
 }
 
+// m = 1 (p.direct): grid x = hidden row tiles of `rows`, one warp per expert slot (the token's
+// top_k routed slots, then the shared experts). Every selected expert's rows of the tile stream
+// at once, where moe_down_kernel's warps walk the experts one after another (latency-bound at
+// m = 1). Launched with PDL after gate_up: each warp issues its first weight loads, then waits
+// for h. The slots' partial sums meet in shared memory and are added in the contract's order
+// (routed by ascending expert id, equal ids by slot, then shared).
+template <LinearWeight F, bool kVec>
+__global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
+    moe_down_direct_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr MoeTile kTile = moe_down_direct_tile(F, kVec);
+  constexpr int kR = kTile.rows, kU = kTile.unroll;
+  constexpr int kE = chunk_elems<F, kVec>();
+  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank][row]
+  const int slot = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int n_slots = p.top_k + p.n_shared;
+  const bool shared = slot >= p.top_k;
+  const int64_t expert = shared ? p.n_experts + (slot - p.top_k) : p.expert_idx[slot];
+  const bool valid = shared || (expert >= 0 && expert < p.n_experts);
+  int rank = slot;  // shared experts follow the routed ones in slot order
+  if (!shared) {
+    rank = 0;
+    for (int s = 0; s < p.top_k; ++s) {
+      const int32_t e = p.expert_idx[s];
+      rank += e < expert || (e == expert && s < slot);
+    }
+  }
+  const int64_t row0 = int64_t(blockIdx.x) * kR;
+  const uint8_t* wrow[kR];
+  const float* srow[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const int64_t row = (valid ? expert : 0) * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);  // never written
+    wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * p.inter * linear_elem_bytes(F);
+    srow[r] = scale_row<F>(p.down, row);
+  }
+  const float* xrow[1] = {p.plan.h + int64_t(slot) * p.inter};
+  float acc[1][kR];
+  stream_dot<F, kVec, 1, kR, kU, true>(wrow, srow, xrow, 1, valid ? p.inter / kE : 0, p.down, acc);
+  pdl_wait();  // lanes without a chunk; y is written below
+  const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const float v = warp_sum(acc[0][r]);
+    if (lane == r) s_part[rank][r] = wgt * v;
+  }
+  __syncthreads();
+  if (threadIdx.x < kR && row0 + threadIdx.x < p.hidden) {
+    float v = 0.0f;
+    for (int k = 0; k < n_slots; ++k) v += s_part[k][threadIdx.x];
+    float* yp = p.y + row0 + threadIdx.x;
+    *yp = p.accumulate ? *yp + v : v;
+  }
+}
+
 using LaunchFn = cudaError_t (*)(const MoeExpertsParams&, cudaStream_t);
+
+template <LinearWeight F, bool kVec>
+cudaError_t down_direct_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+  constexpr int kR = moe_down_direct_tile(F, kVec).rows;
+  const dim3 grid(unsigned((int64_t(p.hidden) + kR - 1) / kR));
+  return launch_pdl(moe_down_direct_kernel<F, kVec>, grid, dim3(unsigned((p.top_k + p.n_shared) * kWarpSize)), 0,
+                    stream, p);
+}
 
 template <LinearWeight F, bool kVec, int kM>
 cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
@@ -416,6 +493,17 @@ cudaError_t launch_moe_gate_up(const MoeExpertsParams& p, LinearWeight f, bool v
 }
 
 cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream) {
+  if (p.direct) {
+    switch (f) {
+      case LinearWeight::kF32: return vec ? down_direct_launch<LinearWeight::kF32, true>(p, stream)
+                                          : down_direct_launch<LinearWeight::kF32, false>(p, stream);
+      case LinearWeight::kBF16: return vec ? down_direct_launch<LinearWeight::kBF16, true>(p, stream)
+                                           : down_direct_launch<LinearWeight::kBF16, false>(p, stream);
+      case LinearWeight::kFp8Block: return vec ? down_direct_launch<LinearWeight::kFp8Block, true>(p, stream)
+                                               : down_direct_launch<LinearWeight::kFp8Block, false>(p, stream);
+    }
+    return cudaErrorInvalidValue;
+  }
   return pick<false>(f, vec, m_tile)(p, stream);
 }
 

@@ -89,8 +89,10 @@ Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_by
   p.y_stride = a.y_stride ? a.y_stride : a.hidden;
   p.accumulate = a.accumulate;
 
+  p.direct = a.m == 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared >= 1 &&
+             a.top_k + a.n_shared <= kMoeDirectMaxSlots;
   const int m_tile = moe_m_tile(a.m);
-  PG_CUDA_TRY(launch_moe_plan(p, stream));
+  if (!p.direct) PG_CUDA_TRY(launch_moe_plan(p, stream));
   PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), vector_path_ok(*a.gate_up, a.x), m_tile,
                                  stream));
   PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), vector_path_ok(*a.down, p.plan.h), m_tile, stream));

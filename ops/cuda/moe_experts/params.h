@@ -63,6 +63,10 @@ struct MoeExpertsParams {
   int max_active = 0;  // min(n_experts, m * top_k): the grid's routed expert slots
   int64_t y_stride = 0;
   bool accumulate = false;
+  // m = 1 and top_k + n_shared <= kMoeDirectMaxSlots: no plan; gate_up's slot s is pair s
+  // (expert_idx[s], h row s; shared expert s at h row top_k + s) and down is
+  // moe_down_direct_kernel, launched with PDL.
+  bool direct = false;
 };
 
 // Groups the m * top_k pairs by expert (one block; ids outside [0, n_experts) are dropped).
