@@ -42,14 +42,14 @@ __device__ __forceinline__ float2 nvfp4_chunk_scales(const uint8_t* srow, int64_
   return fp8x2_e4m3_to_f32(__ldg(reinterpret_cast<const unsigned short*>(srow) + cc));
 }
 
-// acc[i][r] += the NVFP4 chunk wv[r] (32 elements: two 16-element blocks with scales sc[r]) · x
-// row i at xp + i * x_stride (32 f32), for i < m_valid. Each block's products of (code * 2^-14) and x are
-// summed in f32, then scaled once into the accumulator; the caller multiplies the row's total by
-// scale_2 * 2^14. Unpacked one 32-bit word (8 elements) per row at a time, reused by every x row.
-template <int kMTile, int kRows>
-__device__ __forceinline__ void nvfp4_chunk_dot(const uint4 (&wv)[kRows], const float2 (&sc)[kRows],
-                                                const float* xp, int64_t x_stride, int m_valid,
-                                                float (&acc)[kMTile][kRows]) {
+// acc[i][r] += the NVFP4 chunk wv[r] (32 elements: two 16-element blocks with scales sc[r]) · the
+// chunk's 32 f32 of x row i, at x_at(i), for i < m_valid. Each block's products of (code * 2^-14)
+// and x are summed in f32, then scaled once into the accumulator; the caller multiplies the row's
+// total by scale_2 * 2^14. Unpacked one 32-bit word (8 elements) per row at a time, reused by every
+// x row. Shared with the MoE expert kernels (moe_experts/kernel.cu).
+template <int kMTile, int kRows, typename XAt>
+__device__ __forceinline__ void nvfp4_chunk_dot(const uint4 (&wv)[kRows], const float2 (&sc)[kRows], XAt x_at,
+                                                int m_valid, float (&acc)[kMTile][kRows]) {
 #pragma unroll
   for (int b = 0; b < 2; ++b) {  // scale block b: words 2b, 2b + 1
     float d[kMTile][kRows];
@@ -74,7 +74,8 @@ __device__ __forceinline__ void nvfp4_chunk_dot(const uint4 (&wv)[kRows], const 
 #pragma unroll
       for (int i = 0; i < kMTile; ++i) {
         if (i < m_valid) {
-          const float4 xa = ld_f4(xp + i * x_stride + 8 * q), xb = ld_f4(xp + i * x_stride + 8 * q + 4);
+          const float* xp = x_at(i);
+          const float4 xa = ld_f4(xp + 8 * q), xb = ld_f4(xp + 8 * q + 4);
           const float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
           for (int r = 0; r < kRows; ++r)
@@ -162,7 +163,9 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
           float2 sc[kRows];
 #pragma unroll
           for (int r = 0; r < kRows; ++r) sc[r] = nvfp4_chunk_scales(srow8[r], cc);
-          nvfp4_chunk_dot<kMTile, kRows>(wv[u], sc, xb + cc * kVec, p.x_stride, m_valid, acc);
+          const float* xc = xb + cc * kVec;
+          const int64_t xs = p.x_stride;
+          nvfp4_chunk_dot<kMTile, kRows>(wv[u], sc, [=](int i) { return xc + i * xs; }, m_valid, acc);
         }
       } else if (cc < c_end) {
         float wf[kRows][kVec];

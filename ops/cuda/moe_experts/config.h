@@ -46,6 +46,9 @@ struct MoeTile {
 // Scalar path (odd shapes): 4-byte loads, performance irrelevant.
 constexpr MoeTile moe_gate_up_tile(LinearWeight f, bool vec, int m_tile) {
   if (!vec) return {1, 4};
+  // NVFP4: a 16-byte chunk is 32 elements (moonlight's 2048 are 2 chunks per lane, V3's 7168 are
+  // 7): 2 gate/up row pairs x 2 chunks (128 B per lane in flight) at m = 1. Not yet swept.
+  if (f == LinearWeight::kNvfp4) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
   if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
   return m_tile <= 2 ? MoeTile{1, 4} : MoeTile{1, 2};
 }
@@ -56,6 +59,9 @@ constexpr MoeTile moe_gate_up_tile(LinearWeight f, bool vec, int m_tile) {
 // per SM in flight); V3 fp8 (7168 x 2048: 4 chunks per lane per row) takes rows 2 x unroll 4.
 constexpr MoeTile moe_down_tile(LinearWeight f, bool vec, int m_tile) {
   if (!vec) return {1, 4};
+  // NVFP4: moonlight's 1408 columns are 1.4 chunks per lane, V3's 2048 are 2. Pair tiles of 4 and
+  // 8 spilled with unroll 2 (ptxas, 2026-12-01). Not yet swept.
+  if (f == LinearWeight::kNvfp4) return m_tile == 1 ? MoeTile{2, 2} : m_tile == 2 ? MoeTile{1, 2} : MoeTile{1, 1};
   if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 4} : m_tile <= 4 ? MoeTile{2, 2} : MoeTile{1, 2};
   return m_tile == 1 ? MoeTile{1, 8} : m_tile <= 4 ? MoeTile{2, 2} : MoeTile{1, 2};
 }
@@ -71,6 +77,7 @@ constexpr MoeTile moe_down_direct_tile(LinearWeight f, bool vec) {
   if (!vec) return {1, 4};
   if (f == LinearWeight::kFp8Block) return {4, 4};
   if (f == LinearWeight::kBF16) return {2, 8};
+  if (f == LinearWeight::kNvfp4) return {4, 2};  // 1.4 (moonlight) and 2 (V3) chunks per lane per row
   return {2, 4};
 }
 
