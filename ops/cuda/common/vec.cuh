@@ -57,12 +57,12 @@ __device__ __forceinline__ void e2m1x8_to_f16x2(uint32_t w, uint32_t (&h)[4]) {
   h[3] = ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
 }
 
-// One f16x2 word -> two exact f32 (low half first).
+// One f16x2 word -> two exact f32 (low half first). A register reinterpretation: the halves are
+// read by the conversions directly (no masks or shifts to split the word).
 __device__ __forceinline__ float2 f16x2_bits_to_f32(uint32_t h) {
-  __half2_raw r;
-  r.x = static_cast<unsigned short>(h & 0xffffu);
-  r.y = static_cast<unsigned short>(h >> 16);
-  return __half22float2(__half2(r));
+  __half2 v;
+  memcpy(&v, &h, sizeof(v));
+  return __half22float2(v);
 }
 
 // One e2m1 code (low nibble of v) -> exact f32 (the scalar paths).
