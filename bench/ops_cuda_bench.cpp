@@ -16,6 +16,7 @@
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/common/device_buffer.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/gemm/convert.h"
 #include "ops/cuda/linear/linear.h"
 
 namespace pg::bench {
@@ -418,10 +419,41 @@ int run(int argc, char** argv) {
     }
   }
 
+  // The NVFP4 -> bf16 dequantize of the prefill paths (gemm/convert.cu): bytes read (codes +
+  // scales) + bf16 written, against the device-to-device copy rate (a read + write stream).
+  struct Dequant {
+    std::string name;
+    double us, gbps, pct_copy;
+  };
+  std::vector<Dequant> dequant;
+  for (const Shape& sh : {Shape{"v3.expert gate|up 7168->4096", WeightFormat::kNvfp4, 1, 4096, 7168},
+                          Shape{"moon.expert gate|up 2048->2816", WeightFormat::kNvfp4, 1, 2816, 2048},
+                          Shape{"v3.q_b 1536->24576", WeightFormat::kNvfp4, 1, 24576, 1536}}) {
+    const Rotated r = make_rotated(sh, dp.l2_bytes, s);
+    auto dst = cu::DeviceBuffer<uint16_t>::create(size_t(sh.n * sh.k));
+    BENCH_CHECK(dst.status());
+    double us1 = 0, usg = 0;
+    time_kernel(s, [&](int i) {
+      const Matrix& m = r.mats[size_t(i) % r.mats.size()];
+      cu::ToBf16Params p;
+      p.src = m.data, p.src_type = cu::ToBf16Src::kNvfp4, p.dst = dst->data();
+      p.rows = sh.n, p.cols = sh.k, p.src_stride = sh.k, p.dst_stride = sh.k;
+      p.scale_fp8 = m.scale_fp8, p.scale_2 = m.scale_2, p.vec = true;
+      PG_CUDA_TRY(cu::launch_to_bf16(p, s));
+      return ok_status();
+    }, us1, usg, /*graph=*/false);
+    const double bytes = double(r.w_bytes + r.s_bytes) + 2.0 * double(sh.n * sh.k);
+    dequant.push_back({sh.name, us1, bytes / (us1 * 1e-6) / 1e9, 100.0 * bytes / (us1 * 1e-6) / 1e9 / ceil.copy_gbps});
+  }
+
   std::printf("\nVariants (tile m/rows/unroll, k_split; ks0 = heuristic), M=1 unless named:\n");
   std::printf("  %-38s %-16s %9s %9s %7s\n", "shape", "tile", "us", "GB/s", "%ceil");
   for (const GemvResult& g : variants)
     std::printf("  %-38s %-16s %9.2f %9.0f %6.1f%%\n", g.name.c_str(), g.tile.c_str(), g.us, g.gbps, g.pct);
+  std::printf("\nNVFP4 -> bf16 dequantize (prefill staging), bytes read + written vs the d2d copy rate %.0f GB/s:\n",
+              ceil.copy_gbps);
+  for (const Dequant& d : dequant)
+    std::printf("  %-38s %9.2f us %9.0f GB/s %6.1f%%\n", d.name.c_str(), d.us, d.gbps, d.pct_copy);
   std::printf("\nSmall ops (one token):\n");
   for (const SmallOp& o : small) std::printf("  %-38s %7.2f us single, %7.2f us in a graph\n", o.name.c_str(), o.us, o.us_graph);
 
@@ -461,6 +493,12 @@ int run(int argc, char** argv) {
     };
     dump("gemv", results, false);
     dump("variants", variants, false);
+    std::fprintf(f, "  \"nvfp4_dequant\": [\n");
+    for (size_t i = 0; i < dequant.size(); ++i)
+      std::fprintf(f, "    {\"shape\": \"%s\", \"us\": %.3f, \"gbps\": %.1f, \"pct_copy\": %.2f}%s\n",
+                   json_escape(dequant[i].name).c_str(), dequant[i].us, dequant[i].gbps, dequant[i].pct_copy,
+                   i + 1 < dequant.size() ? "," : "");
+    std::fprintf(f, "  ],\n");
     std::fprintf(f, "  \"small_ops\": [\n");
     for (size_t i = 0; i < small.size(); ++i)
       std::fprintf(f, "    {\"op\": \"%s\", \"us\": %.3f, \"us_graph\": %.3f}%s\n", small[i].name.c_str(), small[i].us,
