@@ -2,7 +2,8 @@
 // (token, expert) pair, every selected expert's rows streamed once per 8 of its pairs) and down
 // (per output row, the token's experts summed in the contract's order). Weight rows stream in
 // 16-byte chunks dequantized in registers as in linear/kernel.cuh (f32, bf16, fp8, NVFP4 with a
-// scale_2 per expert); odd shapes take the same kernels with one element per "chunk". The CPU definition is ops::cpu::moe_experts.
+// scale_2 per expert); odd shapes take the same kernels with one element per "chunk". The CPU
+// definition is ops::cpu::moe_experts.
 #include <cuda_runtime.h>
 
 #include "ops/cuda/common/pdl.cuh"
