@@ -123,8 +123,12 @@ struct GemmContext::Impl {
   std::map<ShapeKey, Plan> plans;
   std::map<Bf16Key, Plan> bf16_plans;  // gemm_bf16
   int64_t heuristic_calls = 0;
+  GemmContext::StagingStream staging;
 
   ~Impl() {
+    for (cudaEvent_t e : {staging.begin, staging.staged[0], staging.staged[1], staging.consumed[0], staging.consumed[1]})
+      if (e) cudaEventDestroy(e);
+    if (staging.stream) cudaStreamDestroy(staging.stream);
     plans.clear();  // layouts before the handle
     bf16_plans.clear();
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -247,6 +251,7 @@ int64_t GemmContext::device_bytes() const {
 }
 int64_t GemmContext::cached_shapes() const { return int64_t(impl_->plans.size() + impl_->bf16_plans.size()); }
 int64_t GemmContext::heuristic_calls() const { return impl_->heuristic_calls; }
+const GemmContext::StagingStream& GemmContext::staging() const { return impl_->staging; }
 
 Result<GemmContext> GemmContext::create(int64_t max_m, int64_t max_k, int64_t max_n, int64_t max_expand_elems) {
   if (max_m <= 0 || max_k <= 0 || max_n <= 0 || max_expand_elems < -1)
@@ -265,6 +270,10 @@ Result<GemmContext> GemmContext::create(int64_t max_m, int64_t max_k, int64_t ma
   PG_LT_TRY(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
   PG_LT_TRY(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
   PG_LT_TRY(cublasLtMatmulPreferenceCreate(&s.pref));
+  PG_CUDA_TRY(cudaStreamCreateWithFlags(&s.staging.stream, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&s.staging.begin, &s.staging.staged[0], &s.staging.staged[1], &s.staging.consumed[0],
+                         &s.staging.consumed[1]})
+    PG_CUDA_TRY(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   return ctx;
 }
 
