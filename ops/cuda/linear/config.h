@@ -84,6 +84,16 @@ constexpr LinearTile linear_default_tile(LinearWeight f, int m_tile) {
   }
 }
 
+// NVFP4 at m = 1: rows per warp for n output rows. Four rows keep 8 chunks per lane in flight,
+// but at small n (moonlight's 2048..4096-row projections: 512..1024 warps, ~4-8 per SM) the grid
+// is short of warps; halve to 2 rows while it has fewer than kLinearMinWarpsPerSm per SM. Not 1:
+// x (32 f32 per chunk, from L1) is then re-read per row and L1 traffic outgrows the weights'.
+// Not yet measured (bench_ops_cuda's NVFP4 variants compare rows 2 and 4).
+inline int linear_nvfp4_rows(int64_t n, int sm_count) {
+  const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
+  return (n + 3) / 4 < want ? 2 : 4;
+}
+
 // Warps splitting K for one row group (1..kLinearWarps, a power of two). Long K: split while
 // every lane keeps >= 2 unrolled steps (the second step's loads overlap the first's math); on
 // the H200, bf16 7168x18432 at rows 2 x unroll 4 went 80% -> 83% -> 86% of the read ceiling

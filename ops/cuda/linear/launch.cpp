@@ -90,6 +90,8 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
     return plan;
   }
   plan.tile = linear_default_tile(f, v.m_tile ? v.m_tile : linear_m_tile(p.m));
+  if (f == LinearWeight::kNvfp4 && plan.tile.m_tile == 1)
+    plan.tile.rows_per_warp = linear_nvfp4_rows(p.n, current_device_props().sm_count);
   if (v.rows_per_warp) plan.tile.rows_per_warp = v.rows_per_warp;
   if (v.unroll) plan.tile.unroll = v.unroll;
   if (!find_tile(f, plan.tile))
