@@ -20,5 +20,6 @@ Command add_serve(CLI::App& root);
 Command add_bench(CLI::App& root);
 Command add_generate(CLI::App& root);
 Command add_eval(CLI::App& root);
+Command add_quantize(CLI::App& root);
 
 }  // namespace pg::cli

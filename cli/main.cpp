@@ -15,8 +15,14 @@ int main(int argc, char** argv) {
       pg::cli::add_bench(app),
       pg::cli::add_generate(app),
       pg::cli::add_eval(app),
+      pg::cli::add_quantize(app),
   };
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; a usage error exits 2, as the commands' own usage errors do.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   for (auto& c : commands)
     if (c.app->parsed()) return c.run();
   return 2;

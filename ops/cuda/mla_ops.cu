@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __g
               float xf[kVec];
 #pragma unroll
               for (int q = 0; q < kVec / 4; ++q) {
-                const float4 v = ld_f4(xp + 4 * q);
+                const float4 v = ld_act4(xp + 4 * q);
                 xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
               }
 #pragma unroll

@@ -23,6 +23,15 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
 // 16 bytes of read-only data that other warps of the SM re-read (kept in L1).
 __device__ __forceinline__ float4 ld_f4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 
+// Activations: data an earlier kernel wrote. A kernel launched with PDL starts while that kernel
+// runs, so these loads must stay after pdl_wait(). A __ldg (ld.global.nc) promises data that no
+// one writes while the kernel runs, so the compiler may hoist it above the wait (it did: the MoE
+// down kernel read stale h in the decode graph). Plain loads stay below the wait's "memory"
+// clobber and still hit L1 (an L2-only ld.global.cg cost the fp8 MoE 2.2x: x is re-read by every
+// warp).
+__device__ __forceinline__ float4 ld_act4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float ld_act(const float* p) { return *p; }
+
 // Two bf16 packed in a 32-bit word (element 0 in the low half) -> exact f32.
 __device__ __forceinline__ void bf16x2_to_f32(uint32_t u, float& lo, float& hi) {
   lo = __uint_as_float(u << 16);

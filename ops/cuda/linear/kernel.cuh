@@ -75,7 +75,7 @@ __device__ __forceinline__ void nvfp4_chunk_dot(const uint4 (&wv)[kRows], const 
       for (int i = 0; i < kMTile; ++i) {
         if (i < m_valid) {
           const float* xp = x_at(i);
-          const float4 xa = ld_f4(xp + 8 * q), xb = ld_f4(xp + 8 * q + 4);
+          const float4 xa = ld_act4(xp + 8 * q), xb = ld_act4(xp + 8 * q + 4);
           const float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
           for (int r = 0; r < kRows; ++r)
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
             float xf[kVec];
 #pragma unroll
             for (int q = 0; q < kVec / 4; ++q) {
-              const float4 t = ld_f4(xp + 4 * q);
+              const float4 t = ld_act4(xp + 4 * q);
               xf[4 * q] = t.x, xf[4 * q + 1] = t.y, xf[4 * q + 2] = t.z, xf[4 * q + 3] = t.w;
             }
 #pragma unroll

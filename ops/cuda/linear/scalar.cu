@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kLinearThreads) linear_scalar_kernel(const __g
   for (int64_t i = 0; i < p.m; ++i) {
     const float* x = p.x + i * p.x_stride;
     float acc = 0.0f;
-    for (int64_t c = lane; c < p.k; c += kWarpSize) acc = fmaf(weight_at<F>(p, row, c), __ldg(x + c), acc);
+    for (int64_t c = lane; c < p.k; c += kWarpSize) acc = fmaf(weight_at<F>(p, row, c), ld_act(x + c), acc);
     acc = warp_sum(acc);
     if (lane == 0) {
       float* yp = p.y + i * p.y_stride + row;

@@ -40,9 +40,9 @@ struct MoeTile {
   int unroll = 1;  // chunks per weight row in flight per lane
 };
 
-// gate_up at m = 1 streams 2 rows x 4 chunks per lane (bf16), the linear kernel's best M = 1
-// shape (rows 2 x unroll 4, 82% of the H200 read ceiling); fp8 4 rows x 2 (linear's fp8 M = 1
-// choice). Larger pair tiles trade unroll for accumulator registers (m_tile x 2 x rows).
+// gate_up at m = 1: bf16 4 gate + 4 up rows x 2 chunks per lane, fp8 2 + 2 rows x 2 (the H200
+// sweep of 2026-12-01 over 1x4, 1x8, 2x4, 2x2, 4x2; fp8 4x2 spills). Larger pair tiles trade
+// unroll for accumulator registers (m_tile x 2 x rows).
 // Scalar path (odd shapes): 4-byte loads, performance irrelevant.
 constexpr MoeTile moe_gate_up_tile(LinearWeight f, bool vec, int m_tile) {
   if (!vec) return {1, 4};
@@ -50,6 +50,7 @@ constexpr MoeTile moe_gate_up_tile(LinearWeight f, bool vec, int m_tile) {
   // 7): 2 gate/up row pairs x 2 chunks (128 B per lane in flight) at m = 1. Not yet swept.
   if (f == LinearWeight::kNvfp4) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
   if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
+  if (m_tile == 1) return {4, 2};  // the sweep: +3% moonlight, +7% its dense MLP over 1 x 4
   return m_tile <= 2 ? MoeTile{1, 4} : MoeTile{1, 2};
 }
 
@@ -70,14 +71,23 @@ constexpr MoeTile moe_down_tile(LinearWeight f, bool vec, int m_tile) {
 // block of one warp each.
 constexpr int kMoeDirectMaxSlots = 16;
 
-// down at m = 1, direct: one warp per (expert slot, `rows` output rows), all of its row chunks in
-// flight in one step where they fit: bf16 2 x 8 (moonlight's 1408 columns are 5.5 chunks per
-// lane, V3's 2048 are 8), fp8 4 x 4 (2.75 and 4 chunks per lane).
-constexpr MoeTile moe_down_direct_tile(LinearWeight f, bool vec) {
+// down at m = 1, direct: a block holds `groups` row tiles x n_slots warps (at least 8 warps when
+// the slots are few: a dense MLP is one slot); the block's threads stay <= kMoeDirectMaxSlots warps.
+constexpr int moe_down_direct_groups(int n_slots) { return n_slots >= 8 ? 1 : 8 / n_slots; }
+static_assert(kMoeDirectMaxSlots >= 8, "groups x slots <= kMoeDirectMaxSlots");
+
+// down at m = 1, direct: one warp per (expert slot, `rows` output rows). Chosen by a sweep on the
+// H200 (cold L2, GB/s of the whole op; moonlight bf16 / fp8, V3 bf16 / fp8): bf16 4 x 2 (+8% and
+// +3% over 2 x 8), fp8 4 x 4 (8 x 2 was 5% faster on moonlight but spills). A single slot (a dense
+// MLP, its rows 5-18x longer) takes long rows per lane instead: bf16 1 x 8 (+18% over 2 x 8 on
+// moonlight's dense MLP when blocks were one warp; now 8 row tiles of one warp per block).
+constexpr MoeTile moe_down_direct_tile(LinearWeight f, bool vec, bool single_slot) {
   if (!vec) return {1, 4};
   if (f == LinearWeight::kFp8Block) return {4, 4};
-  if (f == LinearWeight::kBF16) return {2, 8};
-  if (f == LinearWeight::kNvfp4) return {4, 2};  // 1.4 (moonlight) and 2 (V3) chunks per lane per row
+  if (f == LinearWeight::kBF16) return single_slot ? MoeTile{1, 8} : MoeTile{4, 2};
+  // NVFP4: moonlight's 1408 columns are 1.4 chunks per lane, V3's 2048 are 2: 4 rows x 2; a dense
+  // MLP's single slot (11264 columns, 11 chunks per lane) 1 x 4. Not yet swept.
+  if (f == LinearWeight::kNvfp4) return single_slot ? MoeTile{1, 4} : MoeTile{4, 2};
   return {2, 4};
 }
 

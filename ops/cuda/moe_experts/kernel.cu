@@ -132,11 +132,11 @@ __device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], con
             if constexpr (kVec) {
 #pragma unroll
               for (int q = 0; q < kE / 4; ++q) {
-                const float4 t = ld_f4(xrow[i] + cc * kE + 4 * q);
+                const float4 t = ld_act4(xrow[i] + cc * kE + 4 * q);
                 xf[4 * q] = t.x, xf[4 * q + 1] = t.y, xf[4 * q + 2] = t.z, xf[4 * q + 3] = t.w;
               }
             } else {
-              xf[0] = __ldg(xrow[i] + cc);
+              xf[0] = ld_act(xrow[i] + cc);
             }
 #pragma unroll
             for (int r = 0; r < kR; ++r) {
@@ -249,9 +249,11 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   int64_t expert;
   int lo, hi;
   int64_t h_base = 0;  // shared: h row of token 0
-  if (p.direct) {  // m = 1: slot s is pair s; let the down kernel launch (PDL) at once
-    pdl_trigger();
-  }
+  // m = 1: slot s is pair s; the down kernel (PDL) may launch at once. gate_up itself is an
+  // ordinary launch, so the routing is complete and down may read expert_idx before its own wait.
+  // (Measured 2026-12-01: PDL on gate_up and mla_attention too, with an early trigger in down,
+  // took V3 bf16 decode from 523 to 487 tok/s; without any PDL it ran 531.)
+  if (p.direct) pdl_trigger();
   if (!shared && p.direct) {
     expert = p.expert_idx[slot];
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
@@ -292,7 +294,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < kM; ++i) {
       const int pi = q + min(i, m_valid - 1);
-      const int64_t token = shared || p.direct ? (p.direct ? 0 : pi) : p.plan.pair_flat[pi] / p.top_k;
+      const int64_t token = p.direct ? 0 : shared ? pi : p.plan.pair_flat[pi] / p.top_k;
       xrow[i] = p.x + token * p.hidden;
     }
     float acc[kM][kW];
@@ -418,15 +420,14 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 // m = 1). Launched with PDL after gate_up: each warp issues its first weight loads, then waits
 // for h. The slots' partial sums meet in shared memory and are added in the contract's order
 // (routed by ascending expert id, equal ids by slot, then shared).
-template <LinearWeight F, bool kVec>
+template <LinearWeight F, bool kVec, int kR, int kU>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_kernel(const __grid_constant__ MoeExpertsParams p) {
-  constexpr MoeTile kTile = moe_down_direct_tile(F, kVec);
-  constexpr int kR = kTile.rows, kU = kTile.unroll;
   constexpr int kE = chunk_elems<F, kVec>();
-  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank][row]
-  const int slot = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [group * n_slots + rank][row]
   const int n_slots = p.top_k + p.n_shared;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int slot = warp % n_slots, group = warp / n_slots;  // groups: row tiles of one block
   const bool shared = slot >= p.top_k;
   const int64_t expert = shared ? p.n_experts + (slot - p.top_k) : p.expert_idx[slot];
   const bool valid = shared || (expert >= 0 && expert < p.n_experts);
@@ -438,7 +439,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       rank += e < expert || (e == expert && s < slot);
     }
   }
-  const int64_t row0 = int64_t(blockIdx.x) * kR;
+  const int n_groups = int(blockDim.x) / kWarpSize / n_slots;
+  const int64_t row0 = (int64_t(blockIdx.x) * n_groups + group) * kR;
   const uint8_t* wrow[kR];
   RowScales srow[kR];
 #pragma unroll
@@ -449,31 +451,41 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   }
   const float* xrow[1] = {p.plan.h + int64_t(slot) * p.inter};
   float acc[1][kR];
-  stream_dot<F, kVec, 1, kR, kU, true>(wrow, srow, xrow, 1, valid ? p.inter / kE : 0, p.down, acc);
+  stream_dot<F, kVec, 1, kR, kU, true>(wrow, srow, xrow, 1, valid && row0 < p.hidden ? p.inter / kE : 0, p.down, acc);
   pdl_wait();  // lanes without a chunk; y is written below
   const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const float v = warp_sum(acc[0][r]);
-    if (lane == r) s_part[rank][r] = wgt * v;
+    if (lane == r) s_part[group * n_slots + rank][r] = wgt * v;
   }
   __syncthreads();
-  if (threadIdx.x < kR && row0 + threadIdx.x < p.hidden) {
+  const int g = threadIdx.x / kR, r = threadIdx.x % kR;
+  const int64_t row = (int64_t(blockIdx.x) * n_groups + g) * kR + r;
+  if (g < n_groups && row < p.hidden) {
     float v = 0.0f;
-    for (int k = 0; k < n_slots; ++k) v += s_part[k][threadIdx.x];
-    float* yp = p.y + row0 + threadIdx.x;
+    for (int k = 0; k < n_slots; ++k) v += s_part[g * n_slots + k][r];
+    float* yp = p.y + row;
     *yp = p.accumulate ? *yp + v : v;
   }
 }
 
 using LaunchFn = cudaError_t (*)(const MoeExpertsParams&, cudaStream_t);
 
-template <LinearWeight F, bool kVec>
+template <LinearWeight F, bool kVec, bool kSingle>
 cudaError_t down_direct_launch(const MoeExpertsParams& p, cudaStream_t stream) {
-  constexpr int kR = moe_down_direct_tile(F, kVec).rows;
-  const dim3 grid(unsigned((int64_t(p.hidden) + kR - 1) / kR));
-  return launch_pdl(moe_down_direct_kernel<F, kVec>, grid, dim3(unsigned((p.top_k + p.n_shared) * kWarpSize)), 0,
-                    stream, p);
+  constexpr MoeTile kTile = moe_down_direct_tile(F, kVec, kSingle);
+  const int n_slots = p.top_k + p.n_shared, groups = moe_down_direct_groups(n_slots);
+  const int64_t rows_per_block = int64_t(groups) * kTile.rows;
+  const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
+  return launch_pdl(moe_down_direct_kernel<F, kVec, kTile.rows, kTile.unroll>, grid,
+                    dim3(unsigned(groups * n_slots * kWarpSize)), 0, stream, p);
+}
+
+template <LinearWeight F, bool kVec>
+cudaError_t down_direct_pick(const MoeExpertsParams& p, cudaStream_t stream) {
+  return p.top_k + p.n_shared == 1 ? down_direct_launch<F, kVec, true>(p, stream)
+                                   : down_direct_launch<F, kVec, false>(p, stream);
 }
 
 template <LinearWeight F, bool kVec, int kM>
@@ -538,14 +550,14 @@ cudaError_t launch_moe_gate_up(const MoeExpertsParams& p, LinearWeight f, bool v
 cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec, int m_tile, cudaStream_t stream) {
   if (p.direct) {
     switch (f) {
-      case LinearWeight::kF32: return vec ? down_direct_launch<LinearWeight::kF32, true>(p, stream)
-                                          : down_direct_launch<LinearWeight::kF32, false>(p, stream);
-      case LinearWeight::kBF16: return vec ? down_direct_launch<LinearWeight::kBF16, true>(p, stream)
-                                           : down_direct_launch<LinearWeight::kBF16, false>(p, stream);
-      case LinearWeight::kFp8Block: return vec ? down_direct_launch<LinearWeight::kFp8Block, true>(p, stream)
-                                               : down_direct_launch<LinearWeight::kFp8Block, false>(p, stream);
-      case LinearWeight::kNvfp4: return vec ? down_direct_launch<LinearWeight::kNvfp4, true>(p, stream)
-                                            : down_direct_launch<LinearWeight::kNvfp4, false>(p, stream);
+      case LinearWeight::kF32: return vec ? down_direct_pick<LinearWeight::kF32, true>(p, stream)
+                                          : down_direct_pick<LinearWeight::kF32, false>(p, stream);
+      case LinearWeight::kBF16: return vec ? down_direct_pick<LinearWeight::kBF16, true>(p, stream)
+                                           : down_direct_pick<LinearWeight::kBF16, false>(p, stream);
+      case LinearWeight::kFp8Block: return vec ? down_direct_pick<LinearWeight::kFp8Block, true>(p, stream)
+                                               : down_direct_pick<LinearWeight::kFp8Block, false>(p, stream);
+      case LinearWeight::kNvfp4: return vec ? down_direct_pick<LinearWeight::kNvfp4, true>(p, stream)
+                                            : down_direct_pick<LinearWeight::kNvfp4, false>(p, stream);
     }
     return cudaErrorInvalidValue;
   }

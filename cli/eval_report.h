@@ -1,0 +1,36 @@
+// The quality comparison behind `peregrine eval` and `peregrine quantize --calib`: a model (e.g.
+// quantized) against a higher-precision reference on the same text (benchmarks.md, "Quality").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace pg::cli {
+
+struct EvalOptions {
+  std::string model_dir, reference_dir, text_path;
+  std::string device = "auto";
+  int64_t generations = 4;
+  int64_t max_tokens = 8192;  // text tokens taken from the file, in all
+  int64_t context = 512;      // tokens per window (BOS included); cut to the models' context
+  std::string log_prefix = "peregrine eval";  // progress lines on stderr: "<prefix>: window 1/3 done"
+};
+
+// Per-token KL(ref || model), top-1 agreement, perplexity of both on teacher-forced windows of the
+// text, and where greedy generations of the two first diverge. Returns the report:
+//   {model, reference, text, device {model, reference}, context, windows, tokens_evaluated,
+//    kl {mean, median, p99, max} (nats), top1_agreement_pct, perplexity {model, reference, delta},
+//    generation {prompt_tokens, generated_tokens, runs [{window, first_divergence|null}],
+//                mean_first_divergence|null}}
+// Errors: InvalidArgument for bad options or an unusable text (empty, too short, vocabularies
+// that differ), the loaders' errors otherwise.
+Result<nlohmann::json> run_eval(EvalOptions o);
+
+// The report as the table `peregrine eval` prints on stdout.
+void print_eval_report(const nlohmann::json& report);
+
+}  // namespace pg::cli
