@@ -16,6 +16,7 @@
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/common/device_buffer.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/gemm/convert.h"
 #include "ops/cuda/linear/linear.h"
 
 namespace pg::bench {
@@ -201,15 +202,44 @@ const Shape kShapes[] = {
     {"fp8 7168->18432 m1", WeightFormat::kFp8Block, 1, 18432, 7168},
     {"fp8 7168->18432 m4", WeightFormat::kFp8Block, 4, 18432, 7168},
     {"fp8 7168->18432 m16", WeightFormat::kFp8Block, 16, 18432, 7168},
+    // NVFP4 (ModelOpt, weight-only): every large projection of V3 and moonlight, experts, lm_head;
+    // bytes include the e4m3 block scales (1 per 16 elements).
+    {"v3.q_a+kv_a 7168->2112 nvfp4", WeightFormat::kNvfp4, 1, 2112, 7168},
+    {"v3.q_b 1536->24576 nvfp4", WeightFormat::kNvfp4, 1, 24576, 1536},
+    {"v3.kv_b 512->32768 nvfp4", WeightFormat::kNvfp4, 1, 32768, 512},
+    {"v3.o_proj 16384->7168 nvfp4", WeightFormat::kNvfp4, 1, 7168, 16384},
+    {"v3.expert gate|up 7168->4096 nvfp4", WeightFormat::kNvfp4, 1, 4096, 7168},
+    {"v3.expert down 2048->7168 nvfp4", WeightFormat::kNvfp4, 1, 7168, 2048},
+    {"v3.dense gate|up 7168->36864 nvfp4", WeightFormat::kNvfp4, 1, 36864, 7168},
+    {"v3.dense down 18432->7168 nvfp4", WeightFormat::kNvfp4, 1, 7168, 18432},
+    {"v3.lm_head 7168->129280 nvfp4", WeightFormat::kNvfp4, 1, 129280, 7168},
+    {"moon.q_proj+kv_a 2048->3648 nvfp4", WeightFormat::kNvfp4, 1, 3648, 2048},
+    {"moon.kv_b 512->4096 nvfp4", WeightFormat::kNvfp4, 1, 4096, 512},
+    {"moon.o_proj 2048->2048 nvfp4", WeightFormat::kNvfp4, 1, 2048, 2048},
+    {"moon.expert gate|up 2048->2816 nvfp4", WeightFormat::kNvfp4, 1, 2816, 2048},
+    {"moon.expert down 1408->2048 nvfp4", WeightFormat::kNvfp4, 1, 2048, 1408},
+    {"moon.dense gate|up 2048->22528 nvfp4", WeightFormat::kNvfp4, 1, 22528, 2048},
+    {"moon.dense down 11264->2048 nvfp4", WeightFormat::kNvfp4, 1, 2048, 11264},
+    {"moon.lm_head 2048->163840 nvfp4", WeightFormat::kNvfp4, 1, 163840, 2048},
+    {"nvfp4 7168->18432 m1", WeightFormat::kNvfp4, 1, 18432, 7168},
+    {"nvfp4 7168->18432 m2", WeightFormat::kNvfp4, 2, 18432, 7168},
+    {"nvfp4 7168->18432 m4", WeightFormat::kNvfp4, 4, 18432, 7168},
+    {"nvfp4 7168->18432 m8", WeightFormat::kNvfp4, 8, 18432, 7168},
+    {"nvfp4 7168->18432 m16", WeightFormat::kNvfp4, 16, 18432, 7168},
 };
 
 // Shapes whose tile / k_split variants are compared (the data for config.h).
 const char* const kVariantShapes[] = {"bf16 7168->18432", "bf16 18432->7168", "bf16 2048->11264",
                                       "moon.expert gate|up 2048->2816 bf16", "fp8 7168->18432 m1",
-                                      "v3.expert down 2048->7168 fp8", "v3.q_a+kv_a 7168->2112 fp8"};
+                                      "v3.expert down 2048->7168 fp8", "v3.q_a+kv_a 7168->2112 fp8",
+                                      "nvfp4 7168->18432 m1", "nvfp4 7168->18432 m2", "v3.o_proj 16384->7168 nvfp4",
+                                      "moon.expert gate|up 2048->2816 nvfp4", "moon.expert down 1408->2048 nvfp4",
+                                      "v3.expert down 2048->7168 nvfp4"};
 
 int elem_bytes(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : f == WeightFormat::kBF16 ? 2 : 1; }
-const char* fmt_name(WeightFormat f) { return f == WeightFormat::kF32 ? "f32" : f == WeightFormat::kBF16 ? "bf16" : "fp8"; }
+const char* fmt_name(WeightFormat f) {
+  return f == WeightFormat::kF32 ? "f32" : f == WeightFormat::kBF16 ? "bf16" : f == WeightFormat::kNvfp4 ? "nvfp4" : "fp8";
+}
 
 struct GemvResult {
   std::string name, format, tile;
@@ -219,7 +249,7 @@ struct GemvResult {
 
 // Weights of one shape, `copies` times in one allocation (rotated so the working set > L2).
 struct Rotated {
-  cu::DeviceBuffer<uint8_t> w;
+  cu::DeviceBuffer<uint8_t> w, scales8;  // scales8: NVFP4 e4m3 block scales
   cu::DeviceBuffer<float> scales, x, y;
   std::vector<Matrix> mats;
   int64_t w_bytes = 0, s_bytes = 0;
@@ -227,19 +257,27 @@ struct Rotated {
 
 Rotated make_rotated(const Shape& sh, int64_t l2_bytes, cudaStream_t s) {
   Rotated r;
-  r.w_bytes = sh.n * sh.k * elem_bytes(sh.format);
+  const bool fp4 = sh.format == WeightFormat::kNvfp4;
+  r.w_bytes = fp4 ? sh.n * sh.k / 2 : sh.n * sh.k * elem_bytes(sh.format);
   const int64_t sr = (sh.n + 127) / 128, sc = (sh.k + 127) / 128;
-  r.s_bytes = sh.format == WeightFormat::kFp8Block ? sr * sc * 4 : 0;
+  r.s_bytes = sh.format == WeightFormat::kFp8Block ? sr * sc * 4 : fp4 ? sh.n * (sh.k / 16) : 0;
   const int64_t stride_w = (r.w_bytes + 255) / 256 * 256;  // keep every copy 256-byte aligned
   const int64_t copies = std::clamp<int64_t>((4 * l2_bytes + stride_w - 1) / stride_w, 2, 4096);
   auto w = cu::DeviceBuffer<uint8_t>::create(size_t(stride_w * copies));
   BENCH_CHECK(w.status());
   r.w = std::move(w).value();
-  const FillKind kind = sh.format == WeightFormat::kF32 ? FillKind::kF32Pm1
-                        : sh.format == WeightFormat::kBF16 ? FillKind::kBf16Pm1 : FillKind::kFp8Finite;
+  const FillKind kind = sh.format == WeightFormat::kF32    ? FillKind::kF32Pm1
+                        : sh.format == WeightFormat::kBF16 ? FillKind::kBf16Pm1
+                        : fp4                              ? FillKind::kBytes
+                                                           : FillKind::kFp8Finite;
   BENCH_CHECK(cuda_status(launch_fill(r.w.data(), size_t(stride_w * copies) / elem_bytes(sh.format), kind, 7, s), "fill"));
-  const int64_t s_elems = sr * sc;
-  if (r.s_bytes) {
+  const int64_t s_elems = fp4 ? (r.s_bytes + 255) / 256 * 256 : sr * sc;  // NVFP4: bytes, 256-aligned copies
+  if (fp4) {
+    auto sb = cu::DeviceBuffer<uint8_t>::create(size_t(s_elems * copies));
+    BENCH_CHECK(sb.status());
+    r.scales8 = std::move(sb).value();
+    BENCH_CHECK(cuda_status(launch_fill(r.scales8.data(), r.scales8.size(), FillKind::kE4m3Scale, 8, s), "fill"));
+  } else if (r.s_bytes) {
     auto sb = cu::DeviceBuffer<float>::create(size_t(s_elems * copies));
     BENCH_CHECK(sb.status());
     r.scales = std::move(sb).value();
@@ -254,7 +292,8 @@ Rotated make_rotated(const Shape& sh, int64_t l2_bytes, cudaStream_t s) {
   BENCH_CHECK(cuda_status(launch_fill(r.x.data(), r.x.size(), FillKind::kF32Pm1, 9, s), "fill"));
   for (int64_t c = 0; c < copies; ++c) {
     Matrix m{sh.format, sh.n, sh.k, r.w.data() + c * stride_w};
-    if (r.s_bytes) m.scale_inv = r.scales.data() + c * s_elems;
+    if (fp4) m.scale_fp8 = r.scales8.data() + c * s_elems, m.scale_2 = 0.01f;
+    else if (r.s_bytes) m.scale_inv = r.scales.data() + c * s_elems;
     r.mats.push_back(m);
   }
   BENCH_CHECK(cuda_status(cudaStreamSynchronize(s), "fill"));
@@ -380,10 +419,41 @@ int run(int argc, char** argv) {
     }
   }
 
+  // The NVFP4 -> bf16 dequantize of the prefill paths (gemm/convert.cu): bytes read (codes +
+  // scales) + bf16 written, against the device-to-device copy rate (a read + write stream).
+  struct Dequant {
+    std::string name;
+    double us, gbps, pct_copy;
+  };
+  std::vector<Dequant> dequant;
+  for (const Shape& sh : {Shape{"v3.expert gate|up 7168->4096", WeightFormat::kNvfp4, 1, 4096, 7168},
+                          Shape{"moon.expert gate|up 2048->2816", WeightFormat::kNvfp4, 1, 2816, 2048},
+                          Shape{"v3.q_b 1536->24576", WeightFormat::kNvfp4, 1, 24576, 1536}}) {
+    const Rotated r = make_rotated(sh, dp.l2_bytes, s);
+    auto dst = cu::DeviceBuffer<uint16_t>::create(size_t(sh.n * sh.k));
+    BENCH_CHECK(dst.status());
+    double us1 = 0, usg = 0;
+    time_kernel(s, [&](int i) {
+      const Matrix& m = r.mats[size_t(i) % r.mats.size()];
+      cu::ToBf16Params p;
+      p.src = m.data, p.src_type = cu::ToBf16Src::kNvfp4, p.dst = dst->data();
+      p.rows = sh.n, p.cols = sh.k, p.src_stride = sh.k, p.dst_stride = sh.k;
+      p.scale_fp8 = m.scale_fp8, p.scale_2 = m.scale_2, p.vec = true;
+      PG_CUDA_TRY(cu::launch_to_bf16(p, s));
+      return ok_status();
+    }, us1, usg, /*graph=*/false);
+    const double bytes = double(r.w_bytes + r.s_bytes) + 2.0 * double(sh.n * sh.k);
+    dequant.push_back({sh.name, us1, bytes / (us1 * 1e-6) / 1e9, 100.0 * bytes / (us1 * 1e-6) / 1e9 / ceil.copy_gbps});
+  }
+
   std::printf("\nVariants (tile m/rows/unroll, k_split; ks0 = heuristic), M=1 unless named:\n");
   std::printf("  %-38s %-16s %9s %9s %7s\n", "shape", "tile", "us", "GB/s", "%ceil");
   for (const GemvResult& g : variants)
     std::printf("  %-38s %-16s %9.2f %9.0f %6.1f%%\n", g.name.c_str(), g.tile.c_str(), g.us, g.gbps, g.pct);
+  std::printf("\nNVFP4 -> bf16 dequantize (prefill staging), bytes read + written vs the d2d copy rate %.0f GB/s:\n",
+              ceil.copy_gbps);
+  for (const Dequant& d : dequant)
+    std::printf("  %-38s %9.2f us %9.0f GB/s %6.1f%%\n", d.name.c_str(), d.us, d.gbps, d.pct_copy);
   std::printf("\nSmall ops (one token):\n");
   for (const SmallOp& o : small) std::printf("  %-38s %7.2f us single, %7.2f us in a graph\n", o.name.c_str(), o.us, o.us_graph);
 
@@ -423,6 +493,12 @@ int run(int argc, char** argv) {
     };
     dump("gemv", results, false);
     dump("variants", variants, false);
+    std::fprintf(f, "  \"nvfp4_dequant\": [\n");
+    for (size_t i = 0; i < dequant.size(); ++i)
+      std::fprintf(f, "    {\"shape\": \"%s\", \"us\": %.3f, \"gbps\": %.1f, \"pct_copy\": %.2f}%s\n",
+                   json_escape(dequant[i].name).c_str(), dequant[i].us, dequant[i].gbps, dequant[i].pct_copy,
+                   i + 1 < dequant.size() ? "," : "");
+    std::fprintf(f, "  ],\n");
     std::fprintf(f, "  \"small_ops\": [\n");
     for (size_t i = 0; i < small.size(); ++i)
       std::fprintf(f, "    {\"op\": \"%s\", \"us\": %.3f, \"us_graph\": %.3f}%s\n", small[i].name.c_str(), small[i].us,

@@ -144,7 +144,8 @@ Command add_bench(CLI::App& root) {
                   "random weights at a real model's shapes, made on the GPU: moonlight-16b-a3b, deepseek-v2-lite, "
                   "deepseek-v3");
   app->add_option("--layers", opts->layers, "synthetic: keep the first N layers")->check(CLI::PositiveNumber);
-  app->add_option("--dtype", opts->dtype, "synthetic weights: bf16 | fp8")->check(CLI::IsMember({"bf16", "fp8"}));
+  app->add_option("--dtype", opts->dtype, "synthetic weights: bf16 | fp8 | nvfp4 (projections and experts)")
+      ->check(CLI::IsMember({"bf16", "fp8", "nvfp4"}));
   app->add_option("--batches", opts->batches, "cuda: decode throughput at these batch sizes")->delimiter(',');
   app->add_option("--long-prefill", opts->long_prefill, "cuda: also time a prefill of this many tokens (0: no)");
   app->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization, "cuda: share of GPU memory to use")

@@ -144,13 +144,16 @@ int run_cuda_bench(const CudaBenchOptions& o) {
   if (!o.synthetic.empty()) {
     auto cfg = synthetic_model_config(o.synthetic, o.layers);
     if (!cfg.ok()) return fail(cfg.status());
-    if (o.dtype != "bf16" && o.dtype != "fp8")
-      return fail(invalid_argument("--dtype must be bf16 or fp8 (nvfp4 comes with the NVFP4 kernels), got '{}'", o.dtype));
+    if (o.dtype != "bf16" && o.dtype != "fp8" && o.dtype != "nvfp4")
+      return fail(invalid_argument("--dtype must be bf16, fp8 or nvfp4, got '{}'", o.dtype));
     // KV for the largest batch at the measured context, or the long prefill, whichever is more.
     const int64_t ctx_need = o.context + o.decode_tokens + 8;
     ro.max_model_len = std::min<int64_t>(cfg->max_position_embeddings, std::max<int64_t>(ctx_need, o.long_prefill));
     ro.kv_blocks = std::max<int64_t>(max_batch * ((ctx_need + 63) / 64), (ro.max_model_len + 63) / 64) + 1;
-    auto r = CudaRunner::synthetic(*cfg, o.dtype == "fp8" ? SyntheticDtype::kFp8 : SyntheticDtype::kBF16, 1234, ro);
+    const SyntheticDtype dt = o.dtype == "fp8"     ? SyntheticDtype::kFp8
+                              : o.dtype == "nvfp4" ? SyntheticDtype::kNvfp4
+                                                   : SyntheticDtype::kBF16;
+    auto r = CudaRunner::synthetic(*cfg, dt, 1234, ro);
     if (!r.ok()) return fail(r.status());
     runner = std::move(r).value();
     model_name = o.synthetic + (o.layers ? " (" + std::to_string(o.layers) + " layers)" : "") + " " + o.dtype;

@@ -33,11 +33,12 @@ void matrix_row_to_f32(const Matrix& w, int64_t r, float* out) {
       // Same definition as formats/nvfp4.cpp's dequantize_nvfp4 (tests hold them bit-identical).
       const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
       const uint8_t* scales = w.scale_fp8 + r * (w.cols / kNvfp4GroupSize);
+      const float scale_2 = w.row_scale_2(r);
       for (int64_t c = 0; c < w.cols; c += 2) {
         const float s = f8e4m3_to_f32(scales[c / kNvfp4GroupSize]);
         const uint8_t b = row[c / 2];
-        out[c] = (e2m1_to_f32(b & 0xf) * s) * w.scale_2;
-        out[c + 1] = (e2m1_to_f32(b >> 4) * s) * w.scale_2;
+        out[c] = (e2m1_to_f32(b & 0xf) * s) * scale_2;
+        out[c + 1] = (e2m1_to_f32(b >> 4) * s) * scale_2;
       }
       return;
     }
@@ -54,6 +55,9 @@ Status validate_matrix(const Matrix& w) {
     if (!w.scale_fp8) return invalid_argument("matrix: NVFP4 weights need scale_fp8");
     if (!std::isfinite(w.scale_2) || w.scale_2 < 0)
       return invalid_argument("matrix: NVFP4 scale_2 must be finite and >= 0, got {}", w.scale_2);
+    if (w.scale_2_rows && (w.scale_2_group_rows <= 0 || w.rows % w.scale_2_group_rows))
+      return invalid_argument("matrix: NVFP4 scale_2 groups of {} rows must divide the {} rows", w.scale_2_group_rows,
+                              w.rows);
   }
   return ok_status();
 }

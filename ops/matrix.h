@@ -33,6 +33,14 @@ struct Matrix {
   int64_t block_rows = 128, block_cols = 128;
   const uint8_t* scale_fp8 = nullptr;   // kNvfp4: [rows, cols/16] e4m3fn
   float scale_2 = 1.0f;                 // kNvfp4: per-tensor scale, finite and >= 0
+  // kNvfp4, a stack of ModelOpt tensors (the MoE expert stacks: each expert is its own tensor with
+  // its own weight_scale_2): when set, row r's scale_2 is scale_2_rows[r / scale_2_group_rows]
+  // ([rows / scale_2_group_rows] f32, same memory space as data) and `scale_2` is unused.
+  const float* scale_2_rows = nullptr;
+  int64_t scale_2_group_rows = 0;       // > 0 and dividing rows when scale_2_rows is set
+
+  // kNvfp4: the scale_2 of row r.
+  float row_scale_2(int64_t r) const { return scale_2_rows ? scale_2_rows[r / scale_2_group_rows] : scale_2; }
 
   int64_t scale_cols() const { return (cols + block_cols - 1) / block_cols; }
 };

@@ -180,7 +180,7 @@ grep -hE "\[ measure  \]" "$OUT/measures.log" "$OUT/ctest_gpu.log" | sort -u | h
 
 # ---- 5. `peregrine bench --synthetic` (issue #5's figures), each capped ------------------------
 PEREGRINE=$BUILD/peregrine
-BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0 moonlight-16b-a3b:fp8:0 deepseek-v3:bf16:4 deepseek-v3:fp8:4"}
+BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0 moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0 deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
 : >"$OUT/bench_model.txt"
 if [ -x "$PEREGRINE" ]; then
   for b in $BENCHES; do

@@ -601,7 +601,10 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::synthetic(const ModelConfig& cfg
   impl->opt = opt;
   impl->rope = make_rope_table(cfg);
   impl->softmax_scale = mla_softmax_scale(cfg);
-  PG_ASSIGN_OR_RETURN(impl->w, synthetic_weights(cfg, dtype == SyntheticDtype::kFp8, seed, opt.progress));
+  const ops::WeightFormat f = dtype == SyntheticDtype::kFp8     ? ops::WeightFormat::kFp8Block
+                             : dtype == SyntheticDtype::kNvfp4 ? ops::WeightFormat::kNvfp4
+                                                               : ops::WeightFormat::kBF16;
+  PG_ASSIGN_OR_RETURN(impl->w, synthetic_weights(cfg, f, seed, opt.progress));
   PG_TRY(impl->init_buffers());
   return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
 }

@@ -41,7 +41,8 @@ struct CudaRunnerOptions {
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 
-enum class SyntheticDtype { kBF16, kFp8 };
+// Projections and experts of a synthetic model (router, embeddings, lm_head, W_UK / W_UV: bf16).
+enum class SyntheticDtype { kBF16, kFp8, kNvfp4 };
 
 // What one step streams from HBM, by part (bytes), for the roofline.
 struct StepBytes {

@@ -1,5 +1,8 @@
 // Device weights: upload from the memory-mapped checkpoint (expert stacking, W_UK transposed),
 // or random weights made on the GPU at the same layout for `peregrine bench --synthetic`.
+// NVFP4 (ModelOpt) matrices keep the checkpoint's device layout (packed codes [rows, cols/2],
+// e4m3 block scales [rows, cols/16]); a matrix joined or stacked from several ModelOpt tensors
+// (the [q_a ; kv_a] join, every expert's gate, up and down) gets a per-row-group scale_2 array.
 #include "model/cuda/device_weights.h"
 
 #include <cuda_runtime_api.h>
@@ -7,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
+#include <tuple>
 
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/probe.h"
@@ -34,14 +39,21 @@ int64_t scale_rows(const Matrix& m) { return (m.rows + m.block_rows - 1) / m.blo
 }  // namespace
 
 size_t matrix_bytes(const Matrix& m) {
-  if (m.format == WeightFormat::kNvfp4)  // packed E2M1 pairs + one e4m3 scale per 16 values
-    return size_t(m.rows * m.cols) / 2 + size_t(m.rows * (m.cols / ops::kNvfp4GroupSize));
+  if (m.format == WeightFormat::kNvfp4)  // packed E2M1 pairs + one e4m3 scale per 16 values (+ scale_2 groups)
+    return size_t(m.rows * m.cols) / 2 + size_t(m.rows * (m.cols / ops::kNvfp4GroupSize)) +
+           (m.scale_2_rows ? size_t(m.rows / m.scale_2_group_rows) * 4 : 0);
   size_t b = size_t(m.rows * m.cols) * matrix_elem_bytes(m);
   if (m.format == WeightFormat::kFp8Block) b += size_t(scale_rows(m) * m.scale_cols()) * 4;
   return b;
 }
 
 namespace {
+
+// Bytes of `rows` rows of m's data (NVFP4: two codes per byte).
+size_t data_bytes(const Matrix& m, int64_t rows) {
+  return m.format == WeightFormat::kNvfp4 ? size_t(rows * m.cols) / 2 : size_t(rows * m.cols) * matrix_elem_bytes(m);
+}
+size_t nvfp4_scale_bytes(const Matrix& m, int64_t rows) { return size_t(rows * (m.cols / ops::kNvfp4GroupSize)); }
 
 // Copies host tensors to the device, once per distinct host tensor (tied embeddings, shared copies).
 class Uploader {
@@ -59,15 +71,18 @@ class Uploader {
   }
   Result<Matrix> matrix(const Matrix& h) {
     if (!h.data) return Matrix{};
-    if (h.format == WeightFormat::kNvfp4)
-      return unsupported("cuda: NVFP4 weights have no CUDA kernels yet; run this checkpoint with --device cpu");
     if (auto it = seen_.find(h.data); it != seen_.end()) return it->second;
     Matrix d = h;
-    PG_ASSIGN_OR_RETURN(void* data, raw(h.data, size_t(h.rows * h.cols) * matrix_elem_bytes(h)));
+    PG_ASSIGN_OR_RETURN(void* data, raw(h.data, data_bytes(h, h.rows)));
     d.data = data;
     if (h.format == WeightFormat::kFp8Block) {
       PG_ASSIGN_OR_RETURN(void* s, raw(h.scale_inv, size_t(scale_rows(h) * h.scale_cols()) * 4));
       d.scale_inv = static_cast<const float*>(s);
+    }
+    if (h.format == WeightFormat::kNvfp4) {  // scale_2 stays a host value (per tensor)
+      if (h.scale_2_rows) return internal_error("cuda: a host NVFP4 matrix with per-row-group scale_2");
+      PG_ASSIGN_OR_RETURN(void* s, raw(h.scale_fp8, nvfp4_scale_bytes(h, h.rows)));
+      d.scale_fp8 = static_cast<const uint8_t*>(s);
     }
     seen_[h.data] = d;
     return d;
@@ -77,21 +92,35 @@ class Uploader {
   // (nothing uploaded) when they cannot be joined.
   Result<bool> concat(const Matrix& top, const Matrix& bottom, Matrix& joined, Matrix& top_view, Matrix& bottom_view) {
     if (!top.data || !bottom.data || top.format != bottom.format || top.cols != bottom.cols) return false;
-    if (top.format == WeightFormat::kNvfp4) return false;  // matrix() reports it
-    const bool fp8 = top.format == WeightFormat::kFp8Block;
+    const bool fp8 = top.format == WeightFormat::kFp8Block, fp4 = top.format == WeightFormat::kNvfp4;
     if (fp8 && (top.block_rows != bottom.block_rows || top.block_cols != bottom.block_cols || top.rows % top.block_rows))
       return false;
-    const size_t esz = matrix_elem_bytes(top);
+    if (fp4 && (top.scale_2_rows || bottom.scale_2_rows)) return false;
     joined = top;
     joined.rows = top.rows + bottom.rows;
-    PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(size_t(joined.rows * joined.cols) * esz));
-    PG_CUDA_TRY(cudaMemcpy(d, top.data, size_t(top.rows * top.cols) * esz, cudaMemcpyHostToDevice));
-    PG_CUDA_TRY(cudaMemcpy(static_cast<uint8_t*>(d) + size_t(top.rows * top.cols) * esz, bottom.data,
-                           size_t(bottom.rows * bottom.cols) * esz, cudaMemcpyHostToDevice));
+    const size_t top_b = data_bytes(top, top.rows), bottom_b = data_bytes(bottom, bottom.rows);
+    PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(top_b + bottom_b));
+    PG_CUDA_TRY(cudaMemcpy(d, top.data, top_b, cudaMemcpyHostToDevice));
+    PG_CUDA_TRY(cudaMemcpy(static_cast<uint8_t*>(d) + top_b, bottom.data, bottom_b, cudaMemcpyHostToDevice));
     joined.data = d;
     top_view = top, bottom_view = bottom;
     top_view.data = d;
-    bottom_view.data = static_cast<const uint8_t*>(d) + size_t(top.rows * top.cols) * esz;
+    bottom_view.data = static_cast<const uint8_t*>(d) + top_b;
+    if (fp4) {
+      const size_t st = nvfp4_scale_bytes(top, top.rows), sb = nvfp4_scale_bytes(bottom, bottom.rows);
+      PG_ASSIGN_OR_RETURN(void* sd, w_.arena.alloc(st + sb));
+      PG_CUDA_TRY(cudaMemcpy(sd, top.scale_fp8, st, cudaMemcpyHostToDevice));
+      PG_CUDA_TRY(cudaMemcpy(static_cast<uint8_t*>(sd) + st, bottom.scale_fp8, sb, cudaMemcpyHostToDevice));
+      joined.scale_fp8 = top_view.scale_fp8 = static_cast<const uint8_t*>(sd);
+      bottom_view.scale_fp8 = static_cast<const uint8_t*>(sd) + st;
+      if (top.scale_2 != bottom.scale_2) {  // two ModelOpt tensors: a scale_2 per group of gcd(rows) rows
+        const int64_t g = std::gcd(top.rows, bottom.rows);
+        std::vector<float> s2(size_t(joined.rows / g));
+        for (size_t i = 0; i < s2.size(); ++i) s2[i] = int64_t(i) * g < top.rows ? top.scale_2 : bottom.scale_2;
+        PG_ASSIGN_OR_RETURN(const float* ds2, f32(s2));
+        joined.scale_2_rows = ds2, joined.scale_2_group_rows = g;
+      }
+    }
     if (fp8) {
       const int64_t st = scale_rows(top), sb = scale_rows(bottom), sc = top.scale_cols();
       PG_ASSIGN_OR_RETURN(void* sd, w_.arena.alloc(size_t((st + sb) * sc) * 4));
@@ -123,6 +152,9 @@ struct MlpSlice {
 };
 
 Status check_stackable(const Matrix& m, int64_t inter, int64_t H, const char* what) {
+  if (m.format == WeightFormat::kNvfp4 && inter % ops::kNvfp4GroupSize != 0)  // shared slices cut down's columns
+    return invalid_argument("cuda: {} in NVFP4 needs the intermediate size ({}) to be a multiple of {}", what, inter,
+                            ops::kNvfp4GroupSize);
   if (m.format != WeightFormat::kFp8Block) return ok_status();
   if (inter % m.block_rows != 0 || H % m.block_rows != 0 || inter % m.block_cols != 0)
     return invalid_argument(
@@ -135,11 +167,10 @@ Status check_stackable(const Matrix& m, int64_t inter, int64_t H, const char* wh
 Result<DevMlp> stack_mlp(DeviceWeights& w, const std::vector<MlpSlice>& slices, int64_t n_experts, int64_t inter,
                          int64_t H) {
   const Matrix& ref = slices.front().mlp->gate;
-  if (ref.format == WeightFormat::kNvfp4)
-    return unsupported("cuda: NVFP4 weights have no CUDA kernels yet; run this checkpoint with --device cpu");
   const WeightFormat f = ref.format;
-  const size_t esz = matrix_elem_bytes(ref);
-  const bool fp8 = f == WeightFormat::kFp8Block;
+  const bool fp8 = f == WeightFormat::kFp8Block, fp4 = f == WeightFormat::kNvfp4;
+  // Bytes of `n` elements (NVFP4: n even, two codes per byte).
+  auto eb = [&](int64_t n) { return fp4 ? size_t(n) / 2 : size_t(n) * matrix_elem_bytes(ref); };
   PG_TRY(check_stackable(ref, inter, H, "an MLP"));
   for (const MlpSlice& s : slices)
     for (const Matrix* m : {&s.mlp->gate, &s.mlp->up, &s.mlp->down})
@@ -152,9 +183,20 @@ Result<DevMlp> stack_mlp(DeviceWeights& w, const std::vector<MlpSlice>& slices, 
   d.down = Matrix{f, n * H, inter};
   d.gate_up.block_rows = d.down.block_rows = ref.block_rows;
   d.gate_up.block_cols = d.down.block_cols = ref.block_cols;
-  PG_ASSIGN_OR_RETURN(void* gu, w.arena.alloc(size_t(n * 2 * inter * H) * esz));
-  PG_ASSIGN_OR_RETURN(void* dn, w.arena.alloc(size_t(n * H * inter) * esz));
+  PG_ASSIGN_OR_RETURN(void* gu, w.arena.alloc(eb(n * 2 * inter * H)));
+  PG_ASSIGN_OR_RETURN(void* dn, w.arena.alloc(eb(n * H * inter)));
   d.gate_up.data = gu, d.down.data = dn;
+  // NVFP4: e4m3 block scales [rows, cols/16] and a scale_2 per (expert, gate | up | down) tensor.
+  uint8_t* gu_s8 = nullptr;
+  uint8_t* dn_s8 = nullptr;
+  std::vector<float> gu_s2, dn_s2;
+  const int64_t g16 = ops::kNvfp4GroupSize;
+  if (fp4) {
+    PG_ASSIGN_OR_RETURN(void* a, w.arena.alloc(size_t(n * 2 * inter * (H / g16))));
+    PG_ASSIGN_OR_RETURN(void* b, w.arena.alloc(size_t(n * H * (inter / g16))));
+    gu_s8 = static_cast<uint8_t*>(a), dn_s8 = static_cast<uint8_t*>(b);
+    d.gate_up.scale_fp8 = gu_s8, d.down.scale_fp8 = dn_s8;
+  }
   float* gu_s = nullptr;
   float* dn_s = nullptr;
   const int64_t br = ref.block_rows, bc = ref.block_cols;
@@ -171,22 +213,39 @@ Result<DevMlp> stack_mlp(DeviceWeights& w, const std::vector<MlpSlice>& slices, 
     for (int part = 0; part < 2; ++part) {  // gate rows, then up rows
       const Matrix& src = part == 0 ? m.gate : m.up;
       const int64_t dst_row = e * 2 * inter + part * inter;
-      PG_CUDA_TRY(cudaMemcpy(static_cast<uint8_t*>(gu) + size_t(dst_row * H) * esz,
-                             static_cast<const uint8_t*>(src.data) + size_t(r0 * H) * esz, size_t(inter * H) * esz,
+      PG_CUDA_TRY(cudaMemcpy(static_cast<uint8_t*>(gu) + eb(dst_row * H),
+                             static_cast<const uint8_t*>(src.data) + eb(r0 * H), eb(inter * H),
                              cudaMemcpyHostToDevice));
+      if (fp4) {
+        PG_CUDA_TRY(cudaMemcpy(gu_s8 + dst_row * (H / g16), src.scale_fp8 + r0 * (H / g16), size_t(inter * (H / g16)),
+                               cudaMemcpyHostToDevice));
+        gu_s2.push_back(src.scale_2);
+      }
       if (fp8)
         PG_CUDA_TRY(cudaMemcpy(gu_s + (dst_row / br) * gu_scols, src.scale_inv + (r0 / br) * src.scale_cols(),
                                size_t((inter / br) * gu_scols) * 4, cudaMemcpyHostToDevice));
     }
     // down [H, src_cols] -> columns [r0, r0 + inter) into rows [e*H, (e+1)*H).
     const Matrix& src = m.down;
-    PG_CUDA_TRY(cudaMemcpy2D(static_cast<uint8_t*>(dn) + size_t(e * H * inter) * esz, size_t(inter) * esz,
-                             static_cast<const uint8_t*>(src.data) + size_t(r0) * esz, size_t(src.cols) * esz,
-                             size_t(inter) * esz, size_t(H), cudaMemcpyHostToDevice));
+    PG_CUDA_TRY(cudaMemcpy2D(static_cast<uint8_t*>(dn) + eb(e * H * inter), eb(inter),
+                             static_cast<const uint8_t*>(src.data) + eb(r0), eb(src.cols), eb(inter), size_t(H),
+                             cudaMemcpyHostToDevice));
+    if (fp4) {  // r0 % 16 == 0 (check_stackable): whole scale columns
+      PG_CUDA_TRY(cudaMemcpy2D(dn_s8 + e * H * (inter / g16), size_t(inter / g16), src.scale_fp8 + r0 / g16,
+                               size_t(src.cols / g16), size_t(inter / g16), size_t(H), cudaMemcpyHostToDevice));
+      dn_s2.push_back(src.scale_2);
+    }
     if (fp8)
       PG_CUDA_TRY(cudaMemcpy2D(dn_s + (e * H / br) * dn_scols, size_t(dn_scols) * 4, src.scale_inv + r0 / bc,
                                size_t(src.scale_cols()) * 4, size_t(dn_scols) * 4, size_t(H / br),
                                cudaMemcpyHostToDevice));
+  }
+  if (fp4) {
+    for (auto [stack, s2, group] : {std::tuple{&d.gate_up, &gu_s2, inter}, std::tuple{&d.down, &dn_s2, H}}) {
+      PG_ASSIGN_OR_RETURN(void* p, w.arena.alloc(s2->size() * 4));
+      PG_CUDA_TRY(cudaMemcpy(p, s2->data(), s2->size() * 4, cudaMemcpyHostToDevice));
+      stack->scale_2_rows = static_cast<const float*>(p), stack->scale_2_group_rows = group;
+    }
   }
   return d;
 }
@@ -219,6 +278,8 @@ Result<DevLayer> upload_layer(const ModelConfig& c, const LayerWeights& L, Uploa
   for (int64_t h = 0; h < nh; ++h)
     for (int64_t d_ = 0; d_ < nope; ++d_)
       for (int64_t r = 0; r < R; ++r) uk_t[size_t((h * R + r) * nope + d_)] = A.w_uk[size_t((h * nope + d_) * R + r)];
+  // kv_b_proj in FP8 or NVFP4: W_UK / W_UV are its dequantized values, kept exact in f32 (an NVFP4
+  // value, e2m1 * e4m3 * scale_2, generally has no exact bf16).
   a.head_format = A.kv_b_proj.format == WeightFormat::kBF16 ? ops::HeadWeight::kBF16 : ops::HeadWeight::kF32;
   auto put_head = [&](const std::vector<float>& v) -> Result<const void*> {
     if (a.head_format == ops::HeadWeight::kF32) {
@@ -269,6 +330,8 @@ Result<DevLayer> upload_layer(const ModelConfig& c, const LayerWeights& L, Uploa
 Result<DeviceWeights> upload_weights(const ModelConfig& c, const ModelWeights& host, bool exact,
                                      const LoadProgress& progress) {
   (void)exact;
+  if (host.embed_tokens.format == WeightFormat::kNvfp4)
+    return unsupported("cuda: NVFP4 embed_tokens have no CUDA embedding kernel; keep the embeddings bf16");
   DeviceWeights w;
   Uploader up(w);
   const size_t n_steps = host.layers.size() + host.mtp.size() + 1;
@@ -311,8 +374,22 @@ class Synth {
 
   // Uniform bf16 with variance 1/cols (a = sqrt(3/cols)), or FP8 codes with 128x128 scales
   // scaled to about the same RMS (random finite e4m3 codes have an RMS of ~87 and the scales
-  // 2^-9 * 2^(3u) a mean of ~0.0037, hence 3.1/sqrt(cols)).
-  Result<Matrix> matrix(int64_t rows, int64_t cols, bool fp8, float gain = 1.0f) {
+  // 2^-9 * 2^(3u) a mean of ~0.0037, hence 3.1/sqrt(cols)), or NVFP4: random e2m1 codes (RMS
+  // sqrt(68.5 / 8) = 2.93) times e4m3 block scales of exponent -1..1 (RMS ~1.84) times scale_2 =
+  // gain * 0.186 / sqrt(cols) (1 / (2.93 * 1.84) = 0.186).
+  Result<Matrix> matrix(int64_t rows, int64_t cols, WeightFormat f, float gain = 1.0f) {
+    if (f == WeightFormat::kNvfp4) {
+      Matrix m{f, rows, cols};
+      PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(size_t(rows * cols) / 2));
+      PG_CUDA_TRY(cu::launch_fill(d, size_t(rows * cols) / 2, cu::FillKind::kBytes, next(), nullptr));
+      const size_t n_s = size_t(rows * (cols / ops::kNvfp4GroupSize));
+      PG_ASSIGN_OR_RETURN(void* s, w_.arena.alloc(n_s));
+      PG_CUDA_TRY(cu::launch_fill(s, n_s, cu::FillKind::kE4m3Scale, next(), nullptr));
+      m.data = d, m.scale_fp8 = static_cast<const uint8_t*>(s);
+      m.scale_2 = gain * 0.186f / std::sqrt(float(cols));
+      return m;
+    }
+    const bool fp8 = f == WeightFormat::kFp8Block;
     Matrix m{fp8 ? WeightFormat::kFp8Block : WeightFormat::kBF16, rows, cols};
     PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(size_t(rows * cols) * (fp8 ? 1 : 2)));
     m.data = d;
@@ -348,7 +425,8 @@ class Synth {
   uint64_t counter_ = 0;
 };
 
-Result<DevLayer> synth_layer(const ModelConfig& c, int64_t l, bool fp8, Synth& s) {
+Result<DevLayer> synth_layer(const ModelConfig& c, int64_t l, WeightFormat f, Synth& s) {
+  const bool fp8 = f == WeightFormat::kFp8Block, fp4 = f == WeightFormat::kNvfp4;
   DevLayer d;
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
   const int64_t nope = c.qk_nope_head_dim, V = c.v_head_dim, qk = nope + P;
@@ -359,18 +437,19 @@ Result<DevLayer> synth_layer(const ModelConfig& c, int64_t l, bool fp8, Synth& s
   // [q_a | kv_a] (or [q | kv_a]) as one matrix with views, as upload_weights joins them (the
   // q rows are multiples of 128 at every synthetic shape).
   const int64_t q_rows = a.has_q_lora ? *c.q_lora_rank : nh * qk;
-  PG_ASSIGN_OR_RETURN(a.q_kv_a, s.matrix(q_rows + R + P, H, fp8));
+  PG_ASSIGN_OR_RETURN(a.q_kv_a, s.matrix(q_rows + R + P, H, f));
   Matrix& q_dev = a.has_q_lora ? a.q_a : a.q;
   q_dev = a.q_kv_a, q_dev.rows = q_rows;
   a.kv_a = a.q_kv_a, a.kv_a.rows = R + P;
-  a.kv_a.data = static_cast<const uint8_t*>(a.q_kv_a.data) + size_t(q_rows * H) * (fp8 ? 1 : 2);
+  a.kv_a.data = static_cast<const uint8_t*>(a.q_kv_a.data) + (fp4 ? size_t(q_rows * H) / 2 : size_t(q_rows * H) * (fp8 ? 1 : 2));
   if (fp8) a.kv_a.scale_inv = a.q_kv_a.scale_inv + (q_rows / a.q_kv_a.block_rows) * a.q_kv_a.scale_cols();
+  if (fp4) a.kv_a.scale_fp8 = a.q_kv_a.scale_fp8 + q_rows * (H / ops::kNvfp4GroupSize);
   if (a.has_q_lora) {
-    PG_ASSIGN_OR_RETURN(a.q_b, s.matrix(nh * qk, *c.q_lora_rank, fp8));
+    PG_ASSIGN_OR_RETURN(a.q_b, s.matrix(nh * qk, *c.q_lora_rank, f));
     PG_ASSIGN_OR_RETURN(a.q_a_norm, s.constant(*c.q_lora_rank, 1.0f));
   }
   PG_ASSIGN_OR_RETURN(a.kv_a_norm, s.constant(R, 1.0f));
-  PG_ASSIGN_OR_RETURN(a.o, s.matrix(H, nh * V, fp8));
+  PG_ASSIGN_OR_RETURN(a.o, s.matrix(H, nh * V, f));
   a.head_format = ops::HeadWeight::kBF16;
   PG_ASSIGN_OR_RETURN(a.w_uk_t, s.bf16(nh * R * nope, nope));
   PG_ASSIGN_OR_RETURN(a.w_uv, s.bf16(nh * V * R, R));
@@ -380,7 +459,7 @@ Result<DevLayer> synth_layer(const ModelConfig& c, int64_t l, bool fp8, Synth& s
   d.is_moe = c.n_routed_experts > 0 && l >= c.first_k_dense_replace && l % std::max<int64_t>(c.moe_layer_freq, 1) == 0;
   DevMlp& m = d.mlp;
   if (d.is_moe) {
-    PG_ASSIGN_OR_RETURN(d.router, s.matrix(c.n_routed_experts, H, false));
+    PG_ASSIGN_OR_RETURN(d.router, s.matrix(c.n_routed_experts, H, WeightFormat::kBF16));
     if (c.topk_method == "noaux_tc") {
       PG_ASSIGN_OR_RETURN(d.router_bias, s.constant(c.n_routed_experts, 0.0f));
     }
@@ -389,23 +468,31 @@ Result<DevLayer> synth_layer(const ModelConfig& c, int64_t l, bool fp8, Synth& s
     m.inter = c.intermediate_size, m.n_experts = 0, m.n_shared = 1;
   }
   const int64_t n = m.n_experts + m.n_shared;
-  PG_ASSIGN_OR_RETURN(m.gate_up, s.matrix(n * 2 * m.inter, H, fp8));
-  PG_ASSIGN_OR_RETURN(m.down, s.matrix(n * H, m.inter, fp8));
+  PG_ASSIGN_OR_RETURN(m.gate_up, s.matrix(n * 2 * m.inter, H, f));
+  PG_ASSIGN_OR_RETURN(m.down, s.matrix(n * H, m.inter, f));
+  if (fp4) {  // one scale_2 per expert tensor, as upload_weights stacks a checkpoint's (same value here)
+    PG_ASSIGN_OR_RETURN(m.gate_up.scale_2_rows, s.constant(n * 2, m.gate_up.scale_2));
+    PG_ASSIGN_OR_RETURN(m.down.scale_2_rows, s.constant(n, m.down.scale_2));
+    m.gate_up.scale_2_group_rows = m.inter, m.down.scale_2_group_rows = H;
+  }
   return d;
 }
 
 }  // namespace
 
-Result<DeviceWeights> synthetic_weights(const ModelConfig& c, bool fp8, uint64_t seed, const LoadProgress& progress) {
+Result<DeviceWeights> synthetic_weights(const ModelConfig& c, WeightFormat f, uint64_t seed,
+                                        const LoadProgress& progress) {
+  if (f != WeightFormat::kBF16 && f != WeightFormat::kFp8Block && f != WeightFormat::kNvfp4)
+    return invalid_argument("synthetic weights: bf16, FP8 or NVFP4 projections");
   DeviceWeights w;
   Synth s(w, seed);
   const int64_t H = c.hidden_size;
-  PG_ASSIGN_OR_RETURN(w.embed, s.matrix(c.vocab_size, H, false, std::sqrt(float(H))));  // rows of RMS ~1
-  PG_ASSIGN_OR_RETURN(w.lm_head, s.matrix(c.vocab_size, H, false));
+  PG_ASSIGN_OR_RETURN(w.embed, s.matrix(c.vocab_size, H, WeightFormat::kBF16, std::sqrt(float(H))));  // rows of RMS ~1
+  PG_ASSIGN_OR_RETURN(w.lm_head, s.matrix(c.vocab_size, H, WeightFormat::kBF16));
   PG_ASSIGN_OR_RETURN(w.norm, s.constant(H, 1.0f));
   const int64_t n_total = c.num_hidden_layers + c.num_nextn_predict_layers;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    PG_ASSIGN_OR_RETURN(DevLayer d, synth_layer(c, l, fp8, s));
+    PG_ASSIGN_OR_RETURN(DevLayer d, synth_layer(c, l, f, s));
     w.layers.push_back(std::move(d));
     if (progress) progress("layer " + std::to_string(l), double(l + 1) / double(n_total));
   }
@@ -413,11 +500,11 @@ Result<DeviceWeights> synthetic_weights(const ModelConfig& c, bool fp8, uint64_t
     DevMtp d;
     d.embed = w.embed;
     d.head = w.lm_head;
-    PG_ASSIGN_OR_RETURN(d.eh_proj, s.matrix(H, 2 * H, fp8));
+    PG_ASSIGN_OR_RETURN(d.eh_proj, s.matrix(H, 2 * H, f));
     PG_ASSIGN_OR_RETURN(d.enorm, s.constant(H, 1.0f));
     PG_ASSIGN_OR_RETURN(d.hnorm, s.constant(H, 1.0f));
     PG_ASSIGN_OR_RETURN(d.head_norm, s.constant(H, 1.0f));
-    PG_ASSIGN_OR_RETURN(d.block, synth_layer(c, c.first_k_dense_replace, fp8, s));  // an MoE block
+    PG_ASSIGN_OR_RETURN(d.block, synth_layer(c, c.first_k_dense_replace, f, s));  // an MoE block
     w.mtp.push_back(std::move(d));
     if (progress) progress("MTP layer", double(c.num_hidden_layers + i + 1) / double(n_total));
   }

@@ -71,10 +71,12 @@ using LoadProgress = std::function<void(const std::string& what, double fraction
 // Uploads the host weights (views into the memory-mapped checkpoint).
 Result<DeviceWeights> upload_weights(const ModelConfig& cfg, const ModelWeights& host, bool exact,
                                      const LoadProgress& progress);
-// Random weights at cfg's shapes, made on the device: bf16, or DeepSeek FP8 (128x128 blocks) for
-// the projections and experts with router, embeddings, lm_head and the absorbed W_UK / W_UV in
-// bf16 (as DeepSeek's FP8 checkpoints keep them).
-Result<DeviceWeights> synthetic_weights(const ModelConfig& cfg, bool fp8, uint64_t seed, const LoadProgress& progress);
+// Random weights at cfg's shapes, made on the device: `format` (kBF16, kFp8Block: DeepSeek FP8
+// 128x128 blocks, or kNvfp4: random e2m1 codes, e4m3 block scales and a scale_2 per ModelOpt
+// tensor) for the attention projections and experts, with router, embeddings, lm_head and the
+// absorbed W_UK / W_UV in bf16 (as DeepSeek's FP8 checkpoints keep them).
+Result<DeviceWeights> synthetic_weights(const ModelConfig& cfg, ops::WeightFormat format, uint64_t seed,
+                                        const LoadProgress& progress);
 
 size_t matrix_elem_bytes(const ops::Matrix& m);
 // Bytes of a matrix including its block scales.

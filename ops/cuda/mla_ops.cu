@@ -276,6 +276,7 @@ cudaError_t launch_embedding(LinearWeight f, const EmbeddingParams& p, cudaStrea
     case LinearWeight::kF32: return launch_embedding_f<LinearWeight::kF32>(p, stream);
     case LinearWeight::kBF16: return launch_embedding_f<LinearWeight::kBF16>(p, stream);
     case LinearWeight::kFp8Block: return launch_embedding_f<LinearWeight::kFp8Block>(p, stream);
+    case LinearWeight::kNvfp4: break;  // rejected by the launcher (check_kernel_format)
   }
   return cudaErrorInvalidValue;
 }

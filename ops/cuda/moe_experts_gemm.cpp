@@ -32,7 +32,8 @@ struct Layout {
   int64_t routed_rows = 0;    // routed pair rows at most
   int64_t ld_bf16 = 0;        // bf16 staging row capacity: max(ld(hidden), ld(inter))
   int64_t ld_f32 = 0;         // f32 staging row capacity: max(ld(2 inter), ld(hidden))
-  int64_t w_elems = 0;        // weight scratch (bf16)
+  int64_t w_elems = 0;        // one of the two weight scratch buffers (bf16): staging of the next
+                              //  expert's weights overlaps the GEMM that reads the current one
   int64_t n_tiles = 0;        // plan tiles of kMoeGemmPlanTile pairs
   size_t bf16 = 0, f32 = 0, w = 0, tile_hist = 0, count = 0, seg_begin = 0, total_rows = 0, row_token = 0,
          pair_row = 0, total = 0;
@@ -50,7 +51,7 @@ Layout layout_of(const MoeGemmDims& d) {
   size_t o = 0;
   l.bf16 = o, o += align_up(size_t(l.rows * l.ld_bf16) * 2);
   l.f32 = o, o += align_up(size_t(l.rows * l.ld_f32) * 4);
-  l.w = o, o += align_up(size_t(l.w_elems) * 2);
+  l.w = o, o += 2 * align_up(size_t(l.w_elems) * 2);
   l.tile_hist = o, o += align_up(size_t(l.n_tiles * d.n_experts) * 4);
   l.count = o, o += align_up(size_t(d.n_experts) * 4);
   l.seg_begin = o, o += align_up(size_t(d.n_experts) * 4);
@@ -99,8 +100,19 @@ Result<WeightSlice> weight_slice(const Matrix& w, int64_t row0, int64_t rows, ui
       wp.vec = aligned(p, 8) && k % 8 == 0 && w.block_cols % kToBf16Chunk == 0;
       break;
     }
-    case WeightFormat::kNvfp4:
-      return check_kernel_format(w, "moe_experts_gemm");
+    case WeightFormat::kNvfp4: {
+      // The slice's scale_2 groups start at row0 (an expert boundary: one group per expert).
+      if (w.scale_2_rows && row0 % w.scale_2_group_rows)
+        return internal_error("moe_experts_gemm: slice at row {} splits an NVFP4 scale_2 group of {} rows", row0,
+                              w.scale_2_group_rows);
+      const uint8_t* p = static_cast<const uint8_t*>(w.data) + row0 * (k / 2);
+      wp.src = p, wp.src_type = ToBf16Src::kNvfp4;
+      wp.scale_fp8 = w.scale_fp8 + row0 * (k / 16), wp.scale_2 = w.scale_2;
+      if (w.scale_2_rows)
+        wp.scale_2_rows = w.scale_2_rows + row0 / w.scale_2_group_rows, wp.scale_2_group_rows = w.scale_2_group_rows;
+      wp.vec = aligned(p, 4) && k % 8 == 0;
+      break;
+    }
   }
   PG_CUDA_TRY(launch_to_bf16(wp, stream));
   return WeightSlice{scratch, wp.dst_stride};
@@ -121,6 +133,7 @@ Status run_chunk(GemmContext& ctx, const MoeExpertsArgs& a, const MoeGemmWorkspa
   uint16_t* stage_bf16 = reinterpret_cast<uint16_t*>(base + l.bf16);
   float* stage_f32 = reinterpret_cast<float*>(base + l.f32);
   uint16_t* w_scratch = l.w_elems ? reinterpret_cast<uint16_t*>(base + l.w) : nullptr;
+  const size_t w_buf_elems = align_up(size_t(l.w_elems) * 2) / 2;  // second buffer's offset (elements)
   int32_t* count = reinterpret_cast<int32_t*>(base + l.count);
   int32_t* total_rows = reinterpret_cast<int32_t*>(base + l.total_rows);
   int32_t* row_token = reinterpret_cast<int32_t*>(base + l.row_token);
@@ -170,15 +183,46 @@ Status run_chunk(GemmContext& ctx, const MoeExpertsArgs& a, const MoeGemmWorkspa
   }
   if (total > l.rows) return internal_error("moe_experts_gemm: {} pair rows exceed the workspace's {}", total, l.rows);
 
+  // Weights to stage (f32, FP8, NVFP4, odd bf16) are dequantized on the context's staging stream
+  // into buffer b = n_staged % 2, while the GEMM of the previous segment reads the other buffer:
+  // staging of b waits for the GEMM that last read b (consumed[b]) and for this stream's work up
+  // to the call (begin: the scratch may alias what earlier prefill ops used); a GEMM waits for its
+  // buffer's staging (staged[b]). Every staging is waited for by this stream before the call ends.
+  const GemmContext::StagingStream& st = ctx.staging();
+  int64_t n_staged = 0;
+  if (w_scratch) {
+    PG_CUDA_TRY(cudaEventRecord(st.begin, stream));
+    PG_CUDA_TRY(cudaStreamWaitEvent(st.stream, st.begin, 0));
+  }
+  // The weight slice of one segment's GEMM; *buf = the scratch buffer it was staged into, or -1.
+  auto slice = [&](const Matrix& w, int64_t row0, int64_t rows, int* buf) -> Result<WeightSlice> {
+    *buf = -1;
+    if (direct(w)) return weight_slice(w, row0, rows, nullptr, stream);
+    const int b = int(n_staged++ % 2);
+    PG_CUDA_TRY(cudaStreamWaitEvent(st.stream, st.consumed[b], 0));
+    PG_ASSIGN_OR_RETURN(const WeightSlice ws, weight_slice(w, row0, rows, w_scratch ? w_scratch + b * w_buf_elems : nullptr,
+                                                           st.stream));
+    PG_CUDA_TRY(cudaEventRecord(st.staged[b], st.stream));
+    PG_CUDA_TRY(cudaStreamWaitEvent(stream, st.staged[b], 0));
+    *buf = b;
+    return ws;
+  };
+  auto consumed = [&](int buf) -> Status {
+    if (buf >= 0) PG_CUDA_TRY(cudaEventRecord(st.consumed[buf], stream));
+    return ok_status();
+  };
+
   // 4. gate_up per segment: [rows, 2I] f32 = x_seg · gate_up_eᵀ.
   for (const Segment& sg : segs) {
-    PG_ASSIGN_OR_RETURN(const WeightSlice w, weight_slice(*a.gate_up, sg.expert * 2 * I, 2 * I, w_scratch, stream));
+    int buf = -1;
+    PG_ASSIGN_OR_RETURN(const WeightSlice w, slice(*a.gate_up, sg.expert * 2 * I, 2 * I, &buf));
     GemmBf16Args g;
     g.x = stage_bf16 + sg.row0 * ld_x, g.x_stride = ld_x;
     g.w = w.data, g.w_stride = w.stride;
     g.y = stage_f32 + sg.row0 * ld_gu, g.y_stride = ld_gu;
     g.m = sg.rows, g.n = 2 * I, g.k = H;
     PG_TRY(gemm_bf16(ctx, g, stream));
+    PG_TRY(consumed(buf));
   }
   // 5. h = silu(gate) * up -> bf16 (over the gathered x, which no GEMM reads any more).
   MoeGemmSiluParams sp;
@@ -186,13 +230,15 @@ Status run_chunk(GemmContext& ctx, const MoeExpertsArgs& a, const MoeGemmWorkspa
   PG_CUDA_TRY(launch_moe_gemm_silu(sp, stream));
   // 6. down per segment: [rows, H] f32 = h_seg · down_eᵀ (over gate_up's outputs, consumed by 5).
   for (const Segment& sg : segs) {
-    PG_ASSIGN_OR_RETURN(const WeightSlice w, weight_slice(*a.down, sg.expert * H, H, w_scratch, stream));
+    int buf = -1;
+    PG_ASSIGN_OR_RETURN(const WeightSlice w, slice(*a.down, sg.expert * H, H, &buf));
     GemmBf16Args g;
     g.x = stage_bf16 + sg.row0 * ld_h, g.x_stride = ld_h;
     g.w = w.data, g.w_stride = w.stride;
     g.y = stage_f32 + sg.row0 * ld_z, g.y_stride = ld_z;
     g.m = sg.rows, g.n = H, g.k = I;
     PG_TRY(gemm_bf16(ctx, g, stream));
+    PG_TRY(consumed(buf));
   }
   // 7. y (+)= the weighted sum in the contract's order.
   MoeGemmCombineParams cp;

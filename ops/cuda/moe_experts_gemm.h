@@ -17,8 +17,8 @@
 namespace pg::ops::cuda {
 
 // What a workspace is sized for: a pass over max_m tokens of a layer with these dims.
-// stage_weights: the expert weights are expanded into the workspace first (f32 / FP8 weights,
-// or bf16 ones whose rows are not whole 16-byte chunks); moe_gemm_dims() derives it.
+// stage_weights: the expert weights are expanded into the workspace first (f32 / FP8 / NVFP4
+// weights, or bf16 ones whose rows are not whole 16-byte chunks); moe_gemm_dims() derives it.
 struct MoeGemmDims {
   int64_t max_m = 0, top_k = 0, n_shared = 0, n_experts = 0, hidden = 0, inter = 0;
   bool stage_weights = false;
@@ -57,8 +57,9 @@ struct MoeGemmWorkspace {
 //      use ops::cuda::moe_experts inside their graphs);
 //   3. x rows gathered to bf16 per expert segment (shared experts: all tokens);
 //   4. per segment (shared experts first, then active routed experts): gate_up GEMM
-//      [rows, 2 inter] = x_e · gate_up_eᵀ (f32 / FP8 weights first expanded to bf16 into the
-//      workspace, one expert at a time); then SiLU * mul -> bf16 h; per segment: down GEMM
+//      [rows, 2 inter] = x_e · gate_up_eᵀ (f32 / FP8 / NVFP4 weights first expanded to bf16 into
+//      one of two workspace buffers on ctx.staging()'s stream, the next expert's while the GEMM
+//      reads the current one's); then SiLU * mul -> bf16 h; per segment: down GEMM
 //      [rows, hidden] = h_e · down_eᵀ;
 //   5. combine: y[t] (+)= sum over t's routed experts (ascending id, equal ids by slot) of
 //      weight * out, then + the shared experts' outputs in order (deterministic: no atomics).

@@ -12,8 +12,16 @@
 #include <fstream>
 #include <numeric>
 
+#include <filesystem>
+#include <regex>
+#include <unistd.h>
+
+#include "core/dtype.h"
 #include "engine/cuda/device_sampler_cuda.h"
 #include "engine/engine.h"
+#include "formats/nvfp4.h"
+#include "formats/safetensors.h"
+#include "formats/safetensors_writer.h"
 #include "model/cuda/cuda_runner.h"
 #include "model/deepseek_model.h"
 #include "ops/cuda/common/device.h"
@@ -285,6 +293,176 @@ TEST_P(CudaGolden, BatchedDecode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaGolden, ::testing::ValuesIn(all_cases()), case_name);
+
+// ------------------------------------------------------------------------------------------------
+// NVFP4: a golden model's projections and experts quantized on the fly (formats/nvfp4's
+// quantize_nvfp4, ModelOpt's rules) into a ModelOpt checkpoint in a temporary folder; embeddings,
+// router, norms and lm_head stay as they are (exclude_modules "lm_head"). The CPU and the CUDA
+// runner load the same files: the CUDA NVFP4 kernels (GEMV, experts, the prefill dequantize) are
+// held to the CPU's dequantize-on-read definition.
+
+struct Nvfp4Model {
+  std::filesystem::path dir;
+  ~Nvfp4Model() {
+    if (!dir.empty()) std::filesystem::remove_all(dir);
+  }
+};
+
+// Quantizes every `*_proj.weight` of `name` (attention projections, dense MLP, experts, shared
+// experts; kv_b_proj too, which the CUDA runner dequantizes to f32 W_UK / W_UV at load).
+void make_nvfp4_model(const std::string& name, Nvfp4Model& out) {
+  namespace fs = std::filesystem;
+  out.dir = fs::temp_directory_path() / ("pg_cuda_golden_nvfp4_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(out.dir);
+  fs::create_directories(out.dir);
+  auto ck = Checkpoint::open(model_dir(name));
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  std::vector<TensorToWrite> ts;
+  std::vector<std::vector<uint8_t>> store;
+  store.reserve(4096);
+  auto keep = [&](std::string n, DType t, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+    store.push_back(std::move(bytes));
+    ts.push_back({std::move(n), t, std::move(shape), store.back()});
+  };
+  const std::regex proj(R"(.*_proj\.weight)");
+  int64_t n_quantized = 0;
+  for (const TensorView* t : ck->all()) {
+    const std::string tn(t->name);
+    if (!std::regex_match(tn, proj) || t->shape.size() != 2 || t->shape[1] % kNvfp4BlockSize) {
+      ts.push_back({tn, t->dtype, t->shape, t->bytes()});
+      continue;
+    }
+    ASSERT_TRUE(t->dtype == DType::kBF16 || t->dtype == DType::kF32) << tn;
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    std::vector<float> w(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (t->dtype == DType::kF32) {
+        std::memcpy(&w[i], t->data + 4 * i, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, t->data + 2 * i, 2);
+        w[i] = bf16_to_f32(h);
+      }
+    }
+    Nvfp4Tensor q;
+    const Status st = quantize_nvfp4(w.data(), rows, cols, kNvfp4AutoScale2, /*mse_search=*/false, q);
+    ASSERT_TRUE(st.ok()) << tn << ": " << st.to_string();
+    const std::string module = tn.substr(0, tn.size() - 7);  // 7: ".weight"
+    keep(tn, DType::kU8, {rows, cols / 2}, std::move(q.packed));
+    keep(module + ".weight_scale", DType::kF8E4M3, {rows, cols / kNvfp4BlockSize}, std::move(q.scale_fp8));
+    std::vector<uint8_t> s2(4), in_scale(4);
+    const float one = 1.0f;
+    std::memcpy(s2.data(), &q.scale_2, 4);
+    std::memcpy(in_scale.data(), &one, 4);
+    keep(module + ".weight_scale_2", DType::kF32, {}, std::move(s2));
+    keep(module + ".input_scale", DType::kF32, {}, std::move(in_scale));
+    ++n_quantized;
+  }
+  ASSERT_GT(n_quantized, 0);
+  const Status ws = write_safetensors(out.dir / "model.safetensors", ts);
+  ASSERT_TRUE(ws.ok()) << ws.to_string();
+  fs::copy_file(model_dir(name) / "config.json", out.dir / "config.json");
+  std::ofstream(out.dir / "hf_quant_config.json")
+      << R"({"producer": {"name": "modelopt", "version": "peregrine-test"}, )"
+      << R"("quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16, )"
+      << R"("exclude_modules": ["lm_head"]}})";
+}
+
+struct Nvfp4Case {
+  const char* model;
+  bool exact;
+};
+std::string nvfp4_case_name(const ::testing::TestParamInfo<Nvfp4Case>& i) {
+  return std::string(i.param.model) + (i.param.exact ? "_exact" : "_default");
+}
+class CudaGoldenNvfp4 : public ::testing::TestWithParam<Nvfp4Case> {};
+
+// Prefill of each fixture prompt (logits at every position), then the prompt again as a chunk and
+// token by token (decode graphs), against the CPU on the same NVFP4 checkpoint. Exact mode: all
+// at kExactTol. Default mode: prefill runs the experts and projections on bf16 tensor cores from
+// the dequantized NVFP4 weights; its tolerance is derived on the CPU as in TeacherForced.
+TEST_P(CudaGoldenNvfp4, PrefillAndDecodeMatchCpu) {
+  PG_REQUIRE_GPU();
+  const Nvfp4Case c = GetParam();
+  Nvfp4Model m;
+  make_nvfp4_model(c.model, m);
+  if (HasFatalFailure()) return;
+  auto a = DeepseekModel::load(m.dir);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto b = DeepseekModel::load(m.dir);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  ASSERT_EQ((*a)->weights().layers.back().attn.o_proj.format, ops::WeightFormat::kNvfp4);
+  std::unique_ptr<DeepseekModel> cpu = std::move(a).value();
+  auto r = CudaRunner::create(std::move(b).value(), test_options(c.exact));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::unique_ptr<CudaRunner> cuda = std::move(r).value();
+  const int64_t vocab = cpu->vocab_size();
+  const auto expected = load_expected(c.model);
+
+  double tol = kExactTol, derived = 0;
+  if (!c.exact) {
+    auto em = DeepseekModel::load(m.dir);
+    ASSERT_TRUE(em.ok());
+    (*em)->set_bf16_emulation(cuda_default_emulation());
+    for (const auto& pr : expected["prompts"]) {
+      const auto ids = pr["ids"].get<std::vector<int32_t>>();
+      const int64_t nb = (int64_t(ids.size()) + 15) / 16;
+      std::vector<int32_t> ct(static_cast<size_t>(nb));
+      std::iota(ct.begin(), ct.end(), 0);
+      SeqStep cs{ids, 0, ct, true};
+      StepOutput x, y;
+      KvCache cx = cpu->make_cache(nb, 16), cy = (*em)->make_cache(nb, 16);
+      ASSERT_TRUE(cpu->forward(std::span(&cs, 1), cx, x).ok());
+      ASSERT_TRUE((*em)->forward(std::span(&cs, 1), cy, y).ok());
+      derived = std::max(derived, max_top10_delta(x.logits, y.logits, vocab));
+    }
+    tol = std::max(kTolMargin * derived, kTolFloor);
+  }
+
+  double worst = 0;
+  int64_t seq = 0;
+  for (const auto& pr : expected["prompts"]) {
+    const auto ids = pr["ids"].get<std::vector<int32_t>>();
+    const int64_t n = int64_t(ids.size()), nb = (n + 15) / 16;
+    KvCache cache = cpu->make_cache(nb, 16);
+    std::vector<int32_t> ct(static_cast<size_t>(nb));
+    std::iota(ct.begin(), ct.end(), 0);
+    SeqStep cs{ids, 0, ct, true};
+    StepOutput ref;
+    ASSERT_TRUE(cpu->forward(std::span(&cs, 1), cache, ref).ok());
+    const std::string label = std::string(c.model) + " nvfp4";
+    const auto t1 = table_for((2 * seq) % 16, nb, cuda->n_kv_blocks());
+    SeqStep gs{ids, 0, t1, true};
+    StepOutput got;
+    const Status st = cuda->forward(std::span(&gs, 1), got);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(got.n_rows, n);
+    for (int64_t i = 0; i < n; ++i)
+      worst = std::max(worst, compare_row(label + " prefill pos " + std::to_string(i), &got.logits[size_t(i * vocab)],
+                                          &ref.logits[size_t(i * vocab)], vocab, tol));
+    const auto t2 = table_for((2 * seq + 1) % 16, nb, cuda->n_kv_blocks());
+    const int64_t chunk = std::max<int64_t>(1, n / 3);
+    SeqStep first{std::span(ids).first(static_cast<size_t>(chunk)), 0, t2, false};
+    ASSERT_TRUE(cuda->forward(std::span(&first, 1), got).ok());
+    worst = std::max(worst, compare_row(label + " chunk", got.logits.data(), &ref.logits[size_t((chunk - 1) * vocab)],
+                                        vocab, kExactTol));
+    for (int64_t i = chunk; i < n; ++i) {
+      SeqStep d{std::span(ids).subspan(size_t(i), 1), i, t2, false};
+      ASSERT_TRUE(cuda->forward(std::span(&d, 1), got).ok());
+      worst = std::max(worst, compare_row(label + " decode pos " + std::to_string(i), got.logits.data(),
+                                          &ref.logits[size_t(i * vocab)], vocab, kExactTol));
+    }
+    ++seq;
+  }
+  std::printf("[ measure  ] %s nvfp4 %s: max_dlogprob vs CPU %.3g; bf16 effect derived on the CPU %.3g -> prefill "
+              "tolerance %.3g\n",
+              c.model, c.exact ? "exact" : "default", worst, derived, tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CudaGoldenNvfp4,
+                         ::testing::Values(Nvfp4Case{"v3_tiny", true}, Nvfp4Case{"v3_tiny", false},
+                                           Nvfp4Case{"v2_lite_tiny", true}, Nvfp4Case{"v2_lite_tiny", false}),
+                         nvfp4_case_name);
 
 // The MTP layer on the embedded model: CUDA forward_mtp against the CPU's, exact mode.
 TEST(CudaGoldenMtp, MatchesCpu) {

@@ -47,7 +47,8 @@ struct GemmCase {
   int64_t m, n, k;
   int64_t x_pad = 0, y_pad = 0;  // row strides k + x_pad, n + y_pad
   bool accumulate = false;
-  int64_t block = 128;           // fp8 block_rows = block_cols
+  int64_t block = 128;           // fp8 block_rows = block_cols; NVFP4: > 0 and < n gives a scale_2 per
+                                 //  group of this many rows (a stack of ModelOpt tensors)
   bool misalign_x = false;       // x starts 4 bytes past a 16-byte boundary (element-wise staging)
   bool misalign_y = false;       // y starts 4 bytes past a 16-byte boundary
   bool misalign_w = false;       // bf16 weight starts 2 bytes past a 16-byte boundary
@@ -60,8 +61,9 @@ float bf16_round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 struct HostWeights {
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
-  std::vector<uint8_t> fp8;
-  std::vector<float> scale;
+  std::vector<uint8_t> fp8;       // fp8 values, or NVFP4 packed codes
+  std::vector<float> scale;       // fp8 scale_inv, or NVFP4 per-row-group scale_2
+  std::vector<uint8_t> scale8;    // NVFP4 e4m3 block scales
   Matrix w;                       // the stored weight (host pointers)
   std::vector<uint16_t> image;    // [n, k] bf16 of the dequantized weight
   std::vector<uint16_t> image_abs;
@@ -76,7 +78,24 @@ HostWeights make_weights(const GemmCase& c, uint64_t seed) {
   h.w.block_rows = h.w.block_cols = c.block;
   const size_t nk = size_t(c.n * c.k);
   switch (c.format) {
-    case WeightFormat::kNvfp4: break;  // no CUDA kernel reads NVFP4 yet: no case uses it
+    case WeightFormat::kNvfp4: {
+      // Every code pair; e4m3 block scales of exponent field 4..11 (2^-3 .. 30, any mantissa);
+      // scale_2 not a power of two, so the products round when they become bf16.
+      h.fp8.resize(nk / 2);
+      parallel_fill(h.fp8, [&](uint64_t i) { return uint8_t(splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull)) >> 56); });
+      h.scale8.resize(nk / 16);
+      parallel_fill(h.scale8, [&](uint64_t i) {
+        const uint64_t r = splitmix64((seed + 1) ^ (i * 0x9e3779b97f4a7c15ull));
+        return uint8_t(((4 + (r >> 60) % 8) << 3) | ((r >> 20) & 7));
+      });
+      h.w.data = h.fp8.data(), h.w.scale_fp8 = h.scale8.data(), h.w.scale_2 = 0.0123f;
+      if (c.block > 0 && c.block < c.n && c.n % c.block == 0) {
+        h.scale.resize(size_t(c.n / c.block));
+        parallel_fill(h.scale, [&](uint64_t i) { return 0.0123f * (1.5f + uniform_pm1(seed + 4, i)); });
+        h.w.scale_2_rows = h.scale.data(), h.w.scale_2_group_rows = c.block;
+      }
+      break;
+    }
     case WeightFormat::kF32:
       h.f32.resize(nk);
       parallel_fill(h.f32, [&](uint64_t i) { return uniform_pm1(seed, i); });
@@ -145,7 +164,7 @@ std::vector<float> cpu_linear(const Matrix& w, const std::vector<float>& x_sel, 
 struct DeviceCase {
   cuda::DeviceBuffer<float> x, y, wf, scale;
   cuda::DeviceBuffer<uint16_t> wb;
-  cuda::DeviceBuffer<uint8_t> w8;
+  cuda::DeviceBuffer<uint8_t> w8, scale8;
   Matrix dw;
   LinearArgs args;
 };
@@ -176,7 +195,11 @@ void run_case(const GemmCase& c, cuda::GemmContext& ctx, Launch launch = Launch:
   }
   d.dw = hw.w;
   switch (c.format) {
-    case WeightFormat::kNvfp4: break;  // no CUDA kernel reads NVFP4 yet: no case uses it
+    case WeightFormat::kNvfp4:
+      d.w8 = to_device(hw.fp8), d.dw.data = d.w8.data();
+      d.scale8 = to_device(hw.scale8), d.dw.scale_fp8 = d.scale8.data();
+      if (hw.w.scale_2_rows) d.scale = to_device(hw.scale), d.dw.scale_2_rows = d.scale.data();
+      break;
     case WeightFormat::kF32: d.wf = to_device(hw.f32), d.dw.data = d.wf.data(); break;
     case WeightFormat::kBF16: {
       // misalign_w: the matrix starts one element into the buffer.
@@ -288,7 +311,8 @@ void run_case(const GemmCase& c, cuda::GemmContext& ctx, Launch launch = Launch:
 
 Result<cuda::GemmContext> context_for(const GemmCase& c) { return cuda::GemmContext::create(c.m, c.k, c.n); }
 
-constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block;
+constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block,
+                       kFp4 = WeightFormat::kNvfp4;
 
 const GemmCase kCases[] = {
     // moonlight-16b-a3b prefill (hidden 2048): q_proj 2048 -> 3072, kv_a 2048 -> 576, o_proj
@@ -328,6 +352,13 @@ const GemmCase kCases[] = {
     {"accumulate_fp8", kFp8, 128, 2048, 1408, 0, 0, true},
     {"accumulate_tiny_f32", kF32, 6, 13, 11, 1, 2, true},
     {"misaligned_x_bf16", kBF16, 96, 1408, 2048, 0, 0, false, 128, true},
+    // NVFP4 (ModelOpt): dequantized to bf16 by the staging kernel (prefill of NVFP4 checkpoints).
+    {"moonlight_q_kv_a_nvfp4_m1024", kFp4, 1024, 3648, 2048, 0, 0, false, 0},
+    {"v3_q_b_nvfp4_m512", kFp4, 512, 24576, 1536, 0, 0, false, 0},
+    {"v3_o_proj_nvfp4_m256", kFp4, 256, 7168, 16384, 0, 0, false, 0},
+    {"joined_scale_2_groups_nvfp4", kFp4, 300, 2112, 7168, 0, 0, false, 64},
+    {"odd_k_nvfp4", kFp4, 37, 39, 48, 0, 0, true, 0},
+    {"accumulate_strided_nvfp4", kFp4, 65, 576, 2048, 4, 3, true, 0},
     {"misaligned_y_bf16", kBF16, 96, 1408, 2048, 0, 0, false, 128, false, true},
     {"misaligned_w_bf16", kBF16, 96, 1408, 2048, 0, 0, false, 128, false, false, true},
     {"m1023_bf16", kBF16, 1023, 3072, 2048},

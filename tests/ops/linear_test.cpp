@@ -1,5 +1,5 @@
 // ops::cuda::linear against ops::cpu::linear on seeded random inputs: the decode shapes of
-// moonlight / DeepSeek-V3 (bf16 and DeepSeek-FP8 128x128 blocks), vocab-sized N, m = 1..33,
+// moonlight / DeepSeek-V3 (bf16, DeepSeek-FP8 128x128 blocks, NVFP4), vocab-sized N, m = 1..33,
 // primes, strides, accumulate, misaligned inputs (scalar path), and every instantiated tile.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -41,6 +41,7 @@ struct LinearCase {
   bool accumulate = false;
   bool misalign_x = false;       // x starts 4 bytes past a 16-byte boundary: scalar path
   int64_t block = 128;           // fp8 block_rows = block_cols
+  int64_t scale_2_group = 0;     // nvfp4: > 0 gives every group of this many rows its own scale_2
 };
 // gtest prints a case by its name (test names and failure messages stay readable).
 void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.name; }
@@ -49,10 +50,18 @@ void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.name; }
 struct HostWeights {
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
-  std::vector<uint8_t> fp8;
-  std::vector<float> scale;
+  std::vector<uint8_t> fp8;    // fp8 values, or NVFP4 packed codes [n, k/2]
+  std::vector<float> scale;    // fp8 scale_inv, or NVFP4 per-row-group scale_2
+  std::vector<uint8_t> scale8; // NVFP4 e4m3 block scales [n, k/16]
   Matrix w;
 };
+
+// A random e4m3 block scale in [2^-3, 2^4 * 1.875] (exponent field 4..11, any mantissa): the
+// products with e2m1 codes span 2^-4 .. 180, times scale_2 ~ 2^-6.
+uint8_t random_nvfp4_scale(uint64_t seed, uint64_t i) {
+  const uint64_t r = splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull));
+  return uint8_t(((4 + (r >> 60) % 8) << 3) | ((r >> 20) & 7));
+}
 
 HostWeights make_weights(const LinearCase& c, uint64_t seed) {
   HostWeights h;
@@ -62,7 +71,23 @@ HostWeights make_weights(const LinearCase& c, uint64_t seed) {
   h.w.block_rows = h.w.block_cols = c.block;
   const size_t nk = size_t(c.n * c.k);
   switch (c.format) {
-    case WeightFormat::kNvfp4: break;  // no CUDA kernel reads NVFP4 yet: no case uses it
+    case WeightFormat::kNvfp4: {
+      // Every e2m1 code (both zeros included), random block scales, scale_2 per tensor or per group.
+      h.fp8.resize(nk / 2);
+      parallel_fill(h.fp8, [&](uint64_t i) { return uint8_t(splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull)) >> 56); });
+      h.scale8.resize(nk / 16);
+      parallel_fill(h.scale8, [&](uint64_t i) { return random_nvfp4_scale(seed + 1, i); });
+      h.w.data = h.fp8.data();
+      h.w.scale_fp8 = h.scale8.data();
+      h.w.scale_2 = 0.0157f;
+      if (c.scale_2_group) {
+        h.scale.resize(size_t(c.n / c.scale_2_group));
+        parallel_fill(h.scale, [&](uint64_t i) { return 0.0157f * (1.5f + uniform_pm1(seed + 4, i)); });
+        h.w.scale_2_rows = h.scale.data();
+        h.w.scale_2_group_rows = c.scale_2_group;
+      }
+      break;
+    }
     case WeightFormat::kF32:
       h.f32.resize(nk);
       parallel_fill(h.f32, [&](uint64_t i) { return uniform_pm1(seed, i); });
@@ -142,8 +167,13 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
   cuda::DeviceBuffer<uint16_t> dwb;
   cuda::DeviceBuffer<float> dwf;
   Matrix dw = hw.w;
+  cuda::DeviceBuffer<uint8_t> dscale8;
   switch (c.format) {
-    case WeightFormat::kNvfp4: break;  // no CUDA kernel reads NVFP4 yet: no case uses it
+    case WeightFormat::kNvfp4:
+      dw8 = to_device(hw.fp8), dw.data = dw8.data();
+      dscale8 = to_device(hw.scale8), dw.scale_fp8 = dscale8.data();
+      if (c.scale_2_group) dscale = to_device(hw.scale), dw.scale_2_rows = dscale.data();
+      break;
     case WeightFormat::kF32: dwf = to_device(hw.f32), dw.data = dwf.data(); break;
     case WeightFormat::kBF16: dwb = to_device(hw.bf16), dw.data = dwb.data(); break;
     case WeightFormat::kFp8Block:
@@ -166,7 +196,12 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
       got.push_back(y_gpu[o]);
       ref.push_back(y_cpu[o]);
       const double a = absdot[size_t(i * c.n + r)];
-      const double n_cpu = std::ceil(double(c.k) / 16) + 6, n_gpu = 2 * std::ceil(double(c.k) / 32) + 10;
+      // NVFP4: the GPU chains per lane the 16-term block dots and their scaled adds (2 per 16
+      // elements), then multiplies by scale_2; the CPU rounds each weight once (x scale_2):
+      // one more rounding per term on either side, counted as 2 more terms.
+      const double n_cpu = std::ceil(double(c.k) / 16) + 6 + (c.format == WeightFormat::kNvfp4 ? 2 : 0);
+      const double n_gpu = c.format == WeightFormat::kNvfp4 ? 2 * std::ceil(double(c.k) / 16) + 16 + 12
+                                                              : 2 * std::ceil(double(c.k) / 32) + 10;
       double t = kLambda * (std::sqrt(n_cpu) + std::sqrt(n_gpu)) * kF32Unit * a;
       if (c.accumulate) t += 2 * kF32Unit * (std::fabs(double(y0[o])) + a);
       tol.push_back(t);
@@ -185,7 +220,8 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
               (long long)c.k, d.summary().c_str());
 }
 
-constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block;
+constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block,
+                       kFp4 = WeightFormat::kNvfp4;
 
 const LinearCase kCases[] = {
     // DeepSeek-V3 (hidden 7168, dense inter 18432, moe inter 2048, q_lora 1536, vocab 129280).
@@ -232,6 +268,37 @@ const LinearCase kCases[] = {
     {"accumulate_fp8", kFp8, 1, 7168, 2048, 0, 0, true},
     {"misaligned_x_scalar_bf16", kBF16, 1, 1408, 2048, 0, 0, false, true},
     {"k_not_vector_bf16", kBF16, 2, 300, 2044},
+    // NVFP4 (ModelOpt): every projection of moonlight and V3 at m = 1, 2, 8, 64, stacked experts with
+    // a scale_2 per expert, the scalar path (K not a multiple of 32, misaligned x).
+    {"v3_dense_gate_up_nvfp4", kFp4, 1, 18432, 7168},
+    {"v3_dense_down_nvfp4", kFp4, 1, 7168, 18432},
+    {"v3_expert_gate_up_nvfp4", kFp4, 1, 4096, 7168},
+    {"v3_expert_down_nvfp4", kFp4, 1, 7168, 2048},
+    {"v3_q_a_kv_a_nvfp4", kFp4, 1, 2112, 7168},
+    {"v3_q_b_nvfp4", kFp4, 1, 24576, 1536},
+    {"v3_o_proj_nvfp4", kFp4, 1, 7168, 16384},
+    {"v3_lm_head_nvfp4", kFp4, 1, 129280, 7168},
+    {"moonlight_q_proj_nvfp4", kFp4, 1, 3072, 2048},
+    {"moonlight_q_kv_a_nvfp4", kFp4, 1, 3648, 2048},
+    {"moonlight_kv_b_nvfp4", kFp4, 1, 4096, 512},
+    {"moonlight_o_proj_nvfp4", kFp4, 1, 2048, 2048},
+    {"moonlight_expert_gate_up_nvfp4", kFp4, 1, 2816, 2048},
+    {"moonlight_expert_down_nvfp4", kFp4, 1, 2048, 1408},
+    {"moonlight_lm_head_nvfp4", kFp4, 1, 163840, 2048},
+    {"m2_nvfp4", kFp4, 2, 2048, 7168},
+    {"m3_nvfp4", kFp4, 3, 2816, 2048},
+    {"m8_nvfp4", kFp4, 8, 1408, 2048},
+    {"m8_v3_nvfp4", kFp4, 8, 2048, 7168},
+    {"m13_nvfp4", kFp4, 13, 2048, 1408},
+    {"m64_nvfp4", kFp4, 64, 2048, 2048},
+    {"m64_v3_nvfp4", kFp4, 64, 7168, 2048},
+    {"expert_stack_scale_2_nvfp4", kFp4, 2, 8 * 2816, 2048, 0, 0, false, false, 128, 2816},
+    {"accumulate_strided_nvfp4", kFp4, 3, 2048, 1408, 32, 5, true},
+    {"prime_n_nvfp4", kFp4, 1, 4099, 2048},
+    {"scalar_k_nvfp4", kFp4, 2, 131, 2064},
+    {"scalar_small_nvfp4", kFp4, 3, 7, 16},
+    {"misaligned_x_scalar_nvfp4", kFp4, 1, 1408, 2048, 0, 0, false, true},
+    {"scalar_scale_2_group_nvfp4", kFp4, 2, 96, 80, 0, 0, false, false, 128, 32},
 };
 
 class LinearCuda : public ::testing::TestWithParam<LinearCase> {};
@@ -248,7 +315,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearCuda, ::testing::ValuesIn(kCases),
 // and a K whose chunk count is no multiple of 32 x unroll, with m = the tile and m = tile - 1.
 TEST(LinearCudaTiles, EveryTileAndSplitMatchesCpu) {
   PG_REQUIRE_CUDA();
-  for (WeightFormat f : {kF32, kBF16, kFp8})
+  for (WeightFormat f : {kF32, kBF16, kFp8, kFp4})
     for (int mt : {1, 2, 4, 8, 16})
       for (const cuda::LinearTile& t : cuda::linear_tiles(f, mt))
         for (int ks : {1, 2, 8})
@@ -257,7 +324,8 @@ TEST(LinearCudaTiles, EveryTileAndSplitMatchesCpu) {
                                      std::to_string(t.rows_per_warp) + "_u" + std::to_string(t.unroll) + "_ks" +
                                      std::to_string(ks);
             SCOPED_TRACE(name);
-            const LinearCase c{name.c_str(), f, m, 263, 1040};
+            // NVFP4's vector path needs K % 32 == 0: 1056 = 33 chunks of 32.
+            const LinearCase c{name.c_str(), f, m, 263, f == kFp4 ? 1056 : 1040};
             run_case(c, cuda::LinearVariant{mt, t.rows_per_warp, t.unroll, ks});
             if (HasFatalFailure()) return;
           }
@@ -270,6 +338,9 @@ TEST(LinearCudaArgs, BadArgumentsAreStatusNotCrash) {
   a.w = &w;
   a.m = 1;
   EXPECT_FALSE(cuda::linear(a, nullptr).ok());  // null data
+  Matrix q{WeightFormat::kNvfp4, 4, 40, &w};  // NVFP4 with K % 16 != 0
+  a.w = &q;
+  EXPECT_FALSE(cuda::linear(a, nullptr).ok());
 }
 
 }  // namespace

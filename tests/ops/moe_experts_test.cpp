@@ -1,8 +1,10 @@
 // ops::cuda::moe_experts against ops::cpu::moe_experts on seeded random inputs: moonlight
-// (64 + 2 experts, top 6, bf16 and FP8 128x128) at m = 1, 2, 8, 33, DeepSeek-V3 (256 + 1, top 8,
-// FP8) at m = 1 and 4, the tiny models' odd dims (scalar path), every token on the same experts,
+// (64 + 2 experts, top 6, bf16, FP8 128x128 and NVFP4) at m = 1, 2, 8, 33, DeepSeek-V3 (256 + 1,
+// top 8, FP8 and NVFP4) at m = 1, 2, 4, 8, 64, the tiny models' odd dims (scalar path), every token on the same experts,
 // duplicate ids, shared-only and routed-only layers, accumulate with a row gap, prefill-sized m.
-// Weights of experts no token chose stay NaN on the device: reading one poisons the output.
+// Weights of experts no token chose stay NaN on the device (NVFP4: their block scales and scale_2):
+// reading one poisons the output. NVFP4 stacks carry one scale_2 per expert part (gate, up, down),
+// each expert being its own ModelOpt tensor.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -55,21 +57,31 @@ void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
 struct Stack {
   Matrix host, dev;
   int64_t elem_bytes = 0, rows_per_expert = 0;
+  int64_t parts = 1;  // NVFP4: scale_2 groups per expert (gate and up: 2)
   std::unique_ptr<uint8_t[]> data;
-  std::unique_ptr<float[]> scale;
+  std::unique_ptr<float[]> scale;      // fp8 scale_inv, or NVFP4 per-group scale_2
+  std::unique_ptr<uint8_t[]> scale8;   // NVFP4 e4m3 block scales
   void* ddata = nullptr;
   float* dscale = nullptr;
+  uint8_t* dscale8 = nullptr;
   ~Stack() {
     if (ddata) cudaFree(ddata);
     if (dscale) cudaFree(dscale);
+    if (dscale8) cudaFree(dscale8);
+  }
+  // Bytes of `rows` rows of data.
+  int64_t row_bytes(int64_t rows) const {
+    return host.format == WeightFormat::kNvfp4 ? rows * host.cols / 2 : rows * host.cols * elem_bytes;
   }
 };
 
-bool make_stack(Stack& s, WeightFormat f, int64_t n_all, int64_t rows_per_expert, int64_t cols, int64_t block) {
+bool make_stack(Stack& s, WeightFormat f, int64_t n_all, int64_t rows_per_expert, int64_t cols, int64_t block,
+                int64_t parts = 1) {
   s.elem_bytes = f == WeightFormat::kF32 ? 4 : f == WeightFormat::kBF16 ? 2 : 1;
   s.rows_per_expert = rows_per_expert;
+  s.parts = parts;
   s.host = Matrix{f, n_all * rows_per_expert, cols, nullptr, nullptr, block, block};
-  const size_t bytes = size_t(s.host.rows * cols * s.elem_bytes);
+  const size_t bytes = size_t(s.row_bytes(s.host.rows));
   s.data.reset(new uint8_t[bytes]);
   s.host.data = s.data.get();
   if (cudaMalloc(&s.ddata, bytes) != cudaSuccess || cudaMemset(s.ddata, 0xff, bytes) != cudaSuccess) return false;
@@ -82,19 +94,39 @@ bool make_stack(Stack& s, WeightFormat f, int64_t n_all, int64_t rows_per_expert
     if (cudaMalloc(reinterpret_cast<void**>(&s.dscale), n * 4) != cudaSuccess || cudaMemset(s.dscale, 0xff, n * 4) != cudaSuccess) return false;
     s.dev.scale_inv = s.dscale;
   }
+  if (f == WeightFormat::kNvfp4) {  // NaN block scales (0xff) and scale_2 until an expert is filled
+    const size_t n8 = size_t(s.host.rows * cols / 16), n2 = size_t(n_all * parts);
+    s.scale8.reset(new uint8_t[n8]);
+    s.scale.reset(new float[n2]);
+    s.host.scale_fp8 = s.scale8.get();
+    s.host.scale_2_rows = s.scale.get();
+    s.host.scale_2_group_rows = rows_per_expert / parts;
+    if (cudaMalloc(reinterpret_cast<void**>(&s.dscale8), n8) != cudaSuccess || cudaMemset(s.dscale8, 0xff, n8) != cudaSuccess)
+      return false;
+    if (cudaMalloc(reinterpret_cast<void**>(&s.dscale), n2 * 4) != cudaSuccess || cudaMemset(s.dscale, 0xff, n2 * 4) != cudaSuccess)
+      return false;
+    s.dev = s.host;
+    s.dev.data = s.ddata;
+    s.dev.scale_fp8 = s.dscale8;
+    s.dev.scale_2_rows = s.dscale;
+  }
   return true;
 }
 
 // Fills expert e's rows with seeded values and uploads them.
 bool fill_expert(Stack& s, int64_t e, uint64_t seed) {
-  const int64_t cols = s.host.cols, r0 = e * s.rows_per_expert, n = s.rows_per_expert * cols;
-  uint8_t* base = s.data.get() + r0 * cols * s.elem_bytes;
+  const int64_t cols = s.host.cols, r0 = e * s.rows_per_expert;
+  const bool fp4 = s.host.format == WeightFormat::kNvfp4;
+  const int64_t n = fp4 ? s.row_bytes(s.rows_per_expert) : s.rows_per_expert * cols;  // NVFP4: bytes
+  uint8_t* base = s.data.get() + s.row_bytes(r0);
   const float amp = 2.0f / std::sqrt(float(cols));
   ThreadPool::global().parallel_for(n, [&](int64_t b, int64_t end) {
     for (int64_t i = b; i < end; ++i) {
       const uint64_t gi = uint64_t(r0 * cols + i);
       switch (s.host.format) {
-        case WeightFormat::kNvfp4: break;  // no CUDA kernel reads NVFP4 yet: no case uses it
+        case WeightFormat::kNvfp4:  // every code pair
+          base[i] = uint8_t(splitmix64(seed ^ (gi * 0x9e3779b97f4a7c15ull)) >> 56);
+          break;
         case WeightFormat::kF32: reinterpret_cast<float*>(base)[i] = amp * uniform_pm1(seed, gi); break;
         case WeightFormat::kBF16: reinterpret_cast<uint16_t*>(base)[i] = f32_to_bf16(amp * uniform_pm1(seed, gi)); break;
         case WeightFormat::kFp8Block: {  // every finite e4m3 code (the NaN codes become +-448)
@@ -105,9 +137,25 @@ bool fill_expert(Stack& s, int64_t e, uint64_t seed) {
       }
     }
   }, 1 << 16);
-  if (cudaMemcpy(static_cast<uint8_t*>(s.ddata) + r0 * cols * s.elem_bytes, base, size_t(n * s.elem_bytes),
+  if (cudaMemcpy(static_cast<uint8_t*>(s.ddata) + s.row_bytes(r0), base, size_t(s.row_bytes(s.rows_per_expert)),
                  cudaMemcpyHostToDevice) != cudaSuccess)
     return false;
+  if (fp4) {
+    // Block scales with exponent fields 4..11 (2^-3 .. 30) and scale_2 ~ 1.6 / (6 * 16 * sqrt(cols))
+    // per part, so the weights' RMS is about 1 / sqrt(cols) as the other formats'.
+    const int64_t n8 = s.rows_per_expert * cols / 16, s0 = r0 * cols / 16;
+    for (int64_t i = 0; i < n8; ++i) {
+      const uint64_t rr = splitmix64((seed + 1) ^ (uint64_t(s0 + i) * 0x9e3779b97f4a7c15ull));
+      s.scale8[size_t(s0 + i)] = uint8_t(((4 + (rr >> 60) % 8) << 3) | ((rr >> 20) & 7));
+    }
+    for (int64_t q = 0; q < s.parts; ++q)
+      s.scale[size_t(e * s.parts + q)] =
+          (1.6f / (96.0f * std::sqrt(float(cols)))) * (1.5f + uniform_pm1(seed + 2, uint64_t(e * s.parts + q)));
+    if (cudaMemcpy(s.dscale8 + s0, s.scale8.get() + s0, size_t(n8), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(s.dscale + e * s.parts, s.scale.get() + e * s.parts, size_t(s.parts) * 4, cudaMemcpyHostToDevice) !=
+            cudaSuccess)
+      return false;
+  }
   if (s.host.format == WeightFormat::kFp8Block) {  // rows_per_expert is a multiple of block_rows
     const int64_t sc = s.host.scale_cols(), s0 = r0 / s.host.block_rows * sc;
     const int64_t ns = s.rows_per_expert / s.host.block_rows * sc;
@@ -148,7 +196,13 @@ std::vector<double> tolerance(const MoeCase& c, const Stack& gu, const Stack& dn
                               const Routed& r, int64_t m, const std::vector<float>& y0) {
   const int64_t H = c.hidden, I = c.inter, K = c.top_k;
   const double u = kF32Unit;
-  auto chains = [](int64_t k) { return std::sqrt(std::ceil(k / 16.0) + 7) + std::sqrt(2 * std::ceil(k / 32.0) + 10); };
+  // NVFP4: the GPU chains 16-term block dots and their scaled adds, then scales by scale_2 (one
+  // more rounding per term on either side, as in linear_test.cpp).
+  const bool fp4 = c.format == WeightFormat::kNvfp4;
+  auto chains = [fp4](int64_t k) {
+    return fp4 ? std::sqrt(std::ceil(k / 16.0) + 9) + std::sqrt(2 * std::ceil(k / 16.0) + 28)
+               : std::sqrt(std::ceil(k / 16.0) + 7) + std::sqrt(2 * std::ceil(k / 32.0) + 10);
+  };
   // Pairs (token, expert, |weight|): routed, then shared.
   struct P { int64_t t, e; double w; };
   std::vector<P> pairs;
@@ -216,7 +270,7 @@ void run_case(const MoeCase& c) {
     used.insert(routes.back().idx.begin(), routes.back().idx.end());
   }
   Stack gu, dn;
-  ASSERT_TRUE(make_stack(gu, c.format, n_all, 2 * c.inter, c.hidden, c.block));
+  ASSERT_TRUE(make_stack(gu, c.format, n_all, 2 * c.inter, c.hidden, c.block, /*parts=*/2));
   ASSERT_TRUE(make_stack(dn, c.format, n_all, c.hidden, c.inter, c.block));
   for (int64_t e : used) {
     ASSERT_TRUE(fill_expert(gu, e, seed + 11));
@@ -288,7 +342,8 @@ void run_case(const MoeCase& c) {
   }
 }
 
-constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block;
+constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block,
+                       kFp4 = WeightFormat::kNvfp4;
 
 const MoeCase kCases[] = {
     // moonlight-16b-a3b: 64 routed + 2 shared, top 6, moe inter 1408, hidden 2048.
@@ -313,6 +368,15 @@ const MoeCase kCases[] = {
     {"small_fp8_32x32", kFp8, 16, 1, 4, 160, 96, {1, 3, 70}, 32},
     {"mid_bf16_prefill", kBF16, 16, 1, 4, 256, 128, {2000}},
     {"mid_f32_same_experts_prefill", kF32, 16, 1, 4, 256, 128, {1000}, 128, Routing::kSameExperts},
+    // NVFP4 (ModelOpt): a scale_2 per expert part; the vector path at moonlight and V3 shapes, the
+    // scalar path at odd dims (multiples of 16 that are not of 32).
+    {"moonlight_nvfp4", kFp4, 64, 2, 6, 2048, 1408, {1, 2, 8, 33, 64}},
+    {"moonlight_nvfp4_same_experts", kFp4, 64, 2, 6, 2048, 1408, {16, 64}, 128, Routing::kSameExperts},
+    {"moonlight_nvfp4_accumulate", kFp4, 64, 2, 6, 2048, 1408, {1, 8}, 128, Routing::kRandom, true, 5},
+    {"v3_nvfp4", kFp4, 256, 1, 8, 7168, 2048, {1, 2, 8, 64}},
+    {"moonlight_dense_nvfp4", kFp4, 0, 1, 0, 2048, 11264, {1, 4}},
+    {"tiny_nvfp4_scalar", kFp4, 8, 2, 3, 48, 80, {1, 5, 64}},
+    {"tiny_nvfp4_duplicate_ids", kFp4, 8, 2, 3, 64, 32, {1, 6}, 128, Routing::kDuplicates},
 };
 
 class MoeExpertsCuda : public ::testing::TestWithParam<MoeCase> {};
@@ -368,6 +432,9 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
       {"moonlight_dense_fp8", kFp8, 0, 1, 0, 2048, 11264},
       {"v3_bf16", kBF16, 256, 1, 8, 7168, 2048},
       {"v3_fp8", kFp8, 256, 1, 8, 7168, 2048},
+      {"moonlight_nvfp4", kFp4, 64, 2, 6, 2048, 1408},
+      {"moonlight_dense_nvfp4", kFp4, 0, 1, 0, 2048, 11264},
+      {"v3_nvfp4", kFp4, 256, 1, 8, 7168, 2048},
   };
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
@@ -377,12 +444,15 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
   ASSERT_EQ(cudaEventCreate(&ev0), cudaSuccess);
   ASSERT_EQ(cudaEventCreate(&ev1), cudaSuccess);
   for (const TimingShape& sh : shapes) {
-    const int64_t n_all = sh.n_experts + sh.n_shared, eb = sh.format == kFp8 ? 1 : 2, blk = 128;
+    const int64_t n_all = sh.n_experts + sh.n_shared, eb = sh.format == kFp8 || sh.format == kFp4 ? 1 : 2, blk = 128;
+    const bool fp4 = sh.format == kFp4;
     Matrix gu{sh.format, n_all * 2 * sh.inter, sh.hidden, nullptr, nullptr, blk, blk};
     Matrix dn{sh.format, n_all * sh.hidden, sh.inter, nullptr, nullptr, blk, blk};
     void *dgu = nullptr, *ddn = nullptr;
     float *sgu = nullptr, *sdn = nullptr;
-    const size_t gu_bytes = size_t(gu.rows * gu.cols * eb), dn_bytes = size_t(dn.rows * dn.cols * eb);
+    const size_t gu_bytes = size_t(gu.rows * gu.cols * eb) / (fp4 ? 2 : 1);
+    const size_t dn_bytes = size_t(dn.rows * dn.cols * eb) / (fp4 ? 2 : 1);
+    uint8_t *s8gu = nullptr, *s8dn = nullptr;  // NVFP4 block scales (0x38 = 1.0), scale_2 = 1 per tensor
     const size_t gu_scales = size_t((gu.rows / blk) * gu.scale_cols()), dn_scales = size_t((dn.rows / blk) * dn.scale_cols());
     if (cudaMalloc(&dgu, gu_bytes) != cudaSuccess || cudaMalloc(&ddn, dn_bytes) != cudaSuccess) {
       std::printf("[ moe time ] %-22s skipped: %.1f GB of weights do not fit\n", sh.name, double(gu_bytes + dn_bytes) / 1e9);
@@ -398,10 +468,19 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
       ASSERT_EQ(cudaMemset(sgu, 0, gu_scales * 4), cudaSuccess);
       ASSERT_EQ(cudaMemset(sdn, 0, dn_scales * 4), cudaSuccess);
     }
+    if (fp4) {
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&s8gu), size_t(gu.rows * gu.cols / 16)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&s8dn), size_t(dn.rows * dn.cols / 16)), cudaSuccess);
+      ASSERT_EQ(cudaMemset(s8gu, 0x38, size_t(gu.rows * gu.cols / 16)), cudaSuccess);
+      ASSERT_EQ(cudaMemset(s8dn, 0x38, size_t(dn.rows * dn.cols / 16)), cudaSuccess);
+    }
     gu.data = dgu, gu.scale_inv = sgu, dn.data = ddn, dn.scale_inv = sdn;
+    gu.scale_fp8 = s8gu, dn.scale_fp8 = s8dn;
     // Bytes one expert contributes: gate/up and down rows, plus their fp8 scales.
-    const double expert_bytes = double(3 * sh.inter * sh.hidden * eb) +
-                                (sh.format == kFp8 ? 4.0 * double(3 * (sh.inter / blk) * (sh.hidden / blk)) : 0.0);
+    const double expert_bytes =
+        fp4 ? double(3 * sh.inter * sh.hidden) * (0.5 + 1.0 / 16.0)  // codes + e4m3 block scales
+            : double(3 * sh.inter * sh.hidden * eb) +
+                  (sh.format == kFp8 ? 4.0 * double(3 * (sh.inter / blk) * (sh.hidden / blk)) : 0.0);
     for (int64_t m : {int64_t(1), int64_t(8)}) {
       MoeCase rc{sh.name, sh.format, sh.n_experts, sh.n_shared, sh.top_k, sh.hidden, sh.inter, {m}};
       const Routed r = sh.top_k ? route(rc, m, seed_of(sh.name) + uint64_t(m)) : Routed{};
@@ -441,6 +520,8 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
     cudaFree(dgu), cudaFree(ddn);
     if (sgu) cudaFree(sgu);
     if (sdn) cudaFree(sdn);
+    if (s8gu) cudaFree(s8gu);
+    if (s8dn) cudaFree(s8dn);
   }
   cudaEventDestroy(ev0), cudaEventDestroy(ev1);
   cudaFree(flush);

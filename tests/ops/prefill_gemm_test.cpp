@@ -97,19 +97,26 @@ struct Stack {
   int64_t elem_bytes = 0, rows_per_expert = 0;
   std::unique_ptr<uint16_t[]> image_data;  // [rows, cols], allocated untouched; used experts filled
   void* ddata = nullptr;
-  float* dscale = nullptr;
+  float* dscale = nullptr;     // fp8 scale_inv, or NVFP4 scale_2 per expert part
+  uint8_t* dscale8 = nullptr;  // NVFP4 e4m3 block scales
+  int64_t parts = 1;           // NVFP4: ModelOpt tensors per expert (gate and up: 2)
   ~Stack() {
     if (ddata) cudaFree(ddata);
     if (dscale) cudaFree(dscale);
+    if (dscale8) cudaFree(dscale8);
   }
+  bool fp4() const { return dev.format == WeightFormat::kNvfp4; }
+  int64_t row_bytes(int64_t rows) const { return fp4() ? rows * dev.cols / 2 : rows * dev.cols * elem_bytes; }
 };
 
-bool make_stack(Stack& s, WeightFormat f, int64_t n_all, int64_t rows_per_expert, int64_t cols, int64_t block) {
+bool make_stack(Stack& s, WeightFormat f, int64_t n_all, int64_t rows_per_expert, int64_t cols, int64_t block,
+                int64_t parts = 1) {
   s.elem_bytes = f == WeightFormat::kF32 ? 4 : f == WeightFormat::kBF16 ? 2 : 1;
   s.rows_per_expert = rows_per_expert;
+  s.parts = parts;
   const int64_t rows = n_all * rows_per_expert;
   s.dev = Matrix{f, rows, cols, nullptr, nullptr, block, block};
-  const size_t bytes = size_t(rows * cols * s.elem_bytes);
+  const size_t bytes = size_t(s.row_bytes(rows));
   if (cudaMalloc(&s.ddata, bytes) != cudaSuccess || cudaMemset(s.ddata, 0xff, bytes) != cudaSuccess) return false;
   s.dev.data = s.ddata;
   if (f == WeightFormat::kFp8Block) {
@@ -119,6 +126,16 @@ bool make_stack(Stack& s, WeightFormat f, int64_t n_all, int64_t rows_per_expert
       return false;
     s.dev.scale_inv = s.dscale;
   }
+  if (f == WeightFormat::kNvfp4) {  // NaN block scales (0xff) and scale_2 until an expert is filled
+    const size_t n8 = size_t(rows * cols / 16), n2 = size_t(n_all * parts);
+    if (cudaMalloc(reinterpret_cast<void**>(&s.dscale8), n8) != cudaSuccess || cudaMemset(s.dscale8, 0xff, n8) != cudaSuccess ||
+        cudaMalloc(reinterpret_cast<void**>(&s.dscale), n2 * 4) != cudaSuccess ||
+        cudaMemset(s.dscale, 0xff, n2 * 4) != cudaSuccess)
+      return false;
+    s.dev.scale_fp8 = s.dscale8;
+    s.dev.scale_2_rows = s.dscale;
+    s.dev.scale_2_group_rows = rows_per_expert / parts;
+  }
   s.image_data.reset(new uint16_t[size_t(rows * cols)]);
   s.image = Matrix{WeightFormat::kBF16, rows, cols, s.image_data.get()};
   return true;
@@ -126,12 +143,25 @@ bool make_stack(Stack& s, WeightFormat f, int64_t n_all, int64_t rows_per_expert
 
 // Fills expert e's rows with seeded values (stored format on the device, bf16 image on the host).
 bool fill_expert(Stack& s, int64_t e, uint64_t seed) {
-  const int64_t cols = s.dev.cols, r0 = e * s.rows_per_expert, n = s.rows_per_expert * cols;
-  std::vector<uint8_t> stored(size_t(n * s.elem_bytes));
+  const int64_t cols = s.dev.cols, r0 = e * s.rows_per_expert;
+  const int64_t n = s.fp4() ? s.row_bytes(s.rows_per_expert) : s.rows_per_expert * cols;  // NVFP4: bytes
+  std::vector<uint8_t> stored(size_t(s.row_bytes(s.rows_per_expert)));
   std::vector<float> scale;
-  Matrix host = s.dev;  // the expert's rows as a host matrix (for the fp8 image)
+  std::vector<uint8_t> scale8;
+  Matrix host = s.dev;  // the expert's rows as a host matrix (for the fp8 / NVFP4 image)
   host.rows = s.rows_per_expert;
   host.data = stored.data();
+  if (s.fp4()) {  // e4m3 block scales of exponent field 4..11, a scale_2 per part
+    scale8.resize(size_t(s.rows_per_expert * cols / 16));
+    for (size_t i = 0; i < scale8.size(); ++i) {
+      const uint64_t rr = splitmix64((seed + 1) ^ ((uint64_t(e) * 100003 + i) * 0x9e3779b97f4a7c15ull));
+      scale8[i] = uint8_t(((4 + (rr >> 60) % 8) << 3) | ((rr >> 20) & 7));
+    }
+    for (int64_t q = 0; q < s.parts; ++q)
+      scale.push_back((1.6f / (96.0f * std::sqrt(float(cols)))) * (1.5f + uniform_pm1(seed + 2, uint64_t(e * s.parts + q))));
+    host.scale_fp8 = scale8.data();
+    host.scale_2_rows = scale.data();
+  }
   if (s.dev.format == WeightFormat::kFp8Block) {  // rows_per_expert is a multiple of block_rows
     scale.resize(size_t(s.rows_per_expert / s.dev.block_rows * s.dev.scale_cols()));
     for (size_t i = 0; i < scale.size(); ++i) scale[i] = std::exp2(-9.0f + 3.0f * uniform_pm1(seed + 1, uint64_t(e) * 100003 + i));
@@ -142,7 +172,7 @@ bool fill_expert(Stack& s, int64_t e, uint64_t seed) {
     for (int64_t i = b; i < end; ++i) {
       const uint64_t gi = uint64_t(r0 * cols + i);
       switch (s.dev.format) {
-        case WeightFormat::kNvfp4: break;  // no CUDA kernel reads NVFP4 yet: no case uses it
+        case WeightFormat::kNvfp4: stored[size_t(i)] = uint8_t(splitmix64(seed ^ (gi * 0x9e3779b97f4a7c15ull)) >> 56); break;
         case WeightFormat::kF32: reinterpret_cast<float*>(stored.data())[i] = amp * uniform_pm1(seed, gi); break;
         case WeightFormat::kBF16:
           reinterpret_cast<uint16_t*>(stored.data())[i] = f32_to_bf16(amp * uniform_pm1(seed, gi));
@@ -163,9 +193,12 @@ bool fill_expert(Stack& s, int64_t e, uint64_t seed) {
       for (int64_t j = 0; j < cols; ++j) img[r * cols + j] = f32_to_bf16(row[size_t(j)]);
     }
   });
-  if (cudaMemcpy(static_cast<uint8_t*>(s.ddata) + r0 * cols * s.elem_bytes, stored.data(), stored.size(),
+  if (cudaMemcpy(static_cast<uint8_t*>(s.ddata) + s.row_bytes(r0), stored.data(), stored.size(),
                  cudaMemcpyHostToDevice) != cudaSuccess)
     return false;
+  if (s.fp4())
+    return cudaMemcpy(s.dscale8 + r0 * cols / 16, scale8.data(), scale8.size(), cudaMemcpyHostToDevice) == cudaSuccess &&
+           cudaMemcpy(s.dscale + e * s.parts, scale.data(), scale.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess;
   if (!scale.empty()) {
     const int64_t s0 = r0 / s.dev.block_rows * s.dev.scale_cols();
     if (cudaMemcpy(s.dscale + s0, scale.data(), scale.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess) return false;
@@ -306,7 +339,7 @@ void run_moe_case(const MoeCase& c) {
     for (int32_t e : routes.back().ref_idx) used.insert(e);
   }
   Stack gu, dn;
-  ASSERT_TRUE(make_stack(gu, c.format, n_all, 2 * c.inter, c.hidden, c.block));
+  ASSERT_TRUE(make_stack(gu, c.format, n_all, 2 * c.inter, c.hidden, c.block, /*parts=*/2));
   ASSERT_TRUE(make_stack(dn, c.format, n_all, c.hidden, c.inter, c.block));
   for (int64_t e : used) {
     ASSERT_TRUE(fill_expert(gu, e, seed + 11));
@@ -401,7 +434,8 @@ void run_moe_case(const MoeCase& c) {
   }
 }
 
-constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block;
+constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block,
+                       kFp4 = WeightFormat::kNvfp4;
 
 const MoeCase kMoeCases[] = {
     // moonlight-16b-a3b: 64 routed + 2 shared, top 6, moe inter 1408, hidden 2048.
@@ -424,6 +458,11 @@ const MoeCase kMoeCases[] = {
     // A dense MLP as the runner lays it out: no routed expert, one "shared" expert.
     {"tiny_bf16_dense", kBF16, 0, 1, 0, 52, 22, {64, 300}},
     {"moonlight_dense_bf16_accumulate", kBF16, 0, 1, 0, 2048, 11264, {64, 512}, 128, Routing::kRandom, true, 0, 0, 32},
+    // NVFP4 (ModelOpt, a scale_2 per expert part): each step's experts staged as bf16.
+    {"moonlight_nvfp4", kFp4, 64, 2, 6, 2048, 1408, {64, 1000}},
+    {"moonlight_nvfp4_chunked", kFp4, 64, 2, 6, 2048, 1408, {1000}, 128, Routing::kRandom, true, 0, 384},
+    {"v3_nvfp4", kFp4, 256, 1, 8, 7168, 2048, {256}, 128, Routing::kSubset, false, 0, 0, 12},
+    {"tiny_nvfp4_odd_k", kFp4, 8, 2, 3, 48, 80, {64, 300}},
 };
 
 class MoeExpertsGemmCuda : public ::testing::TestWithParam<MoeCase> {};

@@ -61,6 +61,8 @@ __global__ void fill_kernel(void* p, size_t n, FillKind kind, uint64_t seed, flo
         break;
       }
       case FillKind::kScalePos: static_cast<float*>(p)[i] = exp2f(-9.0f + 3.0f * u) * scale; break;
+      case FillKind::kBytes: static_cast<uint8_t*>(p)[i] = uint8_t(r >> 56); break;
+      case FillKind::kE4m3Scale: static_cast<uint8_t*>(p)[i] = uint8_t(((6 + (r >> 60) % 3) << 3) | ((r >> 20) & 7)); break;
     }
   }
 }

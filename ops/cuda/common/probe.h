@@ -20,8 +20,9 @@ cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int thr
                                 uint32_t* sink, cudaStream_t stream);
 
 // Random fills, a pure function of (seed, index): f32 / bf16 uniform in [-scale, scale), fp8 e4m3
-// any finite code (scale unused), positive scales 2^-9 * 2^(3u) * scale.
-enum class FillKind { kF32Pm1, kBf16Pm1, kFp8Finite, kScalePos };
+// any finite code (scale unused), positive scales 2^-9 * 2^(3u) * scale, any byte (NVFP4 code
+// pairs), positive e4m3 block scales in [0.5, 3.75] (exponent field 6..8, any mantissa).
+enum class FillKind { kF32Pm1, kBf16Pm1, kFp8Finite, kScalePos, kBytes, kE4m3Scale };
 cudaError_t launch_fill(void* p, size_t n_elems, FillKind kind, uint64_t seed, cudaStream_t stream,
                         float scale = 1.0f);
 

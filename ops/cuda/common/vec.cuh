@@ -52,6 +52,38 @@ __device__ __forceinline__ float fp8_e4m3_to_f32(uint8_t v) {
   return __half2float(__half(h));
 }
 
+// Eight NVFP4 e2m1 codes of a 32-bit word (element i in nibble i: the checkpoint's order, element
+// 2j in the low nibble of byte j) as four f16x2 words, each value times 2^-14 exactly, with integer
+// ops only. An e2m1 code is s e1 e0 m (value (-1)^s 2^(E-1) (1 + m/2) for E = e1e0 > 0, and
+// (-1)^s m / 2 for E = 0). Its three magnitude bits placed at f16 bits 11..9 make the f16 exponent
+// field E and top mantissa bit m: 2^(E-15) (1 + m/2) = value * 2^-14 for E > 0, and for E = 0 the
+// subnormal m * 2^-15 = value * 2^-14; the sign goes to bit 15. Nibbles i and i + 4 sit 16 bits
+// apart, so one shift places both: h[i] = f16x2(element i, element i + 4) (low, high half).
+__device__ __forceinline__ void e2m1x8_to_f16x2(uint32_t w, uint32_t (&h)[4]) {
+  h[0] = ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
+  h[1] = ((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u);
+  h[2] = ((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u);
+  h[3] = ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
+}
+
+// One f16x2 word -> two exact f32 (low half first). A register reinterpretation: the halves are
+// read by the conversions directly (no masks or shifts to split the word).
+__device__ __forceinline__ float2 f16x2_bits_to_f32(uint32_t h) {
+  __half2 v;
+  memcpy(&v, &h, sizeof(v));
+  return __half22float2(v);
+}
+
+// One e2m1 code (low nibble of v) -> exact f32 (the scalar paths).
+__device__ __forceinline__ float e2m1_to_f32(uint32_t v) {
+  __half_raw r;
+  r.x = static_cast<unsigned short>(((v & 7u) << 9) | ((v & 8u) << 12));
+  return __half2float(__half(r)) * 16384.0f;  // undo the 2^-14 of the f16 placement (exact)
+}
+
+// 2^14: the factor the f16 placement above leaves out, folded into a kernel's per-row scale.
+constexpr float kE2m1F16Unscale = 16384.0f;
+
 __device__ __forceinline__ bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace pg::ops::cuda

@@ -1,6 +1,7 @@
 // The bf16 staging kernel of the cuBLASLt GEMM: activations (f32) and weights (f32, bf16, DeepSeek
-// FP8 blocks) to bf16 rows, dequantized exactly as ops::cpu reads them (fp8 value * its block's
-// scale_inv in f32), then rounded to nearest even as core/dtype.h's f32_to_bf16.
+// FP8 blocks, NVFP4) to bf16 rows, dequantized exactly as ops::cpu reads them (fp8 value * its
+// block's scale_inv in f32; NVFP4 (e2m1 * block scale) * scale_2 in f32), then rounded to nearest
+// even as core/dtype.h's f32_to_bf16. This is the NVFP4 dequantize kernel of the prefill paths.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -18,7 +19,13 @@ constexpr int kToBf16Threads = 256;
 // gridDim.y limit; more rows loop.
 constexpr int64_t kMaxGridY = 65535;
 
-
+// NVFP4 row r's scale_2 and the block scale of column c, as f32.
+__device__ __forceinline__ float nvfp4_scale_2(const ToBf16Params& p, int64_t r) {
+  return p.scale_2_rows ? __ldg(p.scale_2_rows + r / p.scale_2_group_rows) : p.scale_2;
+}
+__device__ __forceinline__ float nvfp4_block_scale(const ToBf16Params& p, int64_t r, int64_t c) {
+  return fp8_e4m3_to_f32(__ldg(p.scale_fp8 + r * (p.src_stride / 16) + c / 16));
+}
 
 // One source element as bf16 bits (the scalar path: any alignment, any block size).
 template <ToBf16Src S>
@@ -27,10 +34,13 @@ __device__ __forceinline__ uint16_t elem_bits(const ToBf16Params& p, int64_t r, 
     return to_bf16_bits(__ldg(static_cast<const float*>(p.src) + r * p.src_stride + c));
   } else if constexpr (S == ToBf16Src::kBF16) {
     return __ldg(static_cast<const unsigned short*>(p.src) + r * p.src_stride + c);
-  } else {
+  } else if constexpr (S == ToBf16Src::kFp8Block) {
     const uint8_t v = static_cast<const uint8_t*>(p.src)[r * p.src_stride + c];
     const float s = __ldg(p.scale_inv + (r / p.block_rows) * p.scale_cols + c / p.block_cols);
     return to_bf16_bits(fp8_e4m3_to_f32(v) * s);
+  } else {
+    const uint8_t b = __ldg(static_cast<const uint8_t*>(p.src) + r * (p.src_stride / 2) + c / 2);
+    return to_bf16_bits((e2m1_to_f32(c % 2 ? b >> 4 : b & 0xfu) * nvfp4_block_scale(p, r, c)) * nvfp4_scale_2(p, r));
   }
 }
 
@@ -47,6 +57,22 @@ __device__ __forceinline__ uint4 chunk_vec(const ToBf16Params& p, int64_t r, int
     o.w = pack_bf16x2(__uint_as_float(b.z), __uint_as_float(b.w));
   } else if constexpr (S == ToBf16Src::kBF16) {
     o = ld_stream(static_cast<const uint16_t*>(p.src) + r * p.src_stride + c0);
+  } else if constexpr (S == ToBf16Src::kNvfp4) {
+    // Four bytes = the chunk's 8 codes, all in one 16-element block (c0 % 8 == 0).
+    const uint32_t w =
+        __ldg(reinterpret_cast<const unsigned int*>(static_cast<const uint8_t*>(p.src) + r * (p.src_stride / 2) + c0 / 2));
+    const float s = nvfp4_block_scale(p, r, c0), s2 = nvfp4_scale_2(p, r);
+    uint32_t h[4];
+    e2m1x8_to_f16x2(w, h);  // h[j] = (element j, element j + 4) * 2^-14
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = f16x2_bits_to_f32(h[j]);
+      // code * 2^14 exact, times the block scale exact (<= 2 x 4 significant bits), then scale_2
+      v[j] = (f.x * kE2m1F16Unscale * s) * s2;
+      v[j + 4] = (f.y * kE2m1F16Unscale * s) * s2;
+    }
+    o = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
   } else {
     const uint2 q = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.src) + r * p.src_stride + c0));
     // The whole chunk lies in one block (block_cols % 8 == 0 and c0 % 8 == 0).
@@ -107,6 +133,7 @@ cudaError_t launch_to_bf16(const ToBf16Params& p, cudaStream_t stream) {
     case ToBf16Src::kF32: to_bf16_kernel<ToBf16Src::kF32><<<grid, block, 0, stream>>>(p); break;
     case ToBf16Src::kBF16: to_bf16_kernel<ToBf16Src::kBF16><<<grid, block, 0, stream>>>(p); break;
     case ToBf16Src::kFp8Block: to_bf16_kernel<ToBf16Src::kFp8Block><<<grid, block, 0, stream>>>(p); break;
+    case ToBf16Src::kNvfp4: to_bf16_kernel<ToBf16Src::kNvfp4><<<grid, block, 0, stream>>>(p); break;
   }
   return cudaGetLastError();
 }

@@ -123,8 +123,12 @@ struct GemmContext::Impl {
   std::map<ShapeKey, Plan> plans;
   std::map<Bf16Key, Plan> bf16_plans;  // gemm_bf16
   int64_t heuristic_calls = 0;
+  GemmContext::StagingStream staging;
 
   ~Impl() {
+    for (cudaEvent_t e : {staging.begin, staging.staged[0], staging.staged[1], staging.consumed[0], staging.consumed[1]})
+      if (e) cudaEventDestroy(e);
+    if (staging.stream) cudaStreamDestroy(staging.stream);
     plans.clear();  // layouts before the handle
     bf16_plans.clear();
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -149,7 +153,8 @@ struct GemmContext::Impl {
     if (c.expand && c.n * c.ldw > int64_t(w_bf16.size()))
       return failed_precondition(
           "gemm_linear: a {} x {} {} weight needs {} bf16 of weight scratch; the context has {} (max_expand_elems)",
-          c.n, c.k, w.format == WeightFormat::kF32 ? "f32" : "FP8", c.n * c.ldw, w_bf16.size());
+          c.n, c.k, w.format == WeightFormat::kF32 ? "f32" : w.format == WeightFormat::kNvfp4 ? "NVFP4" : "FP8",
+          c.n * c.ldw, w_bf16.size());
     return c;
   }
 
@@ -246,6 +251,7 @@ int64_t GemmContext::device_bytes() const {
 }
 int64_t GemmContext::cached_shapes() const { return int64_t(impl_->plans.size() + impl_->bf16_plans.size()); }
 int64_t GemmContext::heuristic_calls() const { return impl_->heuristic_calls; }
+const GemmContext::StagingStream& GemmContext::staging() const { return impl_->staging; }
 
 Result<GemmContext> GemmContext::create(int64_t max_m, int64_t max_k, int64_t max_n, int64_t max_expand_elems) {
   if (max_m <= 0 || max_k <= 0 || max_n <= 0 || max_expand_elems < -1)
@@ -264,6 +270,10 @@ Result<GemmContext> GemmContext::create(int64_t max_m, int64_t max_k, int64_t ma
   PG_LT_TRY(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
   PG_LT_TRY(cublasLtMatmulDescSetAttribute(s.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
   PG_LT_TRY(cublasLtMatmulPreferenceCreate(&s.pref));
+  PG_CUDA_TRY(cudaStreamCreateWithFlags(&s.staging.stream, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&s.staging.begin, &s.staging.staged[0], &s.staging.staged[1], &s.staging.consumed[0],
+                         &s.staging.consumed[1]})
+    PG_CUDA_TRY(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   return ctx;
 }
 
@@ -312,7 +322,11 @@ Status gemm_linear(GemmContext& ctx, const LinearArgs& a, cudaStream_t stream) {
         wp.vec = aligned(w.data, 8) && c.k % 8 == 0 && w.block_cols % kToBf16Chunk == 0;
         break;
       case WeightFormat::kNvfp4:
-        return check_kernel_format(w, "gemm_linear");
+        wp.src_type = ToBf16Src::kNvfp4;
+        wp.scale_fp8 = w.scale_fp8, wp.scale_2 = w.scale_2;
+        wp.scale_2_rows = w.scale_2_rows, wp.scale_2_group_rows = w.scale_2_rows ? w.scale_2_group_rows : 1;
+        wp.vec = aligned(w.data, 4) && c.k % 8 == 0;
+        break;
     }
     PG_CUDA_TRY(launch_to_bf16(wp, stream));
     w_ptr = s.w_bf16.data();

@@ -44,6 +44,18 @@ class GemmContext {
   int64_t cached_shapes() const;
   int64_t heuristic_calls() const;
 
+  // A second stream and events for a caller that stages operands while a GEMM runs on its own
+  // stream (moe_experts_gemm: the next expert's weights dequantized into one half of a
+  // double-buffered scratch while the GEMM reads the other). Created with the context; only
+  // staging kernels run on it (never cuBLASLt, whose workspace belongs to the caller's stream).
+  struct StagingStream {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t begin = nullptr;                    // the caller's stream up to the call
+    cudaEvent_t staged[2] = {nullptr, nullptr};     // buffer b written
+    cudaEvent_t consumed[2] = {nullptr, nullptr};   // buffer b's last reader (a GEMM) done
+  };
+  const StagingStream& staging() const;
+
   struct Impl;
 
  private:

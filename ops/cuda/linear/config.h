@@ -10,7 +10,7 @@ namespace pg::ops::cuda {
 
 // The weight formats of ops/matrix.h's WeightFormat, restated here because kernel files (.cu)
 // include no header that pulls in fmt (nvcc rejects fmt 9's constexpr code): see linear/launch.cpp.
-enum class LinearWeight : uint8_t { kF32, kBF16, kFp8Block };
+enum class LinearWeight : uint8_t { kF32, kBF16, kFp8Block, kNvfp4 };
 
 constexpr int kLinearThreads = 256;
 constexpr int kLinearWarps = kLinearThreads / 32;
@@ -23,10 +23,19 @@ constexpr int kLinearMaxMTile = 16;
 // lanes x >= 128 B is 2x that.
 constexpr int kLinearMinWarpsPerSm = 16;
 
-// Bytes of W in one vector load, and elements of each format in it.
+// Bytes of W in one vector load, and elements of each format in it (NVFP4: two per byte, so one
+// 16-byte chunk is 32 elements = two 16-element scale blocks).
 constexpr int kLinearVecBytes = 16;
 constexpr int linear_elem_bytes(LinearWeight f) { return f == LinearWeight::kF32 ? 4 : f == LinearWeight::kBF16 ? 2 : 1; }
-constexpr int linear_vec_elems(LinearWeight f) { return kLinearVecBytes / linear_elem_bytes(f); }
+constexpr int linear_vec_elems(LinearWeight f) {
+  return f == LinearWeight::kNvfp4 ? 2 * kLinearVecBytes : kLinearVecBytes / linear_elem_bytes(f);
+}
+// Bytes of one W row of k elements (NVFP4: k / 2, k even).
+constexpr int64_t linear_row_bytes(LinearWeight f, int64_t k) {
+  return f == LinearWeight::kNvfp4 ? k / 2 : k * linear_elem_bytes(f);
+}
+// NVFP4 elements per e4m3 block scale (ops::kNvfp4GroupSize, restated fmt-free).
+constexpr int kNvfp4Block = 16;
 
 struct LinearTile {
   int m_tile = 1;         // rows of x per block (the kernel's register tile)
@@ -47,6 +56,17 @@ inline int linear_m_tile(int64_t m) {
 // (2026-11-30): bf16 rows 2 x unroll 4 (82% vs 79% for 4 x 4 at 7168x18432), fp8 rows 4 x
 // unroll 2 (60% vs 51% for 2 x 4).
 constexpr LinearTile linear_default_tile(LinearWeight f, int m_tile) {
+  // NVFP4: a chunk is 32 elements and the ALU work per byte is 4x bf16's; a word (8 elements) per
+  // row is dequantized at a time and reused by the tile's x rows. m above 4 takes several m tiles
+  // of 4 (the weights re-read from L2): 8- and 16-row tiles spilled (ptxas, 2026-12-01). Not yet
+  // swept on the H200 (bench_ops_cuda lists the instantiated alternatives).
+  if (f == LinearWeight::kNvfp4) {
+    switch (m_tile) {
+      case 1: return {1, 4, 2};
+      case 2: return {2, 2, 2};
+      default: return {4, 2, 1};
+    }
+  }
   if (f == LinearWeight::kFp8Block) {
     switch (m_tile) {
       case 1: return {1, 4, 2};
@@ -62,6 +82,16 @@ constexpr LinearTile linear_default_tile(LinearWeight f, int m_tile) {
     case 8: return {8, 2, 2};
     default: return {16, 1, 2};
   }
+}
+
+// NVFP4 at m = 1: rows per warp for n output rows. Four rows keep 8 chunks per lane in flight,
+// but at small n (moonlight's 2048..4096-row projections: 512..1024 warps, ~4-8 per SM) the grid
+// is short of warps; halve to 2 rows while it has fewer than kLinearMinWarpsPerSm per SM. Not 1:
+// x (32 f32 per chunk, from L1) is then re-read per row and L1 traffic outgrows the weights'.
+// Not yet measured (bench_ops_cuda's NVFP4 variants compare rows 2 and 4).
+inline int linear_nvfp4_rows(int64_t n, int sm_count) {
+  const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
+  return (n + 3) / 4 < want ? 2 : 4;
 }
 
 // Warps splitting K for one row group (1..kLinearWarps, a power of two). Long K: split while

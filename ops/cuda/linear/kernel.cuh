@@ -13,6 +13,8 @@
 
 namespace pg::ops::cuda {
 
+// NVFP4 chunks are unpacked a word (8 elements) at a time inside the loop (nvfp4_chunk_dot), so
+// only 8 dequantized values per row are live, not 32.
 // One 16-byte chunk of W -> its kVec f32 values (fp8: without the block scale).
 template <LinearWeight F>
 __device__ __forceinline__ void unpack_chunk(const uint4& v, float (&out)[linear_vec_elems(F)]) {
@@ -34,16 +36,71 @@ __device__ __forceinline__ void unpack_chunk(const uint4& v, float (&out)[linear
   }
 }
 
+// The two e4m3 block scales of NVFP4 chunk cc of a row (bytes 2cc, 2cc + 1 of its scale row;
+// 2-byte aligned: rows hold k / 16 scales, even on the vector path) as exact f32.
+__device__ __forceinline__ float2 nvfp4_chunk_scales(const uint8_t* srow, int64_t cc) {
+  return fp8x2_e4m3_to_f32(__ldg(reinterpret_cast<const unsigned short*>(srow) + cc));
+}
+
+// acc[i][r] += the NVFP4 chunk wv[r] (32 elements: two 16-element blocks with scales sc[r]) · the
+// chunk's 32 f32 of x row i, at x_at(i), for i < m_valid. Each block's products of (code * 2^-14)
+// and x are summed in f32, then scaled once into the accumulator; the caller multiplies the row's
+// total by scale_2 * 2^14. Unpacked one 32-bit word (8 elements) per row at a time, reused by every
+// x row. Shared with the MoE expert kernels (moe_experts/kernel.cu).
+template <int kMTile, int kRows, typename XAt>
+__device__ __forceinline__ void nvfp4_chunk_dot(const uint4 (&wv)[kRows], const float2 (&sc)[kRows], XAt x_at,
+                                                int m_valid, float (&acc)[kMTile][kRows]) {
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {  // scale block b: words 2b, 2b + 1
+    float d[kMTile][kRows];
+#pragma unroll
+    for (int i = 0; i < kMTile; ++i)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) d[i][r] = 0.0f;
+#pragma unroll
+    for (int q = 2 * b; q < 2 * b + 2; ++q) {
+      float wf[kRows][8];  // element 8q + j of the chunk at wf[r][j]
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const uint32_t word = q == 0 ? wv[r].x : q == 1 ? wv[r].y : q == 2 ? wv[r].z : wv[r].w;
+        uint32_t h[4];
+        e2m1x8_to_f16x2(word, h);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = f16x2_bits_to_f32(h[j]);
+          wf[r][j] = f.x, wf[r][j + 4] = f.y;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kMTile; ++i) {
+        if (i < m_valid) {
+          const float* xp = x_at(i);
+          const float4 xa = ld_act4(xp + 8 * q), xb = ld_act4(xp + 8 * q + 4);
+          const float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+          for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) d[i][r] = fmaf(wf[r][j], xf[j], d[i][r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kMTile; ++i)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[i][r] = fmaf(d[i][r], b == 0 ? sc[r].x : sc[r].y, acc[i][r]);
+  }
+}
+
 // Grid: x = row groups (kLinearWarps / k_split of them per block), y = m tiles.
 // Warp w of a block: row group blockIdx.x * (warps / k_split) + w / k_split, K slice w % k_split.
 template <LinearWeight F, int kMTile, int kRows, int kUnroll>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_vec_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kVec = linear_vec_elems(F);
-  constexpr int kElemBytes = linear_elem_bytes(F);
   constexpr int kOut = kMTile * kRows;  // outputs of one warp; lane j < kOut writes output j
   static_assert(kOut <= kWarpSize, "one lane per output of the warp");
   constexpr bool kFp8 = F == LinearWeight::kFp8Block;
+  constexpr bool kNvfp4 = F == LinearWeight::kNvfp4;
 
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int k_split = p.k_split;
@@ -57,14 +114,16 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   const int64_t c_begin = kpart * per_part, c_end = min(k_chunks, c_begin + per_part);
 
   const uint8_t* wrow[kRows];
-  const float* srow[kRows];  // fp8: this row's row of block scales
+  const float* srow[kRows];      // fp8: this row's row of block scales
+  const uint8_t* srow8[kRows];   // nvfp4: this row's e4m3 block scales
   bool rvalid[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int64_t row = min(row0 + r, p.n - 1);  // rows past n re-read row n-1 and are never written
     rvalid[r] = row0 + r < p.n;
-    wrow[r] = static_cast<const uint8_t*>(p.w) + row * p.k * kElemBytes;
+    wrow[r] = static_cast<const uint8_t*>(p.w) + row * linear_row_bytes(F, p.k);
     srow[r] = kFp8 ? p.scale_inv + (row / p.block_rows) * p.scale_cols : nullptr;
+    srow8[r] = kNvfp4 ? p.scale_fp8 + row * (p.k / kNvfp4Block) : nullptr;
   }
   const float* xb = p.x + m0 * p.x_stride;
 
@@ -99,7 +158,16 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t cc = c + int64_t(kWarpSize) * u;
-      if (cc < c_end) {
+      if constexpr (kNvfp4) {
+        if (cc < c_end) {
+          float2 sc[kRows];
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) sc[r] = nvfp4_chunk_scales(srow8[r], cc);
+          const float* xc = xb + cc * kVec;
+          const int64_t xs = p.x_stride;
+          nvfp4_chunk_dot<kMTile, kRows>(wv[u], sc, [=](int i) { return xc + i * xs; }, m_valid, acc);
+        }
+      } else if (cc < c_end) {
         float wf[kRows][kVec];
         float sc[kRows];
 #pragma unroll
@@ -148,6 +216,8 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   }
   const int i = lane / kRows, r = lane % kRows;
   if (lane < kOut && i < m_valid && row0 + r < p.n) {
+    if constexpr (kNvfp4)  // the per-tensor (or per-row-group) scale_2 and the unpack's 2^14
+      mine *= (p.scale_2_rows ? __ldg(p.scale_2_rows + (row0 + r) / p.scale_2_group_rows) : p.scale_2) * kE2m1F16Unscale;
     float* yp = p.y + (m0 + i) * p.y_stride + row0 + r;
     *yp = p.accumulate ? *yp + mine : mine;
   }

@@ -24,7 +24,7 @@ struct TileEntry {
 #define PG_TILE_ENTRY(fmt, mt, rows, unroll) \
   TileEntry{LinearWeight::fmt, LinearTile{mt, rows, unroll}, &launch_linear_vec<LinearWeight::fmt, mt, rows, unroll>},
 const TileEntry kTiles[] = {PG_LINEAR_TILES_F32(PG_TILE_ENTRY) PG_LINEAR_TILES_BF16(PG_TILE_ENTRY)
-                                PG_LINEAR_TILES_FP8(PG_TILE_ENTRY)};
+                                PG_LINEAR_TILES_FP8(PG_TILE_ENTRY) PG_LINEAR_TILES_NVFP4(PG_TILE_ENTRY)};
 #undef PG_TILE_ENTRY
 
 const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
@@ -42,6 +42,10 @@ LinearParams make_params(const LinearArgs& a) {
   p.x = a.x;
   p.w = w.data;
   p.scale_inv = w.scale_inv;
+  p.scale_fp8 = w.scale_fp8;
+  p.scale_2 = w.scale_2;
+  p.scale_2_rows = w.scale_2_rows;
+  p.scale_2_group_rows = w.scale_2_rows ? w.scale_2_group_rows : 1;
   p.y = a.y;
   p.m = a.m;
   p.n = w.rows;
@@ -61,6 +65,8 @@ bool vector_path_ok(LinearWeight f, const LinearParams& p) {
   if (p.k % vec || !aligned16(p.w) || !aligned16(p.x) || p.x_stride % 4) return false;
   if (f == LinearWeight::kFp8Block)  // a chunk must lie in one scale block, found by a shift
     return p.block_cols >= vec && std::has_single_bit(uint64_t(p.block_cols));
+  if (f == LinearWeight::kNvfp4)  // a chunk's two block scales are one 2-byte load
+    return (reinterpret_cast<uintptr_t>(p.scale_fp8) & 1u) == 0;
   return true;
 }
 
@@ -84,6 +90,8 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
     return plan;
   }
   plan.tile = linear_default_tile(f, v.m_tile ? v.m_tile : linear_m_tile(p.m));
+  if (f == LinearWeight::kNvfp4 && plan.tile.m_tile == 1)
+    plan.tile.rows_per_warp = linear_nvfp4_rows(p.n, current_device_props().sm_count);
   if (v.rows_per_warp) plan.tile.rows_per_warp = v.rows_per_warp;
   if (v.unroll) plan.tile.unroll = v.unroll;
   if (!find_tile(f, plan.tile))
@@ -100,7 +108,7 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
 }
 
 Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t stream) {
-  if (a.w) PG_TRY(check_kernel_format(*a.w, "linear"));
+  if (a.w) PG_TRY(check_kernel_format(*a.w, "linear", /*nvfp4_ok=*/true));
   PG_ASSIGN_OR_RETURN(const LinearPlan plan, linear_plan(a, v));
   if (a.m == 0) return ok_status();
   LinearParams p = make_params(a);

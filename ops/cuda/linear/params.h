@@ -14,8 +14,12 @@ namespace pg::ops::cuda {
 // One launch of a linear kernel, passed as `const __grid_constant__`.
 struct LinearParams {
   const float* x = nullptr;          // [m, k] f32, row stride x_stride (16-byte aligned rows on the vector path)
-  const void* w = nullptr;           // [n, k] f32 | bf16 | fp8 e4m3fn, rows contiguous
+  const void* w = nullptr;           // [n, k] f32 | bf16 | fp8 e4m3fn, or [n, k/2] NVFP4 codes; rows contiguous
   const float* scale_inv = nullptr;  // fp8: [ceil(n / block_rows), scale_cols] f32
+  const uint8_t* scale_fp8 = nullptr;     // nvfp4: [n, k/16] e4m3fn block scales
+  const float* scale_2_rows = nullptr;    // nvfp4: [n / scale_2_group_rows] f32 per-row-group scale_2, or null:
+  int64_t scale_2_group_rows = 1;         //  then every row's is scale_2
+  float scale_2 = 1.0f;
   float* y = nullptr;                // [m, n] f32, row stride y_stride
   int64_t m = 0, n = 0, k = 0;
   int64_t x_stride = 0, y_stride = 0;  // elements
@@ -32,6 +36,9 @@ struct LinearParams {
 #define PG_LINEAR_TILES_BF16(X)                                                                \
   X(kBF16, 1, 4, 4) X(kBF16, 2, 4, 2) X(kBF16, 4, 2, 2) X(kBF16, 8, 2, 2) X(kBF16, 16, 1, 2) \
   X(kBF16, 1, 2, 4) X(kBF16, 1, 4, 2) X(kBF16, 1, 2, 8) X(kBF16, 1, 1, 8)
+#define PG_LINEAR_TILES_NVFP4(X)                                                                      \
+  X(kNvfp4, 1, 4, 2) X(kNvfp4, 2, 2, 2) X(kNvfp4, 4, 2, 1) X(kNvfp4, 2, 4, 1)           \
+  X(kNvfp4, 1, 2, 2) X(kNvfp4, 1, 2, 4) X(kNvfp4, 1, 4, 1) X(kNvfp4, 1, 1, 4)
 #define PG_LINEAR_TILES_FP8(X)                                                                         \
   X(kFp8Block, 1, 2, 4) X(kFp8Block, 2, 2, 2) X(kFp8Block, 4, 2, 2) X(kFp8Block, 8, 1, 2)             \
   X(kFp8Block, 16, 1, 2) X(kFp8Block, 1, 4, 2) X(kFp8Block, 1, 2, 2) X(kFp8Block, 1, 1, 8) X(kFp8Block, 1, 4, 4)

@@ -46,6 +46,9 @@ struct MoeTile {
 // Scalar path (odd shapes): 4-byte loads, performance irrelevant.
 constexpr MoeTile moe_gate_up_tile(LinearWeight f, bool vec, int m_tile) {
   if (!vec) return {1, 4};
+  // NVFP4: a 16-byte chunk is 32 elements (moonlight's 2048 are 2 chunks per lane, V3's 7168 are
+  // 7): 2 gate/up row pairs x 2 chunks (128 B per lane in flight) at m = 1. Not yet swept.
+  if (f == LinearWeight::kNvfp4) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
   if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
   if (m_tile == 1) return {4, 2};  // the sweep: +3% moonlight, +7% its dense MLP over 1 x 4
   return m_tile <= 2 ? MoeTile{1, 4} : MoeTile{1, 2};
@@ -57,6 +60,9 @@ constexpr MoeTile moe_gate_up_tile(LinearWeight f, bool vec, int m_tile) {
 // per SM in flight); V3 fp8 (7168 x 2048: 4 chunks per lane per row) takes rows 2 x unroll 4.
 constexpr MoeTile moe_down_tile(LinearWeight f, bool vec, int m_tile) {
   if (!vec) return {1, 4};
+  // NVFP4: moonlight's 1408 columns are 1.4 chunks per lane, V3's 2048 are 2. Pair tiles of 4 and
+  // 8 spilled with unroll 2 (ptxas, 2026-12-01). Not yet swept.
+  if (f == LinearWeight::kNvfp4) return m_tile == 1 ? MoeTile{2, 2} : m_tile == 2 ? MoeTile{1, 2} : MoeTile{1, 1};
   if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 4} : m_tile <= 4 ? MoeTile{2, 2} : MoeTile{1, 2};
   return m_tile == 1 ? MoeTile{1, 8} : m_tile <= 4 ? MoeTile{2, 2} : MoeTile{1, 2};
 }
@@ -79,6 +85,9 @@ constexpr MoeTile moe_down_direct_tile(LinearWeight f, bool vec, bool single_slo
   if (!vec) return {1, 4};
   if (f == LinearWeight::kFp8Block) return {4, 4};
   if (f == LinearWeight::kBF16) return single_slot ? MoeTile{1, 8} : MoeTile{4, 2};
+  // NVFP4: moonlight's 1408 columns are 1.4 chunks per lane, V3's 2048 are 2: 4 rows x 2; a dense
+  // MLP's single slot (11264 columns, 11 chunks per lane) 1 x 4. Not yet swept.
+  if (f == LinearWeight::kNvfp4) return single_slot ? MoeTile{1, 4} : MoeTile{4, 2};
   return {2, 4};
 }
 

@@ -1,8 +1,9 @@
 // The MoE expert kernels: plan (group pairs by expert), gate_up (h = silu(gate·x) * (up·x) per
 // (token, expert) pair, every selected expert's rows streamed once per 8 of its pairs) and down
 // (per output row, the token's experts summed in the contract's order). Weight rows stream in
-// 16-byte chunks dequantized in registers as in linear/kernel.cuh; odd shapes take the same
-// kernels with one element per "chunk". The CPU definition is ops::cpu::moe_experts.
+// 16-byte chunks dequantized in registers as in linear/kernel.cuh (f32, bf16, fp8, NVFP4 with a
+// scale_2 per expert); odd shapes take the same kernels with one element per "chunk". The CPU
+// definition is ops::cpu::moe_experts.
 #include <cuda_runtime.h>
 
 #include "ops/cuda/common/pdl.cuh"
@@ -29,6 +30,8 @@ __device__ __forceinline__ uint4 load_chunk(const uint8_t* row, int64_t c) {
     return make_uint4(__ldg(reinterpret_cast<const unsigned int*>(row) + c), 0, 0, 0);
   } else if constexpr (F == LinearWeight::kBF16) {
     return make_uint4(__ldg(reinterpret_cast<const unsigned short*>(row) + c), 0, 0, 0);
+  } else if constexpr (F == LinearWeight::kNvfp4) {  // element c: nibble c % 2 of byte c / 2
+    return make_uint4((uint32_t(__ldg(row + c / 2)) >> (4 * (c % 2))) & 0xfu, 0, 0, 0);
   } else {
     return make_uint4(__ldg(row + c), 0, 0, 0);
   }
@@ -42,10 +45,19 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&out)[chunk_elems<
     out[0] = __uint_as_float(v.x);
   } else if constexpr (F == LinearWeight::kBF16) {
     out[0] = __uint_as_float(v.x << 16);
+  } else if constexpr (F == LinearWeight::kNvfp4) {
+    out[0] = e2m1_to_f32(v.x);
   } else {
     out[0] = fp8_e4m3_to_f32(uint8_t(v.x));
   }
 }
+
+// The scales of one weight row: fp8's row of f32 block scales (scale_inv), or NVFP4's row of e4m3
+// block scales and the row's scale_2 (per expert in a stack).
+struct RowScales {
+  const void* blocks = nullptr;
+  float scale_2 = 1.0f;
+};
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
@@ -61,16 +73,18 @@ __device__ __forceinline__ int lower_bound(const int32_t* a, int lo, int hi, int
 
 // acc[i][r] = this lane's part of row r · x row i, for i < m_valid (the warp sums the lanes).
 // All kR x kU loads of a step are issued before the first multiply; fp8 scales each chunk's dot
-// once (a chunk lies in one scale block on the vector path).
+// once (a chunk lies in one scale block on the vector path); NVFP4 each 16-element block's dot
+// (linear/kernel.cuh's nvfp4_chunk_dot on the vector path), then the row's sum by its scale_2.
 // kWaitAfterFirstLoads: the x rows are written by the kernel launched before this one (PDL): the
 // first step's weight loads are issued, then the lane waits for that kernel (pdl_wait) before it
 // reads x; weights never depend on it. A lane with no chunk does not wait here: its caller must.
 template <LinearWeight F, bool kVec, int kM, int kR, int kU, bool kWaitAfterFirstLoads = false>
-__device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], const float* const (&srow)[kR],
+__device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], const RowScales (&srow)[kR],
                                            const float* const (&xrow)[kM], int m_valid, int64_t n_chunks,
                                            const MoeWeightParams& w, float (&acc)[kM][kR]) {
   constexpr int kE = chunk_elems<F, kVec>();
   constexpr bool kFp8 = F == LinearWeight::kFp8Block;
+  constexpr bool kNvfp4 = F == LinearWeight::kNvfp4;
   const int lane = threadIdx.x % kWarpSize;
 #pragma unroll
   for (int i = 0; i < kM; ++i)
@@ -92,14 +106,24 @@ __device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], con
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t cc = c + int64_t(kWarpSize) * u;
-      if (cc < n_chunks) {
+      if constexpr (kNvfp4 && kVec) {
+        if (cc < n_chunks) {
+          float2 sc[kR];
+#pragma unroll
+          for (int r = 0; r < kR; ++r) sc[r] = nvfp4_chunk_scales(static_cast<const uint8_t*>(srow[r].blocks), cc);
+          nvfp4_chunk_dot<kM, kR>(wv[u], sc, [&](int i) { return xrow[i] + cc * kE; }, m_valid, acc);
+        }
+      } else if (cc < n_chunks) {
         float wf[kR][kE];
         float sc[kR];
 #pragma unroll
         for (int r = 0; r < kR; ++r) {
           unpack<F, kVec>(wv[u][r], wf[r]);
           if constexpr (kFp8)
-            sc[r] = __ldg(srow[r] + (kVec ? (cc * kE) >> w.log2_block_cols : cc / w.block_cols));
+            sc[r] = __ldg(static_cast<const float*>(srow[r].blocks) +
+                          (kVec ? (cc * kE) >> w.log2_block_cols : cc / w.block_cols));
+          if constexpr (kNvfp4)  // scalar path: element cc's 16-element block
+            sc[r] = fp8_e4m3_to_f32(__ldg(static_cast<const uint8_t*>(srow[r].blocks) + cc / kNvfp4Block));
         }
 #pragma unroll
         for (int i = 0; i < kM; ++i) {
@@ -119,18 +143,33 @@ __device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], con
               float d = 0.0f;
 #pragma unroll
               for (int e = 0; e < kE; ++e) d = fmaf(wf[r][e], xf[e], d);
-              acc[i][r] = kFp8 ? fmaf(d, sc[r], acc[i][r]) : acc[i][r] + d;
+              acc[i][r] = kFp8 || kNvfp4 ? fmaf(d, sc[r], acc[i][r]) : acc[i][r] + d;
             }
           }
         }
       }
     }
   }
+  if constexpr (kNvfp4) {  // the row's scale_2 (and, on the vector path, the unpack's 2^14)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const float s2 = kVec ? srow[r].scale_2 * kE2m1F16Unscale : srow[r].scale_2;
+#pragma unroll
+      for (int i = 0; i < kM; ++i) acc[i][r] *= s2;
+    }
+  }
 }
 
 template <LinearWeight F>
-__device__ __forceinline__ const float* scale_row(const MoeWeightParams& w, int64_t row) {
-  return F == LinearWeight::kFp8Block ? w.scale_inv + (row / w.block_rows) * w.scale_cols : nullptr;
+__device__ __forceinline__ RowScales scale_row(const MoeWeightParams& w, int64_t row) {
+  RowScales s;
+  if constexpr (F == LinearWeight::kFp8Block) {
+    s.blocks = w.scale_inv + (row / w.block_rows) * w.scale_cols;
+  } else if constexpr (F == LinearWeight::kNvfp4) {
+    s.blocks = w.scale_fp8 + row * w.scale_fp8_cols;
+    s.scale_2 = w.scale_2_rows ? __ldg(w.scale_2_rows + row / w.scale_2_group_rows) : w.scale_2;
+  }
+  return s;
 }
 
 // One block: counting sort of the m * top_k (token, slot) pairs by expert, stable (flat order
@@ -236,14 +275,14 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   if (j0 >= p.inter) return;
 
   const uint8_t* wrow[kW];
-  const float* srow[kW];
+  RowScales srow[kW];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const int64_t j = min(j0 + r, int64_t(p.inter) - 1);  // rows past inter re-read the last; never written
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // gate rows, then up rows
       const int64_t row = expert * 2 * p.inter + half * int64_t(p.inter) + j;
-      wrow[half * kR + r] = static_cast<const uint8_t*>(p.gate_up.data) + row * p.hidden * linear_elem_bytes(F);
+      wrow[half * kR + r] = static_cast<const uint8_t*>(p.gate_up.data) + row * linear_row_bytes(F, p.hidden);
       srow[half * kR + r] = scale_row<F>(p.gate_up, row);
     }
   }
@@ -324,11 +363,11 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     }
     if (lo >= hi) continue;
     const uint8_t* wrow[kR];
-    const float* srow[kR];
+    RowScales srow[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
       const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);  // past hidden: never written
-      wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * p.inter * linear_elem_bytes(F);
+      wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * linear_row_bytes(F, p.inter);
       srow[r] = scale_row<F>(p.down, row);
     }
     for (int q = lo; q < hi; q += kM) {
@@ -403,11 +442,11 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int n_groups = int(blockDim.x) / kWarpSize / n_slots;
   const int64_t row0 = (int64_t(blockIdx.x) * n_groups + group) * kR;
   const uint8_t* wrow[kR];
-  const float* srow[kR];
+  RowScales srow[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const int64_t row = (valid ? expert : 0) * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);  // never written
-    wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * p.inter * linear_elem_bytes(F);
+    wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * linear_row_bytes(F, p.inter);
     srow[r] = scale_row<F>(p.down, row);
   }
   const float* xrow[1] = {p.plan.h + int64_t(slot) * p.inter};
@@ -476,7 +515,11 @@ LaunchFn pick_m_tile(bool vec, int m_tile) {
     case 1: return kGateUp ? &gate_up_launch<F, true, 1> : &down_launch<F, true, 1>;
     case 2: return kGateUp ? &gate_up_launch<F, true, 2> : &down_launch<F, true, 2>;
     case 4: return kGateUp ? &gate_up_launch<F, true, 4> : &down_launch<F, true, 4>;
-    default: return kGateUp ? &gate_up_launch<F, true, 8> : &down_launch<F, true, 8>;
+    default:
+      // NVFP4's down kernel spills at 8 pairs per pass (ptxas, 2026-12-01): it takes passes of 4.
+      if constexpr (kGateUp) return &gate_up_launch<F, true, 8>;
+      else if constexpr (F == LinearWeight::kNvfp4) return &down_launch<F, true, 4>;
+      else return &down_launch<F, true, 8>;
   }
 }
 
@@ -486,6 +529,7 @@ LaunchFn pick(LinearWeight f, bool vec, int m_tile) {
     case LinearWeight::kF32: return pick_m_tile<LinearWeight::kF32, kGateUp>(vec, m_tile);
     case LinearWeight::kBF16: return pick_m_tile<LinearWeight::kBF16, kGateUp>(vec, m_tile);
     case LinearWeight::kFp8Block: return pick_m_tile<LinearWeight::kFp8Block, kGateUp>(vec, m_tile);
+    case LinearWeight::kNvfp4: return pick_m_tile<LinearWeight::kNvfp4, kGateUp>(vec, m_tile);
   }
   return nullptr;
 }
@@ -512,6 +556,8 @@ cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec,
                                            : down_direct_pick<LinearWeight::kBF16, false>(p, stream);
       case LinearWeight::kFp8Block: return vec ? down_direct_pick<LinearWeight::kFp8Block, true>(p, stream)
                                                : down_direct_pick<LinearWeight::kFp8Block, false>(p, stream);
+      case LinearWeight::kNvfp4: return vec ? down_direct_pick<LinearWeight::kNvfp4, true>(p, stream)
+                                            : down_direct_pick<LinearWeight::kNvfp4, false>(p, stream);
     }
     return cudaErrorInvalidValue;
   }

@@ -26,6 +26,13 @@ MoeWeightParams weight_params(const Matrix& w) {
     p.scale_cols = w.scale_cols();
     p.log2_block_cols = std::countr_zero(uint64_t(w.block_cols));
   }
+  if (w.format == WeightFormat::kNvfp4) {
+    p.scale_fp8 = w.scale_fp8;
+    p.scale_fp8_cols = w.cols / kNvfp4GroupSize;
+    p.scale_2 = w.scale_2;
+    p.scale_2_rows = w.scale_2_rows;
+    p.scale_2_group_rows = w.scale_2_rows ? w.scale_2_group_rows : 1;
+  }
   return p;
 }
 
@@ -36,6 +43,8 @@ bool vector_path_ok(const Matrix& w, const void* x) {
   if (w.cols % linear_vec_elems(f) || !aligned16(w.data) || !aligned16(x)) return false;
   if (f == LinearWeight::kFp8Block)
     return w.block_cols >= linear_vec_elems(f) && std::has_single_bit(uint64_t(w.block_cols));
+  if (f == LinearWeight::kNvfp4)  // a chunk's two block scales are one 2-byte load
+    return (reinterpret_cast<uintptr_t>(w.scale_fp8) & 1u) == 0;
   return true;
 }
 
@@ -46,8 +55,8 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 }
 
 Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (a.gate_up) PG_TRY(check_kernel_format(*a.gate_up, "moe_experts"));
-  if (a.down) PG_TRY(check_kernel_format(*a.down, "moe_experts"));
+  if (a.gate_up) PG_TRY(check_kernel_format(*a.gate_up, "moe_experts", /*nvfp4_ok=*/true));
+  if (a.down) PG_TRY(check_kernel_format(*a.down, "moe_experts", /*nvfp4_ok=*/true));
   PG_TRY(validate(a));
   if (a.m == 0) return ok_status();
   // The kernels index pairs, tokens and rows in 32-bit ints and launch a fixed grid.

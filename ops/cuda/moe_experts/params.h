@@ -44,8 +44,13 @@ inline MoeWorkspaceLayout moe_workspace_layout(int64_t m, int64_t top_k, int64_t
 
 // One weight stack as the kernels see it.
 struct MoeWeightParams {
-  const void* data = nullptr;        // [n_rows, k] f32 | bf16 | fp8 e4m3fn
+  const void* data = nullptr;        // [n_rows, k] f32 | bf16 | fp8 e4m3fn, or [n_rows, k/2] NVFP4 codes
   const float* scale_inv = nullptr;  // fp8: [n_rows / block_rows, scale_cols]
+  const uint8_t* scale_fp8 = nullptr;   // nvfp4: [n_rows, scale_fp8_cols = k/16] e4m3fn
+  int64_t scale_fp8_cols = 0;
+  const float* scale_2_rows = nullptr;  // nvfp4: [n_rows / scale_2_group_rows] f32 (one per expert part),
+  int64_t scale_2_group_rows = 1;       //  or null: scale_2 for every row
+  float scale_2 = 1.0f;
   int64_t block_rows = 128, block_cols = 128, scale_cols = 0;
   int log2_block_cols = 7;           // vector path, fp8: block_cols is a power of two >= 16
 };
