@@ -166,13 +166,8 @@ struct CudaRunner::Impl {
   Status enqueue(int64_t kind, const Step& s) {
     return kind == kMainStep ? forward_device(s) : mtp_device(kind - kMtpStep, s);
   }
-  // Padding of a graph bucket: `bucket` sequences of q tokens each (all rows out); the padded
-  // ones are token 0 at positions 0..q-1 of the scratch block (q <= block_size).
-  static StepLayout pad_step(const StepLayout& L, int64_t bucket, int64_t q, int64_t scratch_block, int64_t stride);
-  // The graph bucket of a step of n_seqs sequences of q tokens (0: none, run eagerly). Powers of
-  // two up to max_seqs, except that a step whose projections run on the f32 GEMV kernels
-  // (n_seqs x q < kTensorCoreMinRows rows) never lands in a bucket that would send them to the
-  // bf16 tensor cores: it gets the largest bucket below that line instead.
+  // The graph bucket of a step of n_seqs sequences of q tokens (0: none, run eagerly): see
+  // pg::graph_bucket; the tensor-core line counts where lin() has one (not in exact mode).
   int64_t graph_bucket(int64_t n_seqs, int64_t q) const;
   // Uploads the padded layout and replays (capturing on first use) the graph of (kind, bucket,
   // q); `before` enqueues what the graph reads besides the inputs (the MTP's hidden states).
@@ -536,39 +531,19 @@ Status CudaRunner::Impl::mtp_device(int64_t mtp_idx, const Step& s) {
 // ------------------------------------------------------------------------------------------------
 // Step graphs
 
-StepLayout CudaRunner::Impl::pad_step(const StepLayout& L, int64_t bucket, int64_t q, int64_t scratch_block,
-                                      int64_t stride) {
-  StepLayout P = L;
-  P.tables.resize(size_t(bucket * stride), 0);
-  for (int64_t i = L.T / q; i < bucket; ++i) {
-    for (int64_t j = 0; j < q; ++j) {
-      P.out_rows.push_back(int64_t(P.tokens.size()));
-      P.tokens.push_back(0);
-      P.token_seq.push_back(int32_t(i));
-      P.positions.push_back(j);
-      P.ctx_len.push_back(j + 1);
-    }
-    P.tables[size_t(i * stride)] = int32_t(scratch_block);
-  }
-  P.T = bucket * q;
-  return P;
-}
-
 int64_t CudaRunner::Impl::graph_bucket(int64_t n_seqs, int64_t q) const {
-  if (n_seqs < 1 || n_seqs > max_seqs || q < 1 || q > kMaxGraphTokens || q > block_size) return 0;
-  int64_t b = 1;
-  while (b < n_seqs) b *= 2;
-  b = std::min(b, max_seqs);
-  constexpr int64_t tc = CudaRunner::kTensorCoreMinRows;
-  if (n_seqs * q < tc && b * q >= tc) b = (tc - 1) / q;  // >= n_seqs, since n_seqs * q <= tc - 1
-  return b * q <= Tm && b * q <= logit_rows ? b : 0;
+  GraphBucketLimits lim;
+  lim.max_seqs = max_seqs, lim.max_q = kMaxGraphTokens, lim.block_size = block_size;
+  lim.max_tokens = Tm, lim.max_rows = logit_rows, lim.tensor_core_min_rows = gemm ? CudaRunner::kTensorCoreMinRows : 0;
+  return pg::graph_bucket(n_seqs, q, lim);
 }
 
 Status CudaRunner::Impl::replay(int64_t kind, const StepLayout& L, int64_t bucket, int64_t q,
                                 const std::function<Status(int64_t)>& before) {
   // Every buffer the graph reads sits at a fixed address: the inputs at the offsets of the
   // (bucket x q, bucket) InputLayout, uploaded here before each launch.
-  const StepLayout P = pad_step(L, bucket, q, n_blocks, table_stride);
+  // Padded sequences write and read the scratch block (the last one, past the n_blocks ids).
+  const StepLayout P = pad_graph_step(L, bucket, q, int32_t(n_blocks), table_stride);
   PG_ASSIGN_OR_RETURN(Step s, upload(P));
   s.max_ctx = max_model_len;  // the attention grid covers any context
   if (before) PG_TRY(before(P.T));
