@@ -678,8 +678,12 @@ TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
     for (int64_t k = 1; k <= 3; ++k) {
       CudaGraphCounts c;
       const auto spec = run(k, seqs, &c);
-      for (size_t i = 0; i < plain.size(); ++i)
-        EXPECT_EQ(spec[i], plain[i]) << "k=" << k << " seqs=" << seqs << " prompt " << i;
+      for (size_t i = 0; i < plain.size(); ++i) {
+        size_t at = 0;
+        while (at < plain[i].size() && at < spec[i].size() && plain[i][at] == spec[i][at]) ++at;
+        EXPECT_EQ(spec[i], plain[i]) << "k=" << k << " seqs=" << seqs << " prompt " << i << ": first differs at token "
+                                     << at;
+      }
       EXPECT_GT(c.verify_replays, 0) << "k=" << k << " seqs=" << seqs;
       if (k > 1) {
         EXPECT_GT(c.draft_replays, 0) << "k=" << k << " seqs=" << seqs;
