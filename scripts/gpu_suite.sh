@@ -171,7 +171,8 @@ gpu_rc=$?
 note "ctest -L gpu : rc=$gpu_rc  $(count "$OUT/ctest_gpu.log")  (skipped: $(grep -c '(Skipped)' "$OUT/ctest_gpu.log"))"
 # The figures passing tests print (ctest shows output only on failure): rerun the measuring ones.
 : >"$OUT/measures.log"
-for t in "cuda_golden_test:CudaGoldenGreedy.*:CudaGoldenDefault.*:All/CudaGolden.TeacherForced/*:CudaSpecGraphs.*:CudaEngine.Speculative*" \
+for t in "cuda_golden_test:CudaGoldenGreedy.*:CudaGoldenDefault.*:All/CudaGolden.TeacherForced/*" \
+         "cuda_golden_test:CudaSpecGraphs.*:CudaEngine.Speculative*" \
          "ops_cuda_test:*Timing*:*Bandwidth*:*timing*" "sampling_cuda_test:*Timing*"; do
   bin=$(find "$BUILD" -name "${t%%:*}" -type f -perm -u+x | head -1)
   [ -n "$bin" ] && (cd "$ROOT" && timeout 120 "$bin" --gtest_filter="${t#*:}" >>"$OUT/measures.log" 2>&1)
