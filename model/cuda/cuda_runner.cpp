@@ -230,12 +230,14 @@ Status CudaRunner::Impl::init_buffers() {
   PG_TRY(f32(inv_freq, int64_t(rope.inv_freq.size())));
   PG_CUDA_TRY(cudaMemcpy(inv_freq, rope.inv_freq.data(), rope.inv_freq.size() * 4, cudaMemcpyHostToDevice));
 
-  // Attention scratch: decode graphs run with max_ctx = max_model_len over max_seqs tokens;
-  // eager steps with their own max context over up to Tm tokens (cut into sub-steps if needed).
-  // Splits shrink as tokens grow (one wave of blocks in all), so the need peaks at small m.
+  // Attention scratch: graphs run with max_ctx = max_model_len over their bucket's tokens; eager
+  // steps with their own max context over up to Tm tokens. The need grows with the context and,
+  // over m, stays below one wave of split blocks but not monotonically (the split count is
+  // rounded down: 10 tokens of 8-head groups may need more than 8 or 16 do), so every m is
+  // asked; m beyond the counter slots (1024) or half the SMs has one split and needs none.
   mla_ws_floats = 0;
-  for (int64_t mm = 1; mm < 2 * Tm; mm *= 2)
-    mla_ws_floats = std::max(mla_ws_floats, cu::mla_attention_workspace_floats(std::min(mm, Tm), nh, R, max_model_len));
+  for (int64_t mm = 1; mm <= std::min<int64_t>(Tm, 1024); ++mm)
+    mla_ws_floats = std::max(mla_ws_floats, cu::mla_attention_workspace_floats(mm, nh, R, max_model_len));
   PG_TRY(f32(mla_ws, int64_t(std::max<size_t>(mla_ws_floats, 1))));
   // The fused combine's counters start at zero; every launch leaves them at zero again.
   PG_TRY(cu::mla_attention_workspace_init(mla_ws, mla_ws_floats, stream));
