@@ -17,6 +17,10 @@
 namespace pg::cli {
 namespace {
 
+// Per-draft acceptance of the embedded model's MTP layer (models/peregrine-tiny, greedy, k = 1:
+// 228 of 404 drafts accepted over 5 English prompts; bench/RESULTS.md, "MTP speculative decoding").
+constexpr double kEmbeddedModelAcceptance = 0.564;
+
 struct BenchOptions {
   std::string model_dir;
   std::string device = "auto";  // auto: cuda for --synthetic, else cpu
@@ -30,6 +34,8 @@ struct BenchOptions {
   int repeats = 3;
   int threads = 0;
   bool json = false;
+  std::vector<int64_t> speculative_tokens;  // cuda: verify/draft step cost at these draft depths k
+  double acceptance_rate = kEmbeddedModelAcceptance;
 };
 
 double median(std::vector<double> v) {
@@ -60,6 +66,7 @@ int run_bench(BenchOptions o) {
   c.context = o.prompt_tokens, c.decode_tokens = o.decode_tokens, c.repeats = o.repeats, c.batches = o.batches;
   c.long_prefill = o.long_prefill, c.gpu_memory_utilization = o.gpu_memory_utilization, c.graphs = !o.no_graphs;
   c.json_path = o.json_out, c.json = o.json;
+  c.speculative_tokens = o.speculative_tokens, c.acceptance_rate = o.acceptance_rate;
   return run_cuda_bench(c);
 #else
   std::fprintf(stderr, "peregrine bench: this build has no CUDA backend (configure with -DPEREGRINE_CUDA=ON)\n");
@@ -158,6 +165,15 @@ Command add_bench(CLI::App& root) {
   app->add_option("--repeats", opts->repeats, "runs; the median is reported")->check(CLI::PositiveNumber);
   app->add_option("--threads", opts->threads, "CPU threads (0: all)");
   app->add_flag("--json", opts->json, "print JSON");
+  app->add_option("--speculative-tokens", opts->speculative_tokens,
+                  "cuda: also time verify steps of 1 + k tokens and k chained MTP draft steps at batch 1, for each k "
+                  "(e.g. 1,2,3; a synthetic model gets an MTP layer of its shapes)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(4)));
+  app->add_option("--acceptance-rate", opts->acceptance_rate,
+                  "cuda: per-draft acceptance for the effective tokens/s of --speculative-tokens (default: the "
+                  "embedded model's measured 0.564)")
+      ->check(CLI::Range(0.0, 1.0));
   return {app, [opts] { return run_bench(*opts); }};
 }
 

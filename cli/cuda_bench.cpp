@@ -1,12 +1,14 @@
 // `peregrine bench` on CUDA (../shared/benchmarks.md): the HBM read ceiling and the bf16
 // tensor-core rate of this GPU, then prefill (1K and 8K prompts), per-user decode at batch 1 after
 // the prompt, per-layer decode time, decode throughput at larger batches, bytes read per token
-// and the share of the bandwidth roofline reached. Table on stdout, JSON on request.
+// and the share of the bandwidth roofline reached; with --speculative-tokens, the verify and draft
+// step costs per draft depth against their bytes bound. Table on stdout, JSON on request.
 #include "cli/cuda_bench.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -144,6 +146,8 @@ int run_cuda_bench(const CudaBenchOptions& o) {
   if (!o.synthetic.empty()) {
     auto cfg = synthetic_model_config(o.synthetic, o.layers);
     if (!cfg.ok()) return fail(cfg.status());
+    // Drafting needs an MTP layer: one of the model's own shapes (an MoE block) when it has none.
+    if (!o.speculative_tokens.empty()) cfg->num_nextn_predict_layers = std::max<int64_t>(1, cfg->num_nextn_predict_layers);
     if (o.dtype != "bf16" && o.dtype != "fp8" && o.dtype != "nvfp4")
       return fail(invalid_argument("--dtype must be bf16, fp8 or nvfp4, got '{}'", o.dtype));
     // KV for the largest batch at the measured context, or the long prefill, whichever is more.
@@ -250,6 +254,100 @@ int run_cuda_bench(const CudaBenchOptions& o) {
                         {"achieved_gbps", b1.total() * tps1 / 1e9}};
   std::fprintf(stderr, "decode batch 1: %.3f ms/token\n", step_ms);
 
+  // ---- speculative decoding at batch 1, after the prompt: verify and draft step costs per k ----
+  // Verify: one sequence carrying 1 + k tokens at positions context.. with every row's logits
+  // (a replayed graph, like the decode steps above). Its bound: the plain step plus reading the
+  // routed experts its extra tokens add (distinct experts per MoE layer beyond the plain step's
+  // top_k, counted from a routing record of one eager run, outside the timings) at the measured
+  // HBM read rate, x1.1. Draft: k chained one-token MTP steps through forward_mtp as the engine
+  // calls it (hidden states and logits to the host each step, a sync each). Effective tokens/s:
+  // E(k) = 1 + a + ... + a^k tokens per (verify + draft) at per-draft acceptance a.
+  j["speculative"] = Json::array();
+  for (int64_t k : o.speculative_tokens) {
+    const int64_t q = k + 1;
+    if (o.context + q + k > int64_t(table1.size()) * bs) return fail(invalid_argument("k = {} exceeds the KV table", k));
+    const std::vector<int32_t> vt = random_tokens(q);
+    const SeqStep vs{vt, o.context, table1, /*all_logits=*/true};
+    auto distinct_per_layer = [&](const SeqStep& st) -> Result<std::vector<int64_t>> {
+      R.set_record_routing(true);
+      Status run = R.step_async(std::span(&st, 1));
+      auto rec = run.ok() ? R.last_routing() : Result<std::vector<std::vector<int32_t>>>(run);
+      R.set_record_routing(false);
+      if (!rec.ok()) return rec.status();
+      std::vector<int64_t> d;
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        std::vector<int32_t> ids = (*rec)[size_t(l)];
+        if (ids.empty()) continue;  // dense layer
+        std::sort(ids.begin(), ids.end());
+        d.push_back(int64_t(std::unique(ids.begin(), ids.end()) - ids.begin()));
+      }
+      return d;
+    };
+    auto d_verify = distinct_per_layer(vs);
+    if (!d_verify.ok()) return fail(d_verify.status());
+    const SeqStep ps{std::span(vt).first(1), o.context, table1, false};
+    auto d_plain = distinct_per_layer(ps);
+    if (!d_plain.ok()) return fail(d_plain.status());
+    int64_t extra = 0, d_min = 1 << 30, d_max = 0;
+    double d_sum = 0;
+    for (size_t l = 0; l < d_verify->size(); ++l) {
+      extra += (*d_verify)[l] - (*d_plain)[l];
+      d_min = std::min(d_min, (*d_verify)[l]), d_max = std::max(d_max, (*d_verify)[l]);
+      d_sum += double((*d_verify)[l]);
+    }
+    const double n_moe = std::max<double>(1.0, double(d_verify->size()));
+    const double extra_bytes = double(extra) * R.routed_expert_bytes();
+    const int inner = 16;
+    auto vms = time_ms(s, std::max(o.repeats, 9), [&]() -> Status {
+      for (int i = 0; i < inner; ++i) PG_TRY(R.step_async(std::span(&vs, 1)));
+      return ok_status();
+    });
+    if (!vms.ok()) return fail(vms.status());
+    const double verify_ms = *vms / inner;
+    const double bound_ms = 1.1 * (step_ms + extra_bytes / (*bw * 1e9) * 1e3);
+    Json row = {{"k", k},
+                {"tokens", q},
+                {"plain_ms", step_ms},
+                {"verify_ms", verify_ms},
+                {"distinct_experts_per_moe_layer", d_sum / n_moe},
+                {"distinct_experts_min", d_min},
+                {"distinct_experts_max", d_max},
+                {"plain_experts_per_moe_layer", c.num_experts_per_tok},
+                {"extra_expert_bytes", extra_bytes},
+                {"bound_ms", bound_ms},
+                {"meets_bound", verify_ms <= bound_ms}};
+    if (R.n_mtp_layers() > 0) {
+      const int64_t H = c.hidden_size;
+      std::vector<float> h0(static_cast<size_t>(H));
+      for (size_t i = 0; i < h0.size(); ++i) h0[i] = float(int64_t(rng() % 2001) - 1000) / 1000.0f;
+      std::vector<int32_t> dt = random_tokens(k);
+      std::vector<double> wall;
+      for (int r = -1; r < std::max(o.repeats, 9); ++r) {  // r = -1: warm-up (captures the graph)
+        if (Status st = R.synchronize(); !st.ok()) return fail(st);
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<float> prev = h0;
+        for (int64_t d = 0; d < k; ++d) {
+          const SeqStep ms{std::span(&dt[size_t(d)], 1), o.context + q - 1 + d, table1, false};
+          StepOutput mo;
+          if (Status st = R.forward_mtp(0, std::span(&ms, 1), prev, mo); !st.ok()) return fail(st);
+          prev = std::move(mo.hidden);
+        }
+        const auto t1 = std::chrono::steady_clock::now();
+        if (r >= 0) wall.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+      const double draft_ms = median(wall), a = o.acceptance_rate;
+      double expected = 0, pw = 1;
+      for (int64_t i = 0; i <= k; ++i) expected += pw, pw *= a;
+      row["draft_ms"] = draft_ms;
+      row["acceptance_rate"] = a;
+      row["expected_tokens_per_step"] = expected;
+      row["effective_tokens_per_s"] = expected * 1e3 / (verify_ms + draft_ms);
+      row["plain_tokens_per_s"] = 1e3 / step_ms;
+    }
+    j["speculative"].push_back(row);
+    std::fprintf(stderr, "verify k=%lld: %.3f ms (bound %.3f ms)\n", (long long)k, verify_ms, bound_ms);
+  }
+
   // ---- per-layer decode time at batch 1 (graph of one layer, replayed) ----
   j["layers"] = Json::array();
   int64_t first_dense = -1, first_moe = -1;
@@ -342,6 +440,21 @@ int run_cuda_bench(const CudaBenchOptions& o) {
     std::printf("prefill      %lld tokens: %.1f ms, %.0f tok/s, %.0f TFLOP/s%s\n", (long long)p["tokens"].get<int64_t>(),
                 p["ms"].get<double>(), p["tokens_per_s"].get<double>(), p["tflops"].get<double>(),
                 p.contains("tensor_pct") ? (" (" + std::to_string(int(p["tensor_pct"].get<double>())) + "% of tensor)").c_str() : "");
+  for (const auto& v : j["speculative"]) {
+    std::printf("spec k=%lld   verify %.3f ms (plain %.3f ms; %.1f distinct experts per MoE layer, %lld..%lld, vs %lld; "
+                "+%.1f MB -> bound %.3f ms: %s)",
+                (long long)v["k"].get<int64_t>(), v["verify_ms"].get<double>(), v["plain_ms"].get<double>(),
+                v["distinct_experts_per_moe_layer"].get<double>(), (long long)v["distinct_experts_min"].get<int64_t>(),
+                (long long)v["distinct_experts_max"].get<int64_t>(),
+                (long long)v["plain_experts_per_moe_layer"].get<int64_t>(), v["extra_expert_bytes"].get<double>() / 1e6,
+                v["bound_ms"].get<double>(), v["meets_bound"].get<bool>() ? "met" : "MISSED");
+    if (v.contains("draft_ms"))
+      std::printf("; draft %.3f ms; at acceptance %.3f: %.2f tokens/step, %.0f tok/s effective vs %.0f plain",
+                  v["draft_ms"].get<double>(), v["acceptance_rate"].get<double>(),
+                  v["expected_tokens_per_step"].get<double>(), v["effective_tokens_per_s"].get<double>(),
+                  v["plain_tokens_per_s"].get<double>());
+    std::printf("\n");
+  }
   for (const auto& d : j["decode_batches"])
     std::printf("decode b=%-3lld %.0f tok/s total, %.1f tok/s per user (%.3f ms/step)\n",
                 (long long)d["batch"].get<int64_t>(), d["tokens_per_s"].get<double>(),

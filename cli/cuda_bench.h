@@ -22,6 +22,10 @@ struct CudaBenchOptions {
   bool graphs = true;
   std::string json_path;  // also write the JSON report here
   bool json = false;      // print JSON instead of the table
+  // Speculative decoding step costs at batch 1 after the prompt, per draft depth k (empty: skip):
+  // verify step (1 + k tokens), k chained MTP draft steps, distinct experts the verify step reads.
+  std::vector<int64_t> speculative_tokens;
+  double acceptance_rate = 0.564;  // per draft, for the effective tokens/s
 };
 
 int run_cuda_bench(const CudaBenchOptions& o);

@@ -50,4 +50,32 @@ Status layout_step(const ModelConfig& c, std::span<const SeqStep> seqs, int64_t 
   return ok_status();
 }
 
+int64_t graph_bucket(int64_t n_seqs, int64_t q, const GraphBucketLimits& lim) {
+  if (n_seqs < 1 || n_seqs > lim.max_seqs || q < 1 || q > lim.max_q || q > lim.block_size) return 0;
+  int64_t b = 1;
+  while (b < n_seqs) b *= 2;
+  b = std::min(b, lim.max_seqs);
+  const int64_t tc = lim.tensor_core_min_rows;
+  if (tc > 0 && n_seqs * q < tc && b * q >= tc) b = (tc - 1) / q;  // >= n_seqs, since n_seqs * q <= tc - 1
+  return b * q <= lim.max_tokens && b * q <= lim.max_rows ? b : 0;
+}
+
+StepLayout pad_graph_step(const StepLayout& L, int64_t bucket, int64_t q, int32_t scratch_block, int64_t stride) {
+  StepLayout P = L;
+  P.tables.resize(size_t(bucket * stride), 0);
+  for (int64_t i = L.T / q; i < bucket; ++i) {
+    for (int64_t j = 0; j < q; ++j) {
+      P.out_rows.push_back(int64_t(P.tokens.size()));
+      P.tokens.push_back(0);
+      P.token_seq.push_back(int32_t(i));
+      P.positions.push_back(j);
+      P.ctx_len.push_back(j + 1);
+    }
+    P.tables[size_t(i * stride)] = scratch_block;
+  }
+  P.T = bucket * q;
+  P.max_blocks = stride;
+  return P;
+}
+
 }  // namespace pg

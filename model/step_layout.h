@@ -28,4 +28,24 @@ struct StepLayout {
 Status layout_step(const ModelConfig& cfg, std::span<const SeqStep> seqs, int64_t n_blocks, int64_t block_size,
                    StepLayout& layout, int64_t min_table_stride = 0);
 
+// Graph buckets (CudaRunner): steps whose sequences all carry q new tokens replay a graph
+// captured for `bucket` sequences of q tokens, the extra ones padded.
+struct GraphBucketLimits {
+  int64_t max_seqs = 1;              // largest bucket
+  int64_t max_q = 1;                 // most tokens per sequence a graph covers
+  int64_t block_size = 1;            // padded sequences' q positions stay in one (scratch) block
+  int64_t max_tokens = 1;            // bucket x q: at most the activations' tokens
+  int64_t max_rows = 1;              // bucket x q: at most the logits rows
+  int64_t tensor_core_min_rows = 0;  // projections of >= this many rows take another kernel (0: none)
+};
+// The bucket of a step of n_seqs sequences of q tokens; 0: no graph (run eagerly). Powers of two
+// up to max_seqs, except that a step below tensor_core_min_rows rows never lands in a bucket at or
+// above it (its projections would change kernels): it gets the largest bucket below the line.
+int64_t graph_bucket(int64_t n_seqs, int64_t q, const GraphBucketLimits& lim);
+
+// L (n_seqs sequences of q tokens each, every row out, tables of stride `stride`) padded to
+// `bucket` sequences: the padded ones are token 0 at positions 0..q-1 of `scratch_block`, all
+// their rows out, after the real rows. T becomes bucket x q.
+StepLayout pad_graph_step(const StepLayout& L, int64_t bucket, int64_t q, int32_t scratch_block, int64_t stride);
+
 }  // namespace pg

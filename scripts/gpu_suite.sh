@@ -172,6 +172,7 @@ note "ctest -L gpu : rc=$gpu_rc  $(count "$OUT/ctest_gpu.log")  (skipped: $(grep
 # The figures passing tests print (ctest shows output only on failure): rerun the measuring ones.
 : >"$OUT/measures.log"
 for t in "cuda_golden_test:CudaGoldenGreedy.*:CudaGoldenDefault.*:All/CudaGolden.TeacherForced/*" \
+         "cuda_golden_test:CudaSpecGraphs.*:CudaEngine.Speculative*" \
          "ops_cuda_test:*Timing*:*Bandwidth*:*timing*" "sampling_cuda_test:*Timing*"; do
   bin=$(find "$BUILD" -name "${t%%:*}" -type f -perm -u+x | head -1)
   [ -n "$bin" ] && (cd "$ROOT" && timeout 120 "$bin" --gtest_filter="${t#*:}" >>"$OUT/measures.log" 2>&1)
@@ -180,14 +181,16 @@ grep -hE "\[ measure  \]" "$OUT/measures.log" "$OUT/ctest_gpu.log" | sort -u | h
 
 # ---- 5. `peregrine bench --synthetic` (issue #5's figures), each capped ------------------------
 PEREGRINE=$BUILD/peregrine
-BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0 moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0 deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
+# NAME:DTYPE:LAYERS[:spec] (spec: also the verify / draft step costs at k = 1, 2, 3, issue 7).
+BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0:spec deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
 : >"$OUT/bench_model.txt"
 if [ -x "$PEREGRINE" ]; then
   for b in $BENCHES; do
-    IFS=: read -r name dtype layers <<<"$b"
+    IFS=: read -r name dtype layers spec <<<"$b"
     [ "$(left)" -lt 60 ] && { note "bench $b: skipped (time budget)"; continue; }
     args=(bench --synthetic "$name" --dtype "$dtype")
     [ "$layers" != 0 ] && args+=(--layers "$layers")
+    [ "$spec" = spec ] && args+=(--speculative-tokens 1,2,3)
     log "peregrine ${args[*]}"
     echo "==== peregrine ${args[*]}" >>"$OUT/bench_model.txt"
     timeout $(( $(left) - 30 < 150 ? $(left) - 30 : 150 )) "$PEREGRINE" "${args[@]}" \

@@ -1,4 +1,5 @@
-// CudaRunner: device weights, the memory plan, the per-layer launch sequence and the decode graphs.
+// CudaRunner: device weights, the memory plan, the per-layer launch sequence and the step graphs
+// (decode, verify, MTP draft).
 // Shapes on every buffer: T = new tokens of the step, H = hidden_size, nh = heads,
 // R = kv_lora_rank, P = qk_rope_head_dim, nope = qk_nope_head_dim, V = v_head_dim, D = R + P.
 // The per-layer order mirrors DeepseekModel::layer_forward (the CPU reference).
@@ -7,8 +8,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string_view>
 
 #include "model/cuda/device_weights.h"
 #include "model/rope_yarn.h"
@@ -94,11 +98,21 @@ struct CudaRunner::Impl {
   std::array<cudaEvent_t, kStageSlots> stage_done{};
   int stage_slot = 0;
 
-  std::map<int64_t, cudaGraphExec_t> graphs;  // decode bucket -> graph
-  int64_t last_rows = 0;                      // logits rows of the last step
+  // Graphs by (kind, bucket, q): kind kMainStep or kMtpStep + mtp_idx; q new tokens per
+  // sequence (1: decode or draft, 2.. : verify). Captured on a key's first step.
+  static constexpr int64_t kMainStep = 0, kMtpStep = 1;
+  std::map<std::array<int64_t, 3>, cudaGraphExec_t> graphs;
+  CudaGraphCounts counts;
+  int64_t last_rows = 0;  // logits rows of the last step
+
+  // Routing record (set_record_routing): [n_cache_layers][Tm * top_k] int32 on the device, and
+  // the token count of the last step that ran each layer (-1: dense or not run).
+  int32_t* routing_rec = nullptr;
+  std::vector<int64_t> routing_T;
 
   ~Impl() {
-    for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+    for (auto& [k, g] : graphs) cudaGraphExecDestroy(g);
+    if (routing_rec) cudaFree(routing_rec);
     for (int i = 0; i < kStageSlots; ++i) {
       if (stage[i]) cudaFreeHost(stage[i]);
       if (stage_done[i]) cudaEventDestroy(stage_done[i]);
@@ -142,6 +156,7 @@ struct CudaRunner::Impl {
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
   Status layer(const DevLayer& L, int64_t cache_layer, const Step& s);
   bool prefill_path(int64_t T) const { return prefill_ws && !capturing && T >= kPrefillGemmMinRows; }
+  bool spec_graphs() const { return opt.use_graphs && opt.spec_graphs; }
   Status heads(const ops::HeadLinearArgs& h) {
     if (prefill_path(h.m)) return cu::head_linear_gemm(*gemm, h, prefill_ws, prefill_ws_bytes, stream);
     return cu::head_linear(h, stream);
@@ -149,8 +164,19 @@ struct CudaRunner::Impl {
   Result<Step> layer_inputs(int64_t batch, int64_t ctx);
   Status trunk(const Step& s);              // embedding + layers + final norm -> hidden_all
   Status forward_device(const Step& s);     // trunk + gather + lm_head (rows <= logit_rows)
-  static StepLayout pad_decode(const StepLayout& L, int64_t bucket, int64_t scratch_block, int64_t stride);
-  Result<cudaGraphExec_t> decode_graph(int64_t bucket);
+  // MTP layer `mtp_idx` over the step, its previous hidden states [T, H] already in `hidden`:
+  // block output of the output rows -> hidden, their logits -> logits.
+  Status mtp_device(int64_t mtp_idx, const Step& s);
+  Status enqueue(int64_t kind, const Step& s) {
+    return kind == kMainStep ? forward_device(s) : mtp_device(kind - kMtpStep, s);
+  }
+  // The graph bucket of a step of n_seqs sequences of q tokens (0: none, run eagerly): see
+  // pg::graph_bucket; the tensor-core line counts where lin() has one (not in exact mode).
+  int64_t graph_bucket(int64_t n_seqs, int64_t q) const;
+  // Uploads the padded layout and replays (capturing on first use) the graph of (kind, bucket,
+  // q); `before` enqueues what the graph reads besides the inputs (the MTP's hidden states).
+  Status replay(int64_t kind, const StepLayout& L, int64_t bucket, int64_t q,
+                const std::function<Status(int64_t padded_T)>& before);
   // Captures what `enqueue` launches on the stream as an instantiated graph.
   Result<cudaGraphExec_t> capture(const std::function<Status()>& enqueue);
   float* cache_layer(int64_t l) { return kv + l * (n_blocks + 1) * block_size * D; }
@@ -208,12 +234,14 @@ Status CudaRunner::Impl::init_buffers() {
   PG_TRY(f32(inv_freq, int64_t(rope.inv_freq.size())));
   PG_CUDA_TRY(cudaMemcpy(inv_freq, rope.inv_freq.data(), rope.inv_freq.size() * 4, cudaMemcpyHostToDevice));
 
-  // Attention scratch: decode graphs run with max_ctx = max_model_len over max_seqs tokens;
-  // eager steps with their own max context over up to Tm tokens (cut into sub-steps if needed).
-  // Splits shrink as tokens grow (one wave of blocks in all), so the need peaks at small m.
+  // Attention scratch: graphs run with max_ctx = max_model_len over their bucket's tokens; eager
+  // steps with their own max context over up to Tm tokens. The need grows with the context and,
+  // over m, stays below one wave of split blocks but not monotonically (the split count is
+  // rounded down: 10 tokens of 8-head groups may need more than 8 or 16 do), so every m is
+  // asked; m beyond the counter slots (1024) or half the SMs has one split and needs none.
   mla_ws_floats = 0;
-  for (int64_t mm = 1; mm < 2 * Tm; mm *= 2)
-    mla_ws_floats = std::max(mla_ws_floats, cu::mla_attention_workspace_floats(std::min(mm, Tm), nh, R, max_model_len));
+  for (int64_t mm = 1; mm <= std::min<int64_t>(Tm, 1024); ++mm)
+    mla_ws_floats = std::max(mla_ws_floats, cu::mla_attention_workspace_floats(mm, nh, R, max_model_len));
   PG_TRY(f32(mla_ws, int64_t(std::max<size_t>(mla_ws_floats, 1))));
   // The fused combine's counters start at zero; every launch leaves them at zero again.
   PG_TRY(cu::mla_attention_workspace_init(mla_ws, mla_ws_floats, stream));
@@ -471,6 +499,12 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     r.routed_scaling_factor = float(c.routed_scaling_factor);
     PG_TRY(cu::moe_routing(r, stream));
     PG_TRY(mark("routing"));
+    if (routing_rec) {
+      const int64_t K = c.num_experts_per_tok;
+      PG_CUDA_TRY(cudaMemcpyAsync(routing_rec + cache_layer_idx * Tm * K, expert_idx, size_t(T * K) * 4,
+                                  cudaMemcpyDeviceToDevice, stream));
+      routing_T[size_t(cache_layer_idx)] = T;
+    }
     me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
   }
   if (prefill_path(T)) {
@@ -503,42 +537,62 @@ Status CudaRunner::Impl::forward_device(const Step& s) {
   return ok_status();
 }
 
-// ------------------------------------------------------------------------------------------------
-// Decode graphs
-
-StepLayout CudaRunner::Impl::pad_decode(const StepLayout& L, int64_t bucket, int64_t scratch_block, int64_t stride) {
-  StepLayout P = L;
-  P.tables.resize(size_t(bucket * stride), 0);
-  for (int64_t i = L.T; i < bucket; ++i) {  // padded rows: token 0 at position 0 of the scratch block
-    P.tokens.push_back(0);
-    P.token_seq.push_back(int32_t(i));
-    P.positions.push_back(0);
-    P.ctx_len.push_back(1);
-    P.out_rows.push_back(i);
-    P.tables[size_t(i * stride)] = int32_t(scratch_block);
-  }
-  P.T = bucket;
-  return P;
+Status CudaRunner::Impl::mtp_device(int64_t mtp_idx, const Step& s) {
+  const int64_t H = cfg.hidden_size, T = s.T;
+  const DevMtp& mt = w.mtp[size_t(mtp_idx)];
+  // cat [T, 2H] = [enorm(embed(token)) | hnorm(prev_hidden)]
+  ops::EmbeddingArgs e;
+  e.table = &mt.embed, e.tokens = s.tokens, e.y = cat, e.m = T, e.y_stride = 2 * H;
+  PG_TRY(cu::embedding(e, stream));
+  PG_TRY(norm(cat, mt.enorm, cat, T, H, 2 * H, 2 * H));
+  PG_TRY(norm(hidden, mt.hnorm, cat + H, T, H, H, 2 * H));
+  PG_TRY(lin(cat, mt.eh_proj, x, T));  // x [T, H]
+  PG_TRY(layer(mt.block, cfg.num_hidden_layers + mtp_idx, s));
+  // hidden = the block output of the output rows; logits = shared_head(norm(hidden)).
+  if (s.n_rows == 0) return ok_status();
+  const Matrix table{ops::WeightFormat::kF32, T, H, x};
+  ops::EmbeddingArgs g;
+  g.table = &table, g.tokens = s.out_rows, g.y = hidden, g.m = s.n_rows;
+  PG_TRY(cu::embedding(g, stream));
+  PG_TRY(norm(hidden, mt.head_norm, normed, s.n_rows, H));
+  return lin(normed, mt.head, logits, s.n_rows);
 }
 
-Result<cudaGraphExec_t> CudaRunner::Impl::decode_graph(int64_t bucket) {
-  if (auto it = graphs.find(bucket); it != graphs.end()) return it->second;
-  // The graph reads its inputs from the fixed offsets of a (bucket, bucket) InputLayout; the
-  // caller uploads each step's inputs there before launching it.
-  const InputLayout in(bucket, bucket, table_stride);
-  Step s;
-  s.T = s.n_seqs = s.n_rows = bucket;
-  s.max_ctx = max_model_len;
-  s.rows_are_tokens = true;
-  s.tokens = reinterpret_cast<const int32_t*>(d_inputs + in.tokens);
-  s.out_rows = reinterpret_cast<const int32_t*>(d_inputs + in.out_rows);
-  s.token_seq = reinterpret_cast<const int32_t*>(d_inputs + in.token_seq);
-  s.positions = reinterpret_cast<const int64_t*>(d_inputs + in.positions);
-  s.ctx_len = reinterpret_cast<const int64_t*>(d_inputs + in.ctx_len);
-  s.tables = reinterpret_cast<const int32_t*>(d_inputs + in.tables);
-  PG_ASSIGN_OR_RETURN(cudaGraphExec_t exec, capture([&] { return forward_device(s); }));
-  graphs[bucket] = exec;
-  return exec;
+// ------------------------------------------------------------------------------------------------
+// Step graphs
+
+int64_t CudaRunner::Impl::graph_bucket(int64_t n_seqs, int64_t q) const {
+  GraphBucketLimits lim;
+  lim.max_seqs = max_seqs, lim.max_q = kMaxGraphTokens, lim.block_size = block_size;
+  lim.max_tokens = Tm, lim.max_rows = logit_rows, lim.tensor_core_min_rows = gemm ? CudaRunner::kTensorCoreMinRows : 0;
+  return pg::graph_bucket(n_seqs, q, lim);
+}
+
+Status CudaRunner::Impl::replay(int64_t kind, const StepLayout& L, int64_t bucket, int64_t q,
+                                const std::function<Status(int64_t)>& before) {
+  // Every buffer the graph reads sits at a fixed address: the inputs at the offsets of the
+  // (bucket x q, bucket) InputLayout, uploaded here before each launch.
+  // Padded sequences write and read the scratch block (the last one, past the n_blocks ids).
+  const StepLayout P = pad_graph_step(L, bucket, q, int32_t(n_blocks), table_stride);
+  PG_ASSIGN_OR_RETURN(Step s, upload(P));
+  s.max_ctx = max_model_len;  // the attention grid covers any context
+  if (before) PG_TRY(before(P.T));
+  if (opt.debug_graphs_eager) {
+    capturing = true;  // the same op choices as inside a capture
+    const Status st = enqueue(kind, s);
+    capturing = false;
+    return st;
+  }
+  const std::array<int64_t, 3> key{kind, bucket, q};
+  auto it = graphs.find(key);
+  if (it == graphs.end()) {
+    PG_ASSIGN_OR_RETURN(cudaGraphExec_t exec, capture([&] { return enqueue(kind, s); }));
+    it = graphs.emplace(key, exec).first;
+    (kind != kMainStep ? counts.draft : q == 1 ? counts.decode : counts.verify) += 1;
+  }
+  PG_CUDA_TRY(cudaGraphLaunch(it->second, stream));
+  (kind != kMainStep ? counts.draft_replays : q == 1 ? counts.decode_replays : counts.verify_replays) += 1;
+  return ok_status();
 }
 
 Result<cudaGraphExec_t> CudaRunner::Impl::capture(const std::function<Status()>& enqueue) {
@@ -572,6 +626,12 @@ CudaRunner::~CudaRunner() = default;
 
 namespace {
 
+// PEREGRINE_SPEC_GRAPHS=0 in the environment turns the verify and draft graphs off.
+CudaRunnerOptions with_env(CudaRunnerOptions opt) {
+  if (const char* e = std::getenv("PEREGRINE_SPEC_GRAPHS"); e && std::string_view(e) == "0") opt.spec_graphs = false;
+  return opt;
+}
+
 Status check_device() {
   if (!cu::cuda_available()) return failed_precondition("cuda: {}", cu::cuda_unavailable_reason());
   return ok_status();
@@ -584,7 +644,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(std::unique_ptr<DeepseekM
   if (!host) return invalid_argument("cuda: no model to upload");
   auto impl = std::make_unique<Impl>();
   impl->cfg = host->config();
-  impl->opt = opt;
+  impl->opt = with_env(opt);
   impl->rope = make_rope_table(impl->cfg);
   impl->softmax_scale = mla_softmax_scale(impl->cfg);
   PG_ASSIGN_OR_RETURN(impl->w, upload_weights(impl->cfg, host->weights(), opt.exact, opt.progress));
@@ -598,7 +658,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::synthetic(const ModelConfig& cfg
   PG_TRY(check_device());
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
-  impl->opt = opt;
+  impl->opt = with_env(opt);
   impl->rope = make_rope_table(cfg);
   impl->softmax_scale = mla_softmax_scale(cfg);
   const ops::WeightFormat f = dtype == SyntheticDtype::kFp8     ? ops::WeightFormat::kFp8Block
@@ -613,8 +673,59 @@ int64_t CudaRunner::n_mtp_layers() const { return int64_t(impl_->w.mtp.size()); 
 
 std::string CudaRunner::describe() const {
   const auto& p = cu::current_device_props();
-  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{})", p.name, n_blocks_, block_size_,
-                     impl_->opt.use_graphs ? "on" : "off", impl_->opt.exact ? ", exact" : "");
+  const Impl& m = *impl_;
+  std::string graphs = "off";
+  if (m.opt.use_graphs)
+    graphs = fmt::format("on: {} decode, {} verify, {} draft captured{}", m.counts.decode, m.counts.verify,
+                         m.counts.draft, m.opt.spec_graphs ? "" : ", speculative steps eager");
+  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{})", p.name, n_blocks_, block_size_, graphs,
+                     m.opt.exact ? ", exact" : "");
+}
+
+CudaGraphCounts CudaRunner::graph_counts() const { return impl_->counts; }
+
+void CudaRunner::set_record_routing(bool on) {
+  Impl& m = *impl_;
+  if (!on) {
+    if (m.routing_rec) cudaStreamSynchronize(m.stream), cudaFree(m.routing_rec);
+    m.routing_rec = nullptr;
+    m.routing_T.clear();
+    return;
+  }
+  if (m.routing_rec) return;
+  const int64_t K = std::max<int64_t>(cfg_.num_experts_per_tok, 1);
+  if (cudaMalloc(reinterpret_cast<void**>(&m.routing_rec), size_t(m.n_cache_layers * m.Tm * K) * 4) != cudaSuccess) {
+    m.routing_rec = nullptr;  // recording stays off: last_routing() says so
+    return;
+  }
+  m.routing_T.assign(size_t(m.n_cache_layers), -1);
+}
+
+Result<std::vector<std::vector<int32_t>>> CudaRunner::last_routing() {
+  Impl& m = *impl_;
+  if (!m.routing_rec) return failed_precondition("cuda: routing is not being recorded (set_record_routing)");
+  PG_TRY(synchronize());
+  const int64_t K = cfg_.num_experts_per_tok;
+  std::vector<std::vector<int32_t>> out(size_t(m.n_cache_layers));
+  for (int64_t l = 0; l < m.n_cache_layers; ++l) {
+    const int64_t T = m.routing_T[size_t(l)];
+    if (T <= 0) continue;
+    out[size_t(l)].resize(size_t(T * K));
+    PG_CUDA_TRY(cudaMemcpy(out[size_t(l)].data(), m.routing_rec + l * m.Tm * K, size_t(T * K) * 4,
+                           cudaMemcpyDeviceToHost));
+  }
+  return out;
+}
+
+double CudaRunner::routed_expert_bytes() const {
+  double sum = 0;
+  int64_t n = 0;
+  for (const DevLayer& L : impl_->w.layers)
+    if (L.is_moe && L.mlp.n_experts > 0) {
+      sum += double(matrix_bytes(L.mlp.gate_up) + matrix_bytes(L.mlp.down)) / double(L.mlp.n_experts + L.mlp.n_shared);
+      ++n;
+    }
+  return n ? sum / double(n) : 0.0;
 }
 
 cudaStream_t CudaRunner::stream() const { return impl_->stream; }
@@ -635,20 +746,22 @@ Status CudaRunner::step_async(std::span<const SeqStep> seqs) {
   if (L.max_blocks > m.table_stride)
     return invalid_argument("cuda: a sequence has {} KV blocks, more than the {} of max_model_len", L.max_blocks,
                             m.table_stride);
-  const int64_t n_seqs = int64_t(seqs.size());
-  bool decode = m.opt.use_graphs && n_seqs <= m.max_seqs && L.T == n_seqs;
-  for (const SeqStep& s : seqs) decode = decode && !s.all_logits && !s.no_logits;
-  if (decode) {
-    int64_t bucket = 1;
-    while (bucket < n_seqs) bucket *= 2;
-    bucket = std::min(bucket, m.max_seqs);
-    const StepLayout P = Impl::pad_decode(L, bucket, m.n_blocks, m.table_stride);
-    PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(P));
-    (void)s;
-    PG_ASSIGN_OR_RETURN(cudaGraphExec_t g, m.decode_graph(bucket));
-    PG_CUDA_TRY(cudaGraphLaunch(g, m.stream));
-    m.last_rows = n_seqs;
-    return ok_status();
+  // A graph replays decode steps (one token per sequence, its logits) and verify steps (q = 1 +
+  // drafts tokens per sequence, every row's logits), every sequence alike.
+  const int64_t n_seqs = int64_t(seqs.size()), q = seqs.empty() ? 0 : int64_t(seqs[0].tokens.size());
+  bool uniform = m.opt.use_graphs && !m.routing_rec && q >= 1 && (q == 1 || m.spec_graphs());
+  for (const SeqStep& s : seqs)
+    uniform = uniform && int64_t(s.tokens.size()) == q && !s.no_logits && s.all_logits == (q > 1);
+  if (const int64_t bucket = uniform ? m.graph_bucket(n_seqs, q) : 0; bucket > 0) {
+    const Status st = m.replay(Impl::kMainStep, L, bucket, q, nullptr);
+    if (st.ok() || q == 1) {
+      m.last_rows = int64_t(L.out_rows.size());
+      return st;
+    }
+    // Speculation is an optimisation: a verify graph that fails to build leaves the eager path.
+    std::fprintf(stderr, "cuda: verify-step graph failed (%s); speculative steps run eagerly from now on\n",
+                 st.to_string().c_str());
+    m.opt.spec_graphs = false;
   }
   PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(L));
   PG_TRY(m.forward_device(s));
@@ -715,30 +828,37 @@ Status CudaRunner::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, s
     return invalid_argument("forward_mtp: {} hidden values for {} tokens of {}", prev_hidden.size(), L.T, H);
   if (int64_t(L.out_rows.size()) > m.logit_rows)
     return invalid_argument("forward_mtp: {} output rows, the runner holds {}", L.out_rows.size(), m.logit_rows);
-  const DevMtp& mt = m.w.mtp[size_t(mtp_idx)];
-  PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(L));
-  // cat [T, 2H] = [enorm(embed(token)) | hnorm(prev_hidden)]
-  ops::EmbeddingArgs e;
-  e.table = &mt.embed, e.tokens = s.tokens, e.y = m.cat, e.m = L.T, e.y_stride = 2 * H;
-  PG_TRY(cu::embedding(e, m.stream));
-  PG_TRY(m.norm(m.cat, mt.enorm, m.cat, L.T, H, 2 * H, 2 * H));
-  PG_CUDA_TRY(cudaMemcpy2DAsync(m.cat + H, size_t(2 * H) * 4, prev_hidden.data(), size_t(H) * 4, size_t(H) * 4,
-                                size_t(L.T), cudaMemcpyHostToDevice, m.stream));
-  PG_TRY(m.norm(m.cat + H, mt.hnorm, m.cat + H, L.T, H, 2 * H, 2 * H));
-  PG_TRY(m.lin(m.cat, mt.eh_proj, m.x, L.T));  // x [T, H]
-  PG_TRY(m.layer(mt.block, c.num_hidden_layers + mtp_idx, s));
-  // hidden = the block output of the output rows; logits = shared_head(norm(hidden)).
+  // The previous hidden states go to `hidden` [T, H] (padded rows: zeros), where mtp_device reads them.
+  auto stage_hidden = [&](int64_t padded_T) -> Status {
+    PG_CUDA_TRY(cudaMemcpyAsync(m.hidden, prev_hidden.data(), prev_hidden.size() * 4, cudaMemcpyHostToDevice, m.stream));
+    if (padded_T > L.T)
+      PG_CUDA_TRY(cudaMemsetAsync(m.hidden + L.T * H, 0, size_t((padded_T - L.T) * H) * 4, m.stream));
+    return ok_status();
+  };
+  // Drafting steps (one token per sequence, its row) replay a graph per bucket.
+  const int64_t n_seqs = int64_t(seqs.size());
+  bool one_each = m.spec_graphs() && !m.routing_rec && L.T == n_seqs;
+  for (const SeqStep& s : seqs) one_each = one_each && !s.no_logits;
+  bool done = false;
+  if (const int64_t bucket = one_each ? m.graph_bucket(n_seqs, 1) : 0; bucket > 0) {
+    const Status st = m.replay(Impl::kMtpStep + mtp_idx, L, bucket, 1, stage_hidden);
+    if (!st.ok()) {
+      std::fprintf(stderr, "cuda: draft-step graph failed (%s); speculative steps run eagerly from now on\n",
+                   st.to_string().c_str());
+      m.opt.spec_graphs = false;
+    }
+    done = st.ok();
+  }
+  if (!done) {
+    PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(L));
+    PG_TRY(stage_hidden(L.T));
+    PG_TRY(m.mtp_device(mtp_idx, s));
+  }
   out.n_rows = int64_t(L.out_rows.size());
   out.hidden_all.clear();
   out.hidden.resize(static_cast<size_t>(out.n_rows * H));
   out.logits.resize(static_cast<size_t>(out.n_rows * vocab));
   if (out.n_rows == 0) return synchronize();
-  const Matrix table{ops::WeightFormat::kF32, L.T, H, m.x};
-  ops::EmbeddingArgs g;
-  g.table = &table, g.tokens = s.out_rows, g.y = m.hidden, g.m = out.n_rows;
-  PG_TRY(cu::embedding(g, m.stream));
-  PG_TRY(m.norm(m.hidden, mt.head_norm, m.normed, out.n_rows, H));
-  PG_TRY(m.lin(m.normed, mt.head, m.logits, out.n_rows));
   PG_CUDA_TRY(cudaMemcpyAsync(out.hidden.data(), m.hidden, out.hidden.size() * 4, cudaMemcpyDeviceToHost, m.stream));
   PG_CUDA_TRY(cudaMemcpyAsync(out.logits.data(), m.logits, out.logits.size() * 4, cudaMemcpyDeviceToHost, m.stream));
   return synchronize();

@@ -32,6 +32,14 @@ struct CudaRunnerOptions {
   int64_t max_num_seqs = 64;             // sequences in one step (largest graph bucket)
   int64_t max_tokens_per_step = 2048;    // new tokens in one step (prefill chunk); activations are sized by it
   bool use_graphs = true;                // decode steps replay captured CUDA graphs
+  // With use_graphs, speculative steps replay graphs too: verify steps (every sequence carrying
+  // q = 2..kMaxGraphTokens new tokens, all logits) per (bucket, q), and one-token MTP draft steps
+  // per bucket. Off: they run eagerly as before. The environment PEREGRINE_SPEC_GRAPHS=0 turns it
+  // off whatever this says.
+  bool spec_graphs = true;
+  // Debug: a step that would replay a graph enqueues the same padded launch sequence eagerly
+  // instead, so tests can compare a replay with the launches it captured, bit for bit.
+  bool debug_graphs_eager = false;
   // Debug mode: every projection on our f32-activation kernels (no bf16 rounding of activations
   // for the tensor-core GEMMs), so the results match the CPU reference to ~1e-5.
   bool exact = false;
@@ -50,8 +58,16 @@ struct StepBytes {
   double total() const { return attention + router + experts + dense_mlp + lm_head + kv_cache + other; }
 };
 
+// Graphs captured so far (lazily, on a bucket's first step) and replays, by kind.
+struct CudaGraphCounts {
+  int64_t decode = 0, verify = 0, draft = 0;                       // captured graphs
+  int64_t decode_replays = 0, verify_replays = 0, draft_replays = 0;
+};
+
 class CudaRunner final : public ModelRunner {
  public:
+  // Verify steps of up to this many tokens per sequence (1 + drafts) replay graphs.
+  static constexpr int64_t kMaxGraphTokens = 5;
   // Projections of at least this many rows (prefill) run on the bf16 tensor cores (cuBLASLt) in
   // the default mode; smaller ones (decode) on our f32-activation GEMV kernels.
   static constexpr int64_t kTensorCoreMinRows = 17;
@@ -95,6 +111,16 @@ class CudaRunner final : public ModelRunner {
   Result<std::vector<std::pair<std::string, double>>> profile_layer(int64_t layer, int64_t batch, int64_t ctx, int reps);
   // Bytes one decode step at `batch` sequences of context `ctx` reads (expected distinct experts).
   StepBytes step_bytes(int64_t batch, int64_t ctx) const;
+  // Bytes of one routed expert (gate_up + down), averaged over the MoE layers; 0 without.
+  double routed_expert_bytes() const;
+  CudaGraphCounts graph_counts() const;
+  // Debug (benchmarks): while on, steps run eagerly (no graph) and each MoE layer's expert ids
+  // are kept on the device; last_routing() copies them to the host after a step (it waits for
+  // the stream): per cache layer (main layers, then MTP layers), [T, num_experts_per_tok] int32
+  // of the last step that ran that layer, empty for dense layers. Off by default; never time a
+  // step with it on.
+  void set_record_routing(bool on);
+  Result<std::vector<std::vector<int32_t>>> last_routing();
   size_t weight_bytes() const;
   size_t kv_cache_bytes() const;
 

@@ -1,7 +1,7 @@
 // The CUDA runner against the CPU reference (and transformers' float32 outputs) on every golden
 // model: teacher-forced prefill and token-by-token decode (the decode steps replay CUDA graphs),
-// batched decode of sequences at different positions, the MTP layer, and free-running greedy
-// continuations on the embedded trained model. Label gpu: skipped, saying so, without a GPU.
+// batched decode of sequences at different positions, the MTP layer, verify and draft steps through
+// their graphs, free-running greedy continuations and speculative decoding on the embedded model. Label gpu: skipped, saying so, without a GPU.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 
@@ -694,6 +695,178 @@ TEST(CudaEngine, DeviceSamplingMatchesHostSampling) {
     ASSERT_EQ(dev_lps[size_t(i)].size(), host_lps[size_t(i)].size());
     for (size_t k = 0; k < dev_lps[size_t(i)].size(); ++k)
       EXPECT_NEAR(dev_lps[size_t(i)][k], host_lps[size_t(i)][k], 1e-4) << "request " << i << " token " << k;
+  }
+}
+
+// Verify steps (each sequence carries q = k + 1 tokens, all logits) and one-token MTP draft steps
+// through the runner's graphs against the same padded launches enqueued eagerly
+// (debug_graphs_eager): same kernels in the same order, so logits, hidden states and MTP outputs
+// must be equal bit for bit; in exact mode also the graph's rows against the CPU reference.
+// Batches 1, 2, 5 (buckets 1, 2 and 8 or the tensor-core-line bucket), k = 1..3, two steps per
+// case so the second replays the captured graph with new inputs.
+TEST(CudaSpecGraphs, VerifyAndDraftGraphsMatchEagerLaunches) {
+  PG_REQUIRE_GPU();
+  const auto dir = model_dir("peregrine_tiny");
+  for (bool exact : {true, false}) {
+    auto make = [&](bool eager) {
+      auto h = DeepseekModel::load(dir);
+      EXPECT_TRUE(h.ok());
+      CudaRunnerOptions o = test_options(exact);
+      o.max_num_seqs = 8;
+      o.spec_graphs = true;
+      o.debug_graphs_eager = eager;
+      auto r = CudaRunner::create(std::move(h).value(), o);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      return std::move(r).value();
+    };
+    auto graph = make(false), eager = make(true);
+    ASSERT_TRUE(graph && eager);
+    auto cpu_l = DeepseekModel::load(dir);
+    ASSERT_TRUE(cpu_l.ok());
+    DeepseekModel& cpu = **cpu_l;
+    const int64_t vocab = cpu.vocab_size(), H = cpu.config().hidden_size;
+    for (int64_t batch : {1, 2, 5}) {
+      for (int64_t k = 1; k <= 3; ++k) {
+        const int64_t q = k + 1;
+        const std::string what = std::string(exact ? "exact" : "default") + " batch " + std::to_string(batch) +
+                                 " k " + std::to_string(k);
+        // Sequence s: a 40 + 7 s token prefix prefilled, then two verify steps of q tokens.
+        std::vector<std::vector<int32_t>> ids(static_cast<size_t>(batch)), tables(static_cast<size_t>(batch));
+        std::vector<int64_t> pre(static_cast<size_t>(batch));
+        std::vector<StepOutput> refs(static_cast<size_t>(batch));
+        for (int64_t s = 0; s < batch; ++s) {
+          pre[size_t(s)] = 40 + 7 * s;
+          const int64_t n = pre[size_t(s)] + 2 * q, nb = (n + 15) / 16;
+          for (int64_t i = 0; i < n; ++i) ids[size_t(s)].push_back(int32_t((s * 7919 + i * 104729 + 11) % vocab));
+          tables[size_t(s)] = table_for(s, nb, graph->n_kv_blocks());
+          for (CudaRunner* r : {graph.get(), eager.get()}) {
+            SeqStep ps{std::span(ids[size_t(s)]).first(size_t(pre[size_t(s)])), 0, tables[size_t(s)], false, true};
+            StepOutput o;
+            ASSERT_TRUE(r->forward(std::span(&ps, 1), o).ok()) << what;
+          }
+          if (exact) {
+            KvCache cache = cpu.make_cache(nb, 16);
+            std::vector<int32_t> ct(static_cast<size_t>(nb));
+            std::iota(ct.begin(), ct.end(), 0);
+            SeqStep cs{ids[size_t(s)], 0, ct, true};
+            ASSERT_TRUE(cpu.forward(std::span(&cs, 1), cache, refs[size_t(s)]).ok());
+          }
+        }
+        const CudaGraphCounts before = graph->graph_counts();
+        for (int64_t step = 0; step < 2; ++step) {
+          std::vector<SeqStep> st;
+          for (int64_t s = 0; s < batch; ++s)
+            st.push_back(SeqStep{std::span(ids[size_t(s)]).subspan(size_t(pre[size_t(s)] + step * q), size_t(q)),
+                                 pre[size_t(s)] + step * q, tables[size_t(s)], /*all_logits=*/true});
+          StepOutput g, e;
+          ASSERT_TRUE(graph->forward(st, g).ok()) << what;
+          ASSERT_TRUE(eager->forward(st, e).ok()) << what;
+          ASSERT_EQ(g.n_rows, batch * q) << what;
+          ASSERT_EQ(g.logits.size(), e.logits.size());
+          EXPECT_TRUE(std::memcmp(g.logits.data(), e.logits.data(), g.logits.size() * 4) == 0) << what << " logits";
+          ASSERT_EQ(g.hidden_all.size(), size_t(batch * q * H));
+          EXPECT_TRUE(std::memcmp(g.hidden_all.data(), e.hidden_all.data(), g.hidden_all.size() * 4) == 0)
+              << what << " hidden_all";
+          EXPECT_TRUE(std::memcmp(g.hidden.data(), e.hidden.data(), g.hidden.size() * 4) == 0) << what << " hidden";
+          if (exact)
+            for (int64_t s = 0; s < batch; ++s)
+              for (int64_t i = 0; i < q; ++i)
+                compare_row(what + " seq " + std::to_string(s), &g.logits[size_t((s * q + i) * vocab)],
+                            &refs[size_t(s)].logits[size_t((pre[size_t(s)] + step * q + i) * vocab)], vocab, kExactTol);
+          // A drafting step: the MTP layer on one token per sequence (the last verified one), its
+          // input the main model's hidden state of the row before it.
+          std::vector<SeqStep> ms;
+          std::vector<float> prev;
+          for (int64_t s = 0; s < batch; ++s) {
+            const int64_t pos = pre[size_t(s)] + step * q + q - 2;
+            ms.push_back(SeqStep{std::span(ids[size_t(s)]).subspan(size_t(pos + 1), 1), pos, tables[size_t(s)]});
+            const float* h = &g.hidden_all[size_t((s * q + q - 2) * H)];
+            prev.insert(prev.end(), h, h + H);
+          }
+          StepOutput gm, em;
+          ASSERT_TRUE(graph->forward_mtp(0, ms, prev, gm).ok()) << what;
+          ASSERT_TRUE(eager->forward_mtp(0, ms, prev, em).ok()) << what;
+          ASSERT_EQ(gm.n_rows, batch);
+          EXPECT_TRUE(std::memcmp(gm.logits.data(), em.logits.data(), gm.logits.size() * 4) == 0) << what << " mtp logits";
+          EXPECT_TRUE(std::memcmp(gm.hidden.data(), em.hidden.data(), gm.hidden.size() * 4) == 0) << what << " mtp hidden";
+        }
+        const CudaGraphCounts after = graph->graph_counts();
+        EXPECT_EQ(after.verify_replays - before.verify_replays, 2) << what;
+        EXPECT_EQ(after.draft_replays - before.draft_replays, 2) << what;
+        EXPECT_EQ(eager->graph_counts().verify + eager->graph_counts().draft, 0) << what;
+      }
+    }
+    std::printf("[ measure  ] %s: %s\n", exact ? "exact" : "default", graph->describe().c_str());
+  }
+}
+
+// Greedy generation through the engine on CUDA with speculation k = 1, 2, 3 (verify and draft
+// steps replaying graphs) equals the generation without speculation, on the embedded model with
+// its trained MTP layer; one request at a time and four together.
+TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
+  PG_REQUIRE_GPU();
+  const auto dir = model_dir("peregrine_tiny");
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto shared_tok = std::make_shared<Tokenizer>(*tok);
+  const char* prompts[] = {"The history of the English language", "def fibonacci(n):",
+                           "She walked into the room and", "The Debian package manager"};
+  auto run = [&](int64_t k, int64_t seqs, CudaGraphCounts* counts) {
+    auto host = DeepseekModel::load(dir);
+    EXPECT_TRUE(host.ok());
+    CudaRunnerOptions o = test_options(/*exact=*/false);
+    o.max_num_seqs = 4;
+    o.spec_graphs = true;
+    auto r = CudaRunner::create(std::move(host).value(), o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    CudaRunner* runner = r->get();
+    EngineConfig ec;
+    ec.scheduler.max_num_seqs = seqs;
+    ec.scheduler.max_num_batched_tokens = 256;
+    ec.num_speculative_tokens = k;
+    auto e = Engine::create(std::unique_ptr<ModelRunner>(std::move(r).value()), shared_tok, ec);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    std::vector<std::vector<int32_t>> ids(std::size(prompts));
+    for (size_t i = 0; i < std::size(prompts); ++i) {
+      GenerationRequest req;
+      req.prompt_ids = *tok->encode(prompts[i]);
+      req.params.max_tokens = 48;
+      req.params.ignore_eos = true;
+      auto id = (*e)->submit(std::move(req), [&, i](GenerationEvent&& ev) {
+        ids[i].insert(ids[i].end(), ev.token_ids.begin(), ev.token_ids.end());
+        EXPECT_TRUE(ev.error.ok()) << ev.error.to_string();
+      });
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+    }
+    while ((*e)->step()) {
+    }
+    if (counts) *counts = runner->graph_counts();
+    if (k > 0) {
+      const EngineStats st = (*e)->stats();
+      std::printf("[ measure  ] CUDA k=%lld seqs=%lld: %lld/%lld drafts accepted over %lld verify steps; %s\n",
+                  (long long)k, (long long)seqs, (long long)st.spec_accepted_tokens_total,
+                  (long long)st.spec_draft_tokens_total, (long long)st.spec_verify_steps_total,
+                  runner->describe().c_str());
+    }
+    return ids;
+  };
+  for (int64_t seqs : {1, 4}) {
+    const auto plain = run(0, seqs, nullptr);
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i].size(), 48u) << "prompt " << i;
+    for (int64_t k = 1; k <= 3; ++k) {
+      CudaGraphCounts c;
+      const auto spec = run(k, seqs, &c);
+      for (size_t i = 0; i < plain.size(); ++i) {
+        size_t at = 0;
+        while (at < plain[i].size() && at < spec[i].size() && plain[i][at] == spec[i][at]) ++at;
+        EXPECT_EQ(spec[i], plain[i]) << "k=" << k << " seqs=" << seqs << " prompt " << i << ": first differs at token "
+                                     << at;
+      }
+      EXPECT_GT(c.verify_replays, 0) << "k=" << k << " seqs=" << seqs;
+      if (k > 1) {
+        EXPECT_GT(c.draft_replays, 0) << "k=" << k << " seqs=" << seqs;
+      }
+    }
   }
 }
 
