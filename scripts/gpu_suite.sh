@@ -7,7 +7,8 @@
 # CUDA tests, then bench_ops_cuda if time is left; logs go to OUT_DIR, a summary table comes last.
 #   usage: scripts/gpu_suite.sh OUT_DIR
 # Every phase is capped so the whole run fits PG_SUITE_BUDGET_S (default 540 s, from the start).
-# Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1.
+# Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
+# PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
 # folders the GPU run needs (core, ops, ops/cuda, tests/ops, bench_ops_cuda); the summary says so.
@@ -171,7 +172,7 @@ gpu_rc=$?
 note "ctest -L gpu : rc=$gpu_rc  $(count "$OUT/ctest_gpu.log")  (skipped: $(grep -c '(Skipped)' "$OUT/ctest_gpu.log"))"
 # The figures passing tests print (ctest shows output only on failure): rerun the measuring ones.
 : >"$OUT/measures.log"
-for t in "cuda_golden_test:CudaGoldenGreedy.*:CudaGoldenDefault.*:All/CudaGolden.TeacherForced/*" \
+[ -n "${PG_SUITE_SKIP_MEASURES:-}" ] || for t in "cuda_golden_test:CudaGoldenGreedy.*:CudaGoldenDefault.*:All/CudaGolden.TeacherForced/*" \
          "cuda_golden_test:CudaSpecGraphs.*:CudaEngine.Speculative*" \
          "ops_cuda_test:*Timing*:*Bandwidth*:*timing*" "sampling_cuda_test:*Timing*"; do
   bin=$(find "$BUILD" -name "${t%%:*}" -type f -perm -u+x | head -1)

@@ -37,7 +37,12 @@ size_t mla_prefill_workspace_bytes(int64_t max_ctx, int64_t n_heads, int64_t kv_
 
 Status mla_prefill(GemmContext& ctx, const MlaAttentionArgs& a, std::span<const MlaPrefillRun> runs, void* workspace,
                    size_t workspace_bytes, cudaStream_t stream) {
-  PG_TRY(validate(a));
+  // ops::validate reads ctx_len on the host; here it is device memory (and not used): validate
+  // the shape with m = 0 and check the pointers.
+  MlaAttentionArgs shape = a;
+  shape.m = 0;
+  PG_TRY(validate(shape));
+  if (!a.q_lat || !a.q_pe || !a.kv || !a.block_tables || !a.o_lat) return invalid_argument("mla_prefill: null input");
   const int64_t R = a.kv_lora_rank, P = a.rope_dim, D = R + P, nh = a.n_heads;
   if (!mla_prefill_supported(R, P))
     return unsupported("mla_prefill: kv_lora_rank {} and rope_dim {}: the GEMM path needs R and R + P multiples of 8", R, P);

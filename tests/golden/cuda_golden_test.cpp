@@ -831,6 +831,7 @@ TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
       GenerationRequest req;
       req.prompt_ids = *tok->encode(prompts[i]);
       req.params.max_tokens = 48;
+      req.params.temperature = 0.0;  // greedy
       req.params.ignore_eos = true;
       auto id = (*e)->submit(std::move(req), [&, i](GenerationEvent&& ev) {
         ids[i].insert(ids[i].end(), ev.token_ids.begin(), ev.token_ids.end());
