@@ -258,7 +258,8 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   m.m = T; m.n_heads = nh; m.kv_lora_rank = R; m.rope_dim = P;
   m.block_size = bs; m.max_blocks_per_seq = max_blocks; m.n_blocks = cache.n_blocks();
   m.softmax_scale = softmax_scale_;
-  if (heads_bf16 && R % 8 == 0 && D % 8 == 0 && runs_at_least(token_seq, positions, T, emul_.expert_min_rows))
+  if (emul_.attention_min_rows > 0 && R % 8 == 0 && D % 8 == 0 &&
+      runs_at_least(token_seq, positions, T, emul_.attention_min_rows))
     mla_attention_bf16(m, pool);  // the tensor-core prefill attention's roundings
   else
     ops::cpu::mla_attention(m, pool);

@@ -73,12 +73,13 @@ class DeepseekModel {
   // derive from the CPU how far bf16 activations alone move the outputs: from
   // projection_min_rows rows on, the attention / head projections (not the router) round their
   // input and weight to bf16; in steps of at least expert_min_rows tokens so do the experts (x, the
-  // weights and h) and the per-head W_UK / W_UV products, and, where every sequence of the step
-  // brings that many tokens, the attention (scaled q, cache rows and softmax weights: the
-  // tensor-core prefill attention, ops::cuda::mla_prefill). 0: off (the f32 reference, default).
+  // weights and h) and the per-head W_UK / W_UV products; where every sequence of the step brings
+  // at least attention_min_rows tokens, the attention (scaled q, cache rows and softmax weights:
+  // the tensor-core prefill attention, ops::cuda::mla_prefill). 0: off (the f32 reference, default).
   struct Bf16Emulation {
     int64_t projection_min_rows = 0;
     int64_t expert_min_rows = 0;
+    int64_t attention_min_rows = 0;
   };
   void set_bf16_emulation(Bf16Emulation e) { emul_ = e; }
 

@@ -278,7 +278,7 @@ Status CudaRunner::Impl::init_buffers() {
       };
       // Prefill attention (mla_prefill): query chunks of up to ~512 MB of scores and weights
       // (6 bytes per (token, head) row and position), at least one token's heads.
-      if (cu::mla_prefill_supported(R, c.qk_rope_head_dim)) {
+      if (opt.tensor_core_attention && cu::mla_prefill_supported(R, c.qk_rope_head_dim)) {
         const int64_t C = (max_model_len + 7) / 8 * 8;
         const int64_t rows = std::clamp<int64_t>((int64_t(512) << 20) / (6 * C), nh, Tm * nh);
         prefill_ws_bytes = cu::mla_prefill_workspace_bytes(max_model_len, nh, R, c.qk_rope_head_dim, rows);
@@ -464,7 +464,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   m.ctx_len = s.ctx_len, m.o_lat = o_lat, m.m = T, m.n_heads = nh, m.kv_lora_rank = R, m.rope_dim = P;
   m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
   m.softmax_scale = softmax_scale;
-  if (prefill_path(T) && !s.prefill_runs.empty() && cu::mla_prefill_supported(R, P))
+  if (opt.tensor_core_attention && prefill_path(T) && !s.prefill_runs.empty() && cu::mla_prefill_supported(R, P))
     PG_TRY(cu::mla_prefill(*gemm, m, s.prefill_runs, prefill_ws, prefill_ws_bytes, stream));
   else
     PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream));
@@ -626,11 +626,19 @@ CudaRunner::~CudaRunner() = default;
 
 namespace {
 
-// PEREGRINE_SPEC_GRAPHS=0 in the environment turns the verify and draft graphs off.
-CudaRunnerOptions with_env(CudaRunnerOptions opt) {
-  if (const char* e = std::getenv("PEREGRINE_SPEC_GRAPHS"); e && std::string_view(e) == "0") opt.spec_graphs = false;
+}  // namespace
+
+CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
+  auto flag = [](const char* name, bool& v) {
+    if (const char* e = std::getenv(name); e && (std::string_view(e) == "0" || std::string_view(e) == "1"))
+      v = std::string_view(e) == "1";
+  };
+  flag("PEREGRINE_SPEC_GRAPHS", opt.spec_graphs);
+  flag("PEREGRINE_PREFILL_ATTENTION", opt.tensor_core_attention);
   return opt;
 }
+
+namespace {
 
 Status check_device() {
   if (!cu::cuda_available()) return failed_precondition("cuda: {}", cu::cuda_unavailable_reason());
@@ -644,7 +652,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(std::unique_ptr<DeepseekM
   if (!host) return invalid_argument("cuda: no model to upload");
   auto impl = std::make_unique<Impl>();
   impl->cfg = host->config();
-  impl->opt = with_env(opt);
+  impl->opt = effective_options(opt);
   impl->rope = make_rope_table(impl->cfg);
   impl->softmax_scale = mla_softmax_scale(impl->cfg);
   PG_ASSIGN_OR_RETURN(impl->w, upload_weights(impl->cfg, host->weights(), opt.exact, opt.progress));
@@ -658,7 +666,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::synthetic(const ModelConfig& cfg
   PG_TRY(check_device());
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
-  impl->opt = with_env(opt);
+  impl->opt = effective_options(opt);
   impl->rope = make_rope_table(cfg);
   impl->softmax_scale = mla_softmax_scale(cfg);
   const ops::WeightFormat f = dtype == SyntheticDtype::kFp8     ? ops::WeightFormat::kFp8Block

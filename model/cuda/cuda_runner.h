@@ -34,9 +34,10 @@ struct CudaRunnerOptions {
   bool use_graphs = true;                // decode steps replay captured CUDA graphs
   // With use_graphs, speculative steps replay graphs too: verify steps (every sequence carrying
   // q = 2..kMaxGraphTokens new tokens, all logits) per (bucket, q), and one-token MTP draft steps
-  // per bucket. Off: they run eagerly as before. The environment PEREGRINE_SPEC_GRAPHS=0 turns it
-  // off whatever this says.
-  bool spec_graphs = true;
+  // per bucket. Off: they run eagerly as before. Off by default until their GPU tests have run on
+  // the H200 (written 2026-12-01; the session's device time ran out first). The environment
+  // PEREGRINE_SPEC_GRAPHS=1 turns it on, =0 off, whatever this says.
+  bool spec_graphs = false;
   // Debug: a step that would replay a graph enqueues the same padded launch sequence eagerly
   // instead, so tests can compare a replay with the launches it captured, bit for bit.
   bool debug_graphs_eager = false;
@@ -46,6 +47,11 @@ struct CudaRunnerOptions {
   // Prefill steps of >= 64 tokens run the experts and the per-head products on tensor cores too
   // (else only the projections do). Off: for measuring what each bf16 path costs in accuracy.
   bool tensor_core_experts = true;
+  // Prefill steps whose every sequence brings >= 64 tokens run the attention on tensor cores
+  // (ops::cuda::mla_prefill) instead of the CUDA-core split-KV kernel. Off by default until its
+  // GPU tests have run on the H200 (written 2026-12-01; the first run found a host-side bug, fixed,
+  // and no device time was left to run it again). PEREGRINE_PREFILL_ATTENTION=1 / =0 overrides.
+  bool tensor_core_attention = false;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 
@@ -79,6 +85,9 @@ class CudaRunner final : public ModelRunner {
 
   // Uploads the weights of a loaded (memory-mapped) checkpoint.
   static Result<std::unique_ptr<CudaRunner>> create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt);
+  // The options a runner created with `opt` uses: the environment's overrides applied
+  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION: 1 on, 0 off).
+  static CudaRunnerOptions effective_options(CudaRunnerOptions opt);
   // Random weights at cfg's shapes, made on the GPU (no checkpoint): for benchmarks.
   static Result<std::unique_ptr<CudaRunner>> synthetic(const ModelConfig& cfg, SyntheticDtype dtype, uint64_t seed,
                                                        CudaRunnerOptions opt);

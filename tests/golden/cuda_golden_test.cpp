@@ -80,9 +80,12 @@ double max_top10_delta(const std::vector<float>& a, const std::vector<float>& b,
   return w;
 }
 
-// The CPU emulating CudaRunner's default-mode bf16 paths.
+// The CPU emulating CudaRunner's default-mode bf16 paths (the tensor-core prefill attention only
+// where the runner takes it: CudaRunnerOptions::tensor_core_attention, or the environment).
 DeepseekModel::Bf16Emulation cuda_default_emulation() {
-  return {CudaRunner::kTensorCoreMinRows, CudaRunner::kTensorCoreExpertsMinRows};
+  const bool attn = CudaRunner::effective_options(CudaRunnerOptions{}).tensor_core_attention;
+  return {CudaRunner::kTensorCoreMinRows, CudaRunner::kTensorCoreExpertsMinRows,
+          attn ? CudaRunner::kTensorCoreExpertsMinRows : 0};
 }
 
 constexpr int64_t kSeqBlocks = 24;  // blocks of 16 per test sequence: 384 positions
