@@ -180,10 +180,20 @@ note "ctest -L gpu : rc=$gpu_rc  $(count "$OUT/ctest_gpu.log")  (skipped: $(grep
 done
 grep -hE "\[ measure  \]" "$OUT/measures.log" "$OUT/ctest_gpu.log" | sort -u | head -40 >"$OUT/measures.txt"
 
+# ---- 4b. the paths gated off until measured (CudaRunnerOptions): tensor-core prefill attention --
+GOLDBIN=$(find "$BUILD" -name cuda_golden_test -type f -perm -u+x | head -1)
+if [ -n "$GOLDBIN" ] && [ -z "${PG_SUITE_SKIP_GATED:-}" ]; then
+  (cd "$ROOT" && PEREGRINE_PREFILL_ATTENTION=1 timeout 120 "$GOLDBIN" --gtest_filter='CudaGoldenDefault.*:CudaGoldenGreedy.*' \
+     >"$OUT/gated_prefill_attention.log" 2>&1)
+  note "goldens with PEREGRINE_PREFILL_ATTENTION=1: rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gated_prefill_attention.log" | head -2 | tr '\n' ' ')"
+  grep -h "\[ measure  \]" "$OUT/gated_prefill_attention.log" | sed 's/^/(prefill attention) /' >>"$OUT/measures.txt"
+fi
+
 # ---- 5. `peregrine bench --synthetic` (issue #5's figures), each capped ------------------------
 PEREGRINE=$BUILD/peregrine
-# NAME:DTYPE:LAYERS[:spec] (spec: also the verify / draft step costs at k = 1, 2, 3, issue 7).
-BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0:spec deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
+# NAME:DTYPE:LAYERS[:spec|:attn] (spec: also the verify / draft step costs at k = 1, 2, 3, issue 7;
+# attn: with PEREGRINE_PREFILL_ATTENTION=1).
+BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:bf16:0:attn moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0:spec deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
 : >"$OUT/bench_model.txt"
 if [ -x "$PEREGRINE" ]; then
   for b in $BENCHES; do
@@ -192,10 +202,12 @@ if [ -x "$PEREGRINE" ]; then
     args=(bench --synthetic "$name" --dtype "$dtype")
     [ "$layers" != 0 ] && args+=(--layers "$layers")
     [ "$spec" = spec ] && args+=(--speculative-tokens 1,2,3)
+    # NAME:DTYPE:LAYERS:attn: the same bench with the tensor-core prefill attention (gated path).
+    envs=(); [ "$spec" = attn ] && envs=(PEREGRINE_PREFILL_ATTENTION=1)
     log "peregrine ${args[*]}"
     echo "==== peregrine ${args[*]}" >>"$OUT/bench_model.txt"
-    timeout $(( $(left) - 30 < 150 ? $(left) - 30 : 150 )) "$PEREGRINE" "${args[@]}" \
-      --json-out "$OUT/bench_${name}_${dtype}_${layers}.json" >>"$OUT/bench_model.txt" 2>"$OUT/bench_${name}_${dtype}.err"
+    env "${envs[@]}" timeout $(( $(left) - 30 < 150 ? $(left) - 30 : 150 )) "$PEREGRINE" "${args[@]}" \
+      --json-out "$OUT/bench_${name}_${dtype}_${layers}${spec:+_$spec}.json" >>"$OUT/bench_model.txt" 2>"$OUT/bench_${name}_${dtype}${spec:+_$spec}.err"
     note "bench $name $dtype layers=$layers: rc=$?"
   done
 else
