@@ -205,7 +205,7 @@ if [ -x "$PEREGRINE" ]; then
     # NAME:DTYPE:LAYERS:attn: the same bench with the tensor-core prefill attention (gated path).
     envs=(); [ "$spec" = attn ] && envs=(PEREGRINE_PREFILL_ATTENTION=1)
     log "peregrine ${args[*]}"
-    echo "==== peregrine ${args[*]}" >>"$OUT/bench_model.txt"
+    echo "==== ${envs[*]} peregrine ${args[*]}" >>"$OUT/bench_model.txt"
     env "${envs[@]}" timeout $(( $(left) - 30 < 150 ? $(left) - 30 : 150 )) "$PEREGRINE" "${args[@]}" \
       --json-out "$OUT/bench_${name}_${dtype}_${layers}${spec:+_$spec}.json" >>"$OUT/bench_model.txt" 2>"$OUT/bench_${name}_${dtype}${spec:+_$spec}.err"
     note "bench $name $dtype layers=$layers: rc=$?"
