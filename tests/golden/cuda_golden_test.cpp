@@ -372,14 +372,7 @@ void make_nvfp4_model(const std::string& name, Nvfp4Model& out) {
       << R"("exclude_modules": ["lm_head"]}})";
 }
 
-struct Nvfp4Case {
-  const char* model;
-  bool exact;
-};
-std::string nvfp4_case_name(const ::testing::TestParamInfo<Nvfp4Case>& i) {
-  return std::string(i.param.model) + (i.param.exact ? "_exact" : "_default");
-}
-class CudaGoldenNvfp4 : public ::testing::TestWithParam<Nvfp4Case> {};
+class CudaGoldenNvfp4 : public ::testing::TestWithParam<Case> {};
 
 // Prefill of each fixture prompt (logits at every position), then the prompt again as a chunk and
 // token by token (decode graphs), against the CPU on the same NVFP4 checkpoint. Exact mode: all
@@ -387,7 +380,7 @@ class CudaGoldenNvfp4 : public ::testing::TestWithParam<Nvfp4Case> {};
 // the dequantized NVFP4 weights; its tolerance is derived on the CPU as in TeacherForced.
 TEST_P(CudaGoldenNvfp4, PrefillAndDecodeMatchCpu) {
   PG_REQUIRE_GPU();
-  const Nvfp4Case c = GetParam();
+  const Case c = GetParam();
   Nvfp4Model m;
   make_nvfp4_model(c.model, m);
   if (HasFatalFailure()) return;
@@ -464,9 +457,9 @@ TEST_P(CudaGoldenNvfp4, PrefillAndDecodeMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaGoldenNvfp4,
-                         ::testing::Values(Nvfp4Case{"v3_tiny", true}, Nvfp4Case{"v3_tiny", false},
-                                           Nvfp4Case{"v2_lite_tiny", true}, Nvfp4Case{"v2_lite_tiny", false}),
-                         nvfp4_case_name);
+                         ::testing::Values(Case{"v3_tiny", true}, Case{"v3_tiny", false},
+                                           Case{"v2_lite_tiny", true}, Case{"v2_lite_tiny", false}),
+                         case_name);
 
 // The MTP layer on the embedded model: CUDA forward_mtp against the CPU's, exact mode.
 TEST(CudaGoldenMtp, MatchesCpu) {
