@@ -130,6 +130,7 @@ Result<QuantizePlan> plan_nvfp4(const ModelConfig& cfg, std::span<const SourceTe
 
   const QuantizationConfig& qc = cfg.quantization_config;
   std::set<std::string> quantized_modules;
+  bool shared_kept = false;  // a shared expert excluded while the routed experts are quantized
   plan.tensors.reserve(tensors.size());
   for (const SourceTensor& t : tensors) {
     PlannedTensor& pt = plan.tensors.emplace_back(PlannedTensor{t.name, TensorAction::kCopy, {}});
@@ -147,6 +148,7 @@ Result<QuantizePlan> plan_nvfp4(const ModelConfig& cfg, std::span<const SourceTe
                                 "(they hold most of the weights); narrow the pattern, e.g. '*self_attn*' or "
                                 "'*shared_experts*'",
                                 *p, module);
+      shared_kept = shared_kept || module.find(".mlp.shared_experts.") != std::string::npos;
       // Patterns the readers cannot evaluate are listed as the modules they matched.
       if (!std::any_of(exclude.begin(), exclude.end(), [&](const std::string& pat) {
             return star_only(pat) && fnmatches(pat, module);
@@ -202,6 +204,11 @@ Result<QuantizePlan> plan_nvfp4(const ModelConfig& cfg, std::span<const SourceTe
   }
   for (size_t i = 0; i < tensors.size(); ++i)
     if (plan.tensors[i].action == TensorAction::kCopy && tensors[i].dtype == DType::kF8E4M3) ++plan.n_fp8_kept;
+  if (shared_kept)
+    plan.warnings.push_back(
+        "shared experts kept unquantized beside NVFP4 routed experts: the CPU backend runs this checkpoint; the "
+        "CUDA backend stacks a layer's experts in one format and refuses it for now (quantize the shared experts "
+        "too to run it on the GPU)");
   if (plan.n_quantized == 0)
     return failed_precondition("nothing to quantize: no Linear weight of model.layers.0..{} is left after the "
                                "exclusions and the in-dim rule{}",

@@ -104,6 +104,8 @@ if "$bin" quantize "$tiny" "$q" --format nvfp4 --exclude '*self_attn*' --exclude
   check "exclude: routed experts still NVFP4" "$q" "$tiny" "$routed_ok"
   check "exclude: exclude_modules" "$q" "$tiny" \
     "hq['quantization']['exclude_modules'][:3] == ['lm_head', 'model.layers.4.*', '*self_attn*'] and 'model.layers.2.mlp.shared_experts.up_proj' in hq['quantization']['exclude_modules']"
+  grep -q "shared experts kept unquantized" "$tmp/err.txt" &&
+    echo "ok   exclude: warns that CUDA cannot stack mixed expert formats" || fail "exclude: no mixed-stack warning"
   "$bin" generate "$q" --device cpu -p "The" --max-tokens 4 --ignore-eos -q >/dev/null 2>"$tmp/err.txt" &&
     echo "ok   exclude: generate runs" || { fail "exclude: generate"; cat "$tmp/err.txt"; }
 else
