@@ -274,8 +274,10 @@ TEST_F(QuantizePlanTest, ExcludePatterns) {
   // '*'-only patterns as given; a bracket pattern as the modules it matched; no-match: a warning.
   EXPECT_EQ(p->exclude_modules, (std::vector<std::string>{"lm_head", "model.layers.4.*", "*self_attn*",
                                                           "model.layers.2.mlp.shared_experts.up_proj"}));
-  ASSERT_EQ(p->warnings.size(), 1u);
+  // Warnings: the pattern that matched nothing, and the shared experts kept beside NVFP4 routed ones.
+  ASSERT_EQ(p->warnings.size(), 2u);
   EXPECT_THAT(p->warnings[0], HasSubstr("'nothing' matches no module"));
+  EXPECT_THAT(p->warnings[1], HasSubstr("shared experts kept unquantized"));
 
   auto routed = plan(ts, {"*mlp*"});
   EXPECT_EQ(routed.status().code(), StatusCode::kInvalidArgument);
