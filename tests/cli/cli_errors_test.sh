@@ -6,18 +6,7 @@ bin=$1; src=$2
 golden=$src/tests/golden/v3_tiny
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fails=0
-expect_error() {  # expect_error NAME PATTERN -- command...
-  local name=$1 pattern=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then
-    echo "FAIL $name: exit code $rc (want 1..127)"; echo "$out" | head -5; fails=$((fails+1)); return
-  fi
-  if ! grep -qiE "$pattern" <<<"$out"; then
-    echo "FAIL $name: message does not match /$pattern/:"; echo "$out" | head -5; fails=$((fails+1)); return
-  fi
-  echo "ok   $name: $(head -1 <<<"$out")"
-}
+. "$(dirname "$0")/expect_error.sh"  # expect_error NAME PATTERN -- command...
 
 expect_error "missing model dir" "does not exist|not found|Directory" -- "$bin" generate "$tmp/nope" -p hi
 mkdir "$tmp/llama"; cp "$golden"/* "$tmp/llama/"

@@ -15,18 +15,7 @@ check() {  # check NAME PYTHON_CONDITION_ON_j  (j: the JSON report)
     echo "FAIL $1: $2"; cat "$tmp/out.json"; fails=$((fails+1))
   fi
 }
-expect_error() {  # expect_error NAME PATTERN -- command...
-  local name=$1 pattern=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then
-    echo "FAIL $name: exit code $rc (want 1..127)"; echo "$out" | head -5; fails=$((fails+1)); return
-  fi
-  if ! grep -qiE "$pattern" <<<"$out"; then
-    echo "FAIL $name: message does not match /$pattern/:"; echo "$out" | head -5; fails=$((fails+1)); return
-  fi
-  echo "ok   $name: $(head -1 <<<"$out")"
-}
+. "$(dirname "$0")/expect_error.sh"  # expect_error NAME PATTERN -- command...
 
 # 1. The tiny model against itself: two windows (the last one shorter), two generations.
 if "$bin" eval "$tiny" --reference "$tiny" --text "$text" --context 128 --max-tokens 200 --generations 2 \

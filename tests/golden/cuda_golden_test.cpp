@@ -147,6 +147,29 @@ Pair load_pair(const std::string& name, bool exact) {
   return p;
 }
 
+// The bf16 effect the default mode may show, derived on the CPU: the largest top-10 log-prob
+// change between `cpu` (f32) and the same checkpoint (dir) emulating the CUDA default mode's bf16
+// paths, over the fixture's prompts prefilled whole. The tolerance is kTolMargin times it.
+void derive_default_tolerance(const DeepseekModel& cpu, const std::filesystem::path& dir,
+                              const nlohmann::json& expected, double& derived) {
+  auto em = DeepseekModel::load(dir);
+  ASSERT_TRUE(em.ok());
+  (*em)->set_bf16_emulation(cuda_default_emulation());
+  const int64_t vocab = cpu.vocab_size();
+  for (const auto& pr : expected["prompts"]) {
+    const auto ids = pr["ids"].get<std::vector<int32_t>>();
+    const int64_t nb = (int64_t(ids.size()) + 15) / 16;
+    std::vector<int32_t> ct(static_cast<size_t>(nb));
+    std::iota(ct.begin(), ct.end(), 0);
+    SeqStep cs{ids, 0, ct, true};
+    StepOutput a, b;
+    KvCache ca = cpu.make_cache(nb, 16), cb = (*em)->make_cache(nb, 16);
+    ASSERT_TRUE(cpu.forward(std::span(&cs, 1), ca, a).ok());
+    ASSERT_TRUE((*em)->forward(std::span(&cs, 1), cb, b).ok());
+    derived = std::max(derived, max_top10_delta(a.logits, b.logits, vocab));
+  }
+}
+
 struct Case {
   const char* model;
   bool exact;
@@ -177,21 +200,7 @@ TEST_P(CudaGolden, TeacherForced) {
   const auto expected = load_expected(c.model);
   double tol = kExactTol, derived = 0;
   if (!c.exact) {
-    auto em = DeepseekModel::load(model_dir(c.model));
-    ASSERT_TRUE(em.ok());
-    (*em)->set_bf16_emulation(cuda_default_emulation());
-    for (const auto& pr : expected["prompts"]) {
-      const auto ids = pr["ids"].get<std::vector<int32_t>>();
-      const int64_t nb = (int64_t(ids.size()) + 15) / 16;
-      std::vector<int32_t> ct(static_cast<size_t>(nb));
-      std::iota(ct.begin(), ct.end(), 0);
-      SeqStep cs{ids, 0, ct, true};
-      StepOutput a, b;
-      KvCache ca = p.cpu->make_cache(nb, 16), cb = (*em)->make_cache(nb, 16);
-      ASSERT_TRUE(p.cpu->forward(std::span(&cs, 1), ca, a).ok());
-      ASSERT_TRUE((*em)->forward(std::span(&cs, 1), cb, b).ok());
-      derived = std::max(derived, max_top10_delta(a.logits, b.logits, vocab));
-    }
+    derive_default_tolerance(*p.cpu, model_dir(c.model), expected, derived);
     tol = std::max(kTolMargin * derived, kTolFloor);
   }
   double worst = 0, worst_hf = 0;
@@ -398,21 +407,7 @@ TEST_P(CudaGoldenNvfp4, PrefillAndDecodeMatchCpu) {
 
   double tol = kExactTol, derived = 0;
   if (!c.exact) {
-    auto em = DeepseekModel::load(m.dir);
-    ASSERT_TRUE(em.ok());
-    (*em)->set_bf16_emulation(cuda_default_emulation());
-    for (const auto& pr : expected["prompts"]) {
-      const auto ids = pr["ids"].get<std::vector<int32_t>>();
-      const int64_t nb = (int64_t(ids.size()) + 15) / 16;
-      std::vector<int32_t> ct(static_cast<size_t>(nb));
-      std::iota(ct.begin(), ct.end(), 0);
-      SeqStep cs{ids, 0, ct, true};
-      StepOutput x, y;
-      KvCache cx = cpu->make_cache(nb, 16), cy = (*em)->make_cache(nb, 16);
-      ASSERT_TRUE(cpu->forward(std::span(&cs, 1), cx, x).ok());
-      ASSERT_TRUE((*em)->forward(std::span(&cs, 1), cy, y).ok());
-      derived = std::max(derived, max_top10_delta(x.logits, y.logits, vocab));
-    }
+    derive_default_tolerance(*cpu, m.dir, expected, derived);
     tol = std::max(kTolMargin * derived, kTolFloor);
   }
 
