@@ -8,7 +8,7 @@
 #   usage: scripts/gpu_suite.sh OUT_DIR
 # Every phase is capped so the whole run fits PG_SUITE_BUDGET_S (default 540 s, from the start).
 # Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
-# PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests).
+# PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
 # folders the GPU run needs (core, ops, ops/cuda, tests/ops, bench_ops_cuda); the summary says so.
@@ -180,20 +180,20 @@ note "ctest -L gpu : rc=$gpu_rc  $(count "$OUT/ctest_gpu.log")  (skipped: $(grep
 done
 grep -hE "\[ measure  \]" "$OUT/measures.log" "$OUT/ctest_gpu.log" | sort -u | head -40 >"$OUT/measures.txt"
 
-# ---- 4b. the paths gated off until measured (CudaRunnerOptions): tensor-core prefill attention --
+# ---- 4b. the non-default paths (CudaRunnerOptions): the CUDA-core prefill attention ------------
 GOLDBIN=$(find "$BUILD" -name cuda_golden_test -type f -perm -u+x | head -1)
-if [ -n "$GOLDBIN" ] && [ -z "${PG_SUITE_SKIP_GATED:-}" ]; then
-  (cd "$ROOT" && PEREGRINE_PREFILL_ATTENTION=1 timeout 120 "$GOLDBIN" --gtest_filter='CudaGoldenDefault.*:CudaGoldenGreedy.*' \
-     >"$OUT/gated_prefill_attention.log" 2>&1)
-  note "goldens with PEREGRINE_PREFILL_ATTENTION=1: rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gated_prefill_attention.log" | head -2 | tr '\n' ' ')"
-  grep -h "\[ measure  \]" "$OUT/gated_prefill_attention.log" | sed 's/^/(prefill attention) /' >>"$OUT/measures.txt"
+if [ -n "$GOLDBIN" ] && [ -z "${PG_SUITE_SKIP_ALT:-}" ]; then
+  (cd "$ROOT" && PEREGRINE_PREFILL_ATTENTION=0 timeout 120 "$GOLDBIN" --gtest_filter='CudaGoldenDefault.*:CudaGoldenGreedy.*' \
+     >"$OUT/cuda_core_attention.log" 2>&1)
+  note "goldens with PEREGRINE_PREFILL_ATTENTION=0: rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_core_attention.log" | head -2 | tr '\n' ' ')"
+  grep -h "\[ measure  \]" "$OUT/cuda_core_attention.log" | sed 's/^/(CUDA-core attention) /' >>"$OUT/measures.txt"
 fi
 
 # ---- 5. `peregrine bench --synthetic` (issue #5's figures), each capped ------------------------
 PEREGRINE=$BUILD/peregrine
 # NAME:DTYPE:LAYERS[:spec|:attn] (spec: also the verify / draft step costs at k = 1, 2, 3, issue 7;
-# attn: with PEREGRINE_PREFILL_ATTENTION=1).
-BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:bf16:0:attn moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0:spec deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
+# attn: with PEREGRINE_PREFILL_ATTENTION=0, the CUDA-core prefill attention).
+BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0:spec deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
 : >"$OUT/bench_model.txt"
 if [ -x "$PEREGRINE" ]; then
   for b in $BENCHES; do
@@ -202,8 +202,7 @@ if [ -x "$PEREGRINE" ]; then
     args=(bench --synthetic "$name" --dtype "$dtype")
     [ "$layers" != 0 ] && args+=(--layers "$layers")
     [ "$spec" = spec ] && args+=(--speculative-tokens 1,2,3)
-    # NAME:DTYPE:LAYERS:attn: the same bench with the tensor-core prefill attention (gated path).
-    envs=(); [ "$spec" = attn ] && envs=(PEREGRINE_PREFILL_ATTENTION=1)
+    envs=(); [ "$spec" = attn ] && envs=(PEREGRINE_PREFILL_ATTENTION=0)
     log "peregrine ${args[*]}"
     echo "==== ${envs[*]} peregrine ${args[*]}" >>"$OUT/bench_model.txt"
     env "${envs[@]}" timeout $(( $(left) - 30 < 150 ? $(left) - 30 : 150 )) "$PEREGRINE" "${args[@]}" \

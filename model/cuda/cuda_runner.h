@@ -34,10 +34,9 @@ struct CudaRunnerOptions {
   bool use_graphs = true;                // decode steps replay captured CUDA graphs
   // With use_graphs, speculative steps replay graphs too: verify steps (every sequence carrying
   // q = 2..kMaxGraphTokens new tokens, all logits) per (bucket, q), and one-token MTP draft steps
-  // per bucket. Off: they run eagerly as before. Off by default until their GPU tests have run on
-  // the H200 (written 2026-12-01; the session's device time ran out first). The environment
-  // PEREGRINE_SPEC_GRAPHS=1 turns it on, =0 off, whatever this says.
-  bool spec_graphs = false;
+  // per bucket. Off: they run eagerly (debugging; the GPU tests compare both). On since their GPU
+  // tests passed on the H200 (2026-12-01, a8ec2b8). PEREGRINE_SPEC_GRAPHS=0 / =1 overrides.
+  bool spec_graphs = true;
   // Debug: a step that would replay a graph enqueues the same padded launch sequence eagerly
   // instead, so tests can compare a replay with the launches it captured, bit for bit.
   bool debug_graphs_eager = false;
@@ -48,10 +47,10 @@ struct CudaRunnerOptions {
   // (else only the projections do). Off: for measuring what each bf16 path costs in accuracy.
   bool tensor_core_experts = true;
   // Prefill steps whose every sequence brings >= 64 tokens run the attention on tensor cores
-  // (ops::cuda::mla_prefill) instead of the CUDA-core split-KV kernel. Off by default until its
-  // GPU tests have run on the H200 (written 2026-12-01; the first run found a host-side bug, fixed,
-  // and no device time was left to run it again). PEREGRINE_PREFILL_ATTENTION=1 / =0 overrides.
-  bool tensor_core_attention = false;
+  // (ops::cuda::mla_prefill) instead of the CUDA-core split-KV kernel: 8K-token prefill of
+  // moonlight 5.6K -> 36.9K tok/s on the H200 (2026-12-01, a8ec2b8). Off: the CUDA-core kernel
+  // (for measuring what the bf16 attention costs in accuracy). PEREGRINE_PREFILL_ATTENTION=0 / =1 overrides.
+  bool tensor_core_attention = true;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 
