@@ -8,7 +8,8 @@
 #   usage: scripts/gpu_suite.sh OUT_DIR
 # Every phase is capped so the whole run fits PG_SUITE_BUDGET_S (default 540 s, from the start).
 # Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
-# PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths).
+# PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths),
+# PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
 # folders the GPU run needs (core, ops, ops/cuda, tests/ops, bench_ops_cuda); the summary says so.
@@ -211,6 +212,19 @@ if [ -x "$PEREGRINE" ]; then
   done
 else
   note "peregrine not built: no model benchmarks"
+fi
+
+# ---- 5b. NVFP4 quality of the embedded model, CUDA and CPU on the same text (issue #6) ----------
+# bench/quality/eval-text.md is the text of the committed CPU report (docs/architecture.md at 792b3db).
+if [ -x "$PEREGRINE" ] && [ -z "${PG_SUITE_SKIP_QUALITY:-}" ] && [ "$(left)" -gt 120 ]; then
+  Q=/tmp/pg-tiny-nvfp4
+  rm -rf "$Q"
+  timeout 60 "$PEREGRINE" quantize models/peregrine-tiny "$Q" --format nvfp4 >"$OUT/quality.log" 2>&1
+  for dev in cuda cpu; do
+    timeout 60 "$PEREGRINE" eval "$Q" --reference models/peregrine-tiny --text bench/quality/eval-text.md \
+      --device "$dev" --json-out "$OUT/quality_nvfp4_$dev.json" >>"$OUT/quality.log" 2>&1
+    note "quality nvfp4 vs bf16 ($dev): rc=$?  $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('KL mean %.4f p99 %.4f top-1 %.2f%% ppl %.2f vs %.2f' % (j['kl']['mean'], j['kl']['p99'], j['top1_agreement_pct'], j['perplexity']['model'], j['perplexity']['reference']))" "$OUT/quality_nvfp4_$dev.json" 2>/dev/null)"
+  done
 fi
 
 # ---- 6. compute-sanitizer memcheck over the golden CUDA tests ----------------------------------
