@@ -939,7 +939,9 @@ TEST(CudaEngine, SpeculativeDeviceDraftChainEqualsHostChain) {
           for (size_t i = 0; i < std::size(prompts); ++i) {
             EXPECT_EQ(dev.ids[i].size(), 40u) << w << " prompt " << i;
             EXPECT_EQ(dev.ids[i], host_chain.ids[i]) << w << " prompt " << i << ": device chain vs host chain";
-            if (!sampled) EXPECT_EQ(dev.ids[i], plain.ids[i]) << w << " prompt " << i << ": vs plain greedy";
+            if (!sampled) {
+              EXPECT_EQ(dev.ids[i], plain.ids[i]) << w << " prompt " << i << ": vs plain greedy";
+            }
           }
           // The same drafts: the same acceptance, step for step.
           EXPECT_EQ(dev.stats.spec_draft_tokens_total, host_chain.stats.spec_draft_tokens_total) << w;
