@@ -51,7 +51,9 @@ struct Engine::Impl {
   bool step();
   bool step_inner();
   // Runs the MTP head over the positions computed this step and draws each request's drafts.
-  void draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden, const std::vector<RequestState*>& drafting);
+  // steps[j] belongs to mtp_owner[j]; the sequences in `drafting` have one output row each.
+  void draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden, const std::vector<RequestState*>& mtp_owner,
+                  const std::vector<RequestState*>& drafting);
   void refresh_gauges();  // running / waiting / KV usage into stats (takes mu)
   void mask_padding(std::vector<float>& logits) const;  // -inf for ids the tokenizer lacks
   void finish(RequestState& r, std::string reason, Status error = {});
@@ -292,7 +294,8 @@ bool Engine::Impl::step_inner() {
   int64_t row = 0, offset = 0, n_generated = 0, n_drafted = 0, n_accepted = 0, n_verify = 0;
   std::vector<SeqStep> mtp_steps;
   std::vector<float> mtp_hidden;
-  std::vector<RequestState*> drafting;  // sequences whose MTP row yields a draft
+  std::vector<RequestState*> mtp_owner;  // the sequence of each MTP step
+  std::vector<RequestState*> drafting;   // sequences whose MTP row yields a draft
   for (const ScheduledSeq& p : plan) {
     RequestState& r = *static_cast<RequestState*>(p.seq->owner);
     const int64_t off = offset;
@@ -348,10 +351,11 @@ bool Engine::Impl::step_inner() {
     m.block_table = r.seq.block_table;
     m.no_logits = !p.sample;
     mtp_steps.push_back(m);
+    mtp_owner.push_back(&r);
     mtp_hidden.insert(mtp_hidden.end(), out.hidden_all.begin() + off * H, out.hidden_all.begin() + (off + n_valid) * H);
     if (p.sample) drafting.push_back(&r);
   }
-  if (!mtp_steps.empty()) draft_next(mtp_steps, mtp_hidden, drafting);
+  if (!mtp_steps.empty()) draft_next(mtp_steps, mtp_hidden, mtp_owner, drafting);
   std::erase_if(active, [](const auto& kv) { return kv.second->finished; });
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -366,19 +370,42 @@ bool Engine::Impl::step_inner() {
   return true;
 }
 
-void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden,
-                              const std::vector<RequestState*>& drafting) {
-  const int64_t vocab = model->config().vocab_size, H = model->config().hidden_size;
-  StepOutput mo;
-  if (Status st = model->forward_mtp(0, steps, hidden, mo); !st.ok()) {
-    for (RequestState* r : drafting) r->drafts.clear();  // speculation is an optimisation: go on without
-    return;
+namespace {
+
+// The engine's draft choice: on the host, RequestState::draw_draft over the masked MTP logits
+// (drawing from the sampler's filtered distribution on the draft sub-stream); on the device, the
+// GPU sampler's draw of the same token (DeviceSampler::draft_picker).
+class EngineDraftPicker final : public DraftPicker {
+ public:
+  EngineDraftPicker(const std::vector<RequestState*>& rows, Sampler& sampler,
+                    const std::function<void(std::vector<float>&)>& mask, DeviceDraftPicker* device)
+      : rows_(rows), sampler_(sampler), mask_(mask), device_(device) {}
+  int32_t pick(size_t row, int64_t depth, std::span<const float> logits) override {
+    scratch_.assign(logits.begin(), logits.end());
+    mask_(scratch_);
+    return rows_[row]->draw_draft(scratch_, sampler_, depth);
   }
-  mask_padding(mo.logits);
-  // Depth 0 from the last row of each drafting sequence; deeper drafts chain the MTP output.
-  std::vector<RequestState*> live;
-  std::vector<float> prev;  // [live, H]
-  std::vector<int64_t> limit;
+  DeviceDraftPicker* device() override { return device_; }
+
+ private:
+  const std::vector<RequestState*>& rows_;
+  Sampler& sampler_;
+  const std::function<void(std::vector<float>&)>& mask_;
+  DeviceDraftPicker* device_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace
+
+void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden,
+                              const std::vector<RequestState*>& mtp_owner, const std::vector<RequestState*>& drafting) {
+  // How deep each drafting sequence drafts, decided before the chain runs: at most its depth k,
+  // inside the context and max_tokens; depth d >= 1 writes the MTP KV at position last + d, so
+  // its block must exist. Blocks are taken depth by depth in row order, and a sequence that finds
+  // none stops there (what drafting one depth at a time did).
+  std::vector<DraftRow> rows(drafting.size());
+  std::vector<int64_t> cap(drafting.size(), 0);
+  std::vector<size_t> live;
   for (size_t i = 0; i < drafting.size(); ++i) {
     RequestState& r = *drafting[i];
     r.drafts.clear();
@@ -386,53 +413,55 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
     // Verify positions run to last + n_drafts: keep them inside the context and max_tokens.
     const int64_t last = int64_t(r.seq.tokens.size()) - 1;
     const int64_t k = cfg.speculative_adaptive ? r.depth.choose(spec_k, cfg.speculative_draft_cost) : spec_k;
-    int64_t cap = std::min<int64_t>(k, max_model_len - 1 - last);
-    if (r.req.params.max_tokens) cap = std::min(cap, *r.req.params.max_tokens - r.n_generated() - 1);
-    if (cap <= 0) continue;
-    r.drafts.push_back(r.draw_draft(std::span<const float>(&mo.logits[i * size_t(vocab)], size_t(vocab)), sampler, 0));
-    if (cap > 1) {
-      live.push_back(&r);
-      prev.insert(prev.end(), mo.hidden.begin() + int64_t(i) * H, mo.hidden.begin() + int64_t(i + 1) * H);
-      limit.push_back(cap);
-    }
+    cap[i] = std::min<int64_t>(k, max_model_len - 1 - last);
+    if (r.req.params.max_tokens) cap[i] = std::min(cap[i], *r.req.params.max_tokens - r.n_generated() - 1);
+    rows[i].last_pos = last;
+    if (cap[i] <= 0) continue;
+    rows[i].n_drafts = 1;
+    if (cap[i] > 1) live.push_back(i);
   }
   for (int64_t depth = 1; depth < spec_k && !live.empty(); ++depth) {
-    std::vector<SeqStep> ds;
-    std::vector<RequestState*> next_live;
-    std::vector<float> next_prev;
-    std::vector<int64_t> next_limit;
-    std::vector<float> in;
-    std::vector<RequestState*> used;
-    for (size_t i = 0; i < live.size(); ++i) {
-      RequestState& r = *live[i];
-      // MTP input at position last + depth: (previous MTP hidden, the draft just made).
-      const int64_t pos = int64_t(r.seq.tokens.size()) - 1 + depth;
-      if (!blocks->ensure(r.seq.block_table, pos + 1)) continue;  // no room: stop drafting deeper
-      SeqStep s;
-      s.tokens = std::span<const int32_t>(&r.drafts.back(), 1);
-      s.start_pos = pos;
-      s.block_table = r.seq.block_table;
-      ds.push_back(s);
-      in.insert(in.end(), prev.begin() + int64_t(i) * H, prev.begin() + int64_t(i + 1) * H);
-      used.push_back(&r);
+    std::vector<size_t> next;
+    for (size_t i : live) {
+      RequestState& r = *drafting[i];
+      if (!blocks->ensure(r.seq.block_table, rows[i].last_pos + depth + 1)) continue;  // no room: stop here
+      if (++rows[i].n_drafts < cap[i]) next.push_back(i);
     }
-    if (ds.empty()) break;
-    StepOutput dm;
-    if (!model->forward_mtp(0, ds, in, dm).ok()) break;
-    mask_padding(dm.logits);
-    for (size_t i = 0; i < used.size(); ++i) {
-      RequestState& r = *used[i];
-      r.drafts.push_back(r.draw_draft(std::span<const float>(&dm.logits[i * size_t(vocab)], size_t(vocab)), sampler, depth));
-      const size_t li = size_t(std::find(live.begin(), live.end(), &r) - live.begin());
-      if (int64_t(r.drafts.size()) < limit[li]) {
-        next_live.push_back(&r);
-        next_prev.insert(next_prev.end(), dm.hidden.begin() + int64_t(i) * H, dm.hidden.begin() + int64_t(i + 1) * H);
-        next_limit.push_back(limit[li]);
-      }
+    live.swap(next);
+  }
+  // Block tables may have grown: every span into them is taken now.
+  for (size_t j = 0; j < steps.size(); ++j) steps[j].block_table = mtp_owner[j]->seq.block_table;
+  for (size_t i = 0; i < drafting.size(); ++i) rows[i].block_table = drafting[i]->seq.block_table;
+
+  // On the device (GPU sampler) the chain never returns to the host between depths; sampled rows
+  // bring their logits back so the host can rebuild each draft's distribution q for verify.
+  DeviceDraftPicker* device = nullptr;
+  if (cfg.device_sampler && model->device_logits()) {
+    std::vector<DeviceSampler::Row> ds;
+    for (RequestState* r : drafting) ds.push_back({&r->req.params, r->rng_position(), r->history()});
+    const int64_t n_text = std::min<int64_t>(model->config().vocab_size, tokenizer->vocab_size());
+    if (cfg.device_sampler->set_draft_rows(ds, n_text).ok()) device = cfg.device_sampler->draft_picker();
+  }
+  if (device)
+    for (size_t i = 0; i < drafting.size(); ++i) rows[i].want_logits = !drafting[i]->req.params.is_greedy();
+  const std::function<void(std::vector<float>&)> mask = [this](std::vector<float>& l) { mask_padding(l); };
+  EngineDraftPicker picker(drafting, sampler, mask, device);
+  DraftOutput out;
+  if (Status st = model->draft_chain(0, steps, hidden, rows, picker, out); !st.ok()) {
+    for (RequestState* r : drafting) r->drafts.clear(), r->draft_dists.clear();  // go on without drafts
+    return;
+  }
+  const int64_t vocab = model->config().vocab_size;
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    RequestState& r = *drafting[i];
+    r.drafts = out.tokens[i];
+    if (!device || r.req.params.is_greedy()) continue;  // the host picker recorded the distributions
+    for (size_t d = 0; d < r.drafts.size(); ++d) {
+      std::vector<float> row(out.logits[i].begin() + int64_t(d) * vocab, out.logits[i].begin() + int64_t(d + 1) * vocab);
+      mask_padding(row);
+      const auto dist = sampler.distribution(row, r.req.params, r.history());
+      r.draft_dists.emplace_back(dist.begin(), dist.end());
     }
-    live.swap(next_live);
-    prev.swap(next_prev);
-    limit.swap(next_limit);
   }
 }
 

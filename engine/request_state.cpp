@@ -1,6 +1,8 @@
 // RequestState implementation.
 #include "engine/request_state.h"
 
+#include "engine/device_sampler.h"
+
 namespace pg {
 namespace {
 std::vector<int32_t> eos_ids(const Tokenizer& tok) {
@@ -66,6 +68,7 @@ namespace {
 constexpr uint32_t kStreamDraft = 1;     // + depth: drawing draft tokens from the MTP head
 constexpr uint32_t kStreamAccept = 16;   // the accept/reject test of a draft
 constexpr uint32_t kStreamResidual = 17; // the draw from the residual distribution
+static_assert(kStreamDraft == kDraftRngStream, "the GPU draft picker draws on the same sub-streams");
 
 uint64_t philox_u64(uint64_t seed, int64_t output_idx, uint32_t choice, uint32_t stream) {
   return sampling::uniform_u64(sampling::philox4x32_10(sampling::rng_counter(output_idx, choice, stream),

@@ -8,12 +8,61 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "formats/model_config.h"
 #include "model/deepseek_model.h"
 
 namespace pg {
+
+// ---- Draft chains (speculative decoding with the MTP head) ----
+// A draft chain is the MTP catch-up pass over the positions a step computed (forward_mtp
+// semantics), then, for each of its output rows, up to n_drafts draft tokens, depth by depth:
+// depth 0 is picked from the catch-up row's logits; depth d >= 1 runs the MTP head on (the
+// depth d-1 MTP output, the depth d-1 draft) at position last_pos + d and picks from its logits.
+inline constexpr int64_t kMaxDraftDepth = 8;  // = kMaxSpeculativeTokens (engine/engine.h)
+
+struct DraftRow {
+  int64_t n_drafts = 0;                  // drafts to make from this output row, [0, kMaxDraftDepth]
+  int64_t last_pos = 0;                  // depth d >= 1 runs at position last_pos + d
+  std::span<const int32_t> block_table;  // covers positions [0, last_pos + n_drafts)
+  bool want_logits = false;              // return each depth's logits (speculative sampling's q)
+};
+
+struct DraftOutput {
+  std::vector<std::vector<int32_t>> tokens;  // per row: the drafts made (n_drafts, fewer if a depth failed)
+  std::vector<std::vector<float>> logits;    // per row with want_logits: [drafts made, vocab] f32
+                                             // (as the model produced them), else empty
+};
+
+// Picks draft tokens on the device the logits live on (the engine's GPU sampler). The calls are
+// captured into the runner's draft-chain graphs: every pointer pick() reads must stay where it
+// is while generation() is unchanged (a new generation makes the runner capture again).
+class DeviceDraftPicker {
+ public:
+  virtual ~DeviceDraftPicker() = default;
+  // Before a chain over n_rows rows (the chain's rows, then padding rows that may draw any
+  // token) and n_depths depths: uploads what pick() reads, ordered on `stream`. Not captured;
+  // never waits for the device.
+  virtual Status begin(int64_t n_rows, int64_t n_depths, void* stream) = 0;
+  // Enqueues depth `depth`'s choice for rows [0, n_rows) from logits [n_rows, stride] f32 into
+  // tokens [n_rows] int32 on `stream`. Never allocates nor synchronizes (capturable).
+  virtual Status pick(int64_t depth, const float* logits, int64_t n_rows, int64_t stride, int32_t* tokens,
+                      void* stream) = 0;
+  virtual uint64_t generation() const = 0;
+};
+
+// How a draft chain chooses its tokens.
+class DraftPicker {
+ public:
+  virtual ~DraftPicker() = default;
+  // Host: row `row`'s draft at `depth` from its logits [vocab] f32 (as the model produced them).
+  // Called in depth order for each row.
+  virtual int32_t pick(size_t row, int64_t depth, std::span<const float> logits) = 0;
+  // The same choice on the device, when there is one (null: the runner picks on the host).
+  virtual DeviceDraftPicker* device() { return nullptr; }
+};
 
 class ModelRunner {
  public:
@@ -28,6 +77,13 @@ class ModelRunner {
   virtual Status forward(std::span<const SeqStep> seqs, StepOutput& out) = 0;
   virtual Status forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
                              StepOutput& out) = 0;
+  // A draft chain (above) with MTP layer `mtp_idx`; `rows` has one entry per output row of the
+  // catch-up pass (`seqs`, `prev_hidden`: forward_mtp's arguments). This default loops
+  // forward_mtp depth by depth and picks on the host; a runner may keep the chain on its device
+  // when picker.device() is set (CudaRunner: one graph per (batch bucket, depth), one copy back).
+  // An error from the catch-up pass is returned; a failed deeper depth ends every chain there.
+  virtual Status draft_chain(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
+                             std::span<const DraftRow> rows, DraftPicker& picker, DraftOutput& out);
   // "cpu (2 threads)", "cuda (NVIDIA H200, graphs on)": for logs and /version.
   virtual std::string describe() const = 0;
   // Whether forward() must fill StepOutput::hidden_all (speculative decoding's MTP input). A

@@ -528,7 +528,7 @@ __global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kSample
       // 7. Draw: R = floor(u * Zk / 2^64) (scale_u64), the first kept token in id order whose
       // inclusive prefix weight exceeds R.
       const sampling::PhiloxCounter x = sampling::philox4x32_10(
-          sampling::rng_counter(rp.output_idx, rp.choice_idx, sampling::kStreamSample), sampling::rng_key(rp.seed));
+          sampling::rng_counter(rp.output_idx, rp.choice_idx, rp.rng_stream), sampling::rng_key(rp.seed));
       const u64 u = sampling::uniform_u64(x);
       token = find_prefix(
           sh, cl, begin, end,

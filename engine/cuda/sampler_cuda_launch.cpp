@@ -93,6 +93,7 @@ RowParams make_row_params(const SamplingParams& params, const RngPosition& rng) 
   r.presence_penalty = float(params.presence_penalty);
   r.top_k = params.top_k > 0 ? int32_t(std::min<int64_t>(params.top_k, INT32_MAX)) : 0;
   r.choice_idx = rng.choice_idx;
+  r.rng_stream = sampling::kStreamSample;
   r.top_logprobs = params.logprobs ? int32_t(std::clamp<int64_t>(params.top_logprobs, 0, kMaxTopLogprobs)) : 0;
   r.greedy = params.is_greedy() ? 1 : 0;
   r.logprobs = params.logprobs ? 1 : 0;

@@ -30,6 +30,8 @@ struct RowParams {
   float presence_penalty = 0.0f;
   int32_t top_k = 0;                // 0 = off; >= vocab is off too
   uint32_t choice_idx = 0;
+  uint32_t rng_stream = 0;          // Philox sub-stream of the draw (sampling_math.h): kStreamSample,
+                                    // or a draft depth's (engine/device_sampler.h)
   int32_t penalty_begin = 0;        // [penalty_begin, penalty_end) into the penalty entries; empty = none
   int32_t penalty_end = 0;
   int32_t top_logprobs = 0;         // [0, 20] alternatives to report (needs logprobs)

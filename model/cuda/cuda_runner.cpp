@@ -57,6 +57,24 @@ struct InputLayout {
   }
 };
 
+// A draft chain's inputs for depths 1..kMaxDraftDepth-1 at fixed offsets (the chain graphs of
+// every bucket read them there): out_rows [max_seqs] int32 (identity); token_seq [depths,
+// max_seqs] int32; positions, ctx_len [depths, max_seqs] int64; tables [max_seqs + 1,
+// table_stride] int32 (row `bucket`: the scratch block, for rows that draft no deeper).
+struct ChainLayout {
+  size_t out_rows = 0, token_seq = 0, positions = 0, ctx_len = 0, tables = 0, bytes = 0;
+  ChainLayout(int64_t max_seqs, int64_t stride) {
+    const size_t n = size_t((kMaxDraftDepth - 1) * max_seqs);
+    size_t o = 0;
+    out_rows = o, o += align16(size_t(max_seqs) * 4);
+    token_seq = o, o += align16(n * 4);
+    positions = o, o += align16(n * 8);
+    ctx_len = o, o += align16(n * 8);
+    tables = o, o += align16(size_t((max_seqs + 1) * stride) * 4);
+    bytes = o;
+  }
+};
+
 }  // namespace
 
 struct CudaRunner::Impl {
@@ -105,6 +123,19 @@ struct CudaRunner::Impl {
   CudaGraphCounts counts;
   int64_t last_rows = 0;  // logits rows of the last step
 
+  // Draft chains (draft_chain): the inputs (ChainLayout) and their pinned staging (rewritten only
+  // after the previous chain's closing synchronization), the picks [kMaxDraftDepth, max_seqs]
+  // int32 on the device and their pinned copy, pinned room for sampled rows' logits, and the
+  // chain graphs by (kind, bucket, k) with the picker generation they captured.
+  uint8_t* d_chain = nullptr;
+  uint8_t* chain_stage = nullptr;
+  int32_t* chain_tok = nullptr;
+  int32_t* chain_tok_host = nullptr;
+  float* chain_logits_host = nullptr;
+  size_t chain_logits_floats = 0;
+  static constexpr int64_t kChainStep = 64;  // + mtp_idx
+  std::map<std::array<int64_t, 3>, std::pair<cudaGraphExec_t, uint64_t>> chain_graphs;
+
   // Routing record (set_record_routing): [n_cache_layers][Tm * top_k] int32 on the device, and
   // the token count of the last step that ran each layer (-1: dense or not run).
   int32_t* routing_rec = nullptr;
@@ -112,6 +143,10 @@ struct CudaRunner::Impl {
 
   ~Impl() {
     for (auto& [k, g] : graphs) cudaGraphExecDestroy(g);
+    for (auto& [k, g] : chain_graphs) cudaGraphExecDestroy(g.first);
+    if (chain_stage) cudaFreeHost(chain_stage);
+    if (chain_tok_host) cudaFreeHost(chain_tok_host);
+    if (chain_logits_host) cudaFreeHost(chain_logits_host);
     if (routing_rec) cudaFree(routing_rec);
     for (int i = 0; i < kStageSlots; ++i) {
       if (stage[i]) cudaFreeHost(stage[i]);
@@ -166,7 +201,16 @@ struct CudaRunner::Impl {
   Status forward_device(const Step& s);     // trunk + gather + lm_head (rows <= logit_rows)
   // MTP layer `mtp_idx` over the step, its previous hidden states [T, H] already in `hidden`:
   // block output of the output rows -> hidden, their logits -> logits.
-  Status mtp_device(int64_t mtp_idx, const Step& s);
+  Status mtp_device(int64_t mtp_idx, const Step& s, float* logits_out = nullptr);
+  // forward_mtp's device part: lays out and uploads the step, stages prev_hidden into `hidden`
+  // and runs the MTP layer (a graph when one token each); results stay on the device.
+  Status mtp_pass(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden, StepLayout& L);
+  // Draft chains: the inputs of depths 1..k-1 for `rows` padded to `bucket`; the inputs of depth
+  // d as a Step; and the chain's launches (depth 0's pick from the catch-up logits, then per
+  // depth an MTP step into logits rows [d * bucket, (d + 1) * bucket) and its pick).
+  Status upload_chain(std::span<const DraftRow> rows, int64_t bucket, int64_t k);
+  Step chain_step(int64_t bucket, int64_t d) const;
+  Status chain_device(int64_t mtp_idx, int64_t bucket, int64_t k, DeviceDraftPicker& picker);
   Status enqueue(int64_t kind, const Step& s) {
     return kind == kMainStep ? forward_device(s) : mtp_device(kind - kMtpStep, s);
   }
@@ -295,6 +339,17 @@ Status CudaRunner::Impl::init_buffers() {
     d_inputs = static_cast<uint8_t*>(v);
   }
   for (int i = 0; i < kStageSlots; ++i) PG_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&stage[i]), inputs_capacity));
+  if (!w.mtp.empty()) {
+    const ChainLayout cl(max_seqs, table_stride);
+    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(cl.bytes));
+    d_chain = static_cast<uint8_t*>(v);
+    PG_ASSIGN_OR_RETURN(void* t, acts.alloc(size_t(kMaxDraftDepth * max_seqs) * 4));
+    chain_tok = static_cast<int32_t*>(t);
+    PG_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&chain_stage), cl.bytes));
+    PG_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&chain_tok_host), size_t(kMaxDraftDepth * max_seqs) * 4));
+    auto* rows = reinterpret_cast<int32_t*>(chain_stage + cl.out_rows);
+    for (int64_t i = 0; i < max_seqs; ++i) rows[i] = int32_t(i);
+  }
   return plan_kv();
 }
 
@@ -537,7 +592,7 @@ Status CudaRunner::Impl::forward_device(const Step& s) {
   return ok_status();
 }
 
-Status CudaRunner::Impl::mtp_device(int64_t mtp_idx, const Step& s) {
+Status CudaRunner::Impl::mtp_device(int64_t mtp_idx, const Step& s, float* logits_out) {
   const int64_t H = cfg.hidden_size, T = s.T;
   const DevMtp& mt = w.mtp[size_t(mtp_idx)];
   // cat [T, 2H] = [enorm(embed(token)) | hnorm(prev_hidden)]
@@ -555,7 +610,73 @@ Status CudaRunner::Impl::mtp_device(int64_t mtp_idx, const Step& s) {
   g.table = &table, g.tokens = s.out_rows, g.y = hidden, g.m = s.n_rows;
   PG_TRY(cu::embedding(g, stream));
   PG_TRY(norm(hidden, mt.head_norm, normed, s.n_rows, H));
-  return lin(normed, mt.head, logits, s.n_rows);
+  return lin(normed, mt.head, logits_out ? logits_out : logits, s.n_rows);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Draft chains
+
+Status CudaRunner::Impl::upload_chain(std::span<const DraftRow> rows, int64_t bucket, int64_t k) {
+  const ChainLayout cl(max_seqs, table_stride);
+  auto* token_seq = reinterpret_cast<int32_t*>(chain_stage + cl.token_seq);
+  auto* positions = reinterpret_cast<int64_t*>(chain_stage + cl.positions);
+  auto* ctx_len = reinterpret_cast<int64_t*>(chain_stage + cl.ctx_len);
+  auto* tables = reinterpret_cast<int32_t*>(chain_stage + cl.tables);
+  const int64_t n = int64_t(rows.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const DraftRow& r = rows[size_t(i)];
+    if (r.n_drafts <= 1) continue;
+    const int64_t last = r.last_pos + r.n_drafts - 1;  // the deepest position written
+    if (r.last_pos < 0 || last >= max_model_len || int64_t(r.block_table.size()) > table_stride ||
+        int64_t(r.block_table.size()) * block_size <= last)
+      return invalid_argument("draft_chain: row {} drafts to position {} with {} blocks of {} (context {})", i, last,
+                              r.block_table.size(), block_size, max_model_len);
+    for (int32_t b : r.block_table)
+      if (b < 0 || b >= n_blocks) return invalid_argument("draft_chain: block {} of row {} does not exist", b, i);
+  }
+  for (int64_t d = 1; d < k; ++d)
+    for (int64_t i = 0; i < bucket; ++i) {
+      const size_t at = size_t((d - 1) * max_seqs + i);
+      const bool real = i < n && d < rows[size_t(i)].n_drafts;
+      // Rows that draft no deeper (and padding) write and read position d of the scratch block.
+      token_seq[at] = int32_t(real ? i : bucket);
+      positions[at] = real ? rows[size_t(i)].last_pos + d : d;
+      ctx_len[at] = positions[at] + 1;
+    }
+  std::memset(tables, 0, size_t((bucket + 1) * table_stride) * 4);
+  for (int64_t i = 0; i < n; ++i)
+    if (rows[size_t(i)].n_drafts > 1)
+      std::memcpy(tables + i * table_stride, rows[size_t(i)].block_table.data(), rows[size_t(i)].block_table.size() * 4);
+  tables[bucket * table_stride] = int32_t(n_blocks);
+  PG_CUDA_TRY(cudaMemcpyAsync(d_chain, chain_stage, cl.tables + size_t((bucket + 1) * table_stride) * 4,
+                              cudaMemcpyHostToDevice, stream));
+  return ok_status();
+}
+
+CudaRunner::Impl::Step CudaRunner::Impl::chain_step(int64_t bucket, int64_t d) const {
+  const ChainLayout cl(max_seqs, table_stride);
+  const size_t at = size_t((d - 1) * max_seqs);
+  Step s;
+  s.T = bucket, s.n_seqs = bucket + 1, s.n_rows = bucket, s.max_ctx = max_model_len, s.rows_are_tokens = true;
+  s.tokens = chain_tok + (d - 1) * max_seqs;  // the previous depth's picks
+  s.out_rows = reinterpret_cast<const int32_t*>(d_chain + cl.out_rows);
+  s.token_seq = reinterpret_cast<const int32_t*>(d_chain + cl.token_seq) + at;
+  s.positions = reinterpret_cast<const int64_t*>(d_chain + cl.positions) + at;
+  s.ctx_len = reinterpret_cast<const int64_t*>(d_chain + cl.ctx_len) + at;
+  s.tables = reinterpret_cast<const int32_t*>(d_chain + cl.tables);
+  return s;
+}
+
+Status CudaRunner::Impl::chain_device(int64_t mtp_idx, int64_t bucket, int64_t k, DeviceDraftPicker& picker) {
+  const int64_t vocab = cfg.vocab_size;
+  PG_TRY(picker.pick(0, logits, bucket, vocab, chain_tok, stream));  // from the catch-up rows
+  for (int64_t d = 1; d < k; ++d) {
+    // MTP input: hidden (the previous depth's block output, in place) and the previous picks.
+    float* lg = logits + d * bucket * vocab;
+    PG_TRY(mtp_device(mtp_idx, chain_step(bucket, d), lg));
+    PG_TRY(picker.pick(d, lg, bucket, vocab, chain_tok + d * max_seqs, stream));
+  }
+  return ok_status();
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -684,8 +805,9 @@ std::string CudaRunner::describe() const {
   const Impl& m = *impl_;
   std::string graphs = "off";
   if (m.opt.use_graphs)
-    graphs = fmt::format("on: {} decode, {} verify, {} draft captured{}", m.counts.decode, m.counts.verify,
-                         m.counts.draft, m.opt.spec_graphs ? "" : ", speculative steps eager");
+    graphs = fmt::format("on: {} decode, {} verify, {} draft, {} draft-chain captured{}", m.counts.decode,
+                         m.counts.verify, m.counts.draft, m.counts.chain,
+                         m.opt.spec_graphs ? "" : ", speculative steps eager");
   return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{})", p.name, n_blocks_, block_size_, graphs,
                      m.opt.exact ? ", exact" : "");
 }
@@ -823,45 +945,44 @@ Status CudaRunner::forward(std::span<const SeqStep> seqs, StepOutput& out) {
   return synchronize();
 }
 
-Status CudaRunner::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
-                               StepOutput& out) {
-  Impl& m = *impl_;
-  const ModelConfig& c = cfg_;
-  const int64_t H = c.hidden_size, vocab = c.vocab_size;
-  if (mtp_idx < 0 || mtp_idx >= int64_t(m.w.mtp.size()))
-    return failed_precondition("forward_mtp: the model has {} MTP layer(s), asked for #{}", m.w.mtp.size(), mtp_idx);
-  StepLayout L;
-  PG_TRY(layout_step(cfg_, seqs, m.n_blocks, m.block_size, L, m.table_stride));
+Status CudaRunner::Impl::mtp_pass(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
+                                 StepLayout& L) {
+  const int64_t H = cfg.hidden_size;
+  if (mtp_idx < 0 || mtp_idx >= int64_t(w.mtp.size()))
+    return failed_precondition("forward_mtp: the model has {} MTP layer(s), asked for #{}", w.mtp.size(), mtp_idx);
+  PG_TRY(layout_step(cfg, seqs, n_blocks, block_size, L, table_stride));
   if (int64_t(prev_hidden.size()) != L.T * H)
     return invalid_argument("forward_mtp: {} hidden values for {} tokens of {}", prev_hidden.size(), L.T, H);
-  if (int64_t(L.out_rows.size()) > m.logit_rows)
-    return invalid_argument("forward_mtp: {} output rows, the runner holds {}", L.out_rows.size(), m.logit_rows);
+  if (int64_t(L.out_rows.size()) > logit_rows)
+    return invalid_argument("forward_mtp: {} output rows, the runner holds {}", L.out_rows.size(), logit_rows);
   // The previous hidden states go to `hidden` [T, H] (padded rows: zeros), where mtp_device reads them.
   auto stage_hidden = [&](int64_t padded_T) -> Status {
-    PG_CUDA_TRY(cudaMemcpyAsync(m.hidden, prev_hidden.data(), prev_hidden.size() * 4, cudaMemcpyHostToDevice, m.stream));
-    if (padded_T > L.T)
-      PG_CUDA_TRY(cudaMemsetAsync(m.hidden + L.T * H, 0, size_t((padded_T - L.T) * H) * 4, m.stream));
+    PG_CUDA_TRY(cudaMemcpyAsync(hidden, prev_hidden.data(), prev_hidden.size() * 4, cudaMemcpyHostToDevice, stream));
+    if (padded_T > L.T) PG_CUDA_TRY(cudaMemsetAsync(hidden + L.T * H, 0, size_t((padded_T - L.T) * H) * 4, stream));
     return ok_status();
   };
   // Drafting steps (one token per sequence, its row) replay a graph per bucket.
   const int64_t n_seqs = int64_t(seqs.size());
-  bool one_each = m.spec_graphs() && !m.routing_rec && L.T == n_seqs;
+  bool one_each = spec_graphs() && !routing_rec && L.T == n_seqs;
   for (const SeqStep& s : seqs) one_each = one_each && !s.no_logits;
-  bool done = false;
-  if (const int64_t bucket = one_each ? m.graph_bucket(n_seqs, 1) : 0; bucket > 0) {
-    const Status st = m.replay(Impl::kMtpStep + mtp_idx, L, bucket, 1, stage_hidden);
-    if (!st.ok()) {
-      std::fprintf(stderr, "cuda: draft-step graph failed (%s); speculative steps run eagerly from now on\n",
-                   st.to_string().c_str());
-      m.opt.spec_graphs = false;
-    }
-    done = st.ok();
+  if (const int64_t bucket = one_each ? graph_bucket(n_seqs, 1) : 0; bucket > 0) {
+    const Status st = replay(kMtpStep + mtp_idx, L, bucket, 1, stage_hidden);
+    if (st.ok()) return st;
+    std::fprintf(stderr, "cuda: draft-step graph failed (%s); speculative steps run eagerly from now on\n",
+                 st.to_string().c_str());
+    opt.spec_graphs = false;
   }
-  if (!done) {
-    PG_ASSIGN_OR_RETURN(Impl::Step s, m.upload(L));
-    PG_TRY(stage_hidden(L.T));
-    PG_TRY(m.mtp_device(mtp_idx, s));
-  }
+  PG_ASSIGN_OR_RETURN(Step s, upload(L));
+  PG_TRY(stage_hidden(L.T));
+  return mtp_device(mtp_idx, s);
+}
+
+Status CudaRunner::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
+                               StepOutput& out) {
+  Impl& m = *impl_;
+  const int64_t H = cfg_.hidden_size, vocab = cfg_.vocab_size;
+  StepLayout L;
+  PG_TRY(m.mtp_pass(mtp_idx, seqs, prev_hidden, L));
   out.n_rows = int64_t(L.out_rows.size());
   out.hidden_all.clear();
   out.hidden.resize(static_cast<size_t>(out.n_rows * H));
@@ -870,6 +991,102 @@ Status CudaRunner::forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, s
   PG_CUDA_TRY(cudaMemcpyAsync(out.hidden.data(), m.hidden, out.hidden.size() * 4, cudaMemcpyDeviceToHost, m.stream));
   PG_CUDA_TRY(cudaMemcpyAsync(out.logits.data(), m.logits, out.logits.size() * 4, cudaMemcpyDeviceToHost, m.stream));
   return synchronize();
+}
+
+Status CudaRunner::draft_chain(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
+                               std::span<const DraftRow> rows, DraftPicker& picker, DraftOutput& out) {
+  Impl& m = *impl_;
+  const int64_t H = cfg_.hidden_size, vocab = cfg_.vocab_size, n = int64_t(rows.size());
+  DeviceDraftPicker* dp = picker.device();
+  int64_t k = 0;
+  size_t want_floats = 0;
+  for (const DraftRow& r : rows) {
+    k = std::max(k, r.n_drafts);
+    if (r.want_logits) want_floats += size_t(std::max<int64_t>(r.n_drafts, 0) * vocab);
+  }
+  // Depths 1..k-1 of a bucket: a graph when speculative graphs are on (k >= 2), else eager
+  // launches of the same sequence over the rows themselves.
+  const int64_t graph_b = k >= 2 && m.spec_graphs() && !m.routing_rec ? m.graph_bucket(n, 1) : 0;
+  const int64_t bucket = graph_b > 0 ? graph_b : n;
+  // Outside what the device chain holds, the host loop drafts.
+  if (!dp || !m.d_chain || m.routing_rec || k < 1 || k > kMaxDraftDepth || n > m.max_seqs || k * bucket > m.logit_rows ||
+      k > m.block_size)
+    return ModelRunner::draft_chain(mtp_idx, seqs, prev_hidden, rows, picker, out);
+  if (want_floats > m.chain_logits_floats) {  // grows rarely; before anything is enqueued
+    if (m.chain_logits_host) PG_CUDA_TRY(cudaFreeHost(m.chain_logits_host));
+    m.chain_logits_host = nullptr, m.chain_logits_floats = 0;
+    PG_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&m.chain_logits_host), want_floats * 2 * 4));
+    m.chain_logits_floats = want_floats * 2;
+  }
+  out.tokens.assign(rows.size(), {});
+  out.logits.assign(rows.size(), {});
+  ++m.counts.device_chains;
+  StepLayout L;
+  PG_TRY(m.mtp_pass(mtp_idx, seqs, prev_hidden, L));  // depth 0's logits and hidden: rows [0, n)
+  if (int64_t(L.out_rows.size()) != n)
+    return invalid_argument("draft_chain: {} rows for {} output rows of the catch-up pass", n, L.out_rows.size());
+  PG_TRY(m.upload_chain(rows, bucket, k));
+  if (bucket > n) PG_CUDA_TRY(cudaMemsetAsync(m.hidden + n * H, 0, size_t((bucket - n) * H) * 4, m.stream));
+  PG_TRY(dp->begin(bucket, k, m.stream));
+  auto enqueue = [&] { return m.chain_device(mtp_idx, bucket, k, *dp); };
+  bool done = false;
+  if (graph_b > 0 && !m.opt.debug_graphs_eager) {
+    const std::array<int64_t, 3> key{Impl::kChainStep + mtp_idx, bucket, k};
+    auto it = m.chain_graphs.find(key);
+    if (it != m.chain_graphs.end() && it->second.second != dp->generation()) {  // the picker's buffers moved
+      cudaGraphExecDestroy(it->second.first);
+      m.chain_graphs.erase(it);
+      it = m.chain_graphs.end();
+    }
+    Status st = ok_status();
+    if (it == m.chain_graphs.end()) {
+      Result<cudaGraphExec_t> exec = m.capture(enqueue);
+      if (exec.ok()) {
+        it = m.chain_graphs.emplace(key, std::make_pair(*exec, dp->generation())).first;
+        ++m.counts.chain;
+      } else {
+        st = exec.status();
+      }
+    }
+    if (st.ok()) {
+      PG_CUDA_TRY(cudaGraphLaunch(it->second.first, m.stream));
+      ++m.counts.chain_replays;
+      done = true;
+    } else {  // speculation is an optimisation: the same launches eagerly, from now on
+      std::fprintf(stderr, "cuda: draft-chain graph failed (%s); speculative steps run eagerly from now on\n",
+                   st.to_string().c_str());
+      m.opt.spec_graphs = false;
+    }
+  }
+  if (!done) {
+    m.capturing = true;  // the op choices of a capture: nothing that waits for the host
+    const Status st = enqueue();
+    m.capturing = false;
+    PG_TRY(st);
+  }
+  // One copy of every depth's picks, the sampled rows' logits, one synchronization.
+  PG_CUDA_TRY(cudaMemcpyAsync(m.chain_tok_host, m.chain_tok, size_t(k * m.max_seqs) * 4, cudaMemcpyDeviceToHost,
+                              m.stream));
+  ++m.counts.device_chain_token_copies;
+  size_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const DraftRow& r = rows[size_t(i)];
+    if (!r.want_logits) continue;
+    for (int64_t d = 0; d < r.n_drafts; ++d, at += size_t(vocab))
+      PG_CUDA_TRY(cudaMemcpyAsync(m.chain_logits_host + at, m.logits + (d * bucket + i) * vocab, size_t(vocab) * 4,
+                                  cudaMemcpyDeviceToHost, m.stream));
+  }
+  ++m.counts.device_chain_syncs;
+  PG_TRY(synchronize());
+  at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const DraftRow& r = rows[size_t(i)];
+    for (int64_t d = 0; d < r.n_drafts; ++d) out.tokens[size_t(i)].push_back(m.chain_tok_host[d * m.max_seqs + i]);
+    if (!r.want_logits) continue;
+    out.logits[size_t(i)].assign(m.chain_logits_host + at, m.chain_logits_host + at + size_t(r.n_drafts * vocab));
+    at += size_t(r.n_drafts * vocab);
+  }
+  return ok_status();
 }
 
 // Inputs of `batch` sequences of `ctx` positions (one new token each, at position ctx - 1) in

@@ -65,8 +65,12 @@ struct StepBytes {
 
 // Graphs captured so far (lazily, on a bucket's first step) and replays, by kind.
 struct CudaGraphCounts {
-  int64_t decode = 0, verify = 0, draft = 0;                       // captured graphs
-  int64_t decode_replays = 0, verify_replays = 0, draft_replays = 0;
+  int64_t decode = 0, verify = 0, draft = 0, chain = 0;             // captured graphs
+  int64_t decode_replays = 0, verify_replays = 0, draft_replays = 0, chain_replays = 0;
+  // Draft chains kept on the device (draft_chain with a device picker) and what they cost the
+  // host: stream synchronizations and device-to-host copies (the drafts, and the logits rows of
+  // sampled rows). One chain: one synchronization and one token copy, whatever its depth.
+  int64_t device_chains = 0, device_chain_syncs = 0, device_chain_token_copies = 0;
 };
 
 class CudaRunner final : public ModelRunner {
@@ -98,6 +102,12 @@ class CudaRunner final : public ModelRunner {
   Status forward(std::span<const SeqStep> seqs, StepOutput& out) override;
   Status forward_mtp(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
                      StepOutput& out) override;
+  // On the device when picker.device() is set: the catch-up pass, then depths 1..k-1 each an MTP
+  // step whose input token is the previous depth's pick, chained in device memory; the whole
+  // chain is one graph per (batch bucket, k). Drafts (and sampled rows' logits) come back in one
+  // synchronization at the end. Without a device picker: the host loop of ModelRunner.
+  Status draft_chain(int64_t mtp_idx, std::span<const SeqStep> seqs, std::span<const float> prev_hidden,
+                     std::span<const DraftRow> rows, DraftPicker& picker, DraftOutput& out) override;
   std::string describe() const override;
   // Whether forward() copies the final hidden state of every token to the host (the MTP input).
   void set_need_hidden_all(bool on) override { copy_hidden_all_ = on; }

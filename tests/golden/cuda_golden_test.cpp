@@ -862,5 +862,110 @@ TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
   }
 }
 
+// Draft chains on the device (CudaRunner::draft_chain with the GPU sampler's DeviceDraftPicker)
+// against the host loop that drafted one depth at a time (no device sampler: ModelRunner's
+// default chain, the engine's host picker): the same drafts, so the same tokens, greedy (and equal
+// to plain greedy decoding) and sampled at temperature 1 with fixed seeds (speculative sampling's
+// tokens depend on every draft and its distribution q, so any difference in either shows), for
+// k = 1, 2, 3, one sequence and four at different positions, chain graphs on and off. The device
+// chain synchronizes the host once and copies the drafts back once per chain, whatever k is.
+TEST(CudaEngine, SpeculativeDeviceDraftChainEqualsHostChain) {
+  PG_REQUIRE_GPU();
+  const auto dir = model_dir("peregrine_tiny");
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto shared_tok = std::make_shared<Tokenizer>(*tok);
+  const char* prompts[] = {"The history of the English language", "def fibonacci(n):",
+                           "She walked into the room and", "The Debian package manager is a tool that"};
+  struct Run {
+    std::vector<std::vector<int32_t>> ids;
+    CudaGraphCounts counts;
+    EngineStats stats;
+  };
+  auto run = [&](int64_t k, int64_t seqs, bool device_chain, bool sampled, bool graphs) {
+    auto host = DeepseekModel::load(dir);
+    EXPECT_TRUE(host.ok());
+    CudaRunnerOptions o = test_options(/*exact=*/false);
+    o.max_num_seqs = 4;
+    o.spec_graphs = graphs;
+    auto r = CudaRunner::create(std::move(host).value(), o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    CudaRunner* runner = r->get();
+    EngineConfig ec;
+    ec.scheduler.max_num_seqs = seqs;
+    ec.scheduler.max_num_batched_tokens = 256;
+    ec.num_speculative_tokens = k;
+    if (device_chain) ec.device_sampler = make_cuda_device_sampler();
+    auto e = Engine::create(std::unique_ptr<ModelRunner>(std::move(r).value()), shared_tok, ec);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    Run out;
+    out.ids.resize(std::size(prompts));
+    for (size_t i = 0; i < std::size(prompts); ++i) {
+      GenerationRequest req;
+      req.prompt_ids = *tok->encode(prompts[i]);
+      req.params.max_tokens = 40;
+      req.params.ignore_eos = true;
+      req.params.temperature = 0.0;
+      if (sampled) {
+        req.params.temperature = 1.0;
+        req.params.seed = 77 + int64_t(i);
+        if (i == 1) req.params.top_p = 0.9;
+        if (i == 2) req.params.top_k = 20;
+        if (i == 3) req.params.frequency_penalty = 0.4, req.params.presence_penalty = 0.2;
+      }
+      auto id = (*e)->submit(std::move(req), [&, i](GenerationEvent&& ev) {
+        out.ids[i].insert(out.ids[i].end(), ev.token_ids.begin(), ev.token_ids.end());
+        EXPECT_TRUE(ev.error.ok()) << ev.error.to_string();
+      });
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+    }
+    while ((*e)->step()) {
+    }
+    out.counts = runner->graph_counts();
+    out.stats = (*e)->stats();
+    return out;
+  };
+  for (bool sampled : {false, true}) {
+    for (int64_t seqs : {1, 4}) {
+      const Run plain = run(0, seqs, false, sampled, true);
+      for (int64_t k = 1; k <= 3; ++k) {
+        const std::string what = std::string(sampled ? "sampled" : "greedy") + " k=" + std::to_string(k) +
+                                 " seqs=" + std::to_string(seqs);
+        const Run host_chain = run(k, seqs, false, sampled, true);
+        EXPECT_EQ(host_chain.counts.device_chains, 0) << what;
+        for (bool graphs : {true, false}) {
+          const Run dev = run(k, seqs, true, sampled, graphs);
+          const std::string w = what + (graphs ? " graphs" : " eager");
+          for (size_t i = 0; i < std::size(prompts); ++i) {
+            EXPECT_EQ(dev.ids[i].size(), 40u) << w << " prompt " << i;
+            EXPECT_EQ(dev.ids[i], host_chain.ids[i]) << w << " prompt " << i << ": device chain vs host chain";
+            if (!sampled) {
+              EXPECT_EQ(dev.ids[i], plain.ids[i]) << w << " prompt " << i << ": vs plain greedy";
+            }
+          }
+          // The same drafts: the same acceptance, step for step.
+          EXPECT_EQ(dev.stats.spec_draft_tokens_total, host_chain.stats.spec_draft_tokens_total) << w;
+          EXPECT_EQ(dev.stats.spec_accepted_tokens_total, host_chain.stats.spec_accepted_tokens_total) << w;
+          const CudaGraphCounts& c = dev.counts;
+          EXPECT_GT(c.device_chains, 0) << w;
+          EXPECT_EQ(c.device_chain_syncs, c.device_chains) << w << ": one host synchronization per chain";
+          EXPECT_EQ(c.device_chain_token_copies, c.device_chains) << w << ": one copy of the drafts per chain";
+          if (graphs && k > 1) {
+            EXPECT_GT(c.chain_replays, 0) << w;
+            EXPECT_GT(c.chain, 0) << w;
+            // One graph per (bucket, depth) in use: buckets 1, 2, 4; depths 2..k (max_tokens caps the last).
+            EXPECT_LE(c.chain, 3 * (k - 1)) << w;
+          } else {
+            EXPECT_EQ(c.chain + c.chain_replays, 0) << w;
+          }
+          std::printf("[ measure  ] %s: %lld chains, %lld chain graphs replayed, %lld/%lld drafts accepted\n",
+                      w.c_str(), (long long)c.device_chains, (long long)c.chain_replays,
+                      (long long)dev.stats.spec_accepted_tokens_total, (long long)dev.stats.spec_draft_tokens_total);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pg
