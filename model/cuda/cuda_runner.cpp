@@ -443,20 +443,25 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   kw.positions = s.positions, kw.table = &rope, kw.block_tables = s.tables, kw.token_seq = s.token_seq;
   kw.cache = pool, kw.m = T, kw.kv_lora_rank = R, kw.rope_dim = P, kw.block_size = block_size;
   kw.max_blocks_per_seq = table_stride, kw.n_blocks = n_blocks + 1;
-  PG_TRY(cu::mla_kv_write(kw, inv_freq, stream));
-  PG_TRY(mark("kv_write"));
 
   ops::RopeArgs ra;  // q_pe of every head, in place
   ra.x = qb, ra.positions = s.positions, ra.table = &rope, ra.m = T, ra.n_heads = nh, ra.head_stride = qk;
   ra.row_stride = q_row, ra.offset = nope, ra.rope_dim = P;
-  PG_TRY(cu::rope(ra, inv_freq, stream));
-  PG_TRY(mark("q_rope"));
 
   ops::HeadLinearArgs uk;  // q_lat[t,h] = W_UK[h]ᵀ · q_nope[t,h]   [T, nh, R]
   uk.x = qb, uk.x_row_stride = q_row, uk.x_head_stride = qk, uk.w = A.w_uk_t, uk.w_format = A.head_format;
   uk.y = q_lat, uk.y_row_stride = nh * R, uk.y_head_stride = R, uk.m = T, uk.n_heads = nh, uk.n = R, uk.k = nope;
-  PG_TRY(heads(uk));
-  PG_TRY(mark("w_uk"));
+  if (!prefill_path(T)) {  // GEMV-sized steps: the three in one launch (the same bits)
+    PG_TRY(cu::mla_prep(ops::MlaPrepArgs{kw, ra, uk}, inv_freq, stream));
+    PG_TRY(mark("mla_prep"));
+  } else {
+    PG_TRY(cu::mla_kv_write(kw, inv_freq, stream));
+    PG_TRY(mark("kv_write"));
+    PG_TRY(cu::rope(ra, inv_freq, stream));
+    PG_TRY(mark("q_rope"));
+    PG_TRY(heads(uk));
+    PG_TRY(mark("w_uk"));
+  }
   ops::MlaAttentionArgs m;
   // q_pe read in place: column nope of every head of q [T, nh, qk].
   m.q_lat = q_lat, m.q_pe = qb + nope, m.q_pe_row_stride = q_row, m.q_pe_head_stride = qk;
