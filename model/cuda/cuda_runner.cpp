@@ -26,6 +26,7 @@
 #include "ops/cuda/mla_attention.h"
 #include "ops/cuda/mla_ops.h"
 #include "ops/cuda/moe_experts/moe_experts.h"
+#include "ops/cuda/moe_router.h"
 
 namespace pg {
 
@@ -81,6 +82,7 @@ struct CudaRunner::Impl {
         *o_lat = nullptr, *o = nullptr, *router_logits = nullptr, *expert_w = nullptr, *hidden_all = nullptr,
         *hidden = nullptr, *normed = nullptr, *logits = nullptr, *cat = nullptr, *qkv = nullptr;
   int32_t* expert_idx = nullptr;
+  unsigned* router_counter = nullptr;  // moe_router's last-block counter (zero between launches)
   float* mla_ws = nullptr;
   size_t mla_ws_floats = 0;
   void* moe_ws = nullptr;
@@ -225,6 +227,11 @@ Status CudaRunner::Impl::init_buffers() {
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(size_t(Tm * K) * 4));
     expert_idx = static_cast<int32_t*>(v);
+  }
+  {
+    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
+    router_counter = static_cast<unsigned*>(v);
+    PG_CUDA_TRY(cudaMemset(router_counter, 0, 16));
   }
   PG_TRY(f32(hidden_all, Tm * H));
   PG_TRY(f32(hidden, Tm * H));
@@ -490,8 +497,6 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
   me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
   if (L.is_moe) {
-    PG_TRY(lin(a, L.router, router_logits, T, false, 0, 0, /*f32_input=*/true));  // [T, E] f32
-    PG_TRY(mark("router"));
     ops::MoeRoutingArgs r;
     r.logits = router_logits, r.bias = L.router_bias, r.expert_idx = expert_idx, r.expert_weight = expert_w;
     r.m = T, r.n_experts = c.n_routed_experts, r.top_k = c.num_experts_per_tok, r.n_group = c.n_group;
@@ -502,8 +507,12 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
                                                          : ops::MoeTopk::kGreedy;
     r.norm_topk_prob = c.norm_topk_prob;
     r.routed_scaling_factor = float(c.routed_scaling_factor);
-    PG_TRY(cu::moe_routing(r, stream));
-    PG_TRY(mark("routing"));
+    // Router logits [T, E] f32 (f32 activations at any T: a routing decision must not hinge on
+    // bf16 rounding of its input), then the routing, in one launch (decode-sized T).
+    ops::MoeRouterArgs ro;
+    ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;
+    PG_TRY(cu::moe_router(ro, router_counter, stream));
+    PG_TRY(mark("router"));
     if (routing_rec) {
       const int64_t K = c.num_experts_per_tok;
       PG_CUDA_TRY(cudaMemcpyAsync(routing_rec + cache_layer_idx * Tm * K, expert_idx, size_t(T * K) * 4,
