@@ -26,6 +26,7 @@
 #include "ops/cuda/mla_attention.h"
 #include "ops/cuda/mla_ops.h"
 #include "ops/cuda/moe_experts/moe_experts.h"
+#include "ops/cuda/moe_router.h"
 
 namespace pg {
 
@@ -99,6 +100,7 @@ struct CudaRunner::Impl {
         *o_lat = nullptr, *o = nullptr, *router_logits = nullptr, *expert_w = nullptr, *hidden_all = nullptr,
         *hidden = nullptr, *normed = nullptr, *logits = nullptr, *cat = nullptr, *qkv = nullptr;
   int32_t* expert_idx = nullptr;
+  unsigned* router_counter = nullptr;  // moe_router's last-block counter (zero between launches)
   float* mla_ws = nullptr;
   size_t mla_ws_floats = 0;
   void* moe_ws = nullptr;
@@ -269,6 +271,11 @@ Status CudaRunner::Impl::init_buffers() {
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(size_t(Tm * K) * 4));
     expert_idx = static_cast<int32_t*>(v);
+  }
+  {
+    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
+    router_counter = static_cast<unsigned*>(v);
+    PG_CUDA_TRY(cudaMemset(router_counter, 0, 16));
   }
   PG_TRY(f32(hidden_all, Tm * H));
   PG_TRY(f32(hidden, Tm * H));
@@ -498,20 +505,25 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   kw.positions = s.positions, kw.table = &rope, kw.block_tables = s.tables, kw.token_seq = s.token_seq;
   kw.cache = pool, kw.m = T, kw.kv_lora_rank = R, kw.rope_dim = P, kw.block_size = block_size;
   kw.max_blocks_per_seq = table_stride, kw.n_blocks = n_blocks + 1;
-  PG_TRY(cu::mla_kv_write(kw, inv_freq, stream));
-  PG_TRY(mark("kv_write"));
 
   ops::RopeArgs ra;  // q_pe of every head, in place
   ra.x = qb, ra.positions = s.positions, ra.table = &rope, ra.m = T, ra.n_heads = nh, ra.head_stride = qk;
   ra.row_stride = q_row, ra.offset = nope, ra.rope_dim = P;
-  PG_TRY(cu::rope(ra, inv_freq, stream));
-  PG_TRY(mark("q_rope"));
 
   ops::HeadLinearArgs uk;  // q_lat[t,h] = W_UK[h]ᵀ · q_nope[t,h]   [T, nh, R]
   uk.x = qb, uk.x_row_stride = q_row, uk.x_head_stride = qk, uk.w = A.w_uk_t, uk.w_format = A.head_format;
   uk.y = q_lat, uk.y_row_stride = nh * R, uk.y_head_stride = R, uk.m = T, uk.n_heads = nh, uk.n = R, uk.k = nope;
-  PG_TRY(heads(uk));
-  PG_TRY(mark("w_uk"));
+  if (!prefill_path(T)) {  // GEMV-sized steps: the three in one launch (the same bits)
+    PG_TRY(cu::mla_prep(ops::MlaPrepArgs{kw, ra, uk}, inv_freq, stream));
+    PG_TRY(mark("mla_prep"));
+  } else {
+    PG_TRY(cu::mla_kv_write(kw, inv_freq, stream));
+    PG_TRY(mark("kv_write"));
+    PG_TRY(cu::rope(ra, inv_freq, stream));
+    PG_TRY(mark("q_rope"));
+    PG_TRY(heads(uk));
+    PG_TRY(mark("w_uk"));
+  }
   ops::MlaAttentionArgs m;
   // q_pe read in place: column nope of every head of q [T, nh, qk].
   m.q_lat = q_lat, m.q_pe = qb + nope, m.q_pe_row_stride = q_row, m.q_pe_head_stride = qk;
@@ -540,8 +552,6 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
   me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
   if (L.is_moe) {
-    PG_TRY(lin(a, L.router, router_logits, T, false, 0, 0, /*f32_input=*/true));  // [T, E] f32
-    PG_TRY(mark("router"));
     ops::MoeRoutingArgs r;
     r.logits = router_logits, r.bias = L.router_bias, r.expert_idx = expert_idx, r.expert_weight = expert_w;
     r.m = T, r.n_experts = c.n_routed_experts, r.top_k = c.num_experts_per_tok, r.n_group = c.n_group;
@@ -552,8 +562,12 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
                                                          : ops::MoeTopk::kGreedy;
     r.norm_topk_prob = c.norm_topk_prob;
     r.routed_scaling_factor = float(c.routed_scaling_factor);
-    PG_TRY(cu::moe_routing(r, stream));
-    PG_TRY(mark("routing"));
+    // Router logits [T, E] f32 (f32 activations at any T: a routing decision must not hinge on
+    // bf16 rounding of its input), then the routing, in one launch (decode-sized T).
+    ops::MoeRouterArgs ro;
+    ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;
+    PG_TRY(cu::moe_router(ro, router_counter, stream));
+    PG_TRY(mark("router"));
     if (routing_rec) {
       const int64_t K = c.num_experts_per_tok;
       PG_CUDA_TRY(cudaMemcpyAsync(routing_rec + cache_layer_idx * Tm * K, expert_idx, size_t(T * K) * 4,

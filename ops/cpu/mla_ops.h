@@ -7,6 +7,7 @@
 #include "ops/embedding.h"
 #include "ops/head_linear.h"
 #include "ops/mla_kv_write.h"
+#include "ops/mla_prep.h"
 
 namespace pg::ops::cpu {
 
@@ -18,5 +19,7 @@ void embedding(const EmbeddingArgs& a);
 void mla_kv_write(const MlaKvWriteArgs& a);
 // y[t,h,n] = dot(W[h,n,:], x[t,h,:]) (ops::cpu::dot's fixed order), parallel over (h, n).
 void head_linear(const HeadLinearArgs& a, ThreadPool& pool);
+// mla_kv_write, rope and head_linear of the three parts, in turn.
+void mla_prep(const MlaPrepArgs& a, ThreadPool& pool);
 
 }  // namespace pg::ops::cpu

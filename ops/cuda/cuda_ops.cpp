@@ -8,6 +8,7 @@
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/config.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/moe_router.h"
 
 namespace pg::ops::cuda {
 namespace {
@@ -47,6 +48,11 @@ Status moe_routing(const MoeRoutingArgs& a, cudaStream_t stream) {
     return unsupported("moe_routing (CUDA): {} experts in {} groups; this kernel takes <= {} experts, <= {} groups",
                        a.n_experts, a.n_group, kRoutingMaxExperts, kRoutingMaxGroups);
   if (a.m > INT32_MAX - kRoutingWarpsPerBlock) return unsupported("moe_routing (CUDA): {} tokens", a.m);
+  PG_CUDA_TRY(launch_moe_routing(moe_routing_params(a), stream));
+  return ok_status();
+}
+
+MoeRoutingParams moe_routing_params(const MoeRoutingArgs& a) {
   MoeRoutingParams p;
   p.logits = a.logits, p.bias = a.bias, p.expert_idx = a.expert_idx, p.expert_weight = a.expert_weight;
   p.m = int(a.m), p.n_experts = int(a.n_experts), p.top_k = int(a.top_k);
@@ -57,8 +63,7 @@ Status moe_routing(const MoeRoutingArgs& a, cudaStream_t stream) {
   p.group_top2_sum = a.method == MoeTopk::kNoAuxTc;
   p.normalize = a.norm_topk_prob && (a.scoring == MoeScoring::kSigmoid || a.top_k > 1);
   p.routed_scaling_factor = a.routed_scaling_factor;
-  PG_CUDA_TRY(launch_moe_routing(p, stream));
-  return ok_status();
+  return p;
 }
 
 }  // namespace pg::ops::cuda

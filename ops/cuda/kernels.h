@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda/linear/config.h"  // LinearWeight: the fmt-free weight formats
+
 namespace pg::ops::cuda {
 
 // rmsnorm / rmsnorm_residual, one block per row (rmsnorm.cu).
@@ -36,5 +38,23 @@ struct MoeRoutingParams {
   float routed_scaling_factor = 1.0f;
 };
 cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
+
+// moe_router: the router GEMV (f32 | bf16 weights, linear's vector path) and moe_routing in one
+// launch (moe_routing.cu). kRouterThreads / 32 / k_split rows per block; tokens kRouterTokenTile
+// at a time; the last block to finish routes (counter: zero between launches, reset by that block).
+constexpr int kRouterThreads = 256;  // = kLinearThreads: k_split divides its 8 warps, as linear's
+constexpr int kRouterTokenTile = 4;
+constexpr int64_t kRouterMaxTokens = 64;  // decode-sized steps; the tiles re-read W from L1/L2
+struct MoeRouterParams {
+  const float* x = nullptr;   // [m, k] f32, row stride x_stride; 16-byte aligned rows
+  const void* w = nullptr;    // [n, k] f32 | bf16, 16-byte aligned, k a whole number of 16-byte chunks
+  float* logits = nullptr;    // [m, n] f32 (= routing.logits)
+  unsigned* counter = nullptr;
+  int m = 0;
+  int64_t n = 0, k = 0, x_stride = 0;
+  int k_split = 1;            // linear_plan's for the same args
+  MoeRoutingParams routing;
+};
+cudaError_t launch_moe_router(LinearWeight f, const MoeRouterParams& p, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/mla_attention_params.h"
 
@@ -40,7 +41,7 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
   return fmaf(a.w, b.w, acc);
 }
 
-// A combiner waits at most this many polls (~64 ns apart: ~0.5 s) for its group's other splits,
+// A combiner waits at most this many polls (>= 32 ns apart: >= 0.25 s) for its group's other splits,
 // which run concurrently and take microseconds; past it (a workspace whose counters were not
 // zeroed) it goes on with what it has instead of hanging the device.
 constexpr int kMlaSpinLimit = 1 << 23;
@@ -77,12 +78,13 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, i
   }
 }
 
-// Stages cache rows [c0, c0 + kMlaChunkRows) of one sequence into dst ([kMlaChunkRows][dp]);
-// rows at or past `end` become zeros. Warp w takes rows w, w + 8, ...; lanes walk the row.
+// Stages cache rows [c0, c0 + kRows) of one sequence into dst ([kRows][dp]); rows at or past
+// `end` become zeros. Warp w takes rows w, w + 8, ...; lanes walk the row.
+template <int kRows>
 __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, const int32_t* table, int c0,
                                            int end) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  for (int j = warp; j < kMlaChunkRows; j += kMlaWarps) {
+  for (int j = warp; j < kRows; j += kMlaWarps) {
     const int pos = c0 + j;
     const bool valid = pos < end;
     const float* src = p.kv;
@@ -99,159 +101,127 @@ __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* d
   }
 }
 
+// L2 prefetch of the cache rows [r0, r1) of one sequence, issued before the PDL wait so that
+// their HBM reads overlap the kernel before. Safe even for the rows that kernel writes (this
+// step's tokens): L2 is the point of coherence and nothing lands in this SM's L1 or shared
+// memory; the staging reads (cp.async, after the wait) see the written values. The block table
+// is a step input (uploaded before the step's first kernel), so reading it here is safe too.
+__device__ __forceinline__ void prefetch_rows(const MlaAttentionParams& p, const int32_t* table, int r0, int r1) {
+  const int lines = (p.d + 31) / 32;  // 128-byte steps along a row
+  const int n = (r1 - r0) * lines;
+  for (int i = threadIdx.x; i < n; i += kMlaThreads) {
+    const int pos = r0 + i / lines, l = i % lines;
+    const float* row = p.kv + (int64_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size) * p.d;
+    prefetch_l2(row + 32 * l);
+  }
+}
+
 // The combine of one (token t, head group at h0) by combiner k of n_comb: o = Σ_s 2^(m_s - M) o_s /
-// Σ_s 2^(m_s - M) l_s over the n_act splits, for the k-th slice of the group's outputs. Every
-// split's partial is complete (the caller waited); they are read through L2 (ld.cg), since L1 is
-// not coherent with the other SMs' writes. sW: [n_act][kHeads] weights then [kHeads] 1 / L.
-template <int kHeads>
-__device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, int64_t t, int64_t h0, int n_act,
-                        int k, int n_comb) {
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize, R = p.kv_lora_rank;
+// Σ_s 2^(m_s - M) l_s over the n_act splits, for the k-th slice of the group's outputs (float4
+// columns when kVec, else single ones). Every split's partial is complete (the caller waited);
+// they are read through L2 (ld.cg), since L1 is not coherent with the other SMs' writes. tpq
+// consecutive lanes share one output, each folding every tpq-th split into a running (max, Σ w o,
+// Σ w l) as the online softmax does, so the partials and their (m, l) are loaded together (one L2
+// round trip, no wait for the maximum); a shuffle then brings the lanes to their common maximum
+// and sums them.
+template <int kHeads, bool kVec>
+__device__ void combine(const MlaAttentionParams& p, int64_t item, int64_t t, int64_t h0, int n_act, int k,
+                        int n_comb) {
+  constexpr int W = kVec ? 4 : 1;  // columns per output
+  const int tid = threadIdx.x, R = p.kv_lora_rank;
   const int64_t H = p.n_heads;
   const int hv = int(H - h0 < kHeads ? H - h0 : kHeads);  // valid heads of the group
   const float* ml = p.ws_ml + item * p.n_splits * kHeads * 2;
   const float* o = p.ws_o + item * p.n_splits * kHeads * R;
-  float* sInv = sW + n_act * kHeads;
-  // Weights: a warp per head, lanes over the splits.
-  for (int hh = warp; hh < hv; hh += kMlaWarps) {
-    float mx = -INFINITY;
-    for (int s = lane; s < n_act; s += kWarpSize) mx = fmaxf(mx, __ldcg(ml + 2 * (s * kHeads + hh)));
-    mx = warp_max(mx);
-    float l = 0.0f;
-    for (int s = lane; s < n_act; s += kWarpSize) {
-      const float* e = ml + 2 * (s * kHeads + hh);
-      const float w = exp2f(__ldcg(e) - mx);
-      sW[s * kHeads + hh] = w;
-      l = fmaf(w, __ldcg(e + 1), l);
-    }
-    l = warp_sum(l);
-    if (lane == 0) sInv[hh] = 1.0f / l;  // as the CPU: one reciprocal, then products
-  }
-  __syncthreads();
   const int64_t split_stride = int64_t(kHeads) * R;  // floats between two splits' partials
-  if (p.vec_out) {
-    // The slice's float4 outputs [q0, q1); tpq consecutive lanes share one output, each summing
-    // every tpq-th split, then a shuffle sum (more loads in flight when the slice is small).
-    const int r4 = R / 4, n = hv * r4;
-    const int q0 = int(int64_t(n) * k / n_comb), q1 = int(int64_t(n) * (k + 1) / n_comb);
-    int tpq = 1;
-    while (tpq < kWarpSize && (q1 - q0) * tpq * 2 <= kMlaThreads && tpq * 2 <= n_act) tpq *= 2;
-    const int sub = tid % tpq, per_pass = kMlaThreads / tpq;
-    for (int base = q0; base < q1; base += per_pass) {  // uniform trip count: all lanes shuffle
-      const int qi = base + tid / tpq;
-      const bool valid = qi < q1;
-      const int hh = valid ? qi / r4 : 0, c = valid ? 4 * (qi % r4) : 0;
-      const float* src = o + hh * R + c;
-      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (valid) {
+  const int per_head = R / W, n = hv * per_head;     // outputs of a head, of the group
+  const int q0 = int(int64_t(n) * k / n_comb), q1 = int(int64_t(n) * (k + 1) / n_comb);
+  int tpq = 1;  // more loads in flight when the slice is small
+  while (tpq < kWarpSize && (q1 - q0) * tpq * 2 <= kMlaThreads && tpq * 2 <= n_act) tpq *= 2;
+  const int sub = tid % tpq, per_pass = kMlaThreads / tpq;
+  for (int base = q0; base < q1; base += per_pass) {  // uniform trip count: all lanes shuffle
+    const int qi = base + tid / tpq;
+    const bool valid = qi < q1;
+    const int hh = valid ? qi / per_head : 0, c = valid ? W * (qi % per_head) : 0;
+    const float* src = o + hh * R + c;
+    float mx = -INFINITY, l = 0.0f, a[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) a[i] = 0.0f;
+    if (valid) {
 #pragma unroll 4
-        for (int s = sub; s < n_act; s += tpq) {
-          const float w = sW[s * kHeads + hh];
-          const float4 v = __ldcg(reinterpret_cast<const float4*>(src + s * split_stride));
-          a.x = fmaf(w, v.x, a.x), a.y = fmaf(w, v.y, a.y), a.z = fmaf(w, v.z, a.z), a.w = fmaf(w, v.w, a.w);
+      for (int s = sub; s < n_act; s += tpq) {
+        const float ms = __ldcg(ml + 2 * (s * kHeads + hh)), ls = __ldcg(ml + 2 * (s * kHeads + hh) + 1);
+        float v[W];
+        if constexpr (kVec) {
+          const float4 x = __ldcg(reinterpret_cast<const float4*>(src + s * split_stride));
+          v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+        } else {
+          v[0] = __ldcg(src + s * split_stride);
         }
-      }
-      for (int off = 1; off < tpq; off *= 2) {
-        a.x += __shfl_xor_sync(kFullMask, a.x, off);
-        a.y += __shfl_xor_sync(kFullMask, a.y, off);
-        a.z += __shfl_xor_sync(kFullMask, a.z, off);
-        a.w += __shfl_xor_sync(kFullMask, a.w, off);
-      }
-      if (valid && sub == 0) {
-        const float inv = sInv[hh];
-        a.x *= inv, a.y *= inv, a.z *= inv, a.w *= inv;
-        *reinterpret_cast<float4*>(p.o_lat + (t * H + h0 + hh) * R + c) = a;
+        const float m_new = fmaxf(mx, ms);  // finite: every split has a valid row
+        const float sc = exp2f(mx - m_new), w = exp2f(ms - m_new);  // sc = 0 at the first split
+        l = fmaf(w, ls, l * sc);
+#pragma unroll
+        for (int i = 0; i < W; ++i) a[i] = fmaf(w, v[i], a[i] * sc);
+        mx = m_new;
       }
     }
-  } else {
-    const int n = hv * R;
-    const int e0 = int(int64_t(n) * k / n_comb), e1 = int(int64_t(n) * (k + 1) / n_comb);
-    for (int e = e0 + tid; e < e1; e += kMlaThreads) {
-      const int hh = e / R, c = e % R;
-      const float* src = o + hh * R + c;
-      float a = 0.0f;
-#pragma unroll 4
-      for (int s = 0; s < n_act; ++s) a = fmaf(sW[s * kHeads + hh], __ldcg(src + s * split_stride), a);
-      p.o_lat[(t * H + h0 + hh) * R + c] = a * sInv[hh];
+    float M = mx;
+    for (int off = 1; off < tpq; off *= 2) M = fmaxf(M, __shfl_xor_sync(kFullMask, M, off));
+    const float f = mx > -INFINITY ? exp2f(mx - M) : 0.0f;  // lanes without a split add nothing
+    l *= f;
+#pragma unroll
+    for (int i = 0; i < W; ++i) a[i] *= f;
+    for (int off = 1; off < tpq; off *= 2) {
+      l += __shfl_xor_sync(kFullMask, l, off);
+#pragma unroll
+      for (int i = 0; i < W; ++i) a[i] += __shfl_xor_sync(kFullMask, a[i], off);
+    }
+    if (valid && sub == 0) {
+      const float inv = 1.0f / l;  // as the CPU: one reciprocal, then products
+      float* dst = p.o_lat + (t * H + h0 + hh) * R + c;
+      if constexpr (kVec) {
+        *reinterpret_cast<float4*>(dst) = make_float4(a[0] * inv, a[1] * inv, a[2] * inv, a[3] * inv);
+      } else {
+        dst[0] = a[0] * inv;
+      }
     }
   }
 }
 
-// One block = (token t, head group g, split s); blockIdx.x = ((m-1-t) x n_splits + s) x head_groups + g,
-// so the longest contexts (the last tokens of a causal prefill) start first.
-template <int kHeads>
-__global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
-  using Tile = MlaTile<kHeads>;
-  extern __shared__ float4 smem4[];
-  float* sQ = reinterpret_cast<float*>(smem4);
-  float* sK = sQ + kHeads * p.dp;  // the work region (see mla_smem_floats)
-  float* sRed = sK + mla_work_floats(kHeads, p.dp, p.n_splits);
-  float* sP = sRed + kMlaWarps * kHeads * kMlaChunkRows;
-  float* sAlpha = sP + kMlaChunkRows * Tile::kPStride;
-  float* sM = sAlpha + kHeads;
-  float* sL = sM + kHeads;
-  int* sTicket = reinterpret_cast<int*>(sL + kHeads);  // the combine's ticket (dynamic: no static smem)
-
-  const int n_splits = p.n_splits, R = p.kv_lora_rank;
-  const int64_t H = p.n_heads;
-  int64_t b = blockIdx.x;
-  const int g = int(b % p.head_groups);
-  b /= p.head_groups;
-  const int s = int(b % n_splits);
-  const int64_t t = p.m - 1 - b / n_splits;
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int64_t h0 = int64_t(g) * kHeads;
-  const int64_t item = t * p.head_groups + g;  // (token, head group): counter and workspace index
-
-  load_q<kHeads>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
+// The chunk loop of one split [begin, end) at kRows cache rows per chunk (16 when
+// mla_split_rows chose a small split, else 32): stages the rows (Q is already in flight) and
+// leaves the softmax state of this warp's heads (m_run, l_run: identical in every lane) and this
+// thread's P·V tile (acc) unnormalized.
+template <int kHeads, int kRows>
+__device__ __forceinline__ void attend(const MlaAttentionParams& p, const float* sQ, float* sK, float* sRed, float* sP,
+                                       float* sAlpha, const int32_t* table, int begin, int end,
+                                       float (&m_run)[MlaTile<kHeads>::kHeadsPerWarp],
+                                       float (&l_run)[MlaTile<kHeads>::kHeadsPerWarp], float (&acc)[kMlaOutHeads][4]) {
+  using Tile = MlaTile<kHeads, kRows>;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize, R = p.kv_lora_rank;
+  load_chunk<kRows>(p, sK, table, begin, end);
   cp_async_commit();
 
-  int64_t ctx64 = p.ctx_len[t];
-  const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
-  if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
-    if (s == 0)
-      for (int64_t i = tid; i < int64_t(kHeads) * R; i += kMlaThreads)
-        if (h0 + i / R < H) p.o_lat[(t * H + h0 + i / R) * R + i % R] = 0.0f;
-    cp_async_wait_all();
-    return;
-  }
-  const int split_rows = int(mla_split_rows(ctx, n_splits));
-  if (int64_t(s) * split_rows >= ctx) {  // past this token's context (grids are sized from a bound)
-    cp_async_wait_all();
-    return;
-  }
-  const int begin = s * split_rows;
-  const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
-  const int n_act = (ctx + split_rows - 1) / split_rows;  // splits holding rows of this token
-  const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
-  const int32_t* table = p.block_tables + int64_t(p.token_seq[t]) * p.max_blocks_per_seq;
-
-  load_chunk(p, sK, table, begin, end);
-  cp_async_commit();
-
-  // Softmax state of this warp's heads, identical in every lane.
-  float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];
-#pragma unroll
-  for (int k = 0; k < Tile::kHeadsPerWarp; ++k) m_run[k] = -INFINITY, l_run[k] = 0.0f;
   // P·V tile: heads ho*8 .. +8, columns 4cq .. +4, rows phase, phase + kPhases, ... (threads with
   // 4cq >= R idle there).
   const int cq = tid % kMlaColQuads, ho = (tid / kMlaColQuads) % Tile::kOctets;
   const int phase = tid / (kMlaColQuads * Tile::kOctets);
   const bool pv_active = 4 * cq < R;
-  float acc[kMlaOutHeads][4] = {};
-  // Score tile: rows r0 + kRowLanes x i (i < kRowsPerLane), float4 columns f = warp x kRowsPerLane
-  // + q (mod kSlices).
+  // Score tile: rows r0 + kRowLanes x i (i < kRowsPerLane), float4 columns f = warp x
+  // kSlicesPerWarp + qs (mod kSlices), qs the lane's slice q interleaved over the quarter warps.
   const int r0 = lane % Tile::kRowLanes, q = lane / Tile::kRowLanes;
+  const int qs = (q % Tile::kSlicesPerPhase) * (Tile::kSlicesPerWarp / Tile::kSlicesPerPhase) + q / Tile::kSlicesPerPhase;
 
-  const int n_chunks = (end - begin + kMlaChunkRows - 1) / kMlaChunkRows;
+  const int n_chunks = (end - begin + kRows - 1) / kRows;
   for (int c = 0; c < n_chunks; ++c) {
     cp_async_wait_all();
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
-    const int c0 = begin + c * kMlaChunkRows;
-    if (c + 1 < n_chunks) load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, table, c0 + kMlaChunkRows, end);
+    const int c0 = begin + c * kRows;
+    if (c + 1 < n_chunks) load_chunk<kRows>(p, sK + ((c + 1) & 1) * kRows * p.dp, table, c0 + kRows, end);
     cp_async_commit();
-    const float* K = sK + (c & 1) * kMlaChunkRows * p.dp;
-    const int rows = end - c0 < kMlaChunkRows ? end - c0 : kMlaChunkRows;
+    const float* K = sK + (c & 1) * kRows * p.dp;
+    const int rows = end - c0 < kRows ? end - c0 : kRows;
 
     // Partial scores over this lane's slice of D.
     float sc[kHeads][Tile::kRowsPerLane];
@@ -259,7 +229,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     for (int h = 0; h < kHeads; ++h)
 #pragma unroll
       for (int i = 0; i < Tile::kRowsPerLane; ++i) sc[h][i] = 0.0f;
-    for (int f = warp * Tile::kRowsPerLane + q; f < p.d4; f += Tile::kSlices) {
+    for (int f = warp * Tile::kSlicesPerWarp + qs; f < p.d4; f += Tile::kSlices) {
       float4 k4[Tile::kRowsPerLane];
 #pragma unroll
       for (int i = 0; i < Tile::kRowsPerLane; ++i) k4[i] = lds4(K + (r0 + Tile::kRowLanes * i) * p.dp + 4 * f);
@@ -270,8 +240,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
         for (int i = 0; i < Tile::kRowsPerLane; ++i) sc[h][i] = dot4(qv, k4[i], sc[h][i]);
       }
     }
-    // Sum the warp's slices (lanes r0 + kRowLanes x q, q < kRowsPerLane); lane q keeps row
-    // r0 + kRowLanes x q.
+    // Sum the warp's slices (lanes r0 + kRowLanes x q); lane q < kRowsPerLane keeps row
+    // r0 + kRowLanes x q. sRed rows are kMlaChunkRows apart whatever kRows.
     float* red = sRed + warp * kHeads * kMlaChunkRows;
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
@@ -283,7 +253,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
         for (int o = Tile::kRowLanes; o < kWarpSize; o *= 2) v += __shfl_xor_sync(kFullMask, v, o);
         mine = q == i ? v : mine;
       }
-      red[h * kMlaChunkRows + r0 + Tile::kRowLanes * q] = mine;
+      if (q < Tile::kRowsPerLane) red[h * kMlaChunkRows + r0 + Tile::kRowLanes * q] = mine;
     }
     __syncthreads();
 
@@ -291,10 +261,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
 #pragma unroll
     for (int k = 0; k < Tile::kHeadsPerWarp; ++k) {
       const int hh = warp * Tile::kHeadsPerWarp + k;
-      float v = 0.0f;
+      float v = -INFINITY;
+      if (lane < rows) {  // rows <= kRows: only the rows this chunk wrote are read
+        float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kMlaWarps; ++w) v += sRed[(w * kHeads + hh) * kMlaChunkRows + lane];
-      v = lane < rows ? v * p.scale_log2 : -INFINITY;
+        for (int w = 0; w < kMlaWarps; ++w) sum += sRed[(w * kHeads + hh) * kMlaChunkRows + lane];
+        v = sum * p.scale_log2;
+      }
       const float m_new = fmaxf(m_run[k], warp_max(v));  // finite: row 0 of a chunk is always valid
       const float pr = exp2f(v - m_new);
       const float alpha = exp2f(m_run[k] - m_new);  // 0 on the first chunk (m_run = -inf)
@@ -328,6 +301,76 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
       }
     }
   }
+}
+
+// One block = (token t, head group g, split s); blockIdx.x = ((m-1-t) x n_splits + s) x head_groups + g,
+// so the longest contexts (the last tokens of a causal prefill) start first.
+template <int kHeads>
+__global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
+  using Tile = MlaTile<kHeads>;
+  extern __shared__ float4 smem4[];
+  float* sQ = reinterpret_cast<float*>(smem4);
+  float* sK = sQ + kHeads * p.dp;  // the work region (see mla_smem_floats)
+  float* sRed = sK + mla_work_floats(kHeads, p.dp);
+  float* sP = sRed + kMlaWarps * kHeads * kMlaChunkRows;
+  float* sAlpha = sP + kMlaChunkRows * Tile::kPStride;
+  float* sM = sAlpha + kHeads;
+  float* sL = sM + kHeads;
+  int* sTicket = reinterpret_cast<int*>(sL + kHeads);  // the combine's ticket (dynamic: no static smem)
+
+  const int n_splits = p.n_splits, R = p.kv_lora_rank;
+  const int64_t H = p.n_heads;
+  int64_t b = blockIdx.x;
+  const int g = int(b % p.head_groups);
+  b /= p.head_groups;
+  const int s = int(b % n_splits);
+  const int64_t t = p.m - 1 - b / n_splits;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int64_t h0 = int64_t(g) * kHeads;
+  const int64_t item = t * p.head_groups + g;  // (token, head group): counter and workspace index
+
+  // PDL: the step's inputs (ctx_len, token_seq, block tables) are uploaded before the step's first
+  // kernel, so they are read (and the split's first cache rows prefetched into L2) before waiting
+  // for the kernel before, which writes q and this step's cache rows, and whose predecessors may
+  // still read o_lat. The rows and Q are staged after the wait.
+  pdl_trigger();
+  const int64_t ctx64 = p.ctx_len[t];
+  const int32_t seq = p.token_seq[t];
+  const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
+  if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
+    pdl_wait();
+    if (s == 0)
+      for (int64_t i = tid; i < int64_t(kHeads) * R; i += kMlaThreads)
+        if (h0 + i / R < H) p.o_lat[(t * H + h0 + i / R) * R + i % R] = 0.0f;
+    return;
+  }
+  const int split_rows = int(mla_split_rows(ctx, n_splits));
+  // Past this token's context (grids are sized from a bound): nothing to read or write, so no
+  // wait either (the token's split 0 always works, and waits).
+  if (int64_t(s) * split_rows >= ctx) return;
+  const int begin = s * split_rows;
+  const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
+  const int n_act = (ctx + split_rows - 1) / split_rows;  // splits holding rows of this token
+  const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
+  prefetch_rows(p, table, begin, end - begin < 2 * kMlaChunkRows ? end : begin + 2 * kMlaChunkRows);
+
+  pdl_wait();
+  load_q<kHeads>(p, sQ, t, h0);
+  cp_async_commit();
+
+  float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];
+#pragma unroll
+  for (int k = 0; k < Tile::kHeadsPerWarp; ++k) m_run[k] = -INFINITY, l_run[k] = 0.0f;
+  float acc[kMlaOutHeads][4] = {};
+  if (split_rows == kMlaSmallChunkRows)
+    attend<kHeads, kMlaSmallChunkRows>(p, sQ, sK, sRed, sP, sAlpha, table, begin, end, m_run, l_run, acc);
+  else
+    attend<kHeads, kMlaChunkRows>(p, sQ, sK, sRed, sP, sAlpha, table, begin, end, m_run, l_run, acc);
+  // The P·V mapping does not depend on the chunk height.
+  const int cq = tid % kMlaColQuads, ho = (tid / kMlaColQuads) % Tile::kOctets;
+  const int phase = tid / (kMlaColQuads * Tile::kOctets);
+  const bool pv_active = 4 * cq < R;
 
   if (lane == 0)
 #pragma unroll
@@ -386,7 +429,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   // arrival (after a fence that publishes its partial); the last n_comb arrivals (tickets
   // >= n_act - n_comb) are the combiners: each waits for the count to reach n_act, adds 1 again
   // and combines its slice; the one whose second add completes n_act + n_comb resets the counter
-  // to 0 (every combiner has stopped polling by then).
+  // to 0 (every combiner has stopped polling by then). The second add's round trip runs under
+  // the combine's loads (its result is looked at after them).
   const int n_comb = p.n_combiners < n_act ? p.n_combiners : n_act;
   unsigned* cnt = p.counters + item;
   __threadfence();
@@ -398,13 +442,18 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   __syncthreads();
   const int k = *sTicket;
   if (k < 0) return;
+  unsigned second = 0;
   if (tid == 0) {
-    for (int it = 0; it < kMlaSpinLimit && ld_acquire(cnt) < unsigned(n_act); ++it) __nanosleep(64);
+    for (int it = 0; it < kMlaSpinLimit && ld_acquire(cnt) < unsigned(n_act); ++it) __nanosleep(32);
     __threadfence();
-    if (atomicAdd(cnt, 1u) == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
+    second = atomicAdd(cnt, 1u);
   }
   __syncthreads();
-  combine<kHeads>(p, sK, item, t, h0, n_act, k, n_comb);
+  if (p.vec_out)
+    combine<kHeads, true>(p, item, t, h0, n_act, k, n_comb);
+  else
+    combine<kHeads, false>(p, item, t, h0, n_act, k, n_comb);
+  if (tid == 0 && second == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
 }
 
 // The kernels' shared memory limit, raised once per device (the largest dynamic shared memory of
@@ -428,11 +477,11 @@ cudaError_t raise_smem_limit_once() {
 
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits) * sizeof(float);
+  const size_t smem = mla_smem_floats(kHeads, p.dp) * sizeof(float);
   cudaError_t e = raise_smem_limit_once<kHeads>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  mla_attention_kernel<kHeads><<<unsigned(blocks), kMlaThreads, smem, stream>>>(p);
+  PG_LAUNCH_PDL(mla_attention_kernel<kHeads>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
   return cudaGetLastError();
 }
 

@@ -1,4 +1,5 @@
-// The MLA helper ops on the GPU: embedding, rope, mla_kv_write, head_linear. Each mirrors its
+// The MLA helper ops on the GPU: embedding, rope, mla_kv_write, head_linear, and mla_prep (the
+// last three in one launch). Each mirrors its
 // CPU definition (ops/cpu/mla_ops.cpp, ops::cpu::rope): embedding and RoPE give the same bits
 // (exact dequantization; cos/sin in double, rotations without FMA contraction); rmsnorm and
 // head_linear differ only in summation order (tests/ops/mla_ops_test.cpp derives the tolerance).
@@ -95,31 +96,35 @@ __device__ __forceinline__ void rope_rotate(const float* in, float* out, int64_t
 // memory (each block recomputes them: rope_dim / 2 double sincos, cheaper than a second pass),
 // then one (head, pair) per thread, so that a decode step (m = 1, 128 heads x 32 pairs) spreads
 // over 32 blocks instead of looping 32 dependent load-store rounds in one.
-__global__ void __launch_bounds__(kRopeThreads) rope_kernel(const __grid_constant__ RopeParams p) {
-  pdl_trigger();
-  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
-  extern __shared__ float cos_sin[];  // [2, half]
-  const int64_t half = p.rope_dim / 2, t = blockIdx.x;
+// One rope block: token t, slice `slice` of the (head, pair) items; cos_sin: shared [rope_dim].
+__device__ __forceinline__ void rope_block(const RopeParams& p, int64_t t, int64_t slice, float* cos_sin) {
+  const int64_t half = p.rope_dim / 2;
   float* cs = cos_sin;
   float* sn = cos_sin + half;
   const float pos = float(p.positions[t]);
   for (int64_t k = threadIdx.x; k < half; k += kRopeThreads) rope_cos_sin(p.inv_freq[k], pos, p.attention_factor, cs[k], sn[k]);
   __syncthreads();
-  const int64_t j = int64_t(blockIdx.y) * kRopeThreads + threadIdx.x;
+  const int64_t j = slice * kRopeThreads + threadIdx.x;
   if (j >= p.n_heads * half) return;
   const int64_t h = j / half, k = j - h * half;
   float* x = p.x + t * p.row_stride + h * p.head_stride + p.offset;
   rope_rotate(x, x, k, half, p.interleave, cs[k], sn[k]);
 }
 
+__global__ void __launch_bounds__(kRopeThreads) rope_kernel(const __grid_constant__ RopeParams p) {
+  pdl_trigger();
+  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
+  extern __shared__ float cos_sin[];  // [2, half]
+  rope_block(p, blockIdx.x, blockIdx.y, cos_sin);
+}
+
 // ---------------------------------------------------------------------------------------------
 // mla_kv_write: one block per token. rmsnorm as rmsnorm.cu (same per-element expression as the
 // CPU, block-order sum of squares), then the rope pairs of k_pe straight from kv to the cache.
-__global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __grid_constant__ MlaKvWriteParams p) {
-  pdl_trigger();
-  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
-  __shared__ float scratch[kKvWriteThreads / kWarpSize];
-  const int64_t t = blockIdx.x, R = p.kv_lora_rank, D = R + p.rope_dim, half = p.rope_dim / 2;
+// One kv_write block: token t; scratch: shared [kKvWriteThreads / 32]. Returns uniformly over
+// the block.
+__device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, int64_t t, float* scratch) {
+  const int64_t R = p.kv_lora_rank, D = R + p.rope_dim, half = p.rope_dim / 2;
   const int64_t pos = p.positions[t];
   // Out-of-range token data (a caller bug): skip the token, uniformly over the block.
   if (pos < 0 || pos / p.block_size >= p.max_blocks_per_seq) return;
@@ -142,20 +147,27 @@ __global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __g
   }
 }
 
+__global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __grid_constant__ MlaKvWriteParams p) {
+  pdl_trigger();
+  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
+  __shared__ float scratch[kKvWriteThreads / kWarpSize];
+  mla_kv_write_block(p, blockIdx.x, scratch);
+}
+
 // ---------------------------------------------------------------------------------------------
 // head_linear, vector path (see mla_ops_params.h). Lane group g of warp w owns rows
 // row0 .. row0 + kR - 1 of W ([n_heads * n, k]); with n % kR == 0 they lie in one head. Block y
 // owns tokens [t_begin, t_end), kMTile per pass.
+// One block of (row block bx, token block by). It loads its first segment of W (weights depend
+// on no kernel) before waiting on PDL for x, so those loads overlap the kernel before.
 template <LinearWeight F, int kL, int kMTile>
-__global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __grid_constant__ HeadLinearParams p) {
-  pdl_trigger();
-  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
+__device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p, int64_t bx, int64_t by) {
   constexpr int kVec = linear_vec_elems(F), kElemBytes = linear_elem_bytes(F);
   constexpr int kG = kWarpSize / kL, kR = kHeadRowsPerLane, kU = kHeadChunksPerLane, kSeg = kL * kU;
   static_assert(kL >= 1 && kL <= kWarpSize && kWarpSize % kL == 0, "lane groups tile the warp");
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / kL, s = lane % kL;
-  const int64_t row0 = ((int64_t(blockIdx.x) * kHeadWarps + warp) * kG + g) * kR;
+  const int64_t row0 = ((bx * kHeadWarps + warp) * kG + g) * kR;
   // Groups past the last row compute on row 0 (their loads are predicated off) and store
   // nothing; they stay in the loop because the group sums shuffle over the whole warp.
   const bool valid = row0 < p.n_heads * p.n;
@@ -165,9 +177,20 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __g
   const float* xh = p.x + h * p.x_head_stride;
   float* yh = p.y + h * p.y_head_stride + (row - h * p.n);
   const int64_t k_chunks = p.k / kVec, n_seg = (k_chunks + kSeg - 1) / kSeg;
-  const int64_t t_begin = int64_t(blockIdx.y) * p.tokens_per_block, t_end = min(p.m, t_begin + p.tokens_per_block);
+  const int64_t t_begin = by * p.tokens_per_block, t_end = min(p.m, t_begin + p.tokens_per_block);
 
   uint4 wv[kU][kR];  // this lane's chunks of the current segment; with one segment, kept for every pass
+  auto load_w = [&](int64_t c0) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const int64_t c = c0 + int64_t(u) * kL;
+        wv[u][r] = valid && c < k_chunks ? ld_stream(wr + r * row_bytes + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+      }
+  };
+  load_w(s);  // the first pass's segment 0, before the wait
+  pdl_wait();  // x comes from the kernel before (PDL: ops/cuda/common/pdl.cuh)
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kMTile) {
     const int mv = int(min(int64_t(kMTile), t_end - t0));
     float acc[kMTile][kR];
@@ -177,15 +200,7 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __g
       for (int r = 0; r < kR; ++r) acc[i][r] = 0.0f;
     for (int64_t seg = 0; seg < n_seg; ++seg) {
       const int64_t c0 = seg * kSeg + s;  // this lane's first chunk of the segment
-      if (n_seg > 1 || t0 == t_begin) {
-#pragma unroll
-        for (int u = 0; u < kU; ++u)
-#pragma unroll
-          for (int r = 0; r < kR; ++r) {
-            const int64_t c = c0 + int64_t(u) * kL;
-            wv[u][r] = valid && c < k_chunks ? ld_stream(wr + r * row_bytes + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
-          }
-      }
+      if (n_seg > 1 && !(t0 == t_begin && seg == 0)) load_w(c0);  // one segment: loaded once, above
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int64_t c = c0 + int64_t(u) * kL;
@@ -226,6 +241,54 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __g
         for (int o = kL / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
         if (valid && i < mv && s == (i * kR + r) % kL) yh[(t0 + i) * p.y_row_stride + r] = v;
       }
+  }
+}
+
+template <LinearWeight F, int kL, int kMTile>
+__global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __grid_constant__ HeadLinearParams p) {
+  pdl_trigger();
+  head_linear_vec_block<F, kL, kMTile>(p, blockIdx.x, blockIdx.y);
+}
+
+// ---------------------------------------------------------------------------------------------
+// mla_prep: the blocks of the three kernels above in one grid (mla_ops_params.h).
+template <LinearWeight F, int kL, int kMTile>
+__global__ void __launch_bounds__(kHeadThreads) mla_prep_kernel(const __grid_constant__ MlaPrepParams p) {
+  pdl_trigger();
+  int64_t b = blockIdx.x;
+  if (b < p.uk_blocks) {
+    head_linear_vec_block<F, kL, kMTile>(p.uk, b % p.uk_row_blocks, b / p.uk_row_blocks);
+    return;
+  }
+  b -= p.uk_blocks;
+  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
+  if (b < p.kv.m) {
+    __shared__ float scratch[kKvWriteThreads / kWarpSize];
+    mla_kv_write_block(p.kv, b, scratch);
+    return;
+  }
+  b -= p.kv.m;
+  extern __shared__ float cos_sin[];  // [2, rope_dim / 2]
+  rope_block(p.rope, b / p.rope_slices, b % p.rope_slices, cos_sin);
+}
+
+template <LinearWeight F, int kL>
+cudaError_t launch_prep_l(bool m_tile_one, const MlaPrepParams& p, cudaStream_t stream) {
+  const dim3 grid(unsigned(p.uk_blocks + p.kv.m * (1 + p.rope_slices)));
+  const size_t smem = size_t(p.rope.rope_dim) * sizeof(float);
+  if (m_tile_one) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, 1>, grid, dim3(kHeadThreads), smem, stream, p);
+  else PG_LAUNCH_PDL(mla_prep_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), smem, stream, p);
+  return cudaGetLastError();
+}
+
+template <LinearWeight F>
+cudaError_t launch_prep_f(int lanes, bool m_tile_one, const MlaPrepParams& p, cudaStream_t stream) {
+  switch (lanes) {
+    case 4: return launch_prep_l<F, 4>(m_tile_one, p, stream);
+    case 8: return launch_prep_l<F, 8>(m_tile_one, p, stream);
+    case 16: return launch_prep_l<F, 16>(m_tile_one, p, stream);
+    case 32: return launch_prep_l<F, 32>(m_tile_one, p, stream);
+    default: return cudaErrorInvalidValue;
   }
 }
 
@@ -304,6 +367,15 @@ cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, c
   switch (f) {
     case LinearWeight::kF32: return launch_head_vec_f<LinearWeight::kF32>(lanes, m_tile_one, p, grid, stream);
     case LinearWeight::kBF16: return launch_head_vec_f<LinearWeight::kBF16>(lanes, m_tile_one, p, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_mla_prep(LinearWeight f, int lanes, bool m_tile_one, const MlaPrepParams& p, cudaStream_t stream) {
+  if (p.kv.m <= 0) return cudaSuccess;
+  switch (f) {
+    case LinearWeight::kF32: return launch_prep_f<LinearWeight::kF32>(lanes, m_tile_one, p, stream);
+    case LinearWeight::kBF16: return launch_prep_f<LinearWeight::kBF16>(lanes, m_tile_one, p, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -9,6 +9,7 @@
 #include "ops/embedding.h"
 #include "ops/head_linear.h"
 #include "ops/mla_kv_write.h"
+#include "ops/mla_prep.h"
 #include "ops/rope.h"
 
 namespace pg::ops::cuda {
@@ -32,5 +33,10 @@ Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaS
 // per block in 16-byte loads and reused for the block's tokens (all of them for m <= 64).
 // Other shapes take a generic warp-per-row kernel.
 Status head_linear(const HeadLinearArgs& a, cudaStream_t stream);
+
+// mla_kv_write + rope (q_pe) + head_linear (W_UK) in one launch (ops/mla_prep.h), the same bits
+// as the three launchers above; inv_freq_device as for rope. Shapes off head_linear's vector
+// path take the three launches.
+Status mla_prep(const MlaPrepArgs& a, const float* inv_freq_device, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

@@ -36,11 +36,11 @@ Status embedding(const EmbeddingArgs& a, cudaStream_t stream) {
   return ok_status();
 }
 
-Status rope(const RopeArgs& a, const float* inv_freq_device, cudaStream_t stream) {
-  PG_TRY(validate(a));
+namespace {
+
+// The rope kernel's limits and Params (a non-empty RopeArgs that validated).
+Result<RopeParams> rope_params(const RopeArgs& a, const float* inv_freq_device) {
   if (!inv_freq_device) return invalid_argument("rope (CUDA): no device inv_freq");
-  if (a.n_heads < 0) return invalid_argument("rope (CUDA): {} heads", a.n_heads);
-  if (a.m == 0 || a.n_heads == 0) return ok_status();
   if (a.m > INT32_MAX) return unsupported("rope (CUDA): {} rows", a.m);
   if (a.rope_dim * int64_t(sizeof(float)) > 48 * 1024)  // cos/sin in default shared memory
     return unsupported("rope (CUDA): rope_dim {}", a.rope_dim);
@@ -51,14 +51,11 @@ Status rope(const RopeArgs& a, const float* inv_freq_device, cudaStream_t stream
   p.m = a.m, p.n_heads = a.n_heads, p.head_stride = a.head_stride, p.row_stride = a.row_stride;
   p.offset = a.offset, p.rope_dim = a.rope_dim;
   p.attention_factor = a.table->attention_factor, p.interleave = a.table->interleave;
-  PG_CUDA_TRY(launch_rope(p, stream));
-  return ok_status();
+  return p;
 }
 
-Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaStream_t stream) {
-  PG_TRY(validate(a));
+Result<MlaKvWriteParams> kv_write_params(const MlaKvWriteArgs& a, const float* inv_freq_device) {
   if (!inv_freq_device) return invalid_argument("mla_kv_write (CUDA): no device inv_freq");
-  if (a.m == 0) return ok_status();
   if (a.m > INT32_MAX) return unsupported("mla_kv_write (CUDA): {} tokens", a.m);
   MlaKvWriteParams p;
   p.kv = a.kv, p.norm_weight = a.norm_weight, p.positions = a.positions, p.inv_freq = inv_freq_device;
@@ -67,6 +64,67 @@ Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaS
   p.max_blocks_per_seq = a.max_blocks_per_seq, p.n_blocks = a.n_blocks;
   p.kv_stride = a.kv_stride ? a.kv_stride : a.kv_lora_rank + a.rope_dim;
   p.eps = a.eps, p.attention_factor = a.table->attention_factor, p.interleave = a.table->interleave;
+  return p;
+}
+
+// What head_linear launches for a non-empty HeadLinearArgs that validated.
+struct HeadPlan {
+  LinearWeight f = LinearWeight::kBF16;
+  HeadLinearParams p;
+  bool vector_path = false;
+  int lanes = 4;            // vector path
+  bool m_tile_one = false;  // vector path
+  dim3 grid;                // vector path: (row blocks, token blocks)
+};
+
+Result<HeadPlan> head_plan(const HeadLinearArgs& a) {
+  HeadPlan hp;
+  hp.f = a.w_format == HeadWeight::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16;
+  HeadLinearParams& p = hp.p;
+  p.x = a.x, p.w = a.w, p.y = a.y;
+  p.x_row_stride = a.x_row_stride, p.x_head_stride = a.x_head_stride;
+  p.y_row_stride = a.y_row_stride, p.y_head_stride = a.y_head_stride;
+  p.m = a.m, p.n_heads = a.n_heads, p.n = a.n, p.k = a.k;
+  const int vec = linear_vec_elems(hp.f);
+  const int64_t rows = a.n_heads * a.n;
+  hp.vector_path = a.k % vec == 0 && a.n % kHeadRowsPerLane == 0 && aligned16(a.w) && aligned16(a.x) &&
+                   a.x_row_stride % 4 == 0 && a.x_head_stride % 4 == 0;
+  if (!hp.vector_path) {
+    if ((rows + kHeadWarps - 1) / kHeadWarps > INT32_MAX || (a.m + kHeadScalarTokensPerBlock - 1) / kHeadScalarTokensPerBlock > 65535)
+      return unsupported("head_linear (CUDA): {} rows x {} tokens", rows, a.m);
+    return hp;
+  }
+  hp.lanes = head_lanes_per_row(a.k / vec);
+  const int64_t row_blocks = (rows + head_rows_per_block(hp.lanes) - 1) / head_rows_per_block(hp.lanes);
+  const int64_t token_blocks = head_token_blocks(a.m, row_blocks, current_device_props().sm_count);
+  hp.m_tile_one = a.m == 1;
+  const int64_t m_tile = hp.m_tile_one ? 1 : kHeadMTileLarge;
+  // Whole m tiles per block, so that only the last block has a partial tile.
+  p.tokens_per_block = ((a.m + token_blocks - 1) / token_blocks + m_tile - 1) / m_tile * m_tile;
+  const int64_t grid_y = (a.m + p.tokens_per_block - 1) / p.tokens_per_block;
+  if (row_blocks > INT32_MAX || grid_y > 65535)
+    return unsupported("head_linear (CUDA): grid {} x {}", row_blocks, grid_y);
+  hp.grid = dim3(unsigned(row_blocks), unsigned(grid_y));
+  return hp;
+}
+
+}  // namespace
+
+Status rope(const RopeArgs& a, const float* inv_freq_device, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  if (!inv_freq_device) return invalid_argument("rope (CUDA): no device inv_freq");
+  if (a.n_heads < 0) return invalid_argument("rope (CUDA): {} heads", a.n_heads);
+  if (a.m == 0 || a.n_heads == 0) return ok_status();
+  PG_ASSIGN_OR_RETURN(const RopeParams p, rope_params(a, inv_freq_device));
+  PG_CUDA_TRY(launch_rope(p, stream));
+  return ok_status();
+}
+
+Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  if (!inv_freq_device) return invalid_argument("mla_kv_write (CUDA): no device inv_freq");
+  if (a.m == 0) return ok_status();
+  PG_ASSIGN_OR_RETURN(const MlaKvWriteParams p, kv_write_params(a, inv_freq_device));
   PG_CUDA_TRY(launch_mla_kv_write(p, stream));
   return ok_status();
 }
@@ -74,33 +132,37 @@ Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaS
 Status head_linear(const HeadLinearArgs& a, cudaStream_t stream) {
   PG_TRY(validate(a));
   if (a.m == 0) return ok_status();
-  const LinearWeight f = a.w_format == HeadWeight::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16;
-  HeadLinearParams p;
-  p.x = a.x, p.w = a.w, p.y = a.y;
-  p.x_row_stride = a.x_row_stride, p.x_head_stride = a.x_head_stride;
-  p.y_row_stride = a.y_row_stride, p.y_head_stride = a.y_head_stride;
-  p.m = a.m, p.n_heads = a.n_heads, p.n = a.n, p.k = a.k;
-  const int vec = linear_vec_elems(f);
-  const int64_t rows = a.n_heads * a.n;
-  const bool vector_path = a.k % vec == 0 && a.n % kHeadRowsPerLane == 0 && aligned16(a.w) && aligned16(a.x) &&
-                           a.x_row_stride % 4 == 0 && a.x_head_stride % 4 == 0;
-  if (!vector_path) {
-    if ((rows + kHeadWarps - 1) / kHeadWarps > INT32_MAX || (a.m + kHeadScalarTokensPerBlock - 1) / kHeadScalarTokensPerBlock > 65535)
-      return unsupported("head_linear (CUDA): {} rows x {} tokens", rows, a.m);
-    PG_CUDA_TRY(launch_head_linear_scalar(f, p, stream));
+  PG_ASSIGN_OR_RETURN(const HeadPlan hp, head_plan(a));
+  if (!hp.vector_path) {
+    PG_CUDA_TRY(launch_head_linear_scalar(hp.f, hp.p, stream));
     return ok_status();
   }
-  const int lanes = head_lanes_per_row(a.k / vec);
-  const int64_t row_blocks = (rows + head_rows_per_block(lanes) - 1) / head_rows_per_block(lanes);
-  const int64_t token_blocks = head_token_blocks(a.m, row_blocks, current_device_props().sm_count);
-  const bool m_tile_one = a.m == 1;
-  const int64_t m_tile = m_tile_one ? 1 : kHeadMTileLarge;
-  // Whole m tiles per block, so that only the last block has a partial tile.
-  p.tokens_per_block = ((a.m + token_blocks - 1) / token_blocks + m_tile - 1) / m_tile * m_tile;
-  const int64_t grid_y = (a.m + p.tokens_per_block - 1) / p.tokens_per_block;
-  if (row_blocks > INT32_MAX || grid_y > 65535)
-    return unsupported("head_linear (CUDA): grid {} x {}", row_blocks, grid_y);
-  PG_CUDA_TRY(launch_head_linear_vec(f, lanes, m_tile_one, p, dim3(unsigned(row_blocks), unsigned(grid_y)), stream));
+  PG_CUDA_TRY(launch_head_linear_vec(hp.f, hp.lanes, hp.m_tile_one, hp.p, hp.grid, stream));
+  return ok_status();
+}
+
+Status mla_prep(const MlaPrepArgs& a, const float* inv_freq_device, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  if (!inv_freq_device) return invalid_argument("mla_prep (CUDA): no device inv_freq");
+  if (a.kv_write.m == 0) return ok_status();
+  const HeadLinearArgs& uk = a.w_uk;
+  Result<HeadPlan> hp = head_plan(uk);
+  const bool fused = hp.ok() && hp->vector_path && a.q_rope.n_heads > 0;
+  if (!fused) {  // the generic head_linear path (odd dims): the three launches
+    PG_TRY(mla_kv_write(a.kv_write, inv_freq_device, stream));
+    PG_TRY(rope(a.q_rope, inv_freq_device, stream));
+    return head_linear(uk, stream);
+  }
+  MlaPrepParams p;
+  PG_ASSIGN_OR_RETURN(p.kv, kv_write_params(a.kv_write, inv_freq_device));
+  PG_ASSIGN_OR_RETURN(p.rope, rope_params(a.q_rope, inv_freq_device));
+  p.uk = hp->p;
+  p.uk_row_blocks = hp->grid.x;
+  p.uk_blocks = int64_t(hp->grid.x) * hp->grid.y;
+  p.rope_slices = (a.q_rope.n_heads * (a.q_rope.rope_dim / 2) + kRopeThreads - 1) / kRopeThreads;
+  if (p.uk_blocks + a.kv_write.m * (1 + p.rope_slices) > INT32_MAX)
+    return unsupported("mla_prep (CUDA): {} tokens of {} heads", a.kv_write.m, uk.n_heads);
+  PG_CUDA_TRY(launch_mla_prep(hp->f, hp->lanes, hp->m_tile_one, p, stream));
   return ok_status();
 }
 

@@ -108,4 +108,24 @@ cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, c
 constexpr int kHeadScalarTokensPerBlock = 64;
 cudaError_t launch_head_linear_scalar(LinearWeight f, const HeadLinearParams& p, cudaStream_t stream);
 
+// ---- mla_prep: mla_kv_write + rope (q_pe) + head_linear (W_UK, vector path) in one launch. ----
+// A decode step's three small MLA kernels are independent of each other (kv_write reads the kv
+// columns and writes the cache; rope rewrites the q_pe columns in place; W_UK reads the q_nope
+// columns), so one grid of kHeadThreads-thread blocks runs all three, each block one role:
+// [0, uk_blocks) the W_UK blocks of head_linear's vector path (row block b % row_blocks, token
+// block b / row_blocks), then m kv_write blocks (one per token), then m x rope_slices rope blocks.
+// Every role runs the very code of its own kernel, so the outputs are those of the three
+// launches bit for bit. The W_UK blocks load their first weights before waiting on PDL.
+static_assert(kKvWriteThreads == kHeadThreads && kRopeThreads == kHeadThreads, "one block size for every role");
+
+struct MlaPrepParams {
+  MlaKvWriteParams kv;
+  RopeParams rope;
+  HeadLinearParams uk;
+  int64_t uk_row_blocks = 0, uk_blocks = 0;  // W_UK: row blocks x token blocks
+  int64_t rope_slices = 0;                   // rope blocks per token
+};
+// grid = uk_blocks + kv.m + kv.m x rope_slices blocks; dynamic shared memory rope_dim floats.
+cudaError_t launch_mla_prep(LinearWeight f, int lanes, bool m_tile_one, const MlaPrepParams& p, cudaStream_t stream);
+
 }  // namespace pg::ops::cuda

@@ -2,7 +2,7 @@
 // (every table format, exact), rope (V3 / moonlight / tiny layouts, both pair layouts, positions
 // up to 163839), mla_kv_write (shuffled block tables, untouched rows) and head_linear (W_UK / W_UV
 // at V3 and moonlight dims, m = 1..64 and prefill, f32 and long rows, odd dims on the generic
-// path), with outputs poisoned first. Ends with a bandwidth report of head_linear at m = 1.
+// path), mla_prep (the three fused: the same bits as the three launches), with outputs poisoned first. Ends with a bandwidth report of head_linear at m = 1.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -483,6 +483,115 @@ INSTANTIATE_TEST_SUITE_P(Shapes, HeadLinearCuda, ::testing::ValuesIn(kHeadCases)
 // Not a pass/fail check: µs and GB/s of W (the bytes that matter) for the V3 and moonlight
 // decode shapes, for the lead's GPU run to compare against the H200's ~4.5 TB/s read ceiling.
 // Each launch is timed alone after a 256 MB memset has pushed W out of the 50 MB L2.
+// ---------------------------------------------------------------------------------------------
+// mla_prep: the fused launch against the three launches it replaces, bit for bit (every role runs
+// the same code on the same inputs), on the cache, q (q_pe roped in place) and q_lat, all
+// poisoned first. Each of the three is checked against the CPU above.
+struct PrepCase {
+  const char* name;
+  HeadWeight w_format;
+  int64_t m, n_heads, nope, P, R;
+  bool q_in_qkv;  // moonlight: q and [c_kv | k_pe] in one row of the [q | kv_a] projection
+};
+void PrintTo(const PrepCase& c, std::ostream* os) { *os << c.name; }
+
+const PrepCase kPrepCases[] = {
+    {"moonlight_bf16_m1", kHBF16, 1, 16, 128, 64, 512, true},
+    {"moonlight_bf16_m3", kHBF16, 3, 16, 128, 64, 512, true},
+    {"moonlight_bf16_m8", kHBF16, 8, 16, 128, 64, 512, true},
+    {"moonlight_f32_m5", kHF32, 5, 16, 128, 64, 512, true},
+    {"moonlight_bf16_m64", kHBF16, 64, 16, 128, 64, 512, true},
+    {"v3_bf16_m1", kHBF16, 1, 128, 128, 64, 512, false},
+    {"v3_bf16_m10", kHBF16, 10, 128, 128, 64, 512, false},
+    {"tiny_generic_path", kHF32, 4, 3, 5, 6, 27, true},
+};
+
+class MlaPrepCuda : public ::testing::TestWithParam<PrepCase> {};
+
+TEST_P(MlaPrepCuda, SameBitsAsTheThreeOps) {
+  PG_REQUIRE_CUDA();
+  const PrepCase& c = GetParam();
+  const uint64_t seed = seed_of(c.name);
+  const int64_t qk = c.nope + c.P, D = c.R + c.P, m = c.m;
+  const int64_t q_cols = c.n_heads * qk, q_row = c.q_in_qkv ? q_cols + D : q_cols, kv_row = c.q_in_qkv ? q_row : D;
+  constexpr int64_t kBlock = 16, kMaxBlocks = 8;
+  const RopeTable table = yarn_table(c.P, true);
+  std::vector<float> q(static_cast<size_t>(m * q_row)), kv_sep(c.q_in_qkv ? 0 : static_cast<size_t>(m * D)),
+      norm_w(static_cast<size_t>(c.R));
+  parallel_fill(q, [&](uint64_t i) { return uniform_pm1(seed, i); });
+  parallel_fill(kv_sep, [&](uint64_t i) { return uniform_pm1(seed + 1, i); });
+  parallel_fill(norm_w, [&](uint64_t i) { return uniform_pm1(seed + 2, i); });
+  const int64_t n_w = c.n_heads * c.R * c.nope;
+  std::vector<float> wf(static_cast<size_t>(n_w));
+  parallel_fill(wf, [&](uint64_t i) { return uniform_pm1(seed + 3, i); });
+  std::vector<uint16_t> wb(static_cast<size_t>(n_w));
+  for (size_t i = 0; i < wb.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+  // Token t: sequence t, a random position; blocks seq x kMaxBlocks + j.
+  std::vector<int64_t> pos(static_cast<size_t>(m));
+  std::vector<int32_t> token_seq(static_cast<size_t>(m)), tables(static_cast<size_t>(m * kMaxBlocks));
+  for (int64_t t = 0; t < m; ++t) {
+    pos[size_t(t)] = int64_t(splitmix64(seed + 7 + uint64_t(t)) % uint64_t(kBlock * kMaxBlocks));
+    token_seq[size_t(t)] = int32_t(t);
+    for (int64_t j = 0; j < kMaxBlocks; ++j) tables[size_t(t * kMaxBlocks + j)] = int32_t(t * kMaxBlocks + j);
+  }
+  const size_t cache_len = size_t(m * kMaxBlocks * kBlock * D);
+
+  auto dpos = to_device(pos);
+  auto dseq = to_device(token_seq);
+  auto dtables = to_device(tables);
+  auto dfreq = to_device(table.inv_freq);
+  auto dnorm = to_device(norm_w);
+  auto dw = to_device(wf);
+  auto dwb = to_device(wb);
+  std::vector<float> out[2][3];  // [unfused, fused][cache, q, q_lat]
+  for (int fused = 0; fused < 2; ++fused) {
+    auto dq = to_device(q);
+    auto dkv = to_device(kv_sep);
+    auto dcache = poisoned<float>(cache_len);
+    auto dlat = poisoned<float>(size_t(m * c.n_heads * c.R));
+    MlaPrepArgs a;
+    MlaKvWriteArgs& kw = a.kv_write;
+    kw.kv = c.q_in_qkv ? dq.data() + q_cols : dkv.data(), kw.kv_stride = kv_row, kw.norm_weight = dnorm.data();
+    kw.eps = 1e-6f, kw.positions = dpos.data(), kw.table = &table, kw.block_tables = dtables.data();
+    kw.token_seq = dseq.data(), kw.cache = dcache.data(), kw.m = m, kw.kv_lora_rank = c.R, kw.rope_dim = c.P;
+    kw.block_size = kBlock, kw.max_blocks_per_seq = kMaxBlocks, kw.n_blocks = m * kMaxBlocks;
+    RopeArgs& ra = a.q_rope;
+    ra.x = dq.data(), ra.positions = dpos.data(), ra.table = &table, ra.m = m, ra.n_heads = c.n_heads;
+    ra.head_stride = qk, ra.row_stride = q_row, ra.offset = c.nope, ra.rope_dim = c.P;
+    HeadLinearArgs& uk = a.w_uk;
+    uk.x = dq.data(), uk.x_row_stride = q_row, uk.x_head_stride = qk;
+    uk.w = c.w_format == kHBF16 ? static_cast<const void*>(dwb.data()) : static_cast<const void*>(dw.data());
+    uk.w_format = c.w_format, uk.y = dlat.data(), uk.y_row_stride = c.n_heads * c.R, uk.y_head_stride = c.R;
+    uk.m = m, uk.n_heads = c.n_heads, uk.n = c.R, uk.k = c.nope;
+    if (fused) {
+      PG_ASSERT_OK(cuda::mla_prep(a, dfreq.data(), nullptr));
+    } else {
+      PG_ASSERT_OK(cuda::mla_kv_write(kw, dfreq.data(), nullptr));
+      PG_ASSERT_OK(cuda::rope(ra, dfreq.data(), nullptr));
+      PG_ASSERT_OK(cuda::head_linear(uk, nullptr));
+    }
+    ASSERT_TRUE(sync_ok());
+    out[fused][0] = to_host(dcache), out[fused][1] = to_host(dq), out[fused][2] = to_host(dlat);
+  }
+  const char* names[3] = {"cache", "q", "q_lat"};
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(out[0][k].size(), out[1][k].size());
+    int64_t differ = 0, poison = 0;
+    for (size_t i = 0; i < out[0][k].size(); ++i) differ += !same_bits(out[0][k][i], out[1][k][i]);
+    for (float v : out[1][k]) poison += is_poison(v);
+    EXPECT_EQ(differ, 0) << names[k] << ": elements whose bits differ from the three launches";
+    if (k == 2) {
+      EXPECT_EQ(poison, 0) << "q_lat elements left unwritten";
+    }
+  }
+  int64_t rows_written = 0;  // the cache rows the tokens own, and only those
+  for (size_t r = 0; r < cache_len / size_t(D); ++r) rows_written += !is_poison(out[1][0][r * size_t(D)]);
+  EXPECT_EQ(rows_written, m);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MlaPrepCuda, ::testing::ValuesIn(kPrepCases),
+                         [](const ::testing::TestParamInfo<PrepCase>& i) { return std::string(i.param.name); });
+
 TEST(HeadLinearCudaBandwidth, ReportsDecodeShapes) {
   PG_REQUIRE_CUDA();
   const HeadCase cases[] = {

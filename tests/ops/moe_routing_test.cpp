@@ -1,17 +1,21 @@
 // ops::cuda::moe_routing against ops::cpu::moe_routing: DeepSeek-V3 (noaux_tc, 8 groups keep 4),
 // moonlight, Kimi-K2, V2-Lite (softmax greedy), V2 (group-limited greedy), the kernel's limits,
 // and tie-heavy logits on a coarse grid, where only the tie order decides. Indices: exact.
+// moe_router (router GEMV + routing in one launch) against ops::cuda::linear + moe_routing: bit for bit.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/moe_router.h"
 #include "tests/ops/test_util.h"
 
 namespace pg::ops::test {
@@ -142,6 +146,104 @@ TEST(MoeRoutingCudaArgs, OverTheKernelLimitsIsUnsupportedNotACrash) {
   const Status s = cuda::moe_routing(a, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
 }
+
+// ---------------------------------------------------------------------------------------------
+// moe_router: the fused launch against cuda::linear then cuda::moe_routing, bit for bit (logits,
+// indices, weights), launched three times in a row (the last-block counter must reset), with
+// outputs poisoned first. Cases past the fused path's limits (m > 64, a scalar-path router) take
+// the two launches and must agree too.
+struct RouterCase {
+  const char* name;
+  WeightFormat format;
+  int64_t m, hidden, x_pad;
+  RoutingCase routing;
+};
+void PrintTo(const RouterCase& c, std::ostream* os) { *os << c.name; }
+
+const RouterCase kRouterCases[] = {
+    {"moonlight_bf16_m1", WeightFormat::kBF16, 1, 2048, 0, {"", 1, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
+    {"moonlight_bf16_m3", WeightFormat::kBF16, 3, 2048, 0, {"", 3, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
+    {"moonlight_bf16_m8", WeightFormat::kBF16, 8, 2048, 0, {"", 8, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
+    {"moonlight_f32_m5_strided", WeightFormat::kF32, 5, 2048, 8, {"", 5, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
+    {"moonlight_bf16_m64", WeightFormat::kBF16, 64, 2048, 0, {"", 64, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
+    {"moonlight_bf16_m65_unfused", WeightFormat::kBF16, 65, 2048, 0, {"", 65, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
+    {"v3_bf16_m1", WeightFormat::kBF16, 1, 7168, 0, {"", 1, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f}},
+    {"v3_f32_m7", WeightFormat::kF32, 7, 7168, 0, {"", 7, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f}},
+    {"kimi_k2_bf16_m2", WeightFormat::kBF16, 2, 7168, 0, {"", 2, 384, 8, 1, 1, kSig, kNoAux, true, 2.827f}},
+    {"v2_group_limited_f32_m4", WeightFormat::kF32, 4, 5120, 0, {"", 4, 160, 6, 8, 3, kSoft, kGroupGreedy, false, 16.0f}},
+    {"tiny_f32_scalar_unfused", WeightFormat::kF32, 3, 52, 0, {"", 3, 8, 3, 2, 1, kSig, kNoAux, true, 1.0f}},
+};
+
+template <typename T>
+cuda::DeviceBuffer<T> poisoned(size_t n) {
+  auto r = cuda::DeviceBuffer<T>::create(n);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  cuda::DeviceBuffer<T> b = r.ok() ? std::move(r).value() : cuda::DeviceBuffer<T>();
+  EXPECT_TRUE(b.fill_bytes(0xff).ok());
+  return b;
+}
+
+class MoeRouterCuda : public ::testing::TestWithParam<RouterCase> {};
+
+TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {
+  PG_REQUIRE_CUDA();
+  const RouterCase& c = GetParam();
+  const uint64_t seed = seed_of(c.name);
+  const int64_t E = c.routing.n_experts, xs = c.hidden + c.x_pad, K = c.routing.top_k;
+  std::vector<float> x(static_cast<size_t>(c.m * xs)), wf(static_cast<size_t>(E * c.hidden)), bias(static_cast<size_t>(E));
+  parallel_fill(x, [&](uint64_t i) { return uniform_pm1(seed, i); });
+  parallel_fill(wf, [&](uint64_t i) { return 0.05f * uniform_pm1(seed + 1, i); });
+  parallel_fill(bias, [&](uint64_t i) { return 0.1f * uniform_pm1(seed + 2, i); });
+  std::vector<uint16_t> wb(wf.size());
+  for (size_t i = 0; i < wb.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+  auto dx = to_device(x), db = to_device(bias), dwf = to_device(wf);
+  auto dwb = to_device(wb);
+  const Matrix w{c.format, E, c.hidden,
+                 c.format == WeightFormat::kBF16 ? static_cast<const void*>(dwb.data()) : static_cast<const void*>(dwf.data())};
+  auto dcounter = to_device(std::vector<uint32_t>(4, 0));
+
+  struct Out {
+    std::vector<float> logits, weight;
+    std::vector<int32_t> idx;
+  };
+  auto run = [&](bool fused, Out& o) {
+    auto dl = poisoned<float>(size_t(c.m * E));
+    auto dw = poisoned<float>(size_t(c.m * K));
+    auto di = poisoned<int32_t>(size_t(c.m * K));
+    MoeRoutingArgs r = args_of(c.routing);
+    r.m = c.m, r.logits = dl.data(), r.bias = c.routing.method == kNoAux ? db.data() : nullptr;
+    r.expert_idx = di.data(), r.expert_weight = dw.data();
+    if (fused) {
+      MoeRouterArgs a;
+      a.x = dx.data(), a.x_stride = xs, a.router = &w, a.logits = dl.data(), a.routing = r;
+      PG_ASSERT_OK(cuda::moe_router(a, dcounter.data(), nullptr));
+    } else {
+      LinearArgs la;
+      la.x = dx.data(), la.x_stride = xs, la.w = &w, la.y = dl.data(), la.m = c.m;
+      PG_ASSERT_OK(cuda::linear(la, nullptr));
+      PG_ASSERT_OK(cuda::moe_routing(r, nullptr));
+    }
+    ASSERT_TRUE(sync_ok());
+    o.logits = to_host(dl), o.weight = to_host(dw), o.idx = to_host(di);
+  };
+  Out ref;
+  run(false, ref);
+  for (int rep = 0; rep < 3; ++rep) {
+    SCOPED_TRACE("launch " + std::to_string(rep));
+    Out got;
+    run(true, got);
+    ASSERT_EQ(std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "logits differ";
+    EXPECT_EQ(got.idx, ref.idx);
+    EXPECT_EQ(std::memcmp(got.weight.data(), ref.weight.data(), ref.weight.size() * 4), 0) << "weights differ";
+    EXPECT_EQ(to_host(dcounter), std::vector<uint32_t>(4, 0)) << "the counter was not reset";
+  }
+  int64_t poison = 0;
+  for (float v : ref.logits) poison += is_poison(v);
+  EXPECT_EQ(poison, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouterCuda, ::testing::ValuesIn(kRouterCases),
+                         [](const ::testing::TestParamInfo<RouterCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace pg::ops::test

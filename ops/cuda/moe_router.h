@@ -1,0 +1,23 @@
+// ops::cuda::moe_router: the CUDA backend of ops/moe_router.h, the router GEMV and moe_routing in
+// one launch. Capturable: no allocation, no synchronization.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+#include "ops/cuda/kernels.h"
+#include "ops/moe_router.h"
+
+namespace pg::ops::cuda {
+
+// The logits are ops::cuda::linear's bits and the routing ops::cuda::moe_routing's (the same
+// sums in the same order). counter: one device uint32, zero before the first launch (cudaMemset
+// once); every launch leaves it zero, so it serves any sequence of launches and graph replays
+// on one stream. The one-launch path takes f32 / bf16 routers on linear's vector path and up to
+// kRouterMaxTokens tokens; other cases launch linear, then moe_routing (counter unused).
+Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream);
+
+// The routing kernel's Params of a validated MoeRoutingArgs (cuda_ops.cpp), shared by both launchers.
+MoeRoutingParams moe_routing_params(const MoeRoutingArgs& a);
+
+}  // namespace pg::ops::cuda

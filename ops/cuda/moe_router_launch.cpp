@@ -1,0 +1,42 @@
+// ops::cuda::moe_router: validates, asks linear_plan for the k_split linear() would use (the
+// logits' summation order), and launches the fused kernel (moe_routing.cu) or the two ops.
+#include <climits>
+
+#include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/weight_format.h"
+#include "ops/cuda/config.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/linear/linear.h"
+#include "ops/cuda/moe_router.h"
+
+namespace pg::ops::cuda {
+
+Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  const MoeRoutingArgs& r = a.routing;
+  if (r.m == 0) return ok_status();
+  LinearArgs la;
+  la.x = a.x, la.w = a.router, la.y = a.logits, la.m = r.m, la.x_stride = a.x_stride;
+  const WeightFormat wf = a.router->format;
+  bool fused = counter && r.m <= kRouterMaxTokens && r.n_experts <= kRoutingMaxExperts && r.n_group <= kRoutingMaxGroups &&
+               (wf == WeightFormat::kF32 || wf == WeightFormat::kBF16);
+  LinearPlan plan;
+  if (fused) {
+    PG_ASSIGN_OR_RETURN(plan, linear_plan(la));
+    fused = plan.vector_path && (kRouterThreads / 32) % plan.k_split == 0;
+  }
+  if (!fused) {
+    PG_TRY(linear(la, stream));
+    return moe_routing(r, stream);
+  }
+  MoeRouterParams p;
+  p.x = a.x, p.w = a.router->data, p.logits = a.logits, p.counter = counter;
+  p.m = int(r.m), p.n = a.router->rows, p.k = a.router->cols, p.x_stride = a.x_stride ? a.x_stride : a.router->cols;
+  p.k_split = plan.k_split;
+  p.routing = moe_routing_params(r);
+  PG_CUDA_TRY(launch_moe_router(wf == WeightFormat::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16, p, stream));
+  return ok_status();
+}
+
+}  // namespace pg::ops::cuda
