@@ -59,7 +59,9 @@ class CudaDraftPicker final : public DeviceDraftPicker {
       ++generation_;
     }
     if (d_pen_.size() < std::max<size_t>(penalties_.size(), 1)) {
-      PG_ASSIGN_OR_RETURN(d_pen_, cu::DeviceBuffer<cs::PenaltyEntry>::create(std::max<size_t>(penalties_.size(), 2 * d_pen_.size())));
+      // At least one entry: an empty buffer would be "grown" (and the chain graphs recaptured) on every chain.
+      PG_ASSIGN_OR_RETURN(d_pen_, cu::DeviceBuffer<cs::PenaltyEntry>::create(
+                                      std::max<size_t>({penalties_.size(), 2 * d_pen_.size(), 16})));
       ++generation_;
     }
     // Depth d of row i: its RNG position moved d outputs on, on the depth's sub-stream. Padding
