@@ -117,74 +117,79 @@ __device__ __forceinline__ void prefetch_rows(const MlaAttentionParams& p, const
 }
 
 // The combine of one (token t, head group at h0) by combiner k of n_comb: o = Σ_s 2^(m_s - M) o_s /
-// Σ_s 2^(m_s - M) l_s over the n_act splits, for the k-th slice of the group's outputs (float4
-// columns when kVec, else single ones). Every split's partial is complete (the caller waited);
-// they are read through L2 (ld.cg), since L1 is not coherent with the other SMs' writes. tpq
-// consecutive lanes share one output, each folding every tpq-th split into a running (max, Σ w o,
-// Σ w l) as the online softmax does, so the partials and their (m, l) are loaded together (one L2
-// round trip, no wait for the maximum); a shuffle then brings the lanes to their common maximum
-// and sums them.
-template <int kHeads, bool kVec>
-__device__ void combine(const MlaAttentionParams& p, int64_t item, int64_t t, int64_t h0, int n_act, int k,
-                        int n_comb) {
-  constexpr int W = kVec ? 4 : 1;  // columns per output
-  const int tid = threadIdx.x, R = p.kv_lora_rank;
+// Σ_s 2^(m_s - M) l_s over the n_act splits, for the k-th slice of the group's outputs. Every
+// split's partial is complete (the caller waited); they are read through L2 (ld.cg), since L1 is
+// not coherent with the other SMs' writes. sW: [n_act][kHeads] weights then [kHeads] 1 / L.
+template <int kHeads>
+__device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, int64_t t, int64_t h0, int n_act,
+                        int k, int n_comb) {
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize, R = p.kv_lora_rank;
   const int64_t H = p.n_heads;
   const int hv = int(H - h0 < kHeads ? H - h0 : kHeads);  // valid heads of the group
   const float* ml = p.ws_ml + item * p.n_splits * kHeads * 2;
   const float* o = p.ws_o + item * p.n_splits * kHeads * R;
+  float* sInv = sW + n_act * kHeads;
+  // Weights: a warp per head, lanes over the splits.
+  for (int hh = warp; hh < hv; hh += kMlaWarps) {
+    float mx = -INFINITY;
+    for (int s = lane; s < n_act; s += kWarpSize) mx = fmaxf(mx, __ldcg(ml + 2 * (s * kHeads + hh)));
+    mx = warp_max(mx);
+    float l = 0.0f;
+    for (int s = lane; s < n_act; s += kWarpSize) {
+      const float* e = ml + 2 * (s * kHeads + hh);
+      const float w = exp2f(__ldcg(e) - mx);
+      sW[s * kHeads + hh] = w;
+      l = fmaf(w, __ldcg(e + 1), l);
+    }
+    l = warp_sum(l);
+    if (lane == 0) sInv[hh] = 1.0f / l;  // as the CPU: one reciprocal, then products
+  }
+  __syncthreads();
   const int64_t split_stride = int64_t(kHeads) * R;  // floats between two splits' partials
-  const int per_head = R / W, n = hv * per_head;     // outputs of a head, of the group
-  const int q0 = int(int64_t(n) * k / n_comb), q1 = int(int64_t(n) * (k + 1) / n_comb);
-  int tpq = 1;  // more loads in flight when the slice is small
-  while (tpq < kWarpSize && (q1 - q0) * tpq * 2 <= kMlaThreads && tpq * 2 <= n_act) tpq *= 2;
-  const int sub = tid % tpq, per_pass = kMlaThreads / tpq;
-  for (int base = q0; base < q1; base += per_pass) {  // uniform trip count: all lanes shuffle
-    const int qi = base + tid / tpq;
-    const bool valid = qi < q1;
-    const int hh = valid ? qi / per_head : 0, c = valid ? W * (qi % per_head) : 0;
-    const float* src = o + hh * R + c;
-    float mx = -INFINITY, l = 0.0f, a[W];
-#pragma unroll
-    for (int i = 0; i < W; ++i) a[i] = 0.0f;
-    if (valid) {
+  if (p.vec_out) {
+    // The slice's float4 outputs [q0, q1); tpq consecutive lanes share one output, each summing
+    // every tpq-th split, then a shuffle sum (more loads in flight when the slice is small).
+    const int r4 = R / 4, n = hv * r4;
+    const int q0 = int(int64_t(n) * k / n_comb), q1 = int(int64_t(n) * (k + 1) / n_comb);
+    int tpq = 1;
+    while (tpq < kWarpSize && (q1 - q0) * tpq * 2 <= kMlaThreads && tpq * 2 <= n_act) tpq *= 2;
+    const int sub = tid % tpq, per_pass = kMlaThreads / tpq;
+    for (int base = q0; base < q1; base += per_pass) {  // uniform trip count: all lanes shuffle
+      const int qi = base + tid / tpq;
+      const bool valid = qi < q1;
+      const int hh = valid ? qi / r4 : 0, c = valid ? 4 * (qi % r4) : 0;
+      const float* src = o + hh * R + c;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (valid) {
 #pragma unroll 4
-      for (int s = sub; s < n_act; s += tpq) {
-        const float ms = __ldcg(ml + 2 * (s * kHeads + hh)), ls = __ldcg(ml + 2 * (s * kHeads + hh) + 1);
-        float v[W];
-        if constexpr (kVec) {
-          const float4 x = __ldcg(reinterpret_cast<const float4*>(src + s * split_stride));
-          v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-        } else {
-          v[0] = __ldcg(src + s * split_stride);
+        for (int s = sub; s < n_act; s += tpq) {
+          const float w = sW[s * kHeads + hh];
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(src + s * split_stride));
+          a.x = fmaf(w, v.x, a.x), a.y = fmaf(w, v.y, a.y), a.z = fmaf(w, v.z, a.z), a.w = fmaf(w, v.w, a.w);
         }
-        const float m_new = fmaxf(mx, ms);  // finite: every split has a valid row
-        const float sc = exp2f(mx - m_new), w = exp2f(ms - m_new);  // sc = 0 at the first split
-        l = fmaf(w, ls, l * sc);
-#pragma unroll
-        for (int i = 0; i < W; ++i) a[i] = fmaf(w, v[i], a[i] * sc);
-        mx = m_new;
+      }
+      for (int off = 1; off < tpq; off *= 2) {
+        a.x += __shfl_xor_sync(kFullMask, a.x, off);
+        a.y += __shfl_xor_sync(kFullMask, a.y, off);
+        a.z += __shfl_xor_sync(kFullMask, a.z, off);
+        a.w += __shfl_xor_sync(kFullMask, a.w, off);
+      }
+      if (valid && sub == 0) {
+        const float inv = sInv[hh];
+        a.x *= inv, a.y *= inv, a.z *= inv, a.w *= inv;
+        *reinterpret_cast<float4*>(p.o_lat + (t * H + h0 + hh) * R + c) = a;
       }
     }
-    float M = mx;
-    for (int off = 1; off < tpq; off *= 2) M = fmaxf(M, __shfl_xor_sync(kFullMask, M, off));
-    const float f = mx > -INFINITY ? exp2f(mx - M) : 0.0f;  // lanes without a split add nothing
-    l *= f;
-#pragma unroll
-    for (int i = 0; i < W; ++i) a[i] *= f;
-    for (int off = 1; off < tpq; off *= 2) {
-      l += __shfl_xor_sync(kFullMask, l, off);
-#pragma unroll
-      for (int i = 0; i < W; ++i) a[i] += __shfl_xor_sync(kFullMask, a[i], off);
-    }
-    if (valid && sub == 0) {
-      const float inv = 1.0f / l;  // as the CPU: one reciprocal, then products
-      float* dst = p.o_lat + (t * H + h0 + hh) * R + c;
-      if constexpr (kVec) {
-        *reinterpret_cast<float4*>(dst) = make_float4(a[0] * inv, a[1] * inv, a[2] * inv, a[3] * inv);
-      } else {
-        dst[0] = a[0] * inv;
-      }
+  } else {
+    const int n = hv * R;
+    const int e0 = int(int64_t(n) * k / n_comb), e1 = int(int64_t(n) * (k + 1) / n_comb);
+    for (int e = e0 + tid; e < e1; e += kMlaThreads) {
+      const int hh = e / R, c = e % R;
+      const float* src = o + hh * R + c;
+      float a = 0.0f;
+#pragma unroll 4
+      for (int s = 0; s < n_act; ++s) a = fmaf(sW[s * kHeads + hh], __ldcg(src + s * split_stride), a);
+      p.o_lat[(t * H + h0 + hh) * R + c] = a * sInv[hh];
     }
   }
 }
@@ -311,7 +316,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   extern __shared__ float4 smem4[];
   float* sQ = reinterpret_cast<float*>(smem4);
   float* sK = sQ + kHeads * p.dp;  // the work region (see mla_smem_floats)
-  float* sRed = sK + mla_work_floats(kHeads, p.dp);
+  float* sRed = sK + mla_work_floats(kHeads, p.dp, p.n_splits);
   float* sP = sRed + kMlaWarps * kHeads * kMlaChunkRows;
   float* sAlpha = sP + kMlaChunkRows * Tile::kPStride;
   float* sM = sAlpha + kHeads;
@@ -449,10 +454,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     second = atomicAdd(cnt, 1u);
   }
   __syncthreads();
-  if (p.vec_out)
-    combine<kHeads, true>(p, item, t, h0, n_act, k, n_comb);
-  else
-    combine<kHeads, false>(p, item, t, h0, n_act, k, n_comb);
+  combine<kHeads>(p, sK, item, t, h0, n_act, k, n_comb);
   if (tid == 0 && second == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
 }
 
@@ -477,7 +479,7 @@ cudaError_t raise_smem_limit_once() {
 
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  const size_t smem = mla_smem_floats(kHeads, p.dp) * sizeof(float);
+  const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits) * sizeof(float);
   cudaError_t e = raise_smem_limit_once<kHeads>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;

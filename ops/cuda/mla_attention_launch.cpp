@@ -69,7 +69,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   const int64_t d = a.kv_lora_rank + a.rope_dim, d4 = (d + 3) / 4;
   p.d = int(d), p.d4 = int(d4), p.dp = int(4 * (d4 | 1));  // odd float4 stride: conflict-free row reads
   p.head_groups = int(plan.head_groups), p.n_splits = int(plan.n_splits), p.n_combiners = plan.n_combiners;
-  const size_t smem = mla_smem_floats(plan.heads, p.dp) * sizeof(float);
+  const size_t smem = mla_smem_floats(plan.heads, p.dp, p.n_splits) * sizeof(float);
   if (smem > kMaxSmemBytes)
     return unsupported("mla_attention (CUDA): kv_lora_rank + rope_dim = {} needs {} bytes of shared memory", d, smem);
   if (a.m * plan.head_groups * plan.n_splits > INT_MAX || a.m * a.n_heads > INT_MAX)

@@ -71,7 +71,7 @@ struct MlaTile {
 // (prefill, big batches): one split, no combine. One group of 16 heads at batch 1 would read the
 // cache once instead of twice, but the second read hits L2 (2.4 MB at 1K), while its blocks would
 // each load twice the Q rows and write twice the partials for the same FLOPs per block.
-constexpr int kMlaMaxSplits = 256;      // splits per (token, head group): bounds the workspace and positions
+constexpr int kMlaMaxSplits = 256;      // the combine's weights in shared memory
 constexpr int kMlaMaxCombiners = 32;    // blocks that share one group's combine
 constexpr int64_t kMlaMinSplitRows = kMlaSmallChunkRows;  // at least one (small) chunk per split
 constexpr int64_t kMlaCounterSlots = 1024;  // counters at the workspace's head: >= items of a split plan
@@ -166,16 +166,16 @@ struct MlaAttentionParams {
 };
 
 // Shared memory floats of one block: sQ [heads][dp] | work | sRed [8 warps][heads][32] |
-// sP [32][heads + 4] | sAlpha, sM, sL [heads] | the combine's ticket (1 int). work holds the 2 K
-// chunks, after the chunk loop the row phases' merge buffer (the combine keeps its state in
-// registers).
-__host__ __device__ inline size_t mla_work_floats(int heads, int dp) {
+// sP [32][heads + 4] | sAlpha, sM, sL [heads] | the combine's ticket (1 int). work holds the 2 K chunks, after the chunk loop the
+// row phases' merge buffer, and in a combiner the weights [n_splits][heads] and [heads] inverses.
+__host__ __device__ inline size_t mla_work_floats(int heads, int dp, int n_splits) {
   size_t w = 2 * size_t(kMlaChunkRows) * size_t(dp);
   if (heads == 8 && w < size_t(kMlaMergeFloats)) w = kMlaMergeFloats;
-  return w;
+  const size_t comb = size_t(n_splits + 1) * size_t(heads);
+  return w > comb ? w : comb;
 }
-inline size_t mla_smem_floats(int heads, int dp) {
-  return size_t(heads) * dp + mla_work_floats(heads, dp) + size_t(kMlaWarps) * heads * kMlaChunkRows +
+inline size_t mla_smem_floats(int heads, int dp, int n_splits) {
+  return size_t(heads) * dp + mla_work_floats(heads, dp, n_splits) + size_t(kMlaWarps) * heads * kMlaChunkRows +
          size_t(kMlaChunkRows) * (heads + 4) + 3 * size_t(heads) + 1;
 }
 
