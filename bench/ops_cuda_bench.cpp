@@ -18,7 +18,6 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm/convert.h"
 #include "ops/cuda/linear/linear.h"
-#include "ops/cuda/mla_attention.h"
 
 namespace pg::bench {
 namespace {
@@ -331,63 +330,6 @@ struct SmallOp {
   double us, us_graph;
 };
 
-// MLA decode attention (ops::cuda::mla_attention, the CUDA-core split-KV kernel, f32 latent
-// cache of R 512 + P 64) at moonlight (16 heads) and V3 (128 heads) decode shapes: batch 1 and
-// 8, 1K and 8K context, block 64, the grid sized for a 32K bound as in graph mode. The cache
-// (<= 19 MB) stays in L2 across launches, as a layer's cache rows do not between steps: the
-// figure is the kernel's latency, not its HBM rate.
-std::vector<SmallOp> bench_mla_decode(cudaStream_t s) {
-  constexpr int64_t kR = 512, kP = 64, kD = kR + kP, kBlock = 64, kBound = 32768;
-  constexpr int64_t kTableStride = kBound / kBlock;
-  std::vector<SmallOp> out;
-  for (int64_t heads : {16, 128}) {
-    for (int64_t m : {1, 8}) {
-      for (int64_t ctx : {1024, 8192}) {
-        const int64_t blocks_per_seq = ctx / kBlock, n_blocks = m * blocks_per_seq;
-        auto kv = cu::DeviceBuffer<float>::create(size_t(n_blocks * kBlock * kD));
-        auto ql = cu::DeviceBuffer<float>::create(size_t(m * heads * kR));
-        auto qp = cu::DeviceBuffer<float>::create(size_t(m * heads * kP));
-        auto o = cu::DeviceBuffer<float>::create(size_t(m * heads * kR));
-        BENCH_CHECK(kv.status());
-        BENCH_CHECK(ql.status());
-        BENCH_CHECK(qp.status());
-        BENCH_CHECK(o.status());
-        for (auto* b : {&*kv, &*ql, &*qp}) BENCH_CHECK(cuda_status(launch_fill(b->data(), b->size(), FillKind::kF32Pm1, 11, s), "fill"));
-        // Sequence i owns physical blocks i x blocks_per_seq ..; table entries past them are never read.
-        std::vector<int32_t> table(size_t(m * kTableStride), 0);
-        std::vector<int32_t> seq(static_cast<size_t>(m));
-        std::vector<int64_t> len(size_t(m), ctx);
-        for (int64_t i = 0; i < m; ++i) {
-          seq[size_t(i)] = int32_t(i);
-          for (int64_t k = 0; k < blocks_per_seq; ++k) table[size_t(i * kTableStride + k)] = int32_t(i * blocks_per_seq + k);
-        }
-        auto d_table = cu::DeviceBuffer<int32_t>::from_host(table.data(), table.size());
-        auto d_seq = cu::DeviceBuffer<int32_t>::from_host(seq.data(), seq.size());
-        auto d_len = cu::DeviceBuffer<int64_t>::from_host(len.data(), len.size());
-        BENCH_CHECK(d_table.status());
-        BENCH_CHECK(d_seq.status());
-        BENCH_CHECK(d_len.status());
-        const size_t ws_floats = cu::mla_attention_workspace_floats(m, heads, kR, kBound);
-        auto ws = cu::DeviceBuffer<float>::create(std::max<size_t>(ws_floats, 1));
-        BENCH_CHECK(ws.status());
-        BENCH_CHECK(cu::mla_attention_workspace_init(ws->data(), ws_floats, s));
-        ops::MlaAttentionArgs a;
-        a.q_lat = ql->data(), a.q_pe = qp->data(), a.kv = kv->data(), a.block_tables = d_table->data();
-        a.token_seq = d_seq->data(), a.ctx_len = d_len->data(), a.o_lat = o->data();
-        a.m = m, a.n_heads = heads, a.kv_lora_rank = kR, a.rope_dim = kP;
-        a.block_size = kBlock, a.max_blocks_per_seq = kTableStride, a.n_blocks = n_blocks;
-        a.softmax_scale = 1.0f / std::sqrt(192.0f);
-        SmallOp op{std::string("mla_attention ") + (heads == 16 ? "moon" : "v3") + " m=" + std::to_string(m) +
-                       " ctx=" + std::to_string(ctx / 1024) + "K",
-                   0, 0};
-        time_kernel(s, [&](int) { return cu::mla_attention(a, kBound, ws->data(), ws_floats, s); }, op.us, op.us_graph);
-        out.push_back(op);
-      }
-    }
-  }
-  return out;
-}
-
 std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -476,8 +418,6 @@ int run(int argc, char** argv) {
       small.push_back(o);
     }
   }
-
-  for (const SmallOp& o : bench_mla_decode(s)) small.push_back(o);
 
   // The NVFP4 -> bf16 dequantize of the prefill paths (gemm/convert.cu): bytes read (codes +
   // scales) + bf16 written, against the device-to-device copy rate (a read + write stream).

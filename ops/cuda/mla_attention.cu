@@ -41,7 +41,7 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
   return fmaf(a.w, b.w, acc);
 }
 
-// A combiner waits at most this many polls (>= 32 ns apart: >= 0.25 s) for its group's other splits,
+// A combiner waits at most this many polls (~64 ns apart: ~0.5 s) for its group's other splits,
 // which run concurrently and take microseconds; past it (a workspace whose counters were not
 // zeroed) it goes on with what it has instead of hanging the device.
 constexpr int kMlaSpinLimit = 1 << 23;
@@ -78,13 +78,12 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, i
   }
 }
 
-// Stages cache rows [c0, c0 + kRows) of one sequence into dst ([kRows][dp]); rows at or past
-// `end` become zeros. Warp w takes rows w, w + 8, ...; lanes walk the row.
-template <int kRows>
+// Stages cache rows [c0, c0 + kMlaChunkRows) of one sequence into dst ([kMlaChunkRows][dp]);
+// rows at or past `end` become zeros. Warp w takes rows w, w + 8, ...; lanes walk the row.
 __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, const int32_t* table, int c0,
                                            int end) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  for (int j = warp; j < kRows; j += kMlaWarps) {
+  for (int j = warp; j < kMlaChunkRows; j += kMlaWarps) {
     const int pos = c0 + j;
     const bool valid = pos < end;
     const float* src = p.kv;
@@ -98,21 +97,6 @@ __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* d
         cp_async4(row + e, ok ? src + e : p.kv, ok);
       }
     }
-  }
-}
-
-// L2 prefetch of the cache rows [r0, r1) of one sequence, issued before the PDL wait so that
-// their HBM reads overlap the kernel before. Safe even for the rows that kernel writes (this
-// step's tokens): L2 is the point of coherence and nothing lands in this SM's L1 or shared
-// memory; the staging reads (cp.async, after the wait) see the written values. The block table
-// is a step input (uploaded before the step's first kernel), so reading it here is safe too.
-__device__ __forceinline__ void prefetch_rows(const MlaAttentionParams& p, const int32_t* table, int r0, int r1) {
-  const int lines = (p.d + 31) / 32;  // 128-byte steps along a row
-  const int n = (r1 - r0) * lines;
-  for (int i = threadIdx.x; i < n; i += kMlaThreads) {
-    const int pos = r0 + i / lines, l = i % lines;
-    const float* row = p.kv + (int64_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size) * p.d;
-    prefetch_l2(row + 32 * l);
   }
 }
 
@@ -194,39 +178,87 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
   }
 }
 
-// The chunk loop of one split [begin, end) at kRows cache rows per chunk (16 when
-// mla_split_rows chose a small split, else 32): stages the rows (Q is already in flight) and
-// leaves the softmax state of this warp's heads (m_run, l_run: identical in every lane) and this
-// thread's P·V tile (acc) unnormalized.
-template <int kHeads, int kRows>
-__device__ __forceinline__ void attend(const MlaAttentionParams& p, const float* sQ, float* sK, float* sRed, float* sP,
-                                       float* sAlpha, const int32_t* table, int begin, int end,
-                                       float (&m_run)[MlaTile<kHeads>::kHeadsPerWarp],
-                                       float (&l_run)[MlaTile<kHeads>::kHeadsPerWarp], float (&acc)[kMlaOutHeads][4]) {
-  using Tile = MlaTile<kHeads, kRows>;
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize, R = p.kv_lora_rank;
-  load_chunk<kRows>(p, sK, table, begin, end);
+// One block = (token t, head group g, split s); blockIdx.x = ((m-1-t) x n_splits + s) x head_groups + g,
+// so the longest contexts (the last tokens of a causal prefill) start first.
+template <int kHeads>
+__global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
+  using Tile = MlaTile<kHeads>;
+  extern __shared__ float4 smem4[];
+  float* sQ = reinterpret_cast<float*>(smem4);
+  float* sK = sQ + kHeads * p.dp;  // the work region (see mla_smem_floats)
+  float* sRed = sK + mla_work_floats(kHeads, p.dp, p.n_splits);
+  float* sP = sRed + kMlaWarps * kHeads * kMlaChunkRows;
+  float* sAlpha = sP + kMlaChunkRows * Tile::kPStride;
+  float* sM = sAlpha + kHeads;
+  float* sL = sM + kHeads;
+  int* sTicket = reinterpret_cast<int*>(sL + kHeads);  // the combine's ticket (dynamic: no static smem)
+
+  const int n_splits = p.n_splits, R = p.kv_lora_rank;
+  const int64_t H = p.n_heads;
+  int64_t b = blockIdx.x;
+  const int g = int(b % p.head_groups);
+  b /= p.head_groups;
+  const int s = int(b % n_splits);
+  const int64_t t = p.m - 1 - b / n_splits;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int64_t h0 = int64_t(g) * kHeads;
+  const int64_t item = t * p.head_groups + g;  // (token, head group): counter and workspace index
+
+  // PDL: the step's inputs (ctx_len, token_seq, block tables) are uploaded before the step's first
+  // kernel, so they are read before waiting for the kernel before (which writes q and this step's
+  // cache rows, and whose predecessors may still read o_lat); everything else comes after.
+  pdl_trigger();
+  const int64_t ctx64 = p.ctx_len[t];
+  const int32_t seq = p.token_seq[t];
+  pdl_wait();
+  load_q<kHeads>(p, sQ, t, h0);
   cp_async_commit();
 
+  const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
+  if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
+    if (s == 0)
+      for (int64_t i = tid; i < int64_t(kHeads) * R; i += kMlaThreads)
+        if (h0 + i / R < H) p.o_lat[(t * H + h0 + i / R) * R + i % R] = 0.0f;
+    cp_async_wait_all();
+    return;
+  }
+  const int split_rows = int(mla_split_rows(ctx, n_splits));
+  if (int64_t(s) * split_rows >= ctx) {  // past this token's context (grids are sized from a bound)
+    cp_async_wait_all();
+    return;
+  }
+  const int begin = s * split_rows;
+  const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
+  const int n_act = (ctx + split_rows - 1) / split_rows;  // splits holding rows of this token
+  const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
+
+  load_chunk(p, sK, table, begin, end);
+  cp_async_commit();
+
+  // Softmax state of this warp's heads, identical in every lane.
+  float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];
+#pragma unroll
+  for (int k = 0; k < Tile::kHeadsPerWarp; ++k) m_run[k] = -INFINITY, l_run[k] = 0.0f;
   // P·V tile: heads ho*8 .. +8, columns 4cq .. +4, rows phase, phase + kPhases, ... (threads with
   // 4cq >= R idle there).
   const int cq = tid % kMlaColQuads, ho = (tid / kMlaColQuads) % Tile::kOctets;
   const int phase = tid / (kMlaColQuads * Tile::kOctets);
   const bool pv_active = 4 * cq < R;
-  // Score tile: rows r0 + kRowLanes x i (i < kRowsPerLane), float4 columns f = warp x
-  // kSlicesPerWarp + qs (mod kSlices), qs the lane's slice q interleaved over the quarter warps.
+  float acc[kMlaOutHeads][4] = {};
+  // Score tile: rows r0 + kRowLanes x i (i < kRowsPerLane), float4 columns f = warp x kRowsPerLane
+  // + q (mod kSlices).
   const int r0 = lane % Tile::kRowLanes, q = lane / Tile::kRowLanes;
-  const int qs = (q % Tile::kSlicesPerPhase) * (Tile::kSlicesPerWarp / Tile::kSlicesPerPhase) + q / Tile::kSlicesPerPhase;
 
-  const int n_chunks = (end - begin + kRows - 1) / kRows;
+  const int n_chunks = (end - begin + kMlaChunkRows - 1) / kMlaChunkRows;
   for (int c = 0; c < n_chunks; ++c) {
     cp_async_wait_all();
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
-    const int c0 = begin + c * kRows;
-    if (c + 1 < n_chunks) load_chunk<kRows>(p, sK + ((c + 1) & 1) * kRows * p.dp, table, c0 + kRows, end);
+    const int c0 = begin + c * kMlaChunkRows;
+    if (c + 1 < n_chunks) load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, table, c0 + kMlaChunkRows, end);
     cp_async_commit();
-    const float* K = sK + (c & 1) * kRows * p.dp;
-    const int rows = end - c0 < kRows ? end - c0 : kRows;
+    const float* K = sK + (c & 1) * kMlaChunkRows * p.dp;
+    const int rows = end - c0 < kMlaChunkRows ? end - c0 : kMlaChunkRows;
 
     // Partial scores over this lane's slice of D.
     float sc[kHeads][Tile::kRowsPerLane];
@@ -234,7 +266,7 @@ __device__ __forceinline__ void attend(const MlaAttentionParams& p, const float*
     for (int h = 0; h < kHeads; ++h)
 #pragma unroll
       for (int i = 0; i < Tile::kRowsPerLane; ++i) sc[h][i] = 0.0f;
-    for (int f = warp * Tile::kSlicesPerWarp + qs; f < p.d4; f += Tile::kSlices) {
+    for (int f = warp * Tile::kRowsPerLane + q; f < p.d4; f += Tile::kSlices) {
       float4 k4[Tile::kRowsPerLane];
 #pragma unroll
       for (int i = 0; i < Tile::kRowsPerLane; ++i) k4[i] = lds4(K + (r0 + Tile::kRowLanes * i) * p.dp + 4 * f);
@@ -245,8 +277,8 @@ __device__ __forceinline__ void attend(const MlaAttentionParams& p, const float*
         for (int i = 0; i < Tile::kRowsPerLane; ++i) sc[h][i] = dot4(qv, k4[i], sc[h][i]);
       }
     }
-    // Sum the warp's slices (lanes r0 + kRowLanes x q); lane q < kRowsPerLane keeps row
-    // r0 + kRowLanes x q. sRed rows are kMlaChunkRows apart whatever kRows.
+    // Sum the warp's slices (lanes r0 + kRowLanes x q, q < kRowsPerLane); lane q keeps row
+    // r0 + kRowLanes x q.
     float* red = sRed + warp * kHeads * kMlaChunkRows;
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
@@ -258,7 +290,7 @@ __device__ __forceinline__ void attend(const MlaAttentionParams& p, const float*
         for (int o = Tile::kRowLanes; o < kWarpSize; o *= 2) v += __shfl_xor_sync(kFullMask, v, o);
         mine = q == i ? v : mine;
       }
-      if (q < Tile::kRowsPerLane) red[h * kMlaChunkRows + r0 + Tile::kRowLanes * q] = mine;
+      red[h * kMlaChunkRows + r0 + Tile::kRowLanes * q] = mine;
     }
     __syncthreads();
 
@@ -266,13 +298,10 @@ __device__ __forceinline__ void attend(const MlaAttentionParams& p, const float*
 #pragma unroll
     for (int k = 0; k < Tile::kHeadsPerWarp; ++k) {
       const int hh = warp * Tile::kHeadsPerWarp + k;
-      float v = -INFINITY;
-      if (lane < rows) {  // rows <= kRows: only the rows this chunk wrote are read
-        float sum = 0.0f;
+      float v = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kMlaWarps; ++w) sum += sRed[(w * kHeads + hh) * kMlaChunkRows + lane];
-        v = sum * p.scale_log2;
-      }
+      for (int w = 0; w < kMlaWarps; ++w) v += sRed[(w * kHeads + hh) * kMlaChunkRows + lane];
+      v = lane < rows ? v * p.scale_log2 : -INFINITY;
       const float m_new = fmaxf(m_run[k], warp_max(v));  // finite: row 0 of a chunk is always valid
       const float pr = exp2f(v - m_new);
       const float alpha = exp2f(m_run[k] - m_new);  // 0 on the first chunk (m_run = -inf)
@@ -306,76 +335,6 @@ __device__ __forceinline__ void attend(const MlaAttentionParams& p, const float*
       }
     }
   }
-}
-
-// One block = (token t, head group g, split s); blockIdx.x = ((m-1-t) x n_splits + s) x head_groups + g,
-// so the longest contexts (the last tokens of a causal prefill) start first.
-template <int kHeads>
-__global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
-  using Tile = MlaTile<kHeads>;
-  extern __shared__ float4 smem4[];
-  float* sQ = reinterpret_cast<float*>(smem4);
-  float* sK = sQ + kHeads * p.dp;  // the work region (see mla_smem_floats)
-  float* sRed = sK + mla_work_floats(kHeads, p.dp, p.n_splits);
-  float* sP = sRed + kMlaWarps * kHeads * kMlaChunkRows;
-  float* sAlpha = sP + kMlaChunkRows * Tile::kPStride;
-  float* sM = sAlpha + kHeads;
-  float* sL = sM + kHeads;
-  int* sTicket = reinterpret_cast<int*>(sL + kHeads);  // the combine's ticket (dynamic: no static smem)
-
-  const int n_splits = p.n_splits, R = p.kv_lora_rank;
-  const int64_t H = p.n_heads;
-  int64_t b = blockIdx.x;
-  const int g = int(b % p.head_groups);
-  b /= p.head_groups;
-  const int s = int(b % n_splits);
-  const int64_t t = p.m - 1 - b / n_splits;
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int64_t h0 = int64_t(g) * kHeads;
-  const int64_t item = t * p.head_groups + g;  // (token, head group): counter and workspace index
-
-  // PDL: the step's inputs (ctx_len, token_seq, block tables) are uploaded before the step's first
-  // kernel, so they are read (and the split's first cache rows prefetched into L2) before waiting
-  // for the kernel before, which writes q and this step's cache rows, and whose predecessors may
-  // still read o_lat. The rows and Q are staged after the wait.
-  pdl_trigger();
-  const int64_t ctx64 = p.ctx_len[t];
-  const int32_t seq = p.token_seq[t];
-  const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
-  if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
-    pdl_wait();
-    if (s == 0)
-      for (int64_t i = tid; i < int64_t(kHeads) * R; i += kMlaThreads)
-        if (h0 + i / R < H) p.o_lat[(t * H + h0 + i / R) * R + i % R] = 0.0f;
-    return;
-  }
-  const int split_rows = int(mla_split_rows(ctx, n_splits));
-  // Past this token's context (grids are sized from a bound): nothing to read or write, so no
-  // wait either (the token's split 0 always works, and waits).
-  if (int64_t(s) * split_rows >= ctx) return;
-  const int begin = s * split_rows;
-  const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
-  const int n_act = (ctx + split_rows - 1) / split_rows;  // splits holding rows of this token
-  const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
-  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
-  prefetch_rows(p, table, begin, end - begin < 2 * kMlaChunkRows ? end : begin + 2 * kMlaChunkRows);
-
-  pdl_wait();
-  load_q<kHeads>(p, sQ, t, h0);
-  cp_async_commit();
-
-  float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];
-#pragma unroll
-  for (int k = 0; k < Tile::kHeadsPerWarp; ++k) m_run[k] = -INFINITY, l_run[k] = 0.0f;
-  float acc[kMlaOutHeads][4] = {};
-  if (split_rows == kMlaSmallChunkRows)
-    attend<kHeads, kMlaSmallChunkRows>(p, sQ, sK, sRed, sP, sAlpha, table, begin, end, m_run, l_run, acc);
-  else
-    attend<kHeads, kMlaChunkRows>(p, sQ, sK, sRed, sP, sAlpha, table, begin, end, m_run, l_run, acc);
-  // The P·V mapping does not depend on the chunk height.
-  const int cq = tid % kMlaColQuads, ho = (tid / kMlaColQuads) % Tile::kOctets;
-  const int phase = tid / (kMlaColQuads * Tile::kOctets);
-  const bool pv_active = 4 * cq < R;
 
   if (lane == 0)
 #pragma unroll
@@ -434,8 +393,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   // arrival (after a fence that publishes its partial); the last n_comb arrivals (tickets
   // >= n_act - n_comb) are the combiners: each waits for the count to reach n_act, adds 1 again
   // and combines its slice; the one whose second add completes n_act + n_comb resets the counter
-  // to 0 (every combiner has stopped polling by then). The second add's round trip runs under
-  // the combine's loads (its result is looked at after them).
+  // to 0 (every combiner has stopped polling by then).
   const int n_comb = p.n_combiners < n_act ? p.n_combiners : n_act;
   unsigned* cnt = p.counters + item;
   __threadfence();
@@ -447,15 +405,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   __syncthreads();
   const int k = *sTicket;
   if (k < 0) return;
-  unsigned second = 0;
   if (tid == 0) {
-    for (int it = 0; it < kMlaSpinLimit && ld_acquire(cnt) < unsigned(n_act); ++it) __nanosleep(32);
+    for (int it = 0; it < kMlaSpinLimit && ld_acquire(cnt) < unsigned(n_act); ++it) __nanosleep(64);
     __threadfence();
-    second = atomicAdd(cnt, 1u);
+    if (atomicAdd(cnt, 1u) == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
   }
   __syncthreads();
   combine<kHeads>(p, sK, item, t, h0, n_act, k, n_comb);
-  if (tid == 0 && second == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
 }
 
 // The kernels' shared memory limit, raised once per device (the largest dynamic shared memory of

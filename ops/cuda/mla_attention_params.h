@@ -17,7 +17,6 @@ namespace pg::ops::cuda {
 // by every head (MQA-like).
 constexpr int kMlaThreads = 256;
 constexpr int kMlaWarps = kMlaThreads / 32;
-constexpr int kWarpLanes = 32;
 constexpr int kMlaChunkRows = 32;  // cache rows per chunk; the softmax gives each lane one row
 // Scores S[kHeads][32 rows] = Q·Kᵀ: a lane holds 32 / kHeads rows (2 at 16 heads, 4 at 8) and
 // one float4 column slice; per float4 step it loads its rows' K float4 (conflict-free: the row
@@ -30,30 +29,17 @@ constexpr int kMlaColQuads = 128;
 constexpr int kMlaMaxRank = 4 * kMlaColQuads;  // 512: kv_lora_rank limit
 constexpr int kMlaMergeFloats = kMlaOutHeads * 4 * kMlaColQuads;  // the row phases' merge buffer
 
-// Decode splits of at most kMlaSmallChunkRows rows run a half-height tile (a runtime choice of
-// the kernel, as the context is only known on the device): at batch 1 and 1K context, 64 splits
-// of 16 rows per head group keep ~128 SMs busy with half the FLOPs per block, where 32-row
-// chunks left half the SMs idle.
-constexpr int kMlaSmallChunkRows = 16;
-
-template <int kHeads, int kRows = kMlaChunkRows>
+template <int kHeads>
 struct MlaTile {
   static_assert(kHeads == 8 || kHeads == 16, "8 or 16 heads per block");
-  static_assert(kRows == kMlaChunkRows || kRows == kMlaSmallChunkRows, "32- or 16-row chunks");
   static constexpr int kHeadsPerWarp = kHeads / kMlaWarps;        // softmax: heads of one warp
-  static constexpr int kRowsPerLane = kMlaChunkRows / kHeads;     // score tile rows (2 or 4): 32 sums
-  static constexpr int kRowLanes = kRows / kRowsPerLane;          // lanes of one slice (16, 8 or 4)
-  static constexpr int kSlicesPerWarp = kWarpLanes / kRowLanes;   // float4 column slices of a warp
-  static constexpr int kSlices = kMlaWarps * kSlicesPerWarp;      // float4 column slices of D
-  // Slices whose lanes share a quarter warp (one LDS.128 phase): 2 when kRowLanes = 4. They are
-  // kSlicesPerWarp / 2 float4 apart, so with the odd float4 row stride the 8 lanes of a phase hit
-  // 8 different bank quads (rows r0 + slice offsets 0 and 4, mod 8).
-  static constexpr int kSlicesPerPhase = kRowLanes >= 8 ? 1 : 8 / kRowLanes;
+  static constexpr int kRowsPerLane = kMlaChunkRows / kHeads;     // score tile rows (2 or 4)
+  static constexpr int kRowLanes = kMlaChunkRows / kRowsPerLane;  // lanes of one slice (16 or 8)
+  static constexpr int kSlices = kMlaWarps * kRowsPerLane;        // float4 column slices of D
   static constexpr int kOctets = kHeads / kMlaOutHeads;           // P·V head octets
   static constexpr int kPhases = kMlaThreads / (kOctets * kMlaColQuads);  // P·V row phases
   static constexpr int kPStride = kHeads + 4;  // sP row: 16-byte aligned, few store conflicts
-  static_assert(kHeadsPerWarp * kMlaWarps == kHeads && kRowsPerLane * kRowLanes == kRows);
-  static_assert(kSlicesPerWarp >= kRowsPerLane && kSlicesPerWarp % kSlicesPerPhase == 0);
+  static_assert(kHeadsPerWarp * kMlaWarps == kHeads && kRowsPerLane * kRowLanes == kMlaChunkRows);
   static_assert(kPhases * kOctets * kMlaColQuads == kMlaThreads && kPStride % 4 == 0);
 };
 
@@ -61,19 +47,16 @@ struct MlaTile {
 // The block's shared memory (~180-210 KB at D = 576: Q, 2 K chunks of 32 x 580 floats, the score
 // partials) allows one block per SM, so a split grid aims at one wave: splits are added until
 // m x head_groups x n_splits reaches the SM count, never beyond (a second, partly filled wave
-// would double the time), and only while every split keeps >= one small chunk of rows. The splits of
+// would double the time), and only while every split keeps >= one chunk of rows. The splits of
 // a (token, head group) are combined in the same kernel: each split block writes its partial,
 // takes a ticket from a counter in the workspace, and the last n_combiners to arrive wait for
 // the rest (all are resident: see mla_plan) and each combine a slice of the group's outputs;
 // the last of them resets the counter, so every launch (and graph replay) starts from zero.
-// Batch 1: moonlight (16 heads) 2 groups of 8 x up to 66 splits (1K context: 64 splits of 16
-// rows, 128 blocks); V3 (128 heads) 8 groups of 16 x 16 splits; m x head_groups x 2 > SMs
-// (prefill, big batches): one split, no combine. One group of 16 heads at batch 1 would read the
-// cache once instead of twice, but the second read hits L2 (2.4 MB at 1K), while its blocks would
-// each load twice the Q rows and write twice the partials for the same FLOPs per block.
+// Batch 1: moonlight (16 heads) 2 groups of 8 x up to 66 splits; V3 (128 heads) 8 groups of 16 x
+// 16 splits; m x head_groups x 2 > SMs (prefill, big batches): one split, no combine.
 constexpr int kMlaMaxSplits = 256;      // the combine's weights in shared memory
 constexpr int kMlaMaxCombiners = 32;    // blocks that share one group's combine
-constexpr int64_t kMlaMinSplitRows = kMlaSmallChunkRows;  // at least one (small) chunk per split
+constexpr int64_t kMlaMinSplitRows = kMlaChunkRows;  // at least one full chunk per split
 constexpr int64_t kMlaCounterSlots = 1024;  // counters at the workspace's head: >= items of a split plan
 constexpr int64_t kMlaSmallHeadWork = 32;   // m x n_heads up to this: 8 heads per block (more blocks)
 constexpr int kMlaDefaultSmCount = 132;     // H100/H200 SXM, when the device cannot be asked
@@ -115,15 +98,12 @@ inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_coun
   return p;
 }
 
-// Rows of one split of a token with ctx cache rows, such that n_splits splits cover ctx: one
-// small chunk (kMlaSmallChunkRows) when that is enough and the context is longer than one chunk
-// (a shorter one stays a single direct split, no combine), else a whole number of chunks.
-// Host and device compute it alike; the kernel runs its 16-row tile exactly when this is 16.
+// Rows of one split of a token with ctx cache rows: a whole number of chunks, >= kMlaMinSplitRows,
+// such that n_splits splits cover ctx. Host and device compute it alike.
 __host__ __device__ inline int64_t mla_split_rows(int64_t ctx, int64_t n_splits) {
   const int64_t per = (ctx + n_splits - 1) / n_splits;
-  if (per <= kMlaSmallChunkRows && ctx > kMlaChunkRows) return kMlaSmallChunkRows;
   const int64_t rows = (per + kMlaChunkRows - 1) / kMlaChunkRows * kMlaChunkRows;
-  return rows > kMlaChunkRows ? rows : kMlaChunkRows;
+  return rows > kMlaMinSplitRows ? rows : kMlaMinSplitRows;
 }
 
 // Workspace floats of a plan: kMlaCounterSlots uint32 counters (first, at a fixed place for every
