@@ -6,7 +6,6 @@
 #include <cmath>
 #include <mutex>
 
-#include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/mla_attention_params.h"
 
@@ -204,16 +203,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const int64_t h0 = int64_t(g) * kHeads;
   const int64_t item = t * p.head_groups + g;  // (token, head group): counter and workspace index
 
-  // PDL: the step's inputs (ctx_len, token_seq, block tables) are uploaded before the step's first
-  // kernel, so they are read before waiting for the kernel before (which writes q and this step's
-  // cache rows, and whose predecessors may still read o_lat); everything else comes after.
-  pdl_trigger();
-  const int64_t ctx64 = p.ctx_len[t];
-  const int32_t seq = p.token_seq[t];
-  pdl_wait();
-  load_q<kHeads>(p, sQ, t, h0);
+  load_q<kHeads>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
   cp_async_commit();
 
+  int64_t ctx64 = p.ctx_len[t];
   const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
   if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
     if (s == 0)
@@ -231,7 +224,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
   const int n_act = (ctx + split_rows - 1) / split_rows;  // splits holding rows of this token
   const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
-  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
+  const int32_t* table = p.block_tables + int64_t(p.token_seq[t]) * p.max_blocks_per_seq;
 
   load_chunk(p, sK, table, begin, end);
   cp_async_commit();
@@ -439,7 +432,7 @@ cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   cudaError_t e = raise_smem_limit_once<kHeads>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  PG_LAUNCH_PDL(mla_attention_kernel<kHeads>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
+  mla_attention_kernel<kHeads><<<unsigned(blocks), kMlaThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
