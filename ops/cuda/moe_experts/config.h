@@ -91,4 +91,34 @@ constexpr MoeTile moe_down_direct_tile(LinearWeight f, bool vec, bool single_slo
   return {2, 4};
 }
 
+// m = 2..8 ("direct multi": decode batches and speculative verify steps): no plan kernel. Every
+// warp derives the step's distinct routed experts from expert_idx itself (the m * top_k <=
+// kMoeDirectMaxRouted pairs, two per lane), so each distinct expert's rows are read once for all
+// of its tokens and both weight kernels start without waiting for a one-block plan. Beyond these
+// limits (prefill, big batches) the plan path groups the pairs.
+constexpr int kMoeDirectMaxTokens = 8;
+constexpr int kMoeDirectMaxRouted = 64;       // two pairs per lane of a 32-lane warp
+constexpr int kMoeDirectMaxHRows = 128;       // m * (top_k + n_shared): h rows one down block sums
+inline bool moe_direct_multi_fits(int64_t m, int64_t top_k, int64_t n_shared) {
+  return m >= 1 && m <= kMoeDirectMaxTokens && m * top_k <= kMoeDirectMaxRouted &&
+         m * (top_k + n_shared) <= kMoeDirectMaxHRows && top_k + n_shared >= 1;
+}
+
+// down, direct multi: a block of kMoeWarps warps owns `groups` row tiles of `rows` rows and every
+// expert slot of the step (distinct routed experts, then shared); warp w takes the (slot, row
+// tile) tasks w, w + kMoeWarps, ... so all slots' rows stream at once, as at m = 1. Few slots (a
+// dense MLP is one) give the block several row tiles, so its 8 warps all work.
+inline int moe_down_multi_groups(int64_t max_slots) {
+  return max_slots >= kMoeWarps || max_slots < 1 ? 1 : int(kMoeWarps / max_slots);
+}
+
+// down, direct multi: `rows` x `unroll` chunks in flight per lane (8 as m = 1's bf16 4 x 2), the
+// accumulators m_tile x rows. The routed experts of a verify step have 1-2 tokens each, the
+// shared ones all m (passes of m_tile). Not yet swept on the H200; ptxas: no spills.
+constexpr MoeTile moe_down_multi_tile(LinearWeight f, bool vec, int m_tile) {
+  if (!vec) return {1, 4};
+  if (f == LinearWeight::kFp8Block) return m_tile <= 2 ? MoeTile{2, 4} : MoeTile{2, 2};
+  return m_tile <= 4 ? MoeTile{4, 2} : MoeTile{2, 4};
+}
+
 }  // namespace pg::ops::cuda
