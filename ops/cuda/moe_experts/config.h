@@ -42,16 +42,19 @@ struct MoeTile {
 
 // gate_up at m = 1: bf16 4 gate + 4 up rows x 2 chunks per lane, fp8 2 + 2 rows x 2 (the H200
 // sweep of 2026-12-01 over 1x4, 1x8, 2x4, 2x2, 4x2; fp8 4x2 spills). Larger pair tiles trade
-// unroll for accumulator registers (m_tile x 2 x rows).
+// rows for accumulator registers (m_tile x 2 x rows): one gate/up row pair x 4 chunks, 8 loads in
+// flight per lane (bf16 pair tiles 4 and 8 had 1 x 2 until 2026-12-02: the same 2 blocks per SM
+// at 117 registers for tile 8, 92 for 4, with twice the loads in flight); fp8 at tile 8 keeps
+// 1 x 2 (1 x 4 spills). Not yet swept at m > 1.
 // Scalar path (odd shapes): 4-byte loads, performance irrelevant.
 constexpr MoeTile moe_gate_up_tile(LinearWeight f, bool vec, int m_tile) {
   if (!vec) return {1, 4};
   // NVFP4: a 16-byte chunk is 32 elements (moonlight's 2048 are 2 chunks per lane, V3's 7168 are
   // 7): 2 gate/up row pairs x 2 chunks (128 B per lane in flight) at m = 1. Not yet swept.
   if (f == LinearWeight::kNvfp4) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
-  if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
+  if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 2} : m_tile <= 4 ? MoeTile{1, 4} : MoeTile{1, 2};
   if (m_tile == 1) return {4, 2};  // the sweep: +3% moonlight, +7% its dense MLP over 1 x 4
-  return m_tile <= 2 ? MoeTile{1, 4} : MoeTile{1, 2};
+  return {1, 4};
 }
 
 // down at m = 1: a warp loops over the active experts for its output rows, so the bytes in flight
