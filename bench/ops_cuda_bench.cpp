@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm/convert.h"
 #include "ops/cuda/linear/linear.h"
+#include "ops/cuda/moe_experts/moe_experts.h"
 
 namespace pg::bench {
 namespace {
@@ -325,6 +328,98 @@ GemvResult bench_gemv(const Shape& sh, const Rotated& r, const cu::LinearVariant
   return g;
 }
 
+// ---- MoE experts at decode batches and verify steps (m = 1..8 tokens): µs per call and the GB/s
+// of the distinct experts' bytes (the selected routed ones plus the shared ones, fp8 scales
+// included), against the HBM read ceiling. Constant weights (0x38 bytes); kMoeRoutings random
+// routings (top_k distinct experts per token) rotate from launch to launch, so consecutive calls
+// mostly read other experts than the last one left in L2.
+struct MoeResult {
+  std::string name;
+  int64_t m = 0;
+  double experts = 0, bytes = 0, us = 0, us_graph = 0, pct = 0, pct_graph = 0;
+};
+
+std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
+  struct MoeShape {
+    const char* name;
+    WeightFormat format;
+    int64_t n_experts, n_shared, top_k, hidden, inter;
+  };
+  constexpr int kMoeRoutings = 8;
+  std::vector<MoeResult> out;
+  for (const MoeShape& sh : {MoeShape{"moe moonlight 64+2e top6", WeightFormat::kBF16, 64, 2, 6, 2048, 1408},
+                             MoeShape{"moe moonlight 64+2e top6", WeightFormat::kFp8Block, 64, 2, 6, 2048, 1408},
+                             MoeShape{"moe v3 256+1e top8", WeightFormat::kFp8Block, 256, 1, 8, 7168, 2048}}) {
+    const bool fp8 = sh.format == WeightFormat::kFp8Block;
+    const int64_t n_all = sh.n_experts + sh.n_shared, eb = fp8 ? 1 : 2, blk = 128;
+    Matrix gu{sh.format, n_all * 2 * sh.inter, sh.hidden, nullptr, nullptr, blk, blk};
+    Matrix dn{sh.format, n_all * sh.hidden, sh.inter, nullptr, nullptr, blk, blk};
+    auto gw = cu::DeviceBuffer<uint8_t>::create(size_t(gu.rows * gu.cols * eb));
+    auto dw = cu::DeviceBuffer<uint8_t>::create(size_t(dn.rows * dn.cols * eb));
+    const size_t gsn = fp8 ? size_t(gu.rows / blk * gu.scale_cols()) : 1, dsn = fp8 ? size_t(dn.rows / blk * dn.scale_cols()) : 1;
+    auto gs = cu::DeviceBuffer<float>::create(gsn), ds = cu::DeviceBuffer<float>::create(dsn);
+    BENCH_CHECK(gw.status());
+    BENCH_CHECK(dw.status());
+    BENCH_CHECK(gs.status());
+    BENCH_CHECK(ds.status());
+    BENCH_CHECK(cuda_status(cudaMemset(gw->data(), 0x38, gw->size()), "fill"));
+    BENCH_CHECK(cuda_status(cudaMemset(dw->data(), 0x38, dw->size()), "fill"));
+    BENCH_CHECK(cuda_status(cudaMemset(gs->data(), 0, gsn * 4), "fill"));
+    BENCH_CHECK(cuda_status(cudaMemset(ds->data(), 0, dsn * 4), "fill"));
+    gu.data = gw->data(), dn.data = dw->data();
+    if (fp8) gu.scale_inv = gs->data(), dn.scale_inv = ds->data();
+    const double expert_bytes = double(3 * sh.inter * sh.hidden * eb) +
+                                (fp8 ? 4.0 * double(3 * (sh.inter / blk) * (sh.hidden / blk)) : 0.0);
+    for (int64_t m = 1; m <= 8; ++m) {
+      std::mt19937 rng(uint32_t(1000 + m));
+      std::vector<int32_t> idx(size_t(kMoeRoutings * m * sh.top_k));
+      std::vector<float> wts(idx.size(), 0.1f);
+      double distinct = 0;
+      for (int r = 0; r < kMoeRoutings; ++r) {
+        std::set<int32_t> used;
+        for (int64_t t = 0; t < m; ++t) {
+          std::vector<int32_t> perm(size_t(sh.n_experts));
+          for (size_t i = 0; i < perm.size(); ++i) perm[i] = int32_t(i);
+          std::shuffle(perm.begin(), perm.end(), rng);
+          for (int64_t k = 0; k < sh.top_k; ++k) {
+            idx[size_t((r * m + t) * sh.top_k + k)] = perm[size_t(k)];
+            used.insert(perm[size_t(k)]);
+          }
+        }
+        distinct += double(used.size()) / kMoeRoutings;
+      }
+      auto didx = cu::DeviceBuffer<int32_t>::create(idx.size());
+      auto dwts = cu::DeviceBuffer<float>::create(wts.size());
+      auto x = cu::DeviceBuffer<float>::create(size_t(m * sh.hidden));
+      auto y = cu::DeviceBuffer<float>::create(size_t(m * sh.hidden));
+      const size_t ws_bytes = cu::moe_experts_workspace_bytes(m, sh.top_k, sh.n_shared, sh.n_experts, sh.inter);
+      auto ws = cu::DeviceBuffer<uint8_t>::create(ws_bytes);
+      BENCH_CHECK(didx.status());
+      BENCH_CHECK(dwts.status());
+      BENCH_CHECK(x.status());
+      BENCH_CHECK(y.status());
+      BENCH_CHECK(ws.status());
+      BENCH_CHECK(cuda_status(cudaMemcpy(didx->data(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice), "copy"));
+      BENCH_CHECK(cuda_status(cudaMemcpy(dwts->data(), wts.data(), wts.size() * 4, cudaMemcpyHostToDevice), "copy"));
+      BENCH_CHECK(cuda_status(launch_fill(x->data(), x->size(), FillKind::kF32Pm1, 9, s), "fill"));
+      ops::MoeExpertsArgs a;
+      a.x = x->data(), a.y = y->data(), a.gate_up = &gu, a.down = &dn, a.m = m, a.hidden = sh.hidden;
+      a.inter = sh.inter, a.n_experts = sh.n_experts, a.top_k = sh.top_k, a.n_shared = sh.n_shared;
+      MoeResult res{std::string(sh.name) + (fp8 ? " fp8" : " bf16"), m, distinct + double(sh.n_shared), 0, 0, 0, 0, 0};
+      res.bytes = res.experts * expert_bytes;
+      time_kernel(s, [&](int i) {
+        const int r = i % kMoeRoutings;
+        a.expert_idx = didx->data() + r * m * sh.top_k, a.expert_weight = dwts->data() + r * m * sh.top_k;
+        return cu::moe_experts(a, ws->data(), ws->size(), s);
+      }, res.us, res.us_graph);
+      res.pct = 100.0 * res.bytes / (res.us * 1e3) / ceiling_gbps;
+      res.pct_graph = 100.0 * res.bytes / (res.us_graph * 1e3) / ceiling_gbps;
+      out.push_back(res);
+    }
+  }
+  return out;
+}
+
 struct SmallOp {
   std::string name;
   double us, us_graph;
@@ -419,6 +514,8 @@ int run(int argc, char** argv) {
     }
   }
 
+  const std::vector<MoeResult> moe = bench_moe_decode(ceil.read_gbps, s);
+
   // The NVFP4 -> bf16 dequantize of the prefill paths (gemm/convert.cu): bytes read (codes +
   // scales) + bf16 written, against the device-to-device copy rate (a read + write stream).
   struct Dequant {
@@ -456,6 +553,12 @@ int run(int argc, char** argv) {
     std::printf("  %-38s %9.2f us %9.0f GB/s %6.1f%%\n", d.name.c_str(), d.us, d.gbps, d.pct_copy);
   std::printf("\nSmall ops (one token):\n");
   for (const SmallOp& o : small) std::printf("  %-38s %7.2f us single, %7.2f us in a graph\n", o.name.c_str(), o.us, o.us_graph);
+
+  std::printf("\nMoE experts at m tokens (decode batches, verify steps), bytes of the distinct experts (mean of %d "
+              "routings) vs the ceiling; 'graph' = per call, back-to-back in a CUDA graph:\n", 8);
+  for (const MoeResult& r : moe)
+    std::printf("  %-38s m=%lld %5.1f experts %8.1f MB %8.2f us %6.1f%% | graph %8.2f us %6.1f%%\n", r.name.c_str(),
+                (long long)r.m, r.experts, r.bytes / 1e6, r.us, r.pct, r.us_graph, r.pct_graph);
 
   std::printf("\nGEMV (linear, heuristic config), HBM read ceiling %.0f GB/s; 'graph' = per kernel, >= %d back-to-back in a CUDA graph:\n",
               ceil.read_gbps, kGraphLaunches);
@@ -498,6 +601,13 @@ int run(int argc, char** argv) {
       std::fprintf(f, "    {\"shape\": \"%s\", \"us\": %.3f, \"gbps\": %.1f, \"pct_copy\": %.2f}%s\n",
                    json_escape(dequant[i].name).c_str(), dequant[i].us, dequant[i].gbps, dequant[i].pct_copy,
                    i + 1 < dequant.size() ? "," : "");
+    std::fprintf(f, "  ],\n");
+    std::fprintf(f, "  \"moe_experts_decode\": [\n");
+    for (size_t i = 0; i < moe.size(); ++i)
+      std::fprintf(f, "    {\"shape\": \"%s\", \"m\": %lld, \"experts\": %.2f, \"bytes\": %.0f, \"us\": %.3f, "
+                   "\"pct_ceiling\": %.2f, \"us_graph\": %.3f, \"pct_ceiling_graph\": %.2f}%s\n",
+                   moe[i].name.c_str(), (long long)moe[i].m, moe[i].experts, moe[i].bytes, moe[i].us, moe[i].pct,
+                   moe[i].us_graph, moe[i].pct_graph, i + 1 < moe.size() ? "," : "");
     std::fprintf(f, "  ],\n");
     std::fprintf(f, "  \"small_ops\": [\n");
     for (size_t i = 0; i < small.size(); ++i)

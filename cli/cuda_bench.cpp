@@ -262,6 +262,36 @@ int run_cuda_bench(const CudaBenchOptions& o) {
   // HBM read rate, x1.1. Draft: k chained one-token MTP steps through forward_mtp as the engine
   // calls it (hidden states and logits to the host each step, a sync each). Effective tokens/s:
   // E(k) = 1 + a + ... + a^k tokens per (verify + draft) at per-draft acceptance a.
+  int64_t first_dense = -1, first_moe = -1;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const bool moe = c.n_routed_experts > 0 && l >= c.first_k_dense_replace;
+    if (moe && first_moe < 0) first_moe = l;
+    if (!moe && first_dense < 0) first_dense = l;
+  }
+  // Where a verify step's time goes: the first MoE layer alone at q = k + 1 tokens of one
+  // sequence (positions context - q .. context - 1) next to q = 1, as a replayed graph of the
+  // layer (us per layer) and eagerly with an event after each op (us per op).
+  struct LayerAtQ {
+    double graph_us = 0;
+    std::vector<std::pair<std::string, double>> ops;
+  };
+  auto moe_layer_at = [&](int64_t q) -> Result<LayerAtQ> {
+    LayerAtQ r;
+    PG_ASSIGN_OR_RETURN(r.graph_us, R.time_layer(first_moe, 1, o.context, 20, 7, q));
+    PG_ASSIGN_OR_RETURN(r.ops, R.profile_layer(first_moe, 1, o.context, 9, q));
+    return r;
+  };
+  auto ops_json = [](const std::vector<std::pair<std::string, double>>& ops) {
+    Json a = Json::array();
+    for (const auto& [name, t] : ops) a.push_back({{"op", name}, {"us", t}});
+    return a;
+  };
+  LayerAtQ moe_q1;
+  if (!o.speculative_tokens.empty() && first_moe >= 0) {
+    auto r = moe_layer_at(1);
+    if (!r.ok()) return fail(r.status());
+    moe_q1 = std::move(r).value();
+  }
   j["speculative"] = Json::array();
   for (int64_t k : o.speculative_tokens) {
     const int64_t q = k + 1;
@@ -344,18 +374,21 @@ int run_cuda_bench(const CudaBenchOptions& o) {
       row["effective_tokens_per_s"] = expected * 1e3 / (verify_ms + draft_ms);
       row["plain_tokens_per_s"] = 1e3 / step_ms;
     }
+    if (first_moe >= 0) {
+      auto lq = moe_layer_at(q);
+      if (!lq.ok()) return fail(lq.status());
+      row["moe_layer"] = {{"layer", first_moe},
+                          {"q1_graph_us", moe_q1.graph_us},
+                          {"q_graph_us", lq->graph_us},
+                          {"q1_ops_eager_us", ops_json(moe_q1.ops)},
+                          {"q_ops_eager_us", ops_json(lq->ops)}};
+    }
     j["speculative"].push_back(row);
     std::fprintf(stderr, "verify k=%lld: %.3f ms (bound %.3f ms)\n", (long long)k, verify_ms, bound_ms);
   }
 
   // ---- per-layer decode time at batch 1 (graph of one layer, replayed) ----
   j["layers"] = Json::array();
-  int64_t first_dense = -1, first_moe = -1;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const bool moe = c.n_routed_experts > 0 && l >= c.first_k_dense_replace;
-    if (moe && first_moe < 0) first_moe = l;
-    if (!moe && first_dense < 0) first_dense = l;
-  }
   for (int64_t l : {first_dense, first_moe}) {
     if (l < 0) continue;
     auto us = R.time_layer(l, 1, o.context, 20, 7);
@@ -454,6 +487,22 @@ int run_cuda_bench(const CudaBenchOptions& o) {
                   v["expected_tokens_per_step"].get<double>(), v["effective_tokens_per_s"].get<double>(),
                   v["plain_tokens_per_s"].get<double>());
     std::printf("\n");
+    if (v.contains("moe_layer")) {
+      // Ops are matched by name (a layer's op names are unique); one only at q shows "-" at q = 1.
+      const Json& ml = v["moe_layer"];
+      std::printf("  moe layer %lld at q=1 -> q=%lld: graph %.1f -> %.1f us; ops (eager us):",
+                  (long long)ml["layer"].get<int64_t>(), (long long)v["tokens"].get<int64_t>(),
+                  ml["q1_graph_us"].get<double>(), ml["q_graph_us"].get<double>());
+      for (const auto& op : ml["q_ops_eager_us"]) {
+        const std::string name = op["op"].get<std::string>();
+        double t1 = -1;
+        for (const auto& o1 : ml["q1_ops_eager_us"])
+          if (o1["op"].get<std::string>() == name) t1 = o1["us"].get<double>();
+        if (t1 >= 0) std::printf(" %s %.1f->%.1f", name.c_str(), t1, op["us"].get<double>());
+        else std::printf(" %s -->%.1f", name.c_str(), op["us"].get<double>());
+      }
+      std::printf("\n");
+    }
   }
   for (const auto& d : j["decode_batches"])
     std::printf("decode b=%-3lld %.0f tok/s total, %.1f tok/s per user (%.3f ms/step)\n",

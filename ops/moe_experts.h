@@ -19,7 +19,10 @@ namespace pg::ops {
 //
 // Summation order (the definition; the CUDA path keeps it, only its dot products round
 // differently): per token, the routed experts in ascending expert id (equal ids in slot order),
-// then the shared experts in order, each term expert_weight * E_e(x) (shared: weight 1).
+// then the shared experts in order, each term expert_weight * E_e(x) (shared: weight 1). On the
+// CUDA path at decode sizes (m <= 8, m * top_k <= 64; bf16, fp8, f32) a token's result does not
+// depend on the other tokens of the step: a verify step's rows have the bits of the same tokens
+// decoded one at a time.
 // y may alias x.
 struct MoeExpertsArgs {
   const float* x = nullptr;              // [m, hidden] f32, the post-attention-RMSNorm output

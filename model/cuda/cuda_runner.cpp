@@ -198,7 +198,7 @@ struct CudaRunner::Impl {
     if (prefill_path(h.m)) return cu::head_linear_gemm(*gemm, h, prefill_ws, prefill_ws_bytes, stream);
     return cu::head_linear(h, stream);
   }
-  Result<Step> layer_inputs(int64_t batch, int64_t ctx);
+  Result<Step> layer_inputs(int64_t batch, int64_t ctx, int64_t q);
   Status trunk(const Step& s);              // embedding + layers + final norm -> hidden_all
   Status forward_device(const Step& s);     // trunk + gather + lm_head (rows <= logit_rows)
   // MTP layer `mtp_idx` over the step, its previous hidden states [T, H] already in `hidden`:
@@ -1103,38 +1103,43 @@ Status CudaRunner::draft_chain(int64_t mtp_idx, std::span<const SeqStep> seqs, s
   return ok_status();
 }
 
-// Inputs of `batch` sequences of `ctx` positions (one new token each, at position ctx - 1) in
-// distinct blocks, and x = their embeddings: what time_layer and profile_layer run a layer on.
-Result<CudaRunner::Impl::Step> CudaRunner::Impl::layer_inputs(int64_t batch, int64_t ctx) {
+// Inputs of `batch` sequences of `ctx` positions, each bringing its last q as new tokens (q = 1:
+// a decode step; q > 1: a verify step's positions ctx - q .. ctx - 1, causal), in distinct
+// blocks, and x = their embeddings: what time_layer and profile_layer run a layer on.
+Result<CudaRunner::Impl::Step> CudaRunner::Impl::layer_inputs(int64_t batch, int64_t ctx, int64_t q) {
   const int64_t nb = (ctx + block_size - 1) / block_size;
-  if (batch * nb > n_blocks || batch > max_seqs || ctx > max_model_len)
-    return invalid_argument("{} sequences of {} positions do not fit the cache", batch, ctx);
+  if (q < 1 || q > ctx) return invalid_argument("{} new tokens of a sequence of {} positions", q, ctx);
+  if (batch * nb > n_blocks || batch > max_seqs || ctx > max_model_len || batch * q > Tm)
+    return invalid_argument("{} sequences of {} positions ({} new each) do not fit the cache", batch, ctx, q);
   StepLayout L;
-  L.T = batch;
+  L.T = batch * q;
   L.max_blocks = table_stride;
   L.tables.assign(size_t(batch * table_stride), 0);
   for (int64_t b = 0; b < batch; ++b) {
-    L.tokens.push_back(int32_t((b * 7919) % cfg.vocab_size));
-    L.token_seq.push_back(int32_t(b));
-    L.positions.push_back(ctx - 1);
-    L.ctx_len.push_back(ctx);
-    L.out_rows.push_back(b);
+    for (int64_t i = 0; i < q; ++i) {
+      const int64_t t = b * q + i, pos = ctx - q + i;
+      L.tokens.push_back(int32_t((t * 7919) % cfg.vocab_size));
+      L.token_seq.push_back(int32_t(b));
+      L.positions.push_back(pos);
+      L.ctx_len.push_back(pos + 1);
+      L.out_rows.push_back(t);
+    }
     for (int64_t j = 0; j < nb; ++j) L.tables[size_t(b * table_stride + j)] = int32_t(b * nb + j);
   }
   PG_ASSIGN_OR_RETURN(Step s, upload(L));
   ops::EmbeddingArgs e;
-  e.table = &w.embed, e.tokens = s.tokens, e.y = x, e.m = batch;
+  e.table = &w.embed, e.tokens = s.tokens, e.y = x, e.m = L.T;
   PG_TRY(cu::embedding(e, stream));
   PG_CUDA_TRY(cudaStreamSynchronize(stream));
   return s;
 }
 
 Result<std::vector<std::pair<std::string, double>>> CudaRunner::profile_layer(int64_t layer_idx, int64_t batch,
-                                                                               int64_t ctx, int reps) {
+                                                                               int64_t ctx, int reps, int64_t q) {
   Impl& m = *impl_;
   if (layer_idx < 0 || layer_idx >= cfg_.num_hidden_layers)
     return invalid_argument("profile_layer: layer {} of {}", layer_idx, cfg_.num_hidden_layers);
-  PG_ASSIGN_OR_RETURN(Impl::Step s, m.layer_inputs(batch, ctx));
+  PG_ASSIGN_OR_RETURN(Impl::Step s, m.layer_inputs(batch, ctx, q));
   std::map<std::string, std::vector<double>> us;
   std::vector<std::string> order;
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
@@ -1163,11 +1168,12 @@ Result<std::vector<std::pair<std::string, double>>> CudaRunner::profile_layer(in
   return out;
 }
 
-Result<double> CudaRunner::time_layer(int64_t layer_idx, int64_t batch, int64_t ctx, int iters, int reps) {
+Result<double> CudaRunner::time_layer(int64_t layer_idx, int64_t batch, int64_t ctx, int iters, int reps,
+                                      int64_t q) {
   Impl& m = *impl_;
   if (layer_idx < 0 || layer_idx >= cfg_.num_hidden_layers)
     return invalid_argument("time_layer: layer {} of {}", layer_idx, cfg_.num_hidden_layers);
-  PG_ASSIGN_OR_RETURN(Impl::Step s, m.layer_inputs(batch, ctx));
+  PG_ASSIGN_OR_RETURN(Impl::Step s, m.layer_inputs(batch, ctx, q));
   s.max_ctx = ctx;
   PG_ASSIGN_OR_RETURN(cudaGraphExec_t exec, m.capture([&]() -> Status {
     for (int i = 0; i < iters; ++i) PG_TRY(m.layer(m.w.layers[size_t(layer_idx)], layer_idx, s));

@@ -121,12 +121,15 @@ class CudaRunner final : public ModelRunner {
   Status step_async(std::span<const SeqStep> seqs);
   cudaStream_t stream() const;
   Status synchronize();
-  // Replays a graph of layer `layer` alone at batch `batch` (one token each at context `ctx`)
-  // `iters` times; returns the median µs per layer of `reps` timed repetitions.
-  Result<double> time_layer(int64_t layer, int64_t batch, int64_t ctx, int iters, int reps);
-  // Runs layer `layer` eagerly with an event after each op; the median µs of each op over
-  // `reps` runs, in launch order (gaps between kernels count to the op that follows).
-  Result<std::vector<std::pair<std::string, double>>> profile_layer(int64_t layer, int64_t batch, int64_t ctx, int reps);
+  // Replays a graph of layer `layer` alone at batch `batch` `iters` times; returns the median µs
+  // per layer of `reps` timed repetitions. Each sequence has `ctx` positions of which the last
+  // `q` are the step's new tokens (q = 1: a decode step; q = k + 1: a verify step of k drafts).
+  Result<double> time_layer(int64_t layer, int64_t batch, int64_t ctx, int iters, int reps, int64_t q = 1);
+  // Runs layer `layer` eagerly with an event after each op (inputs as time_layer's); the median
+  // µs of each op over `reps` runs, in launch order (gaps between kernels count to the op that
+  // follows).
+  Result<std::vector<std::pair<std::string, double>>> profile_layer(int64_t layer, int64_t batch, int64_t ctx, int reps,
+                                                                    int64_t q = 1);
   // Bytes one decode step at `batch` sequences of context `ctx` reads (expected distinct experts).
   StepBytes step_bytes(int64_t batch, int64_t ctx) const;
   // Bytes of one routed expert (gate_up + down), averaged over the MoE layers; 0 without.

@@ -1,7 +1,9 @@
 // ops::cuda::moe_experts against ops::cpu::moe_experts on seeded random inputs: moonlight
 // (64 + 2 experts, top 6, bf16, FP8 128x128 and NVFP4) at m = 1, 2, 8, 33, DeepSeek-V3 (256 + 1,
 // top 8, FP8 and NVFP4) at m = 1, 2, 4, 8, 64, the tiny models' odd dims (scalar path), every token on the same experts,
-// duplicate ids, shared-only and routed-only layers, accumulate with a row gap, prefill-sized m.
+// duplicate ids, shared-only and routed-only layers, accumulate with a row gap, prefill-sized m;
+// the *_verify cases cover m = 2..8 (decode batches, speculative verify steps), whose outputs must
+// also equal, bit for bit, their tokens run alone.
 // Weights of experts no token chose stay NaN on the device (NVFP4: their block scales and scale_2):
 // reading one poisons the output. NVFP4 stacks carry one scale_2 per expert part (gate, up, down),
 // each expert being its own ModelOpt tensor.
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <ostream>
@@ -25,6 +28,8 @@
 
 namespace pg::ops::test {
 namespace {
+
+constexpr WeightFormat kNvfp4Format = WeightFormat::kNvfp4;
 
 // Tolerance, derived as in linear_test.cpp (Higham & Mary's probabilistic bound, lambda = 10:
 // a sum of n rounded terms errs by <= lambda sqrt(n) u sum|terms| with probability 1 - 1e-18):
@@ -338,6 +343,35 @@ void run_case(const MoeCase& c) {
       const std::vector<float> again = to_host(dy);
       EXPECT_EQ(0, std::memcmp(again.data(), y_gpu.data(), again.size() * sizeof(float))) << "run-to-run difference";
     }
+    // m = 2..8 take the direct multi path (bf16 / fp8 / f32): each token's output must have the
+    // bits it has when the token runs alone (m = 1, the direct path): the same dot products in
+    // the same order, the same adds in the contract's order.
+    if (m >= 2 && m <= 8 && m * c.top_k <= 64 && c.format != kNvfp4Format && !c.accumulate) {
+      int64_t differ = 0, first_bad = -1;
+      for (int64_t t = 0; t < m; ++t) {
+        const std::vector<float> x1(x.begin() + t * H, x.begin() + (t + 1) * H);
+        const std::vector<int32_t> i1(r.idx.begin() + t * c.top_k, r.idx.begin() + (t + 1) * c.top_k);
+        const std::vector<float> w1(r.weight.begin() + t * c.top_k, r.weight.begin() + (t + 1) * c.top_k);
+        auto dx1 = to_device(x1);
+        auto di1 = to_device(i1);
+        auto dw1 = to_device(w1);
+        auto dy1 = to_device(std::vector<float>(static_cast<size_t>(ys), 0.0f));
+        PG_ASSERT_OK(dy1.fill_bytes(0xff));
+        MoeExpertsArgs a1 = da;
+        a1.m = 1, a1.x = dx1.data(), a1.y = dy1.data();
+        a1.expert_idx = c.top_k ? di1.data() : nullptr, a1.expert_weight = c.top_k ? dw1.data() : nullptr;
+        PG_ASSERT_OK(cuda::moe_experts(a1, ws.data(), ws.size(), nullptr));
+        ASSERT_TRUE(sync_ok());
+        const std::vector<float> y1 = to_host(dy1);
+        for (int64_t o = 0; o < H; ++o)
+          if (std::memcmp(&y1[size_t(o)], &y_gpu[size_t(t * ys + o)], sizeof(float)) != 0) {
+            if (first_bad < 0) first_bad = t * H + o;
+            ++differ;
+          }
+      }
+      EXPECT_EQ(differ, 0) << differ << " outputs differ from the tokens run alone, first at token "
+                           << first_bad / std::max<int64_t>(H, 1) << " row " << first_bad % std::max<int64_t>(H, 1);
+    }
     std::printf("[ moe      ] %-28s m=%-5lld %s\n", c.name, (long long)m, d.summary().c_str());
   }
 }
@@ -368,6 +402,28 @@ const MoeCase kCases[] = {
     {"small_fp8_32x32", kFp8, 16, 1, 4, 160, 96, {1, 3, 70}, 32},
     {"mid_bf16_prefill", kBF16, 16, 1, 4, 256, 128, {2000}},
     {"mid_f32_same_experts_prefill", kF32, 16, 1, 4, 256, 128, {1000}, 128, Routing::kSameExperts},
+    // Decode batches and speculative verify steps (m = 2..8, the direct multi path: no plan
+    // kernel), each also checked bit for bit against its tokens run alone at m = 1.
+    {"moonlight_bf16_verify", kBF16, 64, 2, 6, 2048, 1408, {2, 3, 4, 5, 6, 7}},
+    {"moonlight_fp8_verify", kFp8, 64, 2, 6, 2048, 1408, {3, 4, 5, 6, 7}},
+    {"moonlight_bf16_verify_same_experts", kBF16, 64, 2, 6, 2048, 1408, {2, 5, 8}, 128, Routing::kSameExperts},
+    {"moonlight_fp8_verify_duplicate_ids", kFp8, 64, 2, 6, 2048, 1408, {2, 3, 8}, 128, Routing::kDuplicates},
+    {"moonlight_bf16_verify_accumulate", kBF16, 64, 2, 6, 2048, 1408, {2, 5}, 128, Routing::kRandom, true, 5},
+    {"moonlight_dense_bf16_verify", kBF16, 0, 1, 0, 2048, 11264, {2, 8}},
+    {"v3_fp8_verify", kFp8, 256, 1, 8, 7168, 2048, {2, 3, 5, 8}},
+    {"v3_fp8_verify_same_experts", kFp8, 256, 1, 8, 7168, 2048, {3, 8}, 128, Routing::kSameExperts},
+    {"v3_bf16_verify", kBF16, 256, 1, 8, 7168, 2048, {2, 8}},
+    {"tiny_bf16_verify", kBF16, 8, 2, 3, 52, 22, {2, 3, 4, 6, 8}},
+    {"tiny_f32_verify", kF32, 8, 2, 3, 52, 22, {2, 8}},
+    {"tiny_f32_verify_accumulate_gap", kF32, 8, 2, 3, 52, 22, {3, 8}, 128, Routing::kRandom, true, 3},
+    {"tiny_fp8_8x8_blocks_verify", kFp8, 8, 1, 2, 40, 24, {2, 5, 8}, 8},
+    {"tiny_bf16_verify_duplicate_ids", kBF16, 8, 2, 3, 52, 22, {2, 8}, 128, Routing::kDuplicates},
+    {"tiny_bf16_verify_same_experts", kBF16, 8, 2, 3, 52, 22, {4, 8}, 128, Routing::kSameExperts},
+    {"tiny_bf16_verify_shared_only", kBF16, 8, 2, 0, 52, 22, {2, 8}},
+    {"tiny_bf16_verify_routed_only", kBF16, 8, 0, 3, 52, 22, {2, 8}},
+    {"tiny_bf16_verify_dense", kBF16, 0, 1, 0, 52, 22, {2, 8}},
+    {"small_fp8_32x32_verify", kFp8, 16, 1, 4, 160, 96, {2, 5, 8}, 32},
+    {"mid_f32_verify", kF32, 16, 1, 4, 256, 128, {2, 4, 8}},
     // NVFP4 (ModelOpt): a scale_2 per expert part; the vector path at moonlight and V3 shapes, the
     // scalar path at odd dims (multiples of 16 that are not of 32).
     {"moonlight_nvfp4", kFp4, 64, 2, 6, 2048, 1408, {1, 2, 8, 33, 64}},

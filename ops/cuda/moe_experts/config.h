@@ -42,16 +42,19 @@ struct MoeTile {
 
 // gate_up at m = 1: bf16 4 gate + 4 up rows x 2 chunks per lane, fp8 2 + 2 rows x 2 (the H200
 // sweep of 2026-12-01 over 1x4, 1x8, 2x4, 2x2, 4x2; fp8 4x2 spills). Larger pair tiles trade
-// unroll for accumulator registers (m_tile x 2 x rows).
+// rows for accumulator registers (m_tile x 2 x rows): one gate/up row pair x 4 chunks, 8 loads in
+// flight per lane (bf16 pair tiles 4 and 8 had 1 x 2 until 2026-12-02: the same 2 blocks per SM
+// at 117 registers for tile 8, 92 for 4, with twice the loads in flight); fp8 at tile 8 keeps
+// 1 x 2 (1 x 4 spills). Not yet swept at m > 1.
 // Scalar path (odd shapes): 4-byte loads, performance irrelevant.
 constexpr MoeTile moe_gate_up_tile(LinearWeight f, bool vec, int m_tile) {
   if (!vec) return {1, 4};
   // NVFP4: a 16-byte chunk is 32 elements (moonlight's 2048 are 2 chunks per lane, V3's 7168 are
   // 7): 2 gate/up row pairs x 2 chunks (128 B per lane in flight) at m = 1. Not yet swept.
   if (f == LinearWeight::kNvfp4) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
-  if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 2} : MoeTile{1, 2};
+  if (f == LinearWeight::kFp8Block) return m_tile == 1 ? MoeTile{2, 2} : m_tile <= 4 ? MoeTile{1, 4} : MoeTile{1, 2};
   if (m_tile == 1) return {4, 2};  // the sweep: +3% moonlight, +7% its dense MLP over 1 x 4
-  return m_tile <= 2 ? MoeTile{1, 4} : MoeTile{1, 2};
+  return {1, 4};
 }
 
 // down at m = 1: a warp loops over the active experts for its output rows, so the bytes in flight
@@ -89,6 +92,36 @@ constexpr MoeTile moe_down_direct_tile(LinearWeight f, bool vec, bool single_slo
   // MLP's single slot (11264 columns, 11 chunks per lane) 1 x 4. Not yet swept.
   if (f == LinearWeight::kNvfp4) return single_slot ? MoeTile{1, 4} : MoeTile{4, 2};
   return {2, 4};
+}
+
+// m = 2..8 ("direct multi": decode batches and speculative verify steps): no plan kernel. Every
+// warp derives the step's distinct routed experts from expert_idx itself (the m * top_k <=
+// kMoeDirectMaxRouted pairs, two per lane), so each distinct expert's rows are read once for all
+// of its tokens and both weight kernels start without waiting for a one-block plan. Beyond these
+// limits (prefill, big batches) the plan path groups the pairs.
+constexpr int kMoeDirectMaxTokens = 8;
+constexpr int kMoeDirectMaxRouted = 64;       // two pairs per lane of a 32-lane warp
+constexpr int kMoeDirectMaxHRows = 128;       // m * (top_k + n_shared): h rows one down block sums
+inline bool moe_direct_multi_fits(int64_t m, int64_t top_k, int64_t n_shared) {
+  return m >= 1 && m <= kMoeDirectMaxTokens && m * top_k <= kMoeDirectMaxRouted &&
+         m * (top_k + n_shared) <= kMoeDirectMaxHRows && top_k + n_shared >= 1;
+}
+
+// down, direct multi: a block of kMoeWarps warps owns `groups` row tiles of `rows` rows and every
+// expert slot of the step (distinct routed experts, then shared); warp w takes the (slot, row
+// tile) tasks w, w + kMoeWarps, ... so all slots' rows stream at once, as at m = 1. Few slots (a
+// dense MLP is one) give the block several row tiles, so its 8 warps all work.
+inline int moe_down_multi_groups(int64_t max_slots) {
+  return max_slots >= kMoeWarps || max_slots < 1 ? 1 : int(kMoeWarps / max_slots);
+}
+
+// down, direct multi: `rows` x `unroll` chunks in flight per lane (8 as m = 1's bf16 4 x 2), the
+// accumulators m_tile x rows. The routed experts of a verify step have 1-2 tokens each, the
+// shared ones all m (passes of m_tile). Not yet swept on the H200; ptxas: no spills.
+constexpr MoeTile moe_down_multi_tile(LinearWeight f, bool vec, int m_tile) {
+  if (!vec) return {1, 4};
+  if (f == LinearWeight::kFp8Block) return m_tile <= 2 ? MoeTile{2, 4} : MoeTile{2, 2};
+  return m_tile <= 4 ? MoeTile{4, 2} : MoeTile{2, 4};
 }
 
 }  // namespace pg::ops::cuda

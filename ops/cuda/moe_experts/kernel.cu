@@ -172,6 +172,55 @@ __device__ __forceinline__ RowScales scale_row(const MoeWeightParams& w, int64_t
   return s;
 }
 
+// Routed pair i's expert id, -1 past the pairs or outside [0, n_experts) (dropped, as the plan
+// drops it). A plain load: the routing kernel finished before gate_up began (an ordinary launch),
+// so down (PDL) may read it before its pdl_wait.
+__device__ __forceinline__ int routed_id(const MoeExpertsParams& p, int i) {
+  if (i >= p.m * p.top_k) return -1;
+  const int e = p.expert_idx[i];
+  return e >= 0 && e < p.n_experts ? e : -1;
+}
+
+// The step's routing as every warp of the direct multi path derives it, with no plan kernel, no
+// shared memory and no barrier: lane l holds pairs l and l + 32 (kMoeDirectMaxRouted), and bit i
+// of `first` marks pair i when its expert appears at no lower flat index (the distinct experts, in
+// order of first appearance).
+struct WarpRouting {
+  int e_lo = -1, e_hi = -1;
+  uint64_t first = 0;
+};
+
+__device__ __forceinline__ WarpRouting warp_routing(const MoeExpertsParams& p) {
+  const int lane = threadIdx.x % kWarpSize;
+  const unsigned below = (1u << lane) - 1u;
+  WarpRouting w;
+  w.e_lo = routed_id(p, lane);
+  const bool first_lo = w.e_lo >= 0 && (__match_any_sync(kFullMask, w.e_lo) & below) == 0;
+  bool first_hi = false;
+  if (p.m * p.top_k > kWarpSize) {  // warp-uniform
+    w.e_hi = routed_id(p, kWarpSize + lane);
+    first_hi = w.e_hi >= 0 && (__match_any_sync(kFullMask, w.e_hi) & below) == 0;
+    for (int s = 0; s < kWarpSize; ++s)  // and not among pairs 0..31
+      if (__shfl_sync(kFullMask, w.e_lo, s) == w.e_hi) first_hi = false;
+  }
+  w.first = uint64_t(__ballot_sync(kFullMask, first_lo)) | uint64_t(__ballot_sync(kFullMask, first_hi)) << 32;
+  return w;
+}
+
+// Index of the n-th (from 0) set bit of v; v has more than n.
+__device__ __forceinline__ int nth_set_bit(uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) v &= v - 1;
+  return __ffsll(static_cast<long long>(v)) - 1;
+}
+
+// The expert of the routing's distinct slot `slot` (< popc(first)) and the mask of its pairs.
+__device__ __forceinline__ int slot_expert(const WarpRouting& w, int slot, uint64_t& pairs) {
+  const int j = nth_set_bit(w.first, slot);
+  const int e = __shfl_sync(kFullMask, j < kWarpSize ? w.e_lo : w.e_hi, j % kWarpSize);
+  pairs = uint64_t(__ballot_sync(kFullMask, w.e_lo == e)) | uint64_t(__ballot_sync(kFullMask, w.e_hi == e)) << 32;
+  return e;
+}
+
 // One block: counting sort of the m * top_k (token, slot) pairs by expert, stable (flat order
 // within an expert, so a token range is a contiguous run). Counters in shared memory.
 __global__ void __launch_bounds__(kMoePlanThreads) moe_plan_kernel(const __grid_constant__ MoeExpertsParams p) {
@@ -249,16 +298,23 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   int64_t expert;
   int lo, hi;
   int64_t h_base = 0;  // shared: h row of token 0
+  uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
   // m = 1: slot s is pair s; the down kernel (PDL) may launch at once. gate_up itself is an
   // ordinary launch, so the routing is complete and down may read expert_idx before its own wait.
   // (Measured 2026-12-01: PDL on gate_up and mla_attention too, with an early trigger in down,
   // took V3 bf16 decode from 523 to 487 tok/s; without any PDL it ran 531.)
-  if (p.direct) pdl_trigger();
+  if (p.direct || p.direct_multi) pdl_trigger();
   if (!shared && p.direct) {
     expert = p.expert_idx[slot];
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
     lo = slot;
     hi = slot + 1;
+  } else if (!shared && p.direct_multi) {  // slot: the step's slot-th distinct expert, if any
+    const WarpRouting w = warp_routing(p);
+    if (slot >= __popcll(static_cast<long long>(w.first))) return;
+    expert = slot_expert(w, slot, pairs);
+    lo = 0;
+    hi = __popcll(static_cast<long long>(pairs));
   } else if (!shared) {
     if (slot >= *p.plan.n_active) return;
     expert = p.plan.active_expert[slot];
@@ -294,7 +350,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < kM; ++i) {
       const int pi = q + min(i, m_valid - 1);
-      const int64_t token = p.direct ? 0 : shared ? pi : p.plan.pair_flat[pi] / p.top_k;
+      const int64_t token = p.direct   ? 0
+                            : shared   ? pi
+                            : p.direct_multi ? nth_set_bit(pairs, pi) / p.top_k
+                                       : p.plan.pair_flat[pi] / p.top_k;
       xrow[i] = p.x + token * p.hidden;
     }
     float acc[kM][kW];
@@ -309,7 +368,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
       }
     const int i = lane / kR, r = lane % kR;
     if (lane < kM * kR && i < m_valid && j0 + r < p.inter) {
-      const int64_t h_row = shared ? h_base + q + i : q + i;
+      // h row: shared pair (s, t) at h_base + t; routed: the plan's pair position, or (direct)
+      // the pair's flat index.
+      const int64_t h_row = shared ? h_base + q + i : p.direct_multi ? nth_set_bit(pairs, q + i) : q + i;
       p.plan.h[h_row * p.inter + j0 + r] = silu(g) * u;
     }
   }
@@ -470,7 +531,143 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   }
 }
 
+// 2 <= m <= kMoeDirectMaxTokens (p.direct_multi): grid x = hidden tiles of multi_groups x `rows`
+// rows; every warp derives the step's distinct experts from expert_idx (warp_routing) and takes
+// the (expert slot, row tile) tasks warp, warp + kMoeWarps, ...: distinct routed experts in order
+// of first appearance, then the shared ones. A task streams its expert's rows once for all of its
+// pairs (passes of kM) and leaves weight * down·h per (h row, output row) in shared memory; the
+// block then sums each token's terms in the contract's order (routed by ascending expert id,
+// equal ids by slot, then shared), the same adds in the same order as moe_down_direct_kernel, so
+// a token's output has the bits it has alone at m = 1. Launched with PDL after gate_up: each warp
+// issues its first task's weight loads, then waits for h.
+template <LinearWeight F, bool kVec, int kM, int kR, int kU>
+__global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
+    moe_down_multi_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr int kE = chunk_elems<F, kVec>();
+  extern __shared__ float s_part[];                  // [multi_groups][n_h][kR]
+  __shared__ int32_t s_order[kMoeDirectMaxRouted];  // [m, top_k]: token t's pairs in summing order (-1: dropped)
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared), groups = p.multi_groups;
+  const WarpRouting w = warp_routing(p);
+  const int n_distinct = __popcll(static_cast<long long>(w.first));
+  const int n_tasks = (n_distinct + p.n_shared) * groups;
+  bool waited = false;  // this warp's lanes with a chunk have passed pdl_wait
+  for (int task = warp; task < n_tasks; task += kMoeWarps) {
+    const int slot = task / groups, g = task % groups;
+    const bool shared = slot >= n_distinct;
+    int64_t expert;
+    uint64_t rest = 0;  // routed: the pairs (flat indices) not yet in a pass
+    int n_pairs, h_base = 0;
+    if (!shared) {
+      expert = slot_expert(w, slot, rest);
+      n_pairs = __popcll(static_cast<long long>(rest));
+    } else {
+      expert = p.n_experts + (slot - n_distinct);
+      n_pairs = p.m;
+      h_base = n_routed + (slot - n_distinct) * p.m;
+    }
+    const int64_t row0 = (int64_t(blockIdx.x) * groups + g) * kR;
+    const uint8_t* wrow[kR];
+    RowScales srow[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);  // past hidden: never written
+      wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * linear_row_bytes(F, p.inter);
+      srow[r] = scale_row<F>(p.down, row);
+    }
+    const int64_t n_chunks = row0 < p.hidden ? p.inter / kE : 0;
+    for (int q = 0; q < n_pairs; q += kM) {
+      const int m_valid = min(kM, n_pairs - q);
+      int hrow[kM];  // pass pair i's h row (routed: its flat index)
+      const float* xrow[kM];
+#pragma unroll
+      for (int i = 0; i < kM; ++i) {
+        if (shared) {
+          hrow[i] = h_base + q + min(i, m_valid - 1);
+        } else if (i == 0 || i < m_valid) {
+          hrow[i] = __ffsll(static_cast<long long>(rest)) - 1;
+          rest &= rest - 1;
+        } else {
+          hrow[i] = hrow[i - 1];
+        }
+        xrow[i] = p.plan.h + int64_t(hrow[i]) * p.inter;
+      }
+      float acc[kM][kR];
+      if (!waited && n_chunks > 0)
+        stream_dot<F, kVec, kM, kR, kU, true>(wrow, srow, xrow, m_valid, n_chunks, p.down, acc);
+      else
+        stream_dot<F, kVec, kM, kR, kU, false>(wrow, srow, xrow, m_valid, n_chunks, p.down, acc);
+      waited = waited || n_chunks > 0;
+#pragma unroll
+      for (int i = 0; i < kM; ++i)
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[i][r] = warp_sum(acc[i][r]);
+      if (lane < kR) {  // lane r owns row r's terms
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          if (i < m_valid) {
+            const float wgt = shared ? 1.0f : p.expert_weight[hrow[i]];
+            float v = 0.0f;
+#pragma unroll
+            for (int r = 0; r < kR; ++r)
+              if (lane == r) v = acc[i][r];
+            s_part[(g * n_h + hrow[i]) * kR + lane] = wgt * v;
+          }
+        }
+      }
+    }
+  }
+  pdl_wait();  // lanes that streamed nothing; y is written below
+  // Token t's routed pairs in the contract's order: rank by (expert id, slot); dropped ids first.
+  if (int(threadIdx.x) < n_routed) {
+    const int i = threadIdx.x, k0 = i / p.top_k * p.top_k, e = routed_id(p, i);
+    int rank = 0;
+    for (int k = 0; k < p.top_k; ++k) {
+      const int f = routed_id(p, k0 + k);
+      rank += f < e || (f == e && k0 + k < i);
+    }
+    s_order[k0 + rank] = e >= 0 ? i : -1;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < groups * kR * p.m; idx += kMoeThreads) {
+    const int t = idx / (groups * kR), g = idx % (groups * kR) / kR, r = idx % kR;
+    const int64_t row = (int64_t(blockIdx.x) * groups + g) * kR + r;
+    if (row >= p.hidden) continue;
+    const float* part = s_part + g * n_h * kR + r;
+    float v = 0.0f;
+    for (int k = 0; k < p.top_k; ++k) {
+      const int j = s_order[t * p.top_k + k];
+      if (j >= 0) v += part[j * kR];
+    }
+    for (int sh = 0; sh < p.n_shared; ++sh) v += part[(n_routed + sh * p.m + t) * kR];
+    float* yp = p.y + int64_t(t) * p.y_stride + row;
+    *yp = p.accumulate ? *yp + v : v;
+  }
+}
+
 using LaunchFn = cudaError_t (*)(const MoeExpertsParams&, cudaStream_t);
+
+template <LinearWeight F, bool kVec, int kM>
+cudaError_t down_multi_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+  constexpr MoeTile kTile = moe_down_multi_tile(F, kVec, kM);
+  const int64_t rows_per_block = int64_t(p.multi_groups) * kTile.rows;
+  const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
+  const size_t smem = size_t(p.multi_groups) * size_t(p.m * (p.top_k + p.n_shared)) * kTile.rows * sizeof(float);
+  return launch_pdl(moe_down_multi_kernel<F, kVec, kM, kTile.rows, kTile.unroll>, grid, dim3(kMoeThreads), smem,
+                    stream, p);
+}
+
+// Direct multi's down kernels: the vector path at every pair tile, the scalar path at tile 1.
+template <LinearWeight F>
+cudaError_t down_multi_pick(const MoeExpertsParams& p, bool vec, int m_tile, cudaStream_t stream) {
+  if (!vec) return down_multi_launch<F, false, 1>(p, stream);
+  switch (m_tile) {
+    case 1: return down_multi_launch<F, true, 1>(p, stream);
+    case 2: return down_multi_launch<F, true, 2>(p, stream);
+    case 4: return down_multi_launch<F, true, 4>(p, stream);
+    default: return down_multi_launch<F, true, 8>(p, stream);
+  }
+}
 
 template <LinearWeight F, bool kVec, bool kSingle>
 cudaError_t down_direct_launch(const MoeExpertsParams& p, cudaStream_t stream) {
@@ -558,6 +755,15 @@ cudaError_t launch_moe_down(const MoeExpertsParams& p, LinearWeight f, bool vec,
                                                : down_direct_pick<LinearWeight::kFp8Block, false>(p, stream);
       case LinearWeight::kNvfp4: return vec ? down_direct_pick<LinearWeight::kNvfp4, true>(p, stream)
                                             : down_direct_pick<LinearWeight::kNvfp4, false>(p, stream);
+    }
+    return cudaErrorInvalidValue;
+  }
+  if (p.direct_multi) {  // NVFP4 stacks never take it (launch.cpp)
+    switch (f) {
+      case LinearWeight::kF32: return down_multi_pick<LinearWeight::kF32>(p, vec, m_tile, stream);
+      case LinearWeight::kBF16: return down_multi_pick<LinearWeight::kBF16>(p, vec, m_tile, stream);
+      case LinearWeight::kFp8Block: return down_multi_pick<LinearWeight::kFp8Block>(p, vec, m_tile, stream);
+      case LinearWeight::kNvfp4: break;
     }
     return cudaErrorInvalidValue;
   }

@@ -100,8 +100,12 @@ Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_by
 
   p.direct = a.m == 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared >= 1 &&
              a.top_k + a.n_shared <= kMoeDirectMaxSlots;
+  // m = 2..8 (decode batches, verify steps): no plan either; bf16 / fp8 / f32 stacks only.
+  const bool nvfp4 = a.gate_up->format == WeightFormat::kNvfp4 || a.down->format == WeightFormat::kNvfp4;
+  p.direct_multi = !p.direct && !nvfp4 && moe_direct_multi_fits(a.m, a.top_k, a.n_shared);
+  p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   const int m_tile = moe_m_tile(a.m);
-  if (!p.direct) PG_CUDA_TRY(launch_moe_plan(p, stream));
+  if (!p.direct && !p.direct_multi) PG_CUDA_TRY(launch_moe_plan(p, stream));
   PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), vector_path_ok(*a.gate_up, a.x), m_tile,
                                  stream));
   PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), vector_path_ok(*a.down, p.plan.h), m_tile, stream));

@@ -1,7 +1,9 @@
 // ops::cuda::moe_experts: the MoE expert MLPs (ops/moe_experts.h) in three graph-capturable
 // launches: a one-block plan groups the (token, slot) pairs by expert on the device, a gate/up
 // kernel reads every selected expert's gate and up rows once for all of its tokens, a down kernel
-// sums each token's experts in the contract's order and writes (or adds to) y.
+// sums each token's experts in the contract's order and writes (or adds to) y. Decode steps of
+// m <= 8 tokens (batches, speculative verify steps) skip the plan: every warp derives the distinct
+// experts from expert_idx itself (params.h, `direct` and `direct_multi`).
 #pragma once
 
 #include <cuda_runtime_api.h>
