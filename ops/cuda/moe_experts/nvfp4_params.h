@@ -1,0 +1,33 @@
+// The NVFP4 tensor-core MoE expert kernels (moe_experts/nvfp4_kernel.cu): tiles and launch
+// functions, fmt-free. Taken by moe_experts/launch.cpp when MoeExpertsArgs::f16_activations is set
+// and a stack is on the vector path (its K a multiple of 32, aligned); the plan kernel and the
+// workspace are kernel.cu's (params.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "ops/cuda/linear/config.h"
+#include "ops/cuda/moe_experts/params.h"
+
+namespace pg::ops::cuda {
+
+// down, planned path: tokens per block (grid.y = ceil(m / kMoeNvfp4TokTile)); per-token sums in
+// shared memory, kMoeWarps x kMoeNvfp4TokTile x 16 floats (16 KB).
+constexpr int kMoeNvfp4TokTile = 32;
+
+// gate_up: a warp's tiles each hold 8 gate rows (the mma's rows g) and the matching 8 up rows
+// (rows g + 8), so a lane finds silu(gate) * up of its outputs in its own accumulators. m = 1 at
+// V3 (inter 2048, 9 slots): 2304 warps of 56 k-steps at 1 tile; moonlight (1408, 8 slots) 1408
+// warps of 16. Not yet swept on the H200 (bench_ops_cuda's moe rows with variants).
+inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
+// down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
+inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
+
+// Each launches with the tile given (instantiated: tiles 1 with unroll 1, 2, 4; tiles 2 with
+// unroll 1, 2); cudaErrorInvalidValue for another.
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream);
+// p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled); else the
+// planned one (one warp walks the active experts; tiles 1 only).
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream);
+
+}  // namespace pg::ops::cuda
