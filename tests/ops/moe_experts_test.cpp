@@ -16,6 +16,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -531,22 +532,42 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
       a.expert_idx = sh.top_k ? didx.data() : nullptr, a.expert_weight = sh.top_k ? dw.data() : nullptr;
       a.m = m, a.hidden = sh.hidden, a.inter = sh.inter, a.n_experts = sh.n_experts, a.top_k = sh.top_k;
       a.n_shared = sh.n_shared;
-      for (int i = 0; i < kWarmup; ++i) PG_ASSERT_OK(cuda::moe_experts(a, ws.data(), ws.size(), stream));
-      double total_ms = 0;
-      for (int i = 0; i < kIters; ++i) {
-        ASSERT_EQ(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, stream), cudaSuccess);
-        ASSERT_EQ(cudaEventRecord(ev0, stream), cudaSuccess);
-        PG_ASSERT_OK(cuda::moe_experts(a, ws.data(), ws.size(), stream));
-        ASSERT_EQ(cudaEventRecord(ev1, stream), cudaSuccess);
-        ASSERT_EQ(cudaEventSynchronize(ev1), cudaSuccess);
-        float ms = 0;
-        ASSERT_EQ(cudaEventElapsedTime(&ms, ev0, ev1), cudaSuccess);
-        total_ms += ms;
+      // NVFP4: the f16 tensor-core kernels at their default tiles, a sweep of their tiles
+      // (gate_up t x u, down t x u; the planned down takes tiles 1 only), and the exact kernels.
+      struct Run {
+        std::string label;
+        bool f16;
+        cuda::MoeNvfp4Variant v;
+      };
+      std::vector<Run> runs{{"", true, {}}};
+      if (fp4) {
+        runs.push_back({" exact", false, {}});
+        for (auto [t, u] : {std::pair{1, 1}, {1, 4}, {2, 1}, {2, 2}})
+          runs.push_back({" gate_up t" + std::to_string(t) + "u" + std::to_string(u), true, {t, u, 0, 0}});
+        for (auto [t, u] : {std::pair{1, 1}, {1, 4}, {2, 1}})
+          if (t == 1 || m == 1) runs.push_back({" down t" + std::to_string(t) + "u" + std::to_string(u), true, {0, 0, t, u}});
       }
-      const double us = 1e3 * total_ms / kIters, gbps = bytes / (us * 1e3);
-      std::printf("[ moe time ] %-22s m=%-2lld %3zu experts %7.1f MB %8.1f us %7.0f GB/s %5.1f%% of %.0f GB/s (floor %.1f us)\n",
-                  sh.name, (long long)m, distinct.size() + size_t(sh.n_shared), bytes / 1e6, us, gbps,
-                  100.0 * gbps / kCeilingGBps, kCeilingGBps, bytes / (kCeilingGBps * 1e3));
+      for (const Run& run : runs) {
+        a.f16_activations = run.f16;
+        for (int i = 0; i < kWarmup; ++i) PG_ASSERT_OK(cuda::moe_experts_variant(a, run.v, ws.data(), ws.size(), stream));
+        double total_ms = 0;
+        for (int i = 0; i < kIters; ++i) {
+          ASSERT_EQ(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, stream), cudaSuccess);
+          ASSERT_EQ(cudaEventRecord(ev0, stream), cudaSuccess);
+          PG_ASSERT_OK(cuda::moe_experts_variant(a, run.v, ws.data(), ws.size(), stream));
+          ASSERT_EQ(cudaEventRecord(ev1, stream), cudaSuccess);
+          ASSERT_EQ(cudaEventSynchronize(ev1), cudaSuccess);
+          float ms = 0;
+          ASSERT_EQ(cudaEventElapsedTime(&ms, ev0, ev1), cudaSuccess);
+          total_ms += ms;
+        }
+        const double us = 1e3 * total_ms / kIters, gbps = bytes / (us * 1e3);
+        const std::string name = sh.name + run.label;
+        std::printf(
+            "[ moe time ] %-34s m=%-2lld %3zu experts %7.1f MB %8.1f us %7.0f GB/s %5.1f%% of %.0f GB/s (floor %.1f us)\n",
+            name.c_str(), (long long)m, distinct.size() + size_t(sh.n_shared), bytes / 1e6, us, gbps,
+            100.0 * gbps / kCeilingGBps, kCeilingGBps, bytes / (kCeilingGBps * 1e3));
+      }
     }
     cudaFree(dgu), cudaFree(ddn);
     if (sgu) cudaFree(sgu);
