@@ -275,7 +275,8 @@ std::vector<double> tolerance(const MoeCase& c, const Stack& gu, const Stack& dn
           sum += pairs[size_t(p)].w * (s1 + kLambda * chains(I) * u * s2 + down16);
           mag += pairs[size_t(p)].w * s2;
         }
-        double tt = sum + double(ps.size() + 2) * u * mag;
+        // f16 path: the planned down sums K slices of the combine (<= 8 more roundings, nvfp4_kernel.cu).
+        double tt = sum + double(ps.size() + 2 + (f16_dn ? 8 : 0)) * u * mag;
         if (c.accumulate) tt += 2 * u * (std::fabs(double(y0[size_t(t * ys + o)])) + mag);
         tol[size_t(t * H + o)] = tt;
       }
@@ -533,7 +534,7 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
       a.m = m, a.hidden = sh.hidden, a.inter = sh.inter, a.n_experts = sh.n_experts, a.top_k = sh.top_k;
       a.n_shared = sh.n_shared;
       // NVFP4: the f16 tensor-core kernels at their default tiles, a sweep of their tiles
-      // (gate_up t x u, down t x u; the planned down takes tiles 1 only), and the exact kernels.
+      // (gate_up t x u, down t x u; the planned down takes 1 x 1 and 1 x 2 only), and the exact kernels.
       struct Run {
         std::string label;
         bool f16;
@@ -545,7 +546,7 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
         for (auto [t, u] : {std::pair{1, 1}, {1, 4}, {2, 1}, {2, 2}})
           runs.push_back({" gate_up t" + std::to_string(t) + "u" + std::to_string(u), true, {t, u, 0, 0}});
         for (auto [t, u] : {std::pair{1, 1}, {1, 4}, {2, 1}})
-          if (t == 1 || m == 1) runs.push_back({" down t" + std::to_string(t) + "u" + std::to_string(u), true, {0, 0, t, u}});
+          if (m == 1 || (t == 1 && u <= 2)) runs.push_back({" down t" + std::to_string(t) + "u" + std::to_string(u), true, {0, 0, t, u}});
       }
       for (const Run& run : runs) {
         a.f16_activations = run.f16;

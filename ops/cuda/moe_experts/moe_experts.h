@@ -25,7 +25,7 @@ Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_by
 
 // The NVFP4 tensor-core kernels' tiles (moe_experts/nvfp4_params.h) for the benchmark's sweep;
 // 0 fields take the defaults. Instantiated: tiles 1 x unroll 1, 2, 4 and tiles 2 x unroll 1, 2
-// (the direct down not 2 x 2, the planned down tiles 1 only).
+// (the direct down not 2 x 2, the planned down 1 x 1 and 1 x 2 only).
 struct MoeNvfp4Variant {
   int gate_up_tiles = 0, gate_up_unroll = 0, down_tiles = 0, down_unroll = 0;
 };

@@ -109,18 +109,20 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   }
 }
 
-// m = 1 (p.direct), as moe_down_direct_kernel: grid x = hidden row tiles, a block of `groups` row
-// tiles x n_slots warps, one warp per (slot, 16 x kTiles rows) with h row `slot` as the mma's only
-// real column (lanes g = 0). The first weight loads go out before the wait for h (PDL); the slots'
-// partial sums meet in shared memory and are added in the contract's order.
+// m = 1 (p.direct), as moe_down_direct_kernel: grid x = hidden row tiles of 16 x kTiles rows, a
+// block of n_slots x k_split warps (moe_nvfp4_down_direct_split), one warp per (slot, K slice) with
+// h row `slot` as the mma's only real column (lanes g = 0): 16-row tiles leave few warps (a dense
+// MLP's single slot: hidden / 16), so K is split. The first weight loads go out before the wait
+// for h (PDL); the partial sums meet in shared memory: each slot's K slices, then the slots in the
+// contract's order.
 template <int kTiles, int kUnroll>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kNvfp4MmaRows * kTiles;
-  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [group * n_slots + rank][row]
-  const int n_slots = p.top_k + p.n_shared;
+  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
+  const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
-  const int slot = warp % n_slots, group = warp / n_slots;
+  const int slot = warp / k_split, kpart = warp % k_split;
   const bool shared = slot >= p.top_k;
   const int64_t expert = shared ? p.n_experts + (slot - p.top_k) : p.expert_idx[slot];
   const bool valid = shared || (expert >= 0 && expert < p.n_experts);
@@ -132,8 +134,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       rank += e < expert || (e == expert && s < slot);
     }
   }
-  const int n_groups = int(blockDim.x) / kWarpSize / n_slots;
-  const int64_t row0 = (int64_t(blockIdx.x) * n_groups + group) * kR;
+  const int64_t row0 = int64_t(blockIdx.x) * kR;
   const uint8_t* wrow[kTiles][2];
   const uint8_t* srow[kTiles][2];
 #pragma unroll
@@ -144,10 +145,12 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       wrow[i][h] = codes_row(p.down, row, p.inter);
       srow[i][h] = scales_row(p.down, row);
     }
-  const int64_t k_chunks = p.inter / 32, k_steps = valid && row0 < p.hidden ? (k_chunks + 3) / 4 : 0;
+  const int64_t k_chunks = p.inter / 32, k_steps = valid ? (k_chunks + 3) / 4 : 0;
+  const int64_t per_part = (k_steps + k_split - 1) / k_split;
+  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
   const float* xrow = g == 0 ? p.plan.h + int64_t(slot) * p.inter : nullptr;
   float acc[kTiles][4];
-  nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, 0, k_steps, acc);
+  nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
   pdl_wait();  // warps without k-steps; y is written below
   const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
   if (t == 0) {  // d0 / d2: rows g / g + 8, token 0
@@ -157,25 +160,32 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       for (int h = 0; h < 2; ++h) {
         const int r = kNvfp4MmaRows * i + g + 8 * h;
         const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);
-        s_part[group * n_slots + rank][r] = valid ? wgt * (acc[i][2 * h] * scale_2_of(p.down, row)) : 0.0f;
+        s_part[rank * k_split + kpart][r] = valid ? wgt * (acc[i][2 * h] * scale_2_of(p.down, row)) : 0.0f;
       }
   }
   __syncthreads();
-  const int gr = threadIdx.x / kR, r = threadIdx.x % kR;
-  const int64_t row = (int64_t(blockIdx.x) * n_groups + gr) * kR + r;
-  if (gr < n_groups && row < p.hidden) {
+  const int r = threadIdx.x;
+  const int64_t row = row0 + r;
+  if (r < kR && row < p.hidden) {
     float v = 0.0f;
-    for (int k = 0; k < n_slots; ++k) v += s_part[gr * n_slots + k][r];
+    for (int k = 0; k < n_slots; ++k) {  // slots by rank; each slot's K slices first
+      float d = s_part[k * k_split][r];
+      for (int kp = 1; kp < k_split; ++kp) d += s_part[k * k_split + kp][r];
+      v += d;
+    }
     float* yp = p.y + row;
     *yp = p.accumulate ? *yp + v : v;
   }
 }
 
-// The planned path, as moe_down_kernel: grid x = hidden row tiles (kMoeWarps x 16 rows per block),
-// y = token tiles of kMoeNvfp4TokTile. A warp: 16 output rows; loops over the active experts
-// (ascending id), then the shared experts, in passes of 8 pairs (the mma's N), and adds
-// weight * down·h into its per-token sums in shared memory pair by pair in pair order (a token
-// that chose an expert twice keeps its slot order): a fixed order, no atomics.
+// The planned path, as moe_down_kernel: grid x = hidden row tiles (kMoeWarps / k_split x 16 rows
+// per block), y = token tiles of kMoeNvfp4TokTile. A warp: 16 output rows and a 1/k_split slice of
+// K (moe_nvfp4_down_k_split); loops over the active experts (ascending id), then the shared
+// experts, in passes of 8 pairs (the mma's N), and adds weight * down·h into its per-token sums in
+// shared memory pair by pair in pair order (a token that chose an expert twice keeps its slot
+// order); then the K slices' sums are added in slice order. A fixed order, no atomics, but not the
+// contract's association when k_split > 1: per token sum_slice (sum_expert w_e d_e,slice) instead of
+// sum_expert w_e (sum_slice d_e,slice): at most k_split more roundings of the combine.
 template <int kUnroll>
 __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     moe_down_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
@@ -201,10 +211,13 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   for (int i = lane; i < kMoeNvfp4TokTile * kNvfp4MmaRows; i += kWarpSize) (&s_acc[warp][0][0])[i] = 0.0f;
   __syncthreads();
 
-  const int64_t row0 = (int64_t(blockIdx.x) * kMoeWarps + warp) * kNvfp4MmaRows;
-  if (row0 >= p.hidden) return;
+  const int k_split = moe_nvfp4_down_k_split(p.hidden, p.inter), kpart = warp % k_split;
+  const int64_t row0 = (int64_t(blockIdx.x) * (kMoeWarps / k_split) + warp / k_split) * kNvfp4MmaRows;
   const int64_t k_chunks = p.inter / 32, k_steps = (k_chunks + 3) / 4;
-  const int n_slots = n_active + p.n_shared;
+  const int64_t per_part = (k_steps + k_split - 1) / k_split;
+  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+  // Rows past hidden: no slots (the barrier below is reached by every warp).
+  const int n_slots = row0 < p.hidden ? n_active + p.n_shared : 0;
   for (int slot = 0; slot < n_slots; ++slot) {
     const bool shared = slot >= n_active;
     int64_t expert, h_base = 0;
@@ -231,7 +244,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
       const int m_valid = min(kNvfp4MmaTokens, hi - q);
       const float* xrow = g < m_valid ? p.plan.h + (h_base + q + g) * p.inter : nullptr;
       float acc[1][4];
-      nvfp4_mma_stream<1, kUnroll, false>(wrow, srow, xrow, k_chunks, 0, k_steps, acc);
+      nvfp4_mma_stream<1, kUnroll, false>(wrow, srow, xrow, k_chunks, s0, s1, acc);
       for (int i = 0; i < m_valid; ++i) {  // pair order; lane (g, i / 2) holds pair i of rows g, g + 8
         if (t == i / 2) {
           int tok;
@@ -250,12 +263,14 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
       }
     }
   }
-  __syncwarp();
+  __syncthreads();
+  if (kpart != 0 || row0 >= p.hidden) return;
   for (int idx = lane; idx < (t1 - t0) * kNvfp4MmaRows; idx += kWarpSize) {
     const int tl = idx / kNvfp4MmaRows, r = idx % kNvfp4MmaRows;
     if (row0 + r < p.hidden) {
+      float v = s_acc[warp][tl][r];
+      for (int kp = 1; kp < k_split; ++kp) v += s_acc[warp + kp][tl][r];  // slice order
       float* yp = p.y + int64_t(t0 + tl) * p.y_stride + row0 + r;
-      const float v = s_acc[warp][tl][r];
       *yp = p.accumulate ? *yp + v : v;
     }
   }
@@ -272,17 +287,17 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 
 template <int kTiles, int kUnroll>
 cudaError_t down_direct_launch(const MoeExpertsParams& p, cudaStream_t stream) {
-  const int n_slots = p.top_k + p.n_shared, groups = moe_down_direct_groups(n_slots);
-  const int64_t rows_per_block = int64_t(groups) * kNvfp4MmaRows * kTiles;
+  const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
+  const int64_t rows_per_block = int64_t(kNvfp4MmaRows) * kTiles;
   const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
-  return launch_pdl(moe_down_direct_nvfp4_kernel<kTiles, kUnroll>, grid, dim3(unsigned(groups * n_slots * kWarpSize)),
+  return launch_pdl(moe_down_direct_nvfp4_kernel<kTiles, kUnroll>, grid, dim3(unsigned(n_slots * k_split * kWarpSize)),
                     0, stream, p);
 }
 
 template <int kUnroll>
 cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
-  constexpr int kRowsPerBlock = kMoeWarps * kNvfp4MmaRows;
-  const int64_t bx = (int64_t(p.hidden) + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int64_t rows_per_block = int64_t(kMoeWarps / moe_nvfp4_down_k_split(p.hidden, p.inter)) * kNvfp4MmaRows;
+  const int64_t bx = (int64_t(p.hidden) + rows_per_block - 1) / rows_per_block;
   const dim3 grid(unsigned(bx), unsigned((p.m + kMoeNvfp4TokTile - 1) / kMoeNvfp4TokTile));
   const size_t smem = size_t(3) * size_t(p.max_active) * sizeof(int32_t);
   // 16 KB static + the slots: above 48 KB (max_active > 2730, prefill-sized m) needs the opt-in.
@@ -322,8 +337,7 @@ cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, 
   if (tile.tiles != 1) return cudaErrorInvalidValue;
   switch (tile.unroll) {
     case 1: return down_launch<1>(p, stream);
-    case 2: return down_launch<2>(p, stream);
-    case 4: return down_launch<4>(p, stream);
+    case 2: return down_launch<2>(p, stream);  // 4 spilled (ptxas, 2026-12-01)
   }
   return cudaErrorInvalidValue;
 }
