@@ -37,16 +37,18 @@ constexpr double kMinCosine = 1.0 - 1e-6;
 // (relative 2^-11, or 2^-25 absolute below f16's normal range) and the weights stay exact, so the
 // kernel is compared twice:
 //  - against the CPU on x rounded to f16 (the same exact products): the CPU's f32 chains as above,
-//    plus the tensor core's f32 accumulation. Its adds truncate (not round to nearest), so no
-//    probabilistic bound: each of the ceil(K/16) mmas of a k slice, counted twice (the 16 products'
-//    alignment and the add), the k_split adds and the scale multiply err by < 2^-23 of sum|terms|:
-//      |dy| <= (2 ceil(K/16) + 16) 2^-23 sum_k |x_k w_k|  (deterministic);
+//    plus the tensor core's f32 accumulation. Its adds truncate (not round to nearest; Fasi et al.,
+//    "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021), so no probabilistic bound: an mma
+//    aligns its 16 exact products and the accumulator to the largest and truncates each, < 1 ulp
+//    (2^-23 relative) of that largest apiece, so each of the ceil(K/16) mmas errs by < 17 x 2^-23
+//    of the sum of |terms| so far; the k_split adds and the scale multiply add a few more:
+//      |dy| <= (17 ceil(K/16) + 16) 2^-23 sum_k |x_k w_k|  (deterministic);
 //  - against the CPU on f32 x: the above plus the rounding of x, sum_k |w_k| |x_k - f16(x_k)| <=
 //      2^-11 sum_k |x_k w_k| + 2^-25 sum_k |w_k|.
 constexpr double kF16Unit = 1.0 / 2048;          // 2^-11
 constexpr double kF16SubnormalAbs = 0x1p-25;     // half of f16's smallest subnormal step
 constexpr double kTruncUnit = 0x1p-23;           // one truncating f32 add, relative
-double mma_accum_bound(int64_t k) { return (2 * std::ceil(double(k) / 16) + 16) * kTruncUnit; }
+double mma_accum_bound(int64_t k) { return (17 * std::ceil(double(k) / 16) + 16) * kTruncUnit; }
 
 float round_f16(float v) { return f16_to_f32(f32_to_f16(std::clamp(v, -65504.0f, 65504.0f))); }
 
