@@ -63,6 +63,7 @@ struct LinearCase {
   int64_t scale_2_group = 0;     // nvfp4: > 0 gives every group of this many rows its own scale_2
   bool exact = false;            // f16_activations = false: the f32-x kernels
   float x_scale = 1.0f;          // x in [-x_scale, x_scale] (above 65504: f16 saturation)
+  bool all_scales = false;       // nvfp4: block scales over every finite positive e4m3 (subnormals too)
 };
 // gtest prints a case by its name (test names and failure messages stay readable).
 void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.name; }
@@ -97,7 +98,11 @@ HostWeights make_weights(const LinearCase& c, uint64_t seed) {
       h.fp8.resize(nk / 2);
       parallel_fill(h.fp8, [&](uint64_t i) { return uint8_t(splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull)) >> 56); });
       h.scale8.resize(nk / 16);
-      parallel_fill(h.scale8, [&](uint64_t i) { return random_nvfp4_scale(seed + 1, i); });
+      parallel_fill(h.scale8, [&](uint64_t i) {
+        if (!c.all_scales) return random_nvfp4_scale(seed + 1, i);
+        const uint8_t b = uint8_t(splitmix64((seed + 1) ^ (i * 0x9e3779b97f4a7c15ull)) >> 57);  // 0..127
+        return b == 0x7f ? uint8_t(0x7e) : b;  // 0x7f is NaN
+      });
       h.w.data = h.fp8.data();
       h.w.scale_fp8 = h.scale8.data();
       h.w.scale_2 = 0.0157f;
@@ -365,6 +370,8 @@ const LinearCase kCases[] = {
     {"mma_k1056_prime_n_nvfp4", kFp4, 3, 263, 1056},
     {"mma_v3_o_proj_scale_2_rows_nvfp4", kFp4, 1, 7168, 16384, 0, 0, false, false, 128, 512},
     {"mma_saturated_x_nvfp4", kFp4, 2, 1408, 2048, 0, 0, false, false, 128, 0, false, 1.0e5f},
+    // code x scale down to 0.5 x 2^-9 (an f16 subnormal after the 2^-14 placement): still exact.
+    {"mma_all_e4m3_scales_nvfp4", kFp4, 3, 2048, 2048, 0, 0, false, false, 128, 0, false, 1.0f, true},
     {"exact_v3_o_proj_nvfp4", kFp4, 1, 7168, 16384, 0, 0, false, false, 128, 0, true},
     {"exact_m8_nvfp4", kFp4, 8, 1408, 2048, 0, 0, false, false, 128, 0, true},
     {"exact_accumulate_strided_nvfp4", kFp4, 3, 2048, 1408, 32, 5, true, false, 128, 0, true},
