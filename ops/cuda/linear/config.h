@@ -131,12 +131,13 @@ inline Nvfp4MmaTile linear_nvfp4_mma_tile(int64_t n, int sm_count) {
 }
 
 // Warps splitting K (1..kLinearWarps, a power of two): grow while the grid is short of
-// kLinearMinWarpsPerSm warps per SM and every slice keeps >= 2 x unroll k-steps (V3's o_proj,
-// 7168 rows x 16384: 448 tiles of 16 rows, split 8 -> 3584 warps of 16 steps).
+// kLinearMinWarpsPerSm warps per SM and every slice keeps >= one unrolled step (V3's o_proj,
+// 7168 rows x 16384 at 1 tile x 4: 448 tiles of 16 rows, split 8 -> 3584 warps of 16 steps;
+// moonlight's 2816 x 2048: 176 tiles, split 4 -> 704 warps of 4 steps).
 inline int linear_nvfp4_mma_k_split(int64_t row_groups, int64_t k_steps, int unroll, int sm_count) {
   const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
   int ks = 1;
-  while (ks < kLinearWarps && row_groups * ks < want && k_steps / (2 * ks) >= 2 * unroll) ks *= 2;
+  while (ks < kLinearWarps && row_groups * ks < want && k_steps / (2 * ks) >= unroll) ks *= 2;
   return ks;
 }
 
