@@ -169,6 +169,7 @@ struct Shape {
   const char* name;
   WeightFormat format;
   int64_t m, n, k;
+  bool exact = false;  // NVFP4: f16_activations = false (the f32-x kernel); else the f16 tensor-core one
 };
 
 const Shape kShapes[] = {
@@ -229,6 +230,14 @@ const Shape kShapes[] = {
     {"nvfp4 7168->18432 m4", WeightFormat::kNvfp4, 4, 18432, 7168},
     {"nvfp4 7168->18432 m8", WeightFormat::kNvfp4, 8, 18432, 7168},
     {"nvfp4 7168->18432 m16", WeightFormat::kNvfp4, 16, 18432, 7168},
+    // NVFP4's exact mode (CudaRunnerOptions::exact: f32 x, the CUDA-core kernel) at the same shapes.
+    {"v3.q_a+kv_a 7168->2112 nvfp4 exact", WeightFormat::kNvfp4, 1, 2112, 7168, true},
+    {"v3.o_proj 16384->7168 nvfp4 exact", WeightFormat::kNvfp4, 1, 7168, 16384, true},
+    {"v3.expert down 2048->7168 nvfp4 exact", WeightFormat::kNvfp4, 1, 7168, 2048, true},
+    {"moon.expert gate|up 2048->2816 nvfp4 exact", WeightFormat::kNvfp4, 1, 2816, 2048, true},
+    {"moon.expert down 1408->2048 nvfp4 exact", WeightFormat::kNvfp4, 1, 2048, 1408, true},
+    {"nvfp4 7168->18432 m1 exact", WeightFormat::kNvfp4, 1, 18432, 7168, true},
+    {"nvfp4 7168->18432 m8 exact", WeightFormat::kNvfp4, 8, 18432, 7168, true},
 };
 
 // Shapes whose tile / k_split variants are compared (the data for config.h).
@@ -237,7 +246,8 @@ const char* const kVariantShapes[] = {"bf16 7168->18432", "bf16 18432->7168", "b
                                       "v3.expert down 2048->7168 fp8", "v3.q_a+kv_a 7168->2112 fp8",
                                       "nvfp4 7168->18432 m1", "nvfp4 7168->18432 m2", "v3.o_proj 16384->7168 nvfp4",
                                       "moon.expert gate|up 2048->2816 nvfp4", "moon.expert down 1408->2048 nvfp4",
-                                      "v3.expert down 2048->7168 nvfp4"};
+                                      "v3.expert down 2048->7168 nvfp4", "nvfp4 7168->18432 m8",
+                                      "v3.q_a+kv_a 7168->2112 nvfp4", "nvfp4 7168->18432 m1 exact"};
 
 int elem_bytes(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : f == WeightFormat::kBF16 ? 2 : 1; }
 const char* fmt_name(WeightFormat f) {
@@ -310,11 +320,14 @@ GemvResult bench_gemv(const Shape& sh, const Rotated& r, const cu::LinearVariant
   g.copies = int64_t(r.mats.size());
   ops::LinearArgs a;
   a.x = r.x.data(), a.y = const_cast<float*>(r.y.data()), a.m = sh.m, a.w = &r.mats[0];
+  a.f16_activations = !sh.exact;
   auto plan = cu::linear_plan(a, v);
   BENCH_CHECK(plan.status());
-  g.tile = plan->vector_path ? "m" + std::to_string(plan->tile.m_tile) + " r" + std::to_string(plan->tile.rows_per_warp) +
-                                   " u" + std::to_string(plan->tile.unroll) + " ks" + std::to_string(plan->k_split)
-                             : std::string("scalar");
+  g.tile = plan->nvfp4_mma     ? "mma t" + std::to_string(plan->tile.rows_per_warp / cu::kNvfp4MmaRows) + " u" +
+                                     std::to_string(plan->tile.unroll) + " ks" + std::to_string(plan->k_split)
+           : plan->vector_path ? "m" + std::to_string(plan->tile.m_tile) + " r" + std::to_string(plan->tile.rows_per_warp) +
+                                     " u" + std::to_string(plan->tile.unroll) + " ks" + std::to_string(plan->k_split)
+                               : std::string("scalar");
   g.bytes = double(r.w_bytes + r.s_bytes) + 4.0 * double(sh.m) * double(sh.k + sh.n);
   time_kernel(s, [&](int i) {
     ops::LinearArgs b = a;
@@ -470,6 +483,13 @@ int run(int argc, char** argv) {
     results.push_back(bench_gemv(sh, r, {}, ceil.read_gbps, s));
     if (std::find_if(std::begin(kVariantShapes), std::end(kVariantShapes),
                      [&](const char* n) { return !std::strcmp(n, sh.name); }) != std::end(kVariantShapes)) {
+      if (sh.format == WeightFormat::kNvfp4 && !sh.exact) {  // the tensor-core kernel's tiles
+        for (const cu::Nvfp4MmaTile& t : cu::linear_nvfp4_mma_tiles())
+          for (int ks : {0, 1, 2, 4, 8})
+            variants.push_back(bench_gemv(sh, r, cu::LinearVariant{0, cu::kNvfp4MmaRows * t.tiles, t.unroll, ks},
+                                          ceil.read_gbps, s, /*graph=*/false));
+        continue;
+      }
       for (const cu::LinearTile& t : cu::linear_tiles(sh.format, ops::cuda::linear_m_tile(sh.m)))
         for (int ks : {0, 1, 2, 4, 8})
           variants.push_back(

@@ -48,6 +48,20 @@ float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
 float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
+// f16 rounding as the CUDA NVFP4 tensor-core kernels convert activations (cvt.rn.satfinite):
+// nearest even, |v| > 65504 saturated to +-65504, NaN kept.
+float round_f16(float v) { return f16_to_f32(f32_to_f16(std::clamp(v, -65504.0f, 65504.0f))); }
+
+// Whether CUDA's NVFP4 GEMV takes the f16 tensor-core kernel for a K of k (its vector path).
+bool nvfp4_f16_path(const Matrix& w, int64_t k) { return w.format == ops::WeightFormat::kNvfp4 && k % 32 == 0; }
+
+// y (+)= x · Wᵀ with x rounded to f16 (the NVFP4 tensor-core GEMV's numbers; the weights exact).
+void linear_f16x(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& pool, bool accumulate = false) {
+  std::vector<float> xr(x, x + m * w.cols);
+  for (float& v : xr) v = round_f16(v);
+  linear(xr.data(), w, y, m, pool, accumulate);
+}
+
 // `w` dequantized and rounded to bf16 (what a tensor-core path multiplies), as an f32 matrix
 // over `storage`.
 Matrix bf16_image(const Matrix& w, std::vector<float>& storage) {
@@ -118,11 +132,13 @@ void mla_attention_bf16(const ops::MlaAttentionArgs& m, ThreadPool& pool) {
 void DeepseekModel::proj(const float* x, const Matrix& w, float* y, int64_t m, bool accumulate) const {
   if (emul_.projection_min_rows > 0 && m >= emul_.projection_min_rows)
     return linear_bf16(x, w, y, m, thread_pool(), accumulate);
+  if (emul_.projection_min_rows > 0 && nvfp4_f16_path(w, w.cols))
+    return linear_f16x(x, w, y, m, thread_pool(), accumulate);
   linear(x, w, y, m, thread_pool(), accumulate);
 }
 
 void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y,
-                                bool accumulate, bool bf16) const {
+                                bool accumulate, bool bf16, int64_t f16_inter) const {
   ThreadPool& pool = thread_pool();
   std::vector<float> g(size_t(T * inter)), u(size_t(T * inter));  // [T, inter]
   if (bf16) {  // the tensor-core experts: x, the weights and h rounded to bf16
@@ -132,9 +148,15 @@ void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, 
     linear_bf16(g.data(), w.down, y, T, pool, accumulate);
     return;
   }
-  linear(x, w.gate, g.data(), T, pool);
-  linear(x, w.up, u.data(), T, pool);
+  if (f16_inter > 0 && nvfp4_f16_path(w.gate, w.gate.cols)) {  // the NVFP4 tensor-core experts: x to f16
+    linear_f16x(x, w.gate, g.data(), T, pool);
+    linear_f16x(x, w.up, u.data(), T, pool);
+  } else {
+    linear(x, w.gate, g.data(), T, pool);
+    linear(x, w.up, u.data(), T, pool);
+  }
   for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+  if (f16_inter > 0 && nvfp4_f16_path(w.down, f16_inter)) return linear_f16x(g.data(), w.down, y, T, pool, accumulate);
   linear(g.data(), w.down, y, T, pool, accumulate);  // [T, H]
 }
 
@@ -165,7 +187,7 @@ void DeepseekModel::moe_forward(const MoeWeights& w, const float* x, int64_t T, 
   // order (a fixed summation order per token).
   if (w.has_shared) {
     mlp_forward(w.shared, x, T, cfg_.moe_intermediate_size * cfg_.n_shared_experts, y, /*accumulate=*/false,
-                experts_bf16(T));
+                experts_bf16(T), experts_f16(T) ? cfg_.moe_intermediate_size : 0);
   } else {
     std::fill(y, y + T * H, 0.0f);
   }
@@ -184,7 +206,8 @@ void DeepseekModel::moe_forward(const MoeWeights& w, const float* x, int64_t T, 
     xe.resize(size_t(n * H));
     ye.resize(size_t(n * H));
     for (int64_t i = 0; i < n; ++i) std::copy(x + rows[i] * H, x + (rows[i] + 1) * H, &xe[i * H]);
-    mlp_forward(w.experts[e], xe.data(), n, cfg_.moe_intermediate_size, ye.data(), false, experts_bf16(T));
+    mlp_forward(w.experts[e], xe.data(), n, cfg_.moe_intermediate_size, ye.data(), false, experts_bf16(T),
+                experts_f16(T) ? cfg_.moe_intermediate_size : 0);
     for (int64_t i = 0; i < n; ++i) ops::cpu::axpy(row_w[i], &ye[i * H], &routed[rows[i] * H], H);
   }
   for (int64_t i = 0; i < T * H; ++i) y[i] += routed[i];
@@ -288,7 +311,8 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   if (L.is_moe)
     moe_forward(L.moe, a.data(), T, y.data());
   else
-    mlp_forward(L.mlp, a.data(), T, c.intermediate_size, y.data(), false, experts_bf16(T));
+    mlp_forward(L.mlp, a.data(), T, c.intermediate_size, y.data(), false, experts_bf16(T),
+                experts_f16(T) ? c.intermediate_size : 0);
   for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
 }
 

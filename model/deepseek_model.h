@@ -76,6 +76,10 @@ class DeepseekModel {
   // weights and h) and the per-head W_UK / W_UV products; where every sequence of the step brings
   // at least attention_min_rows tokens, the attention (scaled q, cache rows and softmax weights:
   // the tensor-core prefill attention, ops::cuda::mla_prefill). 0: off (the f32 reference, default).
+  // Below those sizes the NVFP4 GEMVs run on f16 tensor cores (LinearArgs / MoeExpertsArgs::
+  // f16_activations): with projection_min_rows set, NVFP4 projections of fewer rows round x to f16;
+  // with expert_min_rows set, NVFP4 experts in smaller steps round x (gate/up) and h (down) to
+  // f16; each only where the CUDA kernel takes that path (its K a multiple of 32).
   struct Bf16Emulation {
     int64_t projection_min_rows = 0;
     int64_t expert_min_rows = 0;
@@ -94,10 +98,12 @@ class DeepseekModel {
   void layer_forward(const LayerWeights& L, int64_t cache_layer, float* x, int64_t T, const int64_t* positions,
                      const int32_t* token_seq, const int64_t* ctx_len, const int32_t* block_tables,
                      int64_t max_blocks, KvCache& cache) const;
+  // f16_inter > 0: the NVFP4 f16-activation emulation, f16_inter the CUDA kernel's per-expert inter.
   void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y, bool accumulate,
-                   bool bf16 = false) const;
+                   bool bf16 = false, int64_t f16_inter = 0) const;
   void proj(const float* x, const ops::Matrix& w, float* y, int64_t m, bool accumulate = false) const;
   bool experts_bf16(int64_t T) const { return emul_.expert_min_rows > 0 && T >= emul_.expert_min_rows; }
+  bool experts_f16(int64_t T) const { return emul_.expert_min_rows > 0 && T < emul_.expert_min_rows; }
   void moe_forward(const MoeWeights& w, const float* x, int64_t T, float* y) const;
 
   ModelConfig cfg_;

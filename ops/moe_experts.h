@@ -34,6 +34,12 @@ struct MoeExpertsArgs {
   float* y = nullptr;                    // [m, hidden] f32, row stride y_stride (0 = hidden)
   int64_t m = 0, hidden = 0, inter = 0, n_experts = 0, top_k = 0, n_shared = 0, y_stride = 0;
   bool accumulate = false;               // y += result (the residual add) instead of y = result
+  // NVFP4 stacks: a backend may round x, and h before down, to f16 (round to nearest even,
+  // |v| > 65504 saturated to +-65504) and multiply on f16 tensor cores; the weights stay exact
+  // and sums f32. CUDA does so per stack on its vector path (K % 32 == 0: hidden for gate_up,
+  // inter for down; aligned); the CPU definition ignores it. false: exact f32 activations
+  // (CudaRunnerOptions::exact).
+  bool f16_activations = true;
 };
 
 // Shapes, pointers and, for FP8 block weights, that every expert's rows start on a scale-row

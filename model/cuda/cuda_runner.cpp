@@ -447,6 +447,7 @@ Status CudaRunner::Impl::lin(const float* x_, const Matrix& W, float* y, int64_t
                              bool f32_input) {
   ops::LinearArgs la;
   la.x = x_, la.w = &W, la.y = y, la.m = m, la.accumulate = acc, la.x_stride = xs, la.y_stride = ys;
+  la.f16_activations = !opt.exact && !f32_input;  // NVFP4 GEMV: x rounded to f16 (tensor cores) unless exact
   if (gemm && m >= CudaRunner::kTensorCoreMinRows && !f32_input) return cu::gemm_linear(*gemm, la, stream);
   return cu::linear(la, stream);
 }
@@ -551,6 +552,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   me.x = a, me.y = x, me.m = T, me.hidden = H, me.accumulate = true;  // residual += mlp(a)
   me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
   me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
+  me.f16_activations = !opt.exact;  // NVFP4 experts: x and h rounded to f16 (tensor cores) unless exact
   if (L.is_moe) {
     ops::MoeRoutingArgs r;
     r.logits = router_logits, r.bias = L.router_bias, r.expert_idx = expert_idx, r.expert_weight = expert_w;

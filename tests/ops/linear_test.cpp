@@ -33,6 +33,25 @@ constexpr double kLambda = 10.0;
 // relative error norm stays < 1e-4, so the cosine stays > 1 - 1e-8.
 constexpr double kMinCosine = 1.0 - 1e-6;
 
+// NVFP4 on the f16 tensor cores (LinearArgs::f16_activations, the default): x is rounded to f16
+// (relative 2^-11, or 2^-25 absolute below f16's normal range) and the weights stay exact, so the
+// kernel is compared twice:
+//  - against the CPU on x rounded to f16 (the same exact products): the CPU's f32 chains as above,
+//    plus the tensor core's f32 accumulation. Its adds truncate (not round to nearest; Fasi et al.,
+//    "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021), so no probabilistic bound: an mma
+//    aligns its 16 exact products and the accumulator to the largest and truncates each, < 1 ulp
+//    (2^-23 relative) of that largest apiece, so each of the ceil(K/16) mmas errs by < 17 x 2^-23
+//    of the sum of |terms| so far; the k_split adds and the scale multiply add a few more:
+//      |dy| <= (17 ceil(K/16) + 16) 2^-23 sum_k |x_k w_k|  (deterministic);
+//  - against the CPU on f32 x: the above plus the rounding of x, sum_k |w_k| |x_k - f16(x_k)| <=
+//      2^-11 sum_k |x_k w_k| + 2^-25 sum_k |w_k|.
+constexpr double kF16Unit = 1.0 / 2048;          // 2^-11
+constexpr double kF16SubnormalAbs = 0x1p-25;     // half of f16's smallest subnormal step
+constexpr double kTruncUnit = 0x1p-23;           // one truncating f32 add, relative
+double mma_accum_bound(int64_t k) { return (17 * std::ceil(double(k) / 16) + 16) * kTruncUnit; }
+
+float round_f16(float v) { return f16_to_f32(f32_to_f16(std::clamp(v, -65504.0f, 65504.0f))); }
+
 struct LinearCase {
   const char* name;
   WeightFormat format;
@@ -42,6 +61,9 @@ struct LinearCase {
   bool misalign_x = false;       // x starts 4 bytes past a 16-byte boundary: scalar path
   int64_t block = 128;           // fp8 block_rows = block_cols
   int64_t scale_2_group = 0;     // nvfp4: > 0 gives every group of this many rows its own scale_2
+  bool exact = false;            // f16_activations = false: the f32-x kernels
+  float x_scale = 1.0f;          // x in [-x_scale, x_scale] (above 65504: f16 saturation)
+  bool all_scales = false;       // nvfp4: block scales over every finite positive e4m3 (subnormals too)
 };
 // gtest prints a case by its name (test names and failure messages stay readable).
 void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.name; }
@@ -76,7 +98,11 @@ HostWeights make_weights(const LinearCase& c, uint64_t seed) {
       h.fp8.resize(nk / 2);
       parallel_fill(h.fp8, [&](uint64_t i) { return uint8_t(splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull)) >> 56); });
       h.scale8.resize(nk / 16);
-      parallel_fill(h.scale8, [&](uint64_t i) { return random_nvfp4_scale(seed + 1, i); });
+      parallel_fill(h.scale8, [&](uint64_t i) {
+        if (!c.all_scales) return random_nvfp4_scale(seed + 1, i);
+        const uint8_t b = uint8_t(splitmix64((seed + 1) ^ (i * 0x9e3779b97f4a7c15ull)) >> 57);  // 0..127
+        return b == 0x7f ? uint8_t(0x7e) : b;  // 0x7f is NaN
+      });
       h.w.data = h.fp8.data();
       h.w.scale_fp8 = h.scale8.data();
       h.w.scale_2 = 0.0157f;
@@ -123,7 +149,7 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
   const int64_t x_off = c.misalign_x ? 1 : 0;  // floats
   HostWeights hw = make_weights(c, seed);
   std::vector<float> x(size_t(c.m * xs + x_off));
-  parallel_fill(x, [&](uint64_t i) { return uniform_pm1(seed + 2, i); });
+  parallel_fill(x, [&](uint64_t i) { return c.x_scale * uniform_pm1(seed + 2, i); });
   std::vector<float> y0(size_t(c.m * ys));
   if (c.accumulate) parallel_fill(y0, [&](uint64_t i) { return 4.0f * uniform_pm1(seed + 3, i); });
   else std::fill(y0.begin(), y0.end(), std::numeric_limits<float>::quiet_NaN());
@@ -136,12 +162,15 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
   ASSERT_TRUE(validate(ha).ok());
   cpu::linear(ha, ThreadPool::global());
 
-  // sum_k |x_ik w_rk| per output, the scale of the rounding error.
-  std::vector<double> absdot(size_t(c.m * c.n));
+  // sum_k |x_ik w_rk| per output, the scale of the rounding error; sum_k |w_rk| for f16's subnormals.
+  std::vector<double> absdot(size_t(c.m * c.n)), absw(size_t(c.n));
   ThreadPool::global().parallel_for(c.n, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(size_t(c.k));
     for (int64_t r = r0; r < r1; ++r) {
       matrix_row_to_f32(hw.w, r, row.data());
+      double sw = 0;
+      for (int64_t j = 0; j < c.k; ++j) sw += std::fabs(double(row[size_t(j)]));
+      absw[size_t(r)] = sw;
       for (int64_t i = 0; i < c.m; ++i) {
         const float* xi = x.data() + x_off + i * xs;
         double s = 0;
@@ -183,12 +212,28 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
   }
   LinearArgs da = ha;
   da.x = dx.data() + x_off, da.w = &dw, da.y = dy.data();
+  da.f16_activations = !c.exact;
+  // The GPU's path: NVFP4 on the f16 tensor cores, or the f32-x kernels.
+  auto plan = cuda::linear_plan(da, v);
+  PG_ASSERT_OK(plan.status());
+  const bool f16 = plan->nvfp4_mma;
+  EXPECT_EQ(f16, c.format == WeightFormat::kNvfp4 && !c.exact && plan->vector_path);
+  // The CPU on x rounded to f16 (the tensor-core path's exact products).
+  std::vector<float> y_cpu16;
+  if (f16) {
+    std::vector<float> x16 = x;
+    for (float& e : x16) e = round_f16(e);
+    y_cpu16 = y0;
+    LinearArgs h16 = ha;
+    h16.x = x16.data() + x_off, h16.y = y_cpu16.data();
+    cpu::linear(h16, ThreadPool::global());
+  }
   PG_ASSERT_OK(cuda::linear_variant(da, v, nullptr));
   ASSERT_TRUE(sync_ok());
   const std::vector<float> y_gpu = to_host(dy);
 
-  std::vector<float> got, ref;
-  std::vector<double> tol;
+  std::vector<float> got, ref, ref16;
+  std::vector<double> tol, tol16;
   int64_t gap_touched = 0;
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t r = 0; r < c.n; ++r) {
@@ -203,6 +248,14 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
       const double n_gpu = c.format == WeightFormat::kNvfp4 ? 2 * std::ceil(double(c.k) / 16) + 16 + 12
                                                               : 2 * std::ceil(double(c.k) / 32) + 10;
       double t = kLambda * (std::sqrt(n_cpu) + std::sqrt(n_gpu)) * kF32Unit * a;
+      if (f16) {
+        // a bounds sum |f16(x) w| up to (1 + 2^-11): the 2^-10 margin below covers it.
+        const double t16 = (kLambda * std::sqrt(n_cpu) * kF32Unit + mma_accum_bound(c.k)) * a * (1 + 2 * kF16Unit) +
+                           (c.accumulate ? 2 * kF32Unit * (std::fabs(double(y0[o])) + a) : 0.0);
+        ref16.push_back(y_cpu16[o]);
+        tol16.push_back(t16);
+        t = t16 + kF16Unit * a + kF16SubnormalAbs * absw[size_t(r)] * c.x_scale;
+      }
       if (c.accumulate) t += 2 * kF32Unit * (std::fabs(double(y0[o])) + a);
       tol.push_back(t);
     }
@@ -211,13 +264,21 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
       if (c.accumulate ? y_gpu[o] != y0[o] : !is_poison(y_gpu[o])) ++gap_touched;
     }
   }
+  if (f16) {  // the tight comparison: the same f16 x on both sides
+    const Diff d16 =
+        compare(got.data(), ref16.data(), int64_t(got.size()), [&](int64_t i) { return tol16[size_t(i)]; });
+    EXPECT_EQ(d16.over_tol, 0) << "vs the CPU on f16-rounded x: " << d16.summary();
+    EXPECT_GE(d16.cosine, kMinCosine) << d16.summary();
+  }
   const Diff d = compare(got.data(), ref.data(), int64_t(got.size()), [&](int64_t i) { return tol[size_t(i)]; });
   EXPECT_EQ(d.non_finite, 0) << "unwritten or non-finite outputs: " << d.summary();
-  EXPECT_EQ(d.over_tol, 0) << d.summary();
-  EXPECT_GE(d.cosine, kMinCosine) << d.summary();
+  if (c.x_scale <= 65504.0f) {  // saturated x: only the comparison on f16-rounded x holds
+    EXPECT_EQ(d.over_tol, 0) << d.summary();
+    EXPECT_GE(d.cosine, kMinCosine) << d.summary();
+  }
   EXPECT_EQ(gap_touched, 0) << "elements between rows (y_stride > n) were written";
-  std::printf("[ linear   ] %-34s m=%-3lld n=%-6lld k=%-6lld %s\n", c.name, (long long)c.m, (long long)c.n,
-              (long long)c.k, d.summary().c_str());
+  std::printf("[ linear   ] %-34s m=%-3lld n=%-6lld k=%-6lld %s%s\n", c.name, (long long)c.m, (long long)c.n,
+              (long long)c.k, f16 ? "f16-x mma " : "", d.summary().c_str());
 }
 
 constexpr WeightFormat kF32 = WeightFormat::kF32, kBF16 = WeightFormat::kBF16, kFp8 = WeightFormat::kFp8Block,
@@ -299,6 +360,21 @@ const LinearCase kCases[] = {
     {"scalar_small_nvfp4", kFp4, 3, 7, 16},
     {"misaligned_x_scalar_nvfp4", kFp4, 1, 1408, 2048, 0, 0, false, true},
     {"scalar_scale_2_group_nvfp4", kFp4, 2, 96, 80, 0, 0, false, false, 128, 32},
+    // NVFP4 on the f16 tensor cores: every m of one mma column tile, tails (K = 33 chunks of 32,
+    // not whole 128-element steps; prime n), f16 saturation, and the exact (f32-x) path kept.
+    {"mma_m4_nvfp4", kFp4, 4, 2816, 2048},
+    {"mma_m5_nvfp4", kFp4, 5, 2048, 7168},
+    {"mma_m6_nvfp4", kFp4, 6, 2112, 7168},
+    {"mma_m7_nvfp4", kFp4, 7, 2048, 1408},
+    {"mma_m9_nvfp4", kFp4, 9, 1408, 2048},
+    {"mma_k1056_prime_n_nvfp4", kFp4, 3, 263, 1056},
+    {"mma_v3_o_proj_scale_2_rows_nvfp4", kFp4, 1, 7168, 16384, 0, 0, false, false, 128, 512},
+    {"mma_saturated_x_nvfp4", kFp4, 2, 1408, 2048, 0, 0, false, false, 128, 0, false, 1.0e5f},
+    // code x scale down to 0.5 x 2^-9 (an f16 subnormal after the 2^-14 placement): still exact.
+    {"mma_all_e4m3_scales_nvfp4", kFp4, 3, 2048, 2048, 0, 0, false, false, 128, 0, false, 1.0f, true},
+    {"exact_v3_o_proj_nvfp4", kFp4, 1, 7168, 16384, 0, 0, false, false, 128, 0, true},
+    {"exact_m8_nvfp4", kFp4, 8, 1408, 2048, 0, 0, false, false, 128, 0, true},
+    {"exact_accumulate_strided_nvfp4", kFp4, 3, 2048, 1408, 32, 5, true, false, 128, 0, true},
 };
 
 class LinearCuda : public ::testing::TestWithParam<LinearCase> {};
@@ -324,11 +400,29 @@ TEST(LinearCudaTiles, EveryTileAndSplitMatchesCpu) {
                                      std::to_string(t.rows_per_warp) + "_u" + std::to_string(t.unroll) + "_ks" +
                                      std::to_string(ks);
             SCOPED_TRACE(name);
-            // NVFP4's vector path needs K % 32 == 0: 1056 = 33 chunks of 32.
-            const LinearCase c{name.c_str(), f, m, 263, f == kFp4 ? 1056 : 1040};
+            // NVFP4's vector path needs K % 32 == 0: 1056 = 33 chunks of 32. NVFP4's f32-x tiles: exact.
+            LinearCase c{name.c_str(), f, m, 263, f == kFp4 ? 1056 : 1040};
+            c.exact = f == kFp4;
             run_case(c, cuda::LinearVariant{mt, t.rows_per_warp, t.unroll, ks});
             if (HasFatalFailure()) return;
           }
+}
+
+// Every NVFP4 tensor-core tile and k_split, m = 1, 3, 8 and 11 (two column tiles), at a prime N
+// and K = 33 chunks (a partial last k-step) and 4128 (k_split 8 leaves some warps no step).
+TEST(LinearCudaTiles, EveryNvfp4MmaTileAndSplitMatchesCpu) {
+  PG_REQUIRE_CUDA();
+  for (const cuda::Nvfp4MmaTile& t : cuda::linear_nvfp4_mma_tiles())
+    for (int ks : {1, 2, 8})
+      for (int64_t m : {1, 3, 8, 11})
+        for (int64_t k : {1056, 4128}) {
+          const std::string name = "mma_t" + std::to_string(t.tiles) + "_u" + std::to_string(t.unroll) + "_ks" +
+                                   std::to_string(ks) + "_m" + std::to_string(m) + "_k" + std::to_string(k);
+          SCOPED_TRACE(name);
+          const LinearCase c{name.c_str(), kFp4, m, 263, k};
+          run_case(c, cuda::LinearVariant{0, cuda::kNvfp4MmaRows * t.tiles, t.unroll, ks});
+          if (HasFatalFailure()) return;
+        }
 }
 
 TEST(LinearCudaArgs, BadArgumentsAreStatusNotCrash) {

@@ -19,6 +19,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -42,6 +43,16 @@ constexpr WeightFormat kNvfp4Format = WeightFormat::kNvfp4;
 //  combine: sum_p |w_p| ez_p + (n_terms + 2) u sum_p |w_p z_p|; accumulate adds 2 u (|y0| + ...).
 constexpr double kLambda = 10.0;
 constexpr double kMinCosine = 1.0 - 1e-6;
+// NVFP4 on the f16 tensor cores (MoeExpertsArgs::f16_activations, the default, on each stack's
+// vector path: K % 32 == 0): x (gate_up) and h (down) are rounded to f16, relative 2^-11 or 2^-25
+// absolute below f16's normal range, and the tensor core's f32 accumulation truncates (no
+// probabilistic bound): its dot over K errs by < (17 ceil(K/16) + 16) 2^-23 sum|terms| (as in
+// linear_test.cpp). So eg gains (2^-11 + that) sum|x g| + 2^-25 sum|g|, the down dot
+// (2^-11 + that) sum|d h| + 2^-25 sum|d| on top of the propagated dh.
+constexpr double kF16Unit = 1.0 / 2048;
+constexpr double kF16SubnormalAbs = 0x1p-25;
+constexpr double kTruncUnit = 0x1p-23;
+double mma_accum_bound(int64_t k) { return (17 * std::ceil(double(k) / 16) + 16) * kTruncUnit; }
 
 enum class Routing { kRandom, kSameExperts, kDuplicates };
 
@@ -54,6 +65,7 @@ struct MoeCase {
   Routing routing = Routing::kRandom;
   bool accumulate = false;
   int64_t y_pad = 0;
+  bool exact = false;  // f16_activations = false: the f32-x kernels
 };
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
 
@@ -199,6 +211,9 @@ Routed route(const MoeCase& c, int64_t m, uint64_t seed) {
 // Per-output tolerance (see the top of the file), in double, from the host weights.
 std::vector<double> tolerance(const MoeCase& c, const Stack& gu, const Stack& dn, const std::vector<float>& x,
                               const Routed& r, int64_t m, const std::vector<float>& y0) {
+  // The f16 tensor-core kernels per stack (launch.cpp: NVFP4, f16 activations, K % 32 == 0).
+  const bool f16_gu = c.format == WeightFormat::kNvfp4 && !c.exact && c.hidden % 32 == 0;
+  const bool f16_dn = c.format == WeightFormat::kNvfp4 && !c.exact && c.inter % 32 == 0;
   const int64_t H = c.hidden, I = c.inter, K = c.top_k;
   const double u = kF32Unit;
   // NVFP4: the GPU chains 16-term block dots and their scaled adds, then scales by scale_2 (one
@@ -224,12 +239,17 @@ std::vector<double> tolerance(const MoeCase& c, const Stack& gu, const Stack& dn
       for (int64_t j = 0; j < I; ++j) {
         matrix_row_to_f32(gu.host, pairs[size_t(p)].e * 2 * I + j, g.data());
         matrix_row_to_f32(gu.host, pairs[size_t(p)].e * 2 * I + I + j, uw.data());
-        double gs = 0, us = 0, ga = 0, ua = 0;
+        double gs = 0, us = 0, ga = 0, ua = 0, gw = 0, uww = 0;
         for (int64_t i = 0; i < H; ++i) {
           gs += double(xt[i]) * g[size_t(i)], ga += std::fabs(double(xt[i]) * g[size_t(i)]);
           us += double(xt[i]) * uw[size_t(i)], ua += std::fabs(double(xt[i]) * uw[size_t(i)]);
+          gw += std::fabs(double(g[size_t(i)])), uww += std::fabs(double(uw[size_t(i)]));
         }
-        const double eg = kLambda * chains(H) * u * ga, eu = kLambda * chains(H) * u * ua;
+        double eg = kLambda * chains(H) * u * ga, eu = kLambda * chains(H) * u * ua;
+        if (f16_gu) {
+          eg += (kF16Unit + mma_accum_bound(H)) * ga + kF16SubnormalAbs * gw;
+          eu += (kF16Unit + mma_accum_bound(H)) * ua + kF16SubnormalAbs * uww;
+        }
         const double sg = gs / (1 + std::exp(-gs));
         habs[size_t(p * I + j)] = std::fabs(sg * us);
         eh[size_t(p * I + j)] = 1.1 * eg * std::fabs(us) + (std::fabs(sg) + 1.1 * eg) * eu + 8 * u * std::fabs(sg * us);
@@ -248,15 +268,20 @@ std::vector<double> tolerance(const MoeCase& c, const Stack& gu, const Stack& dn
         const auto& ps = of_token[size_t(t)];
         for (int64_t p : ps) {
           matrix_row_to_f32(dn.host, pairs[size_t(p)].e * H + o, d.data());
-          double s1 = 0, s2 = 0;
+          double s1 = 0, s2 = 0, sd = 0;
           for (int64_t j = 0; j < I; ++j) {
             s1 += std::fabs(double(d[size_t(j)])) * eh[size_t(p * I + j)];
             s2 += std::fabs(double(d[size_t(j)])) * habs[size_t(p * I + j)];
+            sd += std::fabs(double(d[size_t(j)]));
           }
-          sum += pairs[size_t(p)].w * (s1 + kLambda * chains(I) * u * s2);
+          // f16: h rounded (relative to the computed h, |h| + |dh| <= habs + eh, folded into s1's
+          // factor) and the truncating accumulation.
+          const double down16 = f16_dn ? (kF16Unit + mma_accum_bound(I)) * (s2 + s1) + kF16SubnormalAbs * sd : 0.0;
+          sum += pairs[size_t(p)].w * (s1 + kLambda * chains(I) * u * s2 + down16);
           mag += pairs[size_t(p)].w * s2;
         }
-        double tt = sum + double(ps.size() + 2) * u * mag;
+        // f16 path: the planned down sums K slices of the combine (<= 8 more roundings, nvfp4_kernel.cu).
+        double tt = sum + double(ps.size() + 2 + (f16_dn ? 8 : 0)) * u * mag;
         if (c.accumulate) tt += 2 * u * (std::fabs(double(y0[size_t(t * ys + o)])) + mag);
         tol[size_t(t * H + o)] = tt;
       }
@@ -297,6 +322,7 @@ void run_case(const MoeCase& c) {
     ha.gate_up = &gu.host, ha.down = &dn.host;
     ha.m = m, ha.hidden = H, ha.inter = c.inter, ha.n_experts = c.n_experts, ha.top_k = c.top_k;
     ha.n_shared = c.n_shared, ha.y_stride = ys, ha.accumulate = c.accumulate;
+    ha.f16_activations = !c.exact;
     std::vector<float> y_cpu = y0;
     ha.y = y_cpu.data();
     PG_ASSERT_OK(validate(ha));
@@ -433,6 +459,13 @@ const MoeCase kCases[] = {
     {"moonlight_dense_nvfp4", kFp4, 0, 1, 0, 2048, 11264, {1, 4}},
     {"tiny_nvfp4_scalar", kFp4, 8, 2, 3, 48, 80, {1, 5, 64}},
     {"tiny_nvfp4_duplicate_ids", kFp4, 8, 2, 3, 64, 32, {1, 6}, 128, Routing::kDuplicates},
+    // The exact (f32-x) NVFP4 kernels, kept for CudaRunnerOptions::exact.
+    {"moonlight_nvfp4_exact", kFp4, 64, 2, 6, 2048, 1408, {1, 8, 33}, 128, Routing::kRandom, false, 0, true},
+    {"v3_nvfp4_exact", kFp4, 256, 1, 8, 7168, 2048, {1, 4}, 128, Routing::kRandom, false, 0, true},
+    // f16 tensor cores: duplicate ids at real dims (pair order within one mma column tile), every
+    // token on the same experts at m = 8 / 9 (one and two 8-pair passes), more than one token tile.
+    {"moonlight_nvfp4_duplicate_ids", kFp4, 64, 2, 6, 2048, 1408, {1, 3, 8}, 128, Routing::kDuplicates},
+    {"moonlight_nvfp4_same_experts_8_9", kFp4, 64, 2, 6, 2048, 1408, {8, 9}, 128, Routing::kSameExperts},
 };
 
 class MoeExpertsCuda : public ::testing::TestWithParam<MoeCase> {};
@@ -556,22 +589,42 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
       a.expert_idx = sh.top_k ? didx.data() : nullptr, a.expert_weight = sh.top_k ? dw.data() : nullptr;
       a.m = m, a.hidden = sh.hidden, a.inter = sh.inter, a.n_experts = sh.n_experts, a.top_k = sh.top_k;
       a.n_shared = sh.n_shared;
-      for (int i = 0; i < kWarmup; ++i) PG_ASSERT_OK(cuda::moe_experts(a, ws.data(), ws.size(), stream));
-      double total_ms = 0;
-      for (int i = 0; i < kIters; ++i) {
-        ASSERT_EQ(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, stream), cudaSuccess);
-        ASSERT_EQ(cudaEventRecord(ev0, stream), cudaSuccess);
-        PG_ASSERT_OK(cuda::moe_experts(a, ws.data(), ws.size(), stream));
-        ASSERT_EQ(cudaEventRecord(ev1, stream), cudaSuccess);
-        ASSERT_EQ(cudaEventSynchronize(ev1), cudaSuccess);
-        float ms = 0;
-        ASSERT_EQ(cudaEventElapsedTime(&ms, ev0, ev1), cudaSuccess);
-        total_ms += ms;
+      // NVFP4: the f16 tensor-core kernels at their default tiles, a sweep of their tiles
+      // (gate_up t x u, down t x u; the planned down takes 1 x 1 and 1 x 2 only), and the exact kernels.
+      struct Run {
+        std::string label;
+        bool f16;
+        cuda::MoeNvfp4Variant v;
+      };
+      std::vector<Run> runs{{"", true, {}}};
+      if (fp4) {
+        runs.push_back({" exact", false, {}});
+        for (auto [t, u] : {std::pair{1, 1}, {1, 4}, {2, 1}, {2, 2}})
+          runs.push_back({" gate_up t" + std::to_string(t) + "u" + std::to_string(u), true, {t, u, 0, 0}});
+        for (auto [t, u] : {std::pair{1, 1}, {1, 4}, {2, 1}})
+          if (m == 1 || (t == 1 && u <= 2)) runs.push_back({" down t" + std::to_string(t) + "u" + std::to_string(u), true, {0, 0, t, u}});
       }
-      const double us = 1e3 * total_ms / kIters, gbps = bytes / (us * 1e3);
-      std::printf("[ moe time ] %-22s m=%-2lld %3zu experts %7.1f MB %8.1f us %7.0f GB/s %5.1f%% of %.0f GB/s (floor %.1f us)\n",
-                  sh.name, (long long)m, distinct.size() + size_t(sh.n_shared), bytes / 1e6, us, gbps,
-                  100.0 * gbps / kCeilingGBps, kCeilingGBps, bytes / (kCeilingGBps * 1e3));
+      for (const Run& run : runs) {
+        a.f16_activations = run.f16;
+        for (int i = 0; i < kWarmup; ++i) PG_ASSERT_OK(cuda::moe_experts_variant(a, run.v, ws.data(), ws.size(), stream));
+        double total_ms = 0;
+        for (int i = 0; i < kIters; ++i) {
+          ASSERT_EQ(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, stream), cudaSuccess);
+          ASSERT_EQ(cudaEventRecord(ev0, stream), cudaSuccess);
+          PG_ASSERT_OK(cuda::moe_experts_variant(a, run.v, ws.data(), ws.size(), stream));
+          ASSERT_EQ(cudaEventRecord(ev1, stream), cudaSuccess);
+          ASSERT_EQ(cudaEventSynchronize(ev1), cudaSuccess);
+          float ms = 0;
+          ASSERT_EQ(cudaEventElapsedTime(&ms, ev0, ev1), cudaSuccess);
+          total_ms += ms;
+        }
+        const double us = 1e3 * total_ms / kIters, gbps = bytes / (us * 1e3);
+        const std::string name = sh.name + run.label;
+        std::printf(
+            "[ moe time ] %-34s m=%-2lld %3zu experts %7.1f MB %8.1f us %7.0f GB/s %5.1f%% of %.0f GB/s (floor %.1f us)\n",
+            name.c_str(), (long long)m, distinct.size() + size_t(sh.n_shared), bytes / 1e6, us, gbps,
+            100.0 * gbps / kCeilingGBps, kCeilingGBps, bytes / (kCeilingGBps * 1e3));
+      }
     }
     cudaFree(dgu), cudaFree(ddn);
     if (sgu) cudaFree(sgu);

@@ -84,6 +84,42 @@ __device__ __forceinline__ float e2m1_to_f32(uint32_t v) {
 // 2^14: the factor the f16 placement above leaves out, folded into a kernel's per-row scale.
 constexpr float kE2m1F16Unscale = 16384.0f;
 
+// ---- NVFP4 on the f16 tensor cores (linear/nvfp4_mma.cuh, moe_experts/nvfp4_kernel.cu) ----
+
+// Two f32 -> f16x2 (lo in the low half), round to nearest even, saturating: |v| > 65504 becomes
+// +-65504 (f16's largest finite) instead of inf; NaN stays NaN. One cvt.rn.satfinite.f16x2.f32.
+__device__ __forceinline__ uint32_t f32x2_to_f16x2_sat(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+// Two e4m3fn (low byte first) -> f16x2 bits, exact (every e4m3 value is an f16).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2_bits(uint32_t two_bytes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// f16x2 product, round to nearest, subnormals kept (no .ftz for f16 in PTX's default).
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// d += A (16x16 f16, row) x B (16x8 f16, col) in f32: mma.sync m16n8k16. Fragments (g = lane/4,
+// t = lane%4): a0 (row g, k 2t..2t+1), a1 (row g+8, k 2t..), a2 (row g, k 2t+8..), a3 (row g+8,
+// k 2t+8..); b0 (k 2t..2t+1, col g), b1 (k 2t+8.., col g); d0,d1 (row g, cols 2t, 2t+1), d2,d3
+// (row g+8, cols 2t, 2t+1).
+__device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                 uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace pg::ops::cuda

@@ -109,4 +109,36 @@ inline int linear_k_split(int64_t row_groups, int64_t k_chunks, int unroll, int 
   return ks;
 }
 
+// ---- NVFP4 on the f16 tensor cores (linear/nvfp4_mma.cuh; LinearArgs::f16_activations) ----
+// A warp owns `tiles` tiles of 16 rows (the mma's M) for up to 8 tokens (its N; grid.y takes
+// m above 8 in tiles of 8) and streams k-steps of 128 elements: per lane and step 2 rows x 16 B
+// per tile, `unroll` steps in flight, so tiles x unroll x 1 KB per warp outstanding.
+constexpr int kNvfp4MmaRows = 16;
+constexpr int kNvfp4MmaTokens = 8;
+
+struct Nvfp4MmaTile {
+  int tiles = 1;   // 16-row tiles per warp
+  int unroll = 1;  // k-steps in flight per lane
+};
+
+// Default tile: 2 tiles x 2 steps (4 KB in flight per warp, 64 KB per SM at 16 warps) where the
+// grid has the warps for it, else 1 tile x 4 steps (the same bytes in flight on half the rows per
+// warp). Two tiles halve the x conversions (16 cvt per lane and step, shared by the tiles). Not
+// yet measured: bench_ops_cuda's "nvfp4 mma" rows sweep the instantiated tiles.
+inline Nvfp4MmaTile linear_nvfp4_mma_tile(int64_t n, int sm_count) {
+  const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
+  return (n + 31) / 32 >= want ? Nvfp4MmaTile{2, 2} : Nvfp4MmaTile{1, 4};
+}
+
+// Warps splitting K (1..kLinearWarps, a power of two): grow while the grid is short of
+// kLinearMinWarpsPerSm warps per SM and every slice keeps >= one unrolled step (V3's o_proj,
+// 7168 rows x 16384 at 1 tile x 4: 448 tiles of 16 rows, split 8 -> 3584 warps of 16 steps;
+// moonlight's 2816 x 2048: 176 tiles, split 4 -> 704 warps of 4 steps).
+inline int linear_nvfp4_mma_k_split(int64_t row_groups, int64_t k_steps, int unroll, int sm_count) {
+  const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
+  int ks = 1;
+  while (ks < kLinearWarps && row_groups * ks < want && k_steps / (2 * ks) >= unroll) ks *= 2;
+  return ks;
+}
+
 }  // namespace pg::ops::cuda

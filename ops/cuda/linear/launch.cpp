@@ -27,6 +27,21 @@ const TileEntry kTiles[] = {PG_LINEAR_TILES_F32(PG_TILE_ENTRY) PG_LINEAR_TILES_B
                                 PG_LINEAR_TILES_FP8(PG_TILE_ENTRY) PG_LINEAR_TILES_NVFP4(PG_TILE_ENTRY)};
 #undef PG_TILE_ENTRY
 
+using MmaLaunchFn = cudaError_t (*)(const LinearParams&, dim3, cudaStream_t);
+struct MmaEntry {
+  Nvfp4MmaTile tile;
+  MmaLaunchFn launch;
+};
+#define PG_MMA_ENTRY(tiles, unroll) MmaEntry{Nvfp4MmaTile{tiles, unroll}, &launch_linear_nvfp4_mma<tiles, unroll>},
+const MmaEntry kMmaTiles[] = {PG_LINEAR_NVFP4_MMA_TILES(PG_MMA_ENTRY)};
+#undef PG_MMA_ENTRY
+
+const MmaEntry* find_mma_tile(int tiles, int unroll) {
+  for (const MmaEntry& e : kMmaTiles)
+    if (e.tile.tiles == tiles && e.tile.unroll == unroll) return &e;
+  return nullptr;
+}
+
 const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
   for (const TileEntry& e : kTiles)
     if (e.format == f && e.tile.m_tile == t.m_tile && e.tile.rows_per_warp == t.rows_per_warp && e.tile.unroll == t.unroll)
@@ -79,6 +94,12 @@ std::vector<LinearTile> linear_tiles(WeightFormat f, int m_tile) {
   return out;
 }
 
+std::vector<Nvfp4MmaTile> linear_nvfp4_mma_tiles() {
+  std::vector<Nvfp4MmaTile> out;
+  for (const MmaEntry& e : kMmaTiles) out.push_back(e.tile);
+  return out;
+}
+
 Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
   PG_TRY(validate(a));
   const LinearParams p = make_params(a);
@@ -87,6 +108,25 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
   plan.vector_path = vector_path_ok(f, p);
   if (!plan.vector_path) {
     plan.blocks = (p.n + kLinearWarps - 1) / kLinearWarps;
+    return plan;
+  }
+  if (f == LinearWeight::kNvfp4 && a.f16_activations) {  // the tensor-core kernel (linear/nvfp4_mma.cuh)
+    const int sms = current_device_props().sm_count;
+    Nvfp4MmaTile t = linear_nvfp4_mma_tile(p.n, sms);
+    if (v.rows_per_warp) t.tiles = v.rows_per_warp / kNvfp4MmaRows;
+    if (v.unroll) t.unroll = v.unroll;
+    if (v.rows_per_warp % kNvfp4MmaRows || !find_mma_tile(t.tiles, t.unroll))
+      return unsupported("linear: no NVFP4 tensor-core kernel instantiated for rows={} unroll={}", v.rows_per_warp,
+                         t.unroll);
+    plan.nvfp4_mma = true;
+    plan.tile = LinearTile{kNvfp4MmaTokens, kNvfp4MmaRows * t.tiles, t.unroll};
+    const int64_t groups = (p.n + plan.tile.rows_per_warp - 1) / plan.tile.rows_per_warp;
+    const int64_t k_steps = (p.k / 32 + 3) / 4;
+    plan.k_split = v.k_split ? v.k_split : linear_nvfp4_mma_k_split(groups, k_steps, t.unroll, sms);
+    if (plan.k_split < 1 || plan.k_split > kLinearWarps || kLinearWarps % plan.k_split)
+      return invalid_argument("linear: k_split {} must divide {}", plan.k_split, kLinearWarps);
+    const int64_t groups_per_block = kLinearWarps / plan.k_split;
+    plan.blocks = (groups + groups_per_block - 1) / groups_per_block;
     return plan;
   }
   plan.tile = linear_default_tile(f, v.m_tile ? v.m_tile : linear_m_tile(p.m));
@@ -118,6 +158,14 @@ Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t 
     return ok_status();
   }
   p.k_split = plan.k_split;
+  if (plan.nvfp4_mma) {
+    const int64_t m_tiles = (p.m + kNvfp4MmaTokens - 1) / kNvfp4MmaTokens;
+    if (plan.blocks > INT32_MAX || m_tiles > 65535)
+      return unsupported("linear: grid {} x {} is too large", plan.blocks, m_tiles);
+    const MmaEntry* e = find_mma_tile(plan.tile.rows_per_warp / kNvfp4MmaRows, plan.tile.unroll);
+    PG_CUDA_TRY(e->launch(p, dim3(unsigned(plan.blocks), unsigned(m_tiles)), stream));
+    return ok_status();
+  }
   const int64_t m_tiles = (p.m + plan.tile.m_tile - 1) / plan.tile.m_tile;
   if (plan.blocks > INT32_MAX || m_tiles > 65535)
     return unsupported("linear: grid {} x {} is too large", plan.blocks, m_tiles);

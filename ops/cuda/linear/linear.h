@@ -12,7 +12,8 @@
 
 namespace pg::ops::cuda {
 
-// A tile choice; 0 fields take the heuristic (config.h).
+// A tile choice; 0 fields take the heuristic (config.h). NVFP4 with f16_activations on the
+// tensor-core path: rows_per_warp = 16 x tiles, unroll = k-steps in flight (m_tile is ignored).
 struct LinearVariant {
   int m_tile = 0;  // 1, 2, 4, 8, 16 (m above it takes several tiles)
   int rows_per_warp = 0;
@@ -23,10 +24,13 @@ struct LinearVariant {
 Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t stream);
 // The instantiated tiles of a format at one m tile.
 std::vector<LinearTile> linear_tiles(WeightFormat f, int m_tile);
+// The instantiated NVFP4 tensor-core tiles (PG_LINEAR_NVFP4_MMA_TILES).
+std::vector<Nvfp4MmaTile> linear_nvfp4_mma_tiles();
 
 // What linear() launches for these args.
 struct LinearPlan {
   bool vector_path = false;
+  bool nvfp4_mma = false;  // the NVFP4 tensor-core kernel (tile.rows_per_warp = 16 x tiles, m_tile 8)
   LinearTile tile;
   int k_split = 1;
   int64_t blocks = 0;  // grid.x

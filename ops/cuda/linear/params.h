@@ -48,6 +48,16 @@ struct LinearParams {
 template <LinearWeight F, int kMTile, int kRows, int kUnroll>
 cudaError_t launch_linear_vec(const LinearParams& p, dim3 grid, cudaStream_t stream);
 
+// NVFP4 on the f16 tensor cores (linear/nvfp4_mma.cuh): X(tiles, unroll). linear_nvfp4_mma_tile()'s
+// choices must be in this list; the others are there for the benchmark to compare.
+#define PG_LINEAR_NVFP4_MMA_TILES(X) X(1, 1) X(1, 2) X(1, 4) X(2, 1) X(2, 2)
+
+// Grid (row-group blocks, ceil(m / 8)) x kLinearThreads; vector path only (k % 32 == 0, aligned
+// W, x and x_stride). Instantiated in linear/instantiations/linear_nvfp4_mma.cu. 4 tiles spilled
+// (ptxas, 2026-12-01: 128 registers, 100 bytes).
+template <int kTiles, int kUnroll>
+cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream);
+
 // Scalar path (any shape and alignment): one warp per output row. linear/scalar.cu.
 cudaError_t launch_linear_scalar(LinearWeight f, const LinearParams& p, cudaStream_t stream);
 

@@ -9,6 +9,7 @@
 #include <climits>
 
 #include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/moe_experts/nvfp4_params.h"
 #include "ops/cuda/moe_experts/params.h"
 
 namespace pg::ops::cuda {
@@ -55,6 +56,11 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 }
 
 Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return moe_experts_variant(a, MoeNvfp4Variant{}, workspace, workspace_bytes, stream);
+}
+
+Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace, size_t workspace_bytes,
+                           cudaStream_t stream) {
   if (a.gate_up) PG_TRY(check_kernel_format(*a.gate_up, "moe_experts", /*nvfp4_ok=*/true));
   if (a.down) PG_TRY(check_kernel_format(*a.down, "moe_experts", /*nvfp4_ok=*/true));
   PG_TRY(validate(a));
@@ -106,9 +112,24 @@ Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_by
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   const int m_tile = moe_m_tile(a.m);
   if (!p.direct && !p.direct_multi) PG_CUDA_TRY(launch_moe_plan(p, stream));
-  PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), vector_path_ok(*a.gate_up, a.x), m_tile,
-                                 stream));
-  PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), vector_path_ok(*a.down, p.plan.h), m_tile, stream));
+  // NVFP4 with f16 activations: the tensor-core kernels (nvfp4_kernel.cu), per stack on its vector path.
+  const bool gu_vec = vector_path_ok(*a.gate_up, a.x), dn_vec = vector_path_ok(*a.down, p.plan.h);
+  if (a.f16_activations && a.gate_up->format == WeightFormat::kNvfp4 && gu_vec) {
+    Nvfp4MmaTile t = moe_nvfp4_gate_up_tile();
+    if (v.gate_up_tiles) t.tiles = v.gate_up_tiles;
+    if (v.gate_up_unroll) t.unroll = v.gate_up_unroll;
+    PG_CUDA_TRY(launch_moe_gate_up_nvfp4(p, t, stream));
+  } else {
+    PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), gu_vec, m_tile, stream));
+  }
+  if (a.f16_activations && a.down->format == WeightFormat::kNvfp4 && dn_vec) {
+    Nvfp4MmaTile t = moe_nvfp4_down_tile();
+    if (v.down_tiles) t.tiles = v.down_tiles;
+    if (v.down_unroll) t.unroll = v.down_unroll;
+    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, stream));
+  } else {
+    PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), dn_vec, m_tile, stream));
+  }
   return ok_status();
 }
 

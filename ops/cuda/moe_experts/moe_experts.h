@@ -25,4 +25,13 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // take the scalar path, any m works (prefill streams an expert once per 8 of its tokens).
 Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// The NVFP4 tensor-core kernels' tiles (moe_experts/nvfp4_params.h) for the benchmark's sweep;
+// 0 fields take the defaults. Instantiated: tiles 1 x unroll 1, 2, 4 and tiles 2 x unroll 1, 2
+// (the direct down not 2 x 2, the planned down 1 x 1 and 1 x 2 only).
+struct MoeNvfp4Variant {
+  int gate_up_tiles = 0, gate_up_unroll = 0, down_tiles = 0, down_unroll = 0;
+};
+Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream);
+
 }  // namespace pg::ops::cuda

@@ -1,0 +1,194 @@
+// NVFP4 weights on the f16 tensor cores at small M (decode): W rows are the mma's A (dequantized
+// to f16 in registers, exactly), up to 8 tokens of x (rounded to f16) its B, f32 accumulation.
+// The streaming core is shared with the MoE expert kernels (moe_experts/nvfp4_kernel.cu); the
+// linear kernel below is instantiated in linear/instantiations/linear_nvfp4_mma.cu. The CPU
+// definition is ops::cpu::linear with x rounded to f16 (LinearArgs::f16_activations).
+//
+// Why: the f32-x kernel (kernel.cuh, nvfp4_chunk_dot) converts every weight f16 -> f32 (16 per
+// clock per SM on Hopper) and is ALU-bound at ~27% of HBM; here a weight costs ~1 integer op
+// (e2m1x8_to_f16x2), half an f16x2 multiply (its block scale) and 1/256 of an mma per lane.
+//
+// Layout. A dot product is a sum over k, so any k permutation applied to A and B alike is free:
+// lane (g = lane/4, t = lane%4) loads 16 bytes (32 codes) of row g and of row g + 8 at chunk
+// 4s + t of k-step s (128 elements), and the same 32 elements of x for token g. Word q (codes
+// 8q..8q+7) of the chunk feeds mmas 2q and 2q + 1: e2m1x8_to_f16x2 pairs element i with i + 4,
+// so mma 2q takes a0/a2 = (e0, e4)/(e1, e5) and mma 2q + 1 (e2, e6)/(e3, e7), with B built in
+// the same pairs. Every lane of a column t maps its fragment slots to the same physical k, as
+// the mma requires.
+//
+// Exactness. A code's f16 placement is code * 2^-14 (vec.cuh); times its e4m3 block scale (an
+// exact f16) in one f16 multiply it stays exact: the codes are multiples of 2^-15 with <= 2
+// significant bits, the scales multiples of 2^-9 with <= 4, so the product is a multiple of 2^-24
+// (f16's smallest subnormal) with <= 6 significant bits, at most 6 * 448 * 2^-14 < 0.17. The f32
+// epilogue multiplies by scale_2 (or the row's scale_2_rows) * 2^14. So the only numeric changes
+// against the f32 reference are x rounded to f16 (relative 2^-11, |x| > 65504 saturated) and the
+// tensor core's f32 accumulation order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "ops/cuda/common/pdl.cuh"
+#include "ops/cuda/common/vec.cuh"
+#include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/linear/config.h"
+#include "ops/cuda/linear/params.h"
+
+namespace pg::ops::cuda {
+
+// The 32 f32 of x at xc (token g's elements of this lane's chunk) as B fragments: b[q][0..1] for
+// mma 2q, b[q][2..3] for mma 2q + 1 (pairs (i, i + 4) of word q, as the weights). Zeros when !ok.
+__device__ __forceinline__ void nvfp4_mma_x(const float* xc, bool ok, uint32_t (&b)[4][4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if (ok) {
+      const float4 lo = ld_act4(xc + 8 * q), hi = ld_act4(xc + 8 * q + 4);
+      b[q][0] = f32x2_to_f16x2_sat(lo.x, hi.x);
+      b[q][1] = f32x2_to_f16x2_sat(lo.y, hi.y);
+      b[q][2] = f32x2_to_f16x2_sat(lo.z, hi.z);
+      b[q][3] = f32x2_to_f16x2_sat(lo.w, hi.w);
+    } else {
+      b[q][0] = b[q][1] = b[q][2] = b[q][3] = 0u;
+    }
+  }
+}
+
+// One k-step of one 16-row tile: w[0] / w[1] the 32 codes of rows g / g + 8, sc[0] / sc[1] their
+// two e4m3 block scales (low byte: codes 0..15 = words 0, 1); acc += A · B.
+__device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32_t (&sc)[2], const uint32_t (&b)[4][4],
+                                               float (&acc)[4]) {
+  uint32_t s[2][2];  // [row half][scale block] the block scale in both f16 halves
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t v = e4m3x2_to_f16x2_bits(sc[h]);
+    s[h][0] = __byte_perm(v, v, 0x1010);
+    s[h][1] = __byte_perm(v, v, 0x3232);
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t lo[4], hi[4];  // rows g, g + 8
+    e2m1x8_to_f16x2(q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w, lo);
+    e2m1x8_to_f16x2(q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w, hi);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = hmul2_bits(lo[i], s[0][q / 2]);
+      hi[i] = hmul2_bits(hi[i], s[1][q / 2]);
+    }
+    mma_m16n8k16_f16(acc, lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
+    mma_m16n8k16_f16(acc, lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
+  }
+}
+
+// A warp's k-steps [s0, s1) over kTiles tiles of 16 rows: wrow[i][h] / srow[i][h] the codes and
+// e4m3 scales of row g + 8h of tile i (k_chunks 16-byte chunks per row; chunks past it read as
+// zero), xrow this lane's token row (null: a zero column). acc[i] is tile i's d fragment (f32,
+// the block-scaled sum times 2^-14: the caller applies scale_2 * 2^14). All kUnroll x kTiles x 2
+// loads of a step are issued before its first mma. kWaitAfterFirstLoads: pdl_wait() after the
+// first step's weight loads, before x is read (a warp without steps does not wait: its caller must).
+template <int kTiles, int kUnroll, bool kWaitAfterFirstLoads>
+__device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kTiles][2],
+                                                 const uint8_t* const (&srow)[kTiles][2], const float* xrow,
+                                                 int64_t k_chunks, int64_t s0, int64_t s1, float (&acc)[kTiles][4]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int64_t s = s0; s < s1; s += kUnroll) {
+    uint4 wv[kUnroll][kTiles][2];
+    uint32_t sc[kUnroll][kTiles][2];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = (s + u) * 4 + t;
+      const bool ok = s + u < s1 && c < k_chunks;
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wv[u][i][h] = ok ? ld_stream(wrow[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+          sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(srow[i][h]) + c)) : 0u;
+        }
+    }
+    if constexpr (kWaitAfterFirstLoads) {
+      if (s == s0) pdl_wait();
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = (s + u) * 4 + t;
+      const bool ok = s + u < s1 && c < k_chunks;
+      uint32_t b[4][4];
+      nvfp4_mma_x(xrow ? xrow + c * 32 : nullptr, ok && xrow != nullptr, b);
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile(wv[u][i], sc[u][i], b, acc[i]);
+    }
+  }
+}
+
+// Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
+// block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
+// w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x.
+template <int kTiles, int kUnroll>
+__global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
+    linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
+  constexpr int kRowsW = kNvfp4MmaRows * kTiles;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int k_split = p.k_split, kpart = warp % k_split;
+  const int64_t row0 = (int64_t(blockIdx.x) * (kLinearWarps / k_split) + warp / k_split) * kRowsW;
+  const int64_t m0 = int64_t(blockIdx.y) * kNvfp4MmaTokens;
+  const int m_valid = int(min(int64_t(kNvfp4MmaTokens), p.m - m0));
+  const int64_t k_chunks = p.k / 32, k_steps = (k_chunks + 3) / 4;
+  const int64_t per_part = (k_steps + k_split - 1) / k_split;
+  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+
+  const uint8_t* wrow[kTiles][2];
+  const uint8_t* srow[kTiles][2];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = min(row0 + kNvfp4MmaRows * i + g + 8 * h, p.n - 1);  // past n: re-read, never written
+      wrow[i][h] = static_cast<const uint8_t*>(p.w) + row * (p.k / 2);
+      srow[i][h] = p.scale_fp8 + row * (p.k / kNvfp4Block);
+    }
+  const float* xrow = g < m_valid ? p.x + (m0 + g) * p.x_stride : nullptr;
+
+  pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
+  float acc[kTiles][4];
+  nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  pdl_wait();  // warps without k-steps; y is written below
+
+  if (k_split > 1) {  // uniform over the block: every thread reaches the barrier
+    __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) partial[warp][i][j][lane] = acc[i][j];
+    __syncthreads();
+    if (kpart != 0) return;
+    for (int sp = 1; sp < k_split; ++sp)  // fixed order
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += partial[warp + sp][i][j][lane];
+  }
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), token 2t + j % 2
+      const int64_t row = row0 + kNvfp4MmaRows * i + g + 8 * (j / 2);
+      const int tok = 2 * t + j % 2;
+      if (tok < m_valid && row < p.n) {
+        const float s2 = p.scale_2_rows ? __ldg(p.scale_2_rows + row / p.scale_2_group_rows) : p.scale_2;
+        const float v = acc[i][j] * (s2 * kE2m1F16Unscale);
+        float* yp = p.y + (m0 + tok) * p.y_stride + row;
+        *yp = p.accumulate ? *yp + v : v;
+      }
+    }
+}
+
+template <int kTiles, int kUnroll>
+cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
+  if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+}  // namespace pg::ops::cuda

@@ -1,0 +1,345 @@
+// The NVFP4 MoE expert kernels on the f16 tensor cores (MoeExpertsArgs::f16_activations): gate_up
+// (h = silu(gate·x) * (up·x), x rounded to f16), down direct (m = 1, one warp per slot) and down
+// planned (a warp walks the active experts), each streaming weight rows through
+// linear/nvfp4_mma.cuh's core (exact f16 weights, up to 8 pairs as the mma's N, f32 sums). Same
+// grids, workspace, h layout and summation order over a token's experts as kernel.cu's kernels;
+// h is rounded to f16 as down reads it. The CPU definition is ops::cpu::moe_experts.
+#include <cuda_runtime.h>
+
+#include "ops/cuda/common/pdl.cuh"
+#include "ops/cuda/common/vec.cuh"
+#include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/linear/nvfp4_mma.cuh"
+#include "ops/cuda/moe_experts/nvfp4_params.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+// First index in [lo, hi) of the ascending a[] with a[i] >= v.
+__device__ __forceinline__ int lower_bound(const int32_t* a, int lo, int hi, int v) {
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (a[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Row `row` of a stack: its codes, e4m3 scales and scale_2 * 2^14 (the unpack's factor).
+__device__ __forceinline__ const uint8_t* codes_row(const MoeWeightParams& w, int64_t row, int64_t k) {
+  return static_cast<const uint8_t*>(w.data) + row * (k / 2);
+}
+__device__ __forceinline__ const uint8_t* scales_row(const MoeWeightParams& w, int64_t row) {
+  return w.scale_fp8 + row * w.scale_fp8_cols;
+}
+__device__ __forceinline__ float scale_2_of(const MoeWeightParams& w, int64_t row) {
+  return (w.scale_2_rows ? __ldg(w.scale_2_rows + row / w.scale_2_group_rows) : w.scale_2) * kE2m1F16Unscale;
+}
+
+// Grid: x = inter row tiles (kMoeWarps x 8 x kTiles rows per block), y = expert slot (max_active
+// routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
+// Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
+// (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass.
+template <int kTiles, int kUnroll>
+__global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
+    moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr int kJ = 8 * kTiles;  // inter rows per warp
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int slot = blockIdx.y;
+  const bool shared = slot >= p.max_active;
+  int64_t expert;
+  int lo, hi;
+  int64_t h_base = 0;  // shared: h row of token 0
+  if (p.direct) pdl_trigger();  // as moe_gate_up_kernel: down (PDL) may launch at once
+  if (!shared && p.direct) {
+    expert = p.expert_idx[slot];
+    if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
+    lo = slot, hi = slot + 1;
+  } else if (!shared) {
+    if (slot >= *p.plan.n_active) return;
+    expert = p.plan.active_expert[slot];
+    lo = p.plan.seg_begin[slot], hi = p.plan.seg_begin[slot + 1];
+  } else {
+    const int s = slot - p.max_active;
+    expert = p.n_experts + s, lo = 0, hi = p.m;
+    h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
+  }
+  const int64_t j0 = (int64_t(blockIdx.x) * kMoeWarps + warp) * kJ;
+  if (j0 >= p.inter) return;
+
+  const uint8_t* wrow[kTiles][2];
+  const uint8_t* srow[kTiles][2];
+  float s2[kTiles][2];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // gate, up
+      const int64_t j = min(j0 + 8 * i + g, int64_t(p.inter) - 1);  // past inter: re-read, never written
+      const int64_t row = expert * 2 * p.inter + h * int64_t(p.inter) + j;
+      wrow[i][h] = codes_row(p.gate_up, row, p.hidden);
+      srow[i][h] = scales_row(p.gate_up, row);
+      s2[i][h] = scale_2_of(p.gate_up, row);
+    }
+  const int64_t k_chunks = p.hidden / 32, k_steps = (k_chunks + 3) / 4;
+
+  for (int q = lo + int(blockIdx.z) * kNvfp4MmaTokens; q < hi; q += int(gridDim.z) * kNvfp4MmaTokens) {
+    const int m_valid = min(kNvfp4MmaTokens, hi - q);
+    const float* xrow = nullptr;  // lane g: pair q + g
+    if (g < m_valid) {
+      const int pi = q + g;
+      const int64_t token = p.direct ? 0 : shared ? pi : p.plan.pair_flat[pi] / p.top_k;
+      xrow = p.x + token * p.hidden;
+    }
+    float acc[kTiles][4];
+    nvfp4_mma_stream<kTiles, kUnroll, false>(wrow, srow, xrow, k_chunks, 0, k_steps, acc);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int pair = 2 * t + c;
+        const int64_t j = j0 + 8 * i + g;
+        if (pair < m_valid && j < p.inter) {
+          const float gate = acc[i][c] * s2[i][0], up = acc[i][2 + c] * s2[i][1];
+          const int64_t h_row = shared ? h_base + q + pair : q + pair;
+          p.plan.h[h_row * p.inter + j] = silu(gate) * up;
+        }
+      }
+  }
+}
+
+// m = 1 (p.direct), as moe_down_direct_kernel: grid x = hidden row tiles of 16 x kTiles rows, a
+// block of n_slots x k_split warps (moe_nvfp4_down_direct_split), one warp per (slot, K slice) with
+// h row `slot` as the mma's only real column (lanes g = 0): 16-row tiles leave few warps (a dense
+// MLP's single slot: hidden / 16), so K is split. The first weight loads go out before the wait
+// for h (PDL); the partial sums meet in shared memory: each slot's K slices, then the slots in the
+// contract's order.
+template <int kTiles, int kUnroll>
+__global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
+    moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr int kR = kNvfp4MmaRows * kTiles;
+  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
+  const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int slot = warp / k_split, kpart = warp % k_split;
+  const bool shared = slot >= p.top_k;
+  const int64_t expert = shared ? p.n_experts + (slot - p.top_k) : p.expert_idx[slot];
+  const bool valid = shared || (expert >= 0 && expert < p.n_experts);
+  int rank = slot;  // shared experts follow the routed ones in slot order
+  if (!shared) {
+    rank = 0;
+    for (int s = 0; s < p.top_k; ++s) {
+      const int32_t e = p.expert_idx[s];
+      rank += e < expert || (e == expert && s < slot);
+    }
+  }
+  const int64_t row0 = int64_t(blockIdx.x) * kR;
+  const uint8_t* wrow[kTiles][2];
+  const uint8_t* srow[kTiles][2];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = (valid ? expert : 0) * p.hidden + min(row0 + kNvfp4MmaRows * i + g + 8 * h, int64_t(p.hidden) - 1);
+      wrow[i][h] = codes_row(p.down, row, p.inter);
+      srow[i][h] = scales_row(p.down, row);
+    }
+  const int64_t k_chunks = p.inter / 32, k_steps = valid ? (k_chunks + 3) / 4 : 0;
+  const int64_t per_part = (k_steps + k_split - 1) / k_split;
+  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+  const float* xrow = g == 0 ? p.plan.h + int64_t(slot) * p.inter : nullptr;
+  float acc[kTiles][4];
+  nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  pdl_wait();  // warps without k-steps; y is written below
+  const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
+  if (t == 0) {  // d0 / d2: rows g / g + 8, token 0
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = kNvfp4MmaRows * i + g + 8 * h;
+        const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);
+        s_part[rank * k_split + kpart][r] = valid ? wgt * (acc[i][2 * h] * scale_2_of(p.down, row)) : 0.0f;
+      }
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  const int64_t row = row0 + r;
+  if (r < kR && row < p.hidden) {
+    float v = 0.0f;
+    for (int k = 0; k < n_slots; ++k) {  // slots by rank; each slot's K slices first
+      float d = s_part[k * k_split][r];
+      for (int kp = 1; kp < k_split; ++kp) d += s_part[k * k_split + kp][r];
+      v += d;
+    }
+    float* yp = p.y + row;
+    *yp = p.accumulate ? *yp + v : v;
+  }
+}
+
+// The planned path, as moe_down_kernel: grid x = hidden row tiles (kMoeWarps / k_split x 16 rows
+// per block), y = token tiles of kMoeNvfp4TokTile. A warp: 16 output rows and a 1/k_split slice of
+// K (moe_nvfp4_down_k_split); loops over the active experts (ascending id), then the shared
+// experts, in passes of 8 pairs (the mma's N), and adds weight * down·h into its per-token sums in
+// shared memory pair by pair in pair order (a token that chose an expert twice keeps its slot
+// order); then the K slices' sums are added in slice order. A fixed order, no atomics, but not the
+// contract's association when k_split > 1: per token sum_slice (sum_expert w_e d_e,slice) instead of
+// sum_expert w_e (sum_slice d_e,slice): at most k_split more roundings of the combine.
+template <int kUnroll>
+__global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
+    moe_down_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
+  extern __shared__ int32_t s_slots[];  // [3][max_active]: expert id, first and end pair in this token tile
+  __shared__ float s_acc[kMoeWarps][kMoeNvfp4TokTile][kNvfp4MmaRows];
+  int32_t* s_expert = s_slots;
+  int32_t* s_lo = s_slots + p.max_active;
+  int32_t* s_hi = s_lo + p.max_active;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int t0 = int(blockIdx.y) * kMoeNvfp4TokTile, t1 = min(p.m, t0 + kMoeNvfp4TokTile);
+  const int n_active = *p.plan.n_active;
+
+  for (int a = threadIdx.x; a < n_active; a += kMoeThreads) {
+    int lo = p.plan.seg_begin[a], hi = p.plan.seg_begin[a + 1];
+    if (gridDim.y > 1) {  // this tile's tokens: flat pair indices [t0 * top_k, t1 * top_k)
+      lo = lower_bound(p.plan.pair_flat, lo, hi, t0 * p.top_k);
+      hi = lower_bound(p.plan.pair_flat, lo, hi, t1 * p.top_k);
+    }
+    s_expert[a] = p.plan.active_expert[a];
+    s_lo[a] = lo;
+    s_hi[a] = hi;
+  }
+  for (int i = lane; i < kMoeNvfp4TokTile * kNvfp4MmaRows; i += kWarpSize) (&s_acc[warp][0][0])[i] = 0.0f;
+  __syncthreads();
+
+  const int k_split = moe_nvfp4_down_k_split(p.hidden, p.inter), kpart = warp % k_split;
+  const int64_t row0 = (int64_t(blockIdx.x) * (kMoeWarps / k_split) + warp / k_split) * kNvfp4MmaRows;
+  const int64_t k_chunks = p.inter / 32, k_steps = (k_chunks + 3) / 4;
+  const int64_t per_part = (k_steps + k_split - 1) / k_split;
+  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+  // Rows past hidden: no slots (the barrier below is reached by every warp).
+  const int n_slots = row0 < p.hidden ? n_active + p.n_shared : 0;
+  for (int slot = 0; slot < n_slots; ++slot) {
+    const bool shared = slot >= n_active;
+    int64_t expert, h_base = 0;
+    int lo, hi;
+    if (!shared) {
+      expert = s_expert[slot], lo = s_lo[slot], hi = s_hi[slot];
+    } else {
+      const int s = slot - n_active;
+      expert = p.n_experts + s, lo = t0, hi = t1;
+      h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
+    }
+    if (lo >= hi) continue;
+    const uint8_t* wrow[1][2];
+    const uint8_t* srow[1][2];
+    float s2[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1);  // past hidden: never written
+      wrow[0][h] = codes_row(p.down, row, p.inter);
+      srow[0][h] = scales_row(p.down, row);
+      s2[h] = scale_2_of(p.down, row);
+    }
+    for (int q = lo; q < hi; q += kNvfp4MmaTokens) {
+      const int m_valid = min(kNvfp4MmaTokens, hi - q);
+      const float* xrow = g < m_valid ? p.plan.h + (h_base + q + g) * p.inter : nullptr;
+      float acc[1][4];
+      nvfp4_mma_stream<1, kUnroll, false>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+      for (int i = 0; i < m_valid; ++i) {  // pair order; lane (g, i / 2) holds pair i of rows g, g + 8
+        if (t == i / 2) {
+          int tok;
+          float wgt;
+          if (shared) {
+            tok = q + i, wgt = 1.0f;
+          } else {
+            const int f = p.plan.pair_flat[q + i];
+            tok = f / p.top_k, wgt = p.expert_weight[f];
+          }
+          const float v0 = (i % 2 ? acc[0][1] : acc[0][0]) * s2[0], v1 = (i % 2 ? acc[0][3] : acc[0][2]) * s2[1];
+          s_acc[warp][tok - t0][g] += wgt * v0;
+          s_acc[warp][tok - t0][g + 8] += wgt * v1;
+        }
+        __syncwarp();
+      }
+    }
+  }
+  __syncthreads();
+  if (kpart != 0 || row0 >= p.hidden) return;
+  for (int idx = lane; idx < (t1 - t0) * kNvfp4MmaRows; idx += kWarpSize) {
+    const int tl = idx / kNvfp4MmaRows, r = idx % kNvfp4MmaRows;
+    if (row0 + r < p.hidden) {
+      float v = s_acc[warp][tl][r];
+      for (int kp = 1; kp < k_split; ++kp) v += s_acc[warp + kp][tl][r];  // slice order
+      float* yp = p.y + int64_t(t0 + tl) * p.y_stride + row0 + r;
+      *yp = p.accumulate ? *yp + v : v;
+    }
+  }
+}
+
+template <int kTiles, int kUnroll>
+cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kMoeWarps * 8 * kTiles;
+  const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
+  const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
+  moe_gate_up_nvfp4_kernel<kTiles, kUnroll><<<grid, kMoeThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kTiles, int kUnroll>
+cudaError_t down_direct_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+  const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
+  const int64_t rows_per_block = int64_t(kNvfp4MmaRows) * kTiles;
+  const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
+  return launch_pdl(moe_down_direct_nvfp4_kernel<kTiles, kUnroll>, grid, dim3(unsigned(n_slots * k_split * kWarpSize)),
+                    0, stream, p);
+}
+
+template <int kUnroll>
+cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+  const int64_t rows_per_block = int64_t(kMoeWarps / moe_nvfp4_down_k_split(p.hidden, p.inter)) * kNvfp4MmaRows;
+  const int64_t bx = (int64_t(p.hidden) + rows_per_block - 1) / rows_per_block;
+  const dim3 grid(unsigned(bx), unsigned((p.m + kMoeNvfp4TokTile - 1) / kMoeNvfp4TokTile));
+  const size_t smem = size_t(3) * size_t(p.max_active) * sizeof(int32_t);
+  // 16 KB static + the slots: above 48 KB (max_active > 2730, prefill-sized m) needs the opt-in.
+  if (smem + sizeof(float) * kMoeWarps * kMoeNvfp4TokTile * kNvfp4MmaRows > 48 * 1024)
+    if (cudaError_t e = cudaFuncSetAttribute(moe_down_nvfp4_kernel<kUnroll>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        e != cudaSuccess)
+      return e;
+  moe_down_nvfp4_kernel<kUnroll><<<grid, kMoeThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream) {
+  if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
+  switch (tile.tiles * 16 + tile.unroll) {
+    case 16 + 1: return gate_up_launch<1, 1>(p, stream);
+    case 16 + 2: return gate_up_launch<1, 2>(p, stream);
+    case 16 + 4: return gate_up_launch<1, 4>(p, stream);
+    case 32 + 1: return gate_up_launch<2, 1>(p, stream);
+    case 32 + 2: return gate_up_launch<2, 2>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream) {
+  if (p.direct) {
+    switch (tile.tiles * 16 + tile.unroll) {
+      case 16 + 1: return down_direct_launch<1, 1>(p, stream);
+      case 16 + 2: return down_direct_launch<1, 2>(p, stream);
+      case 16 + 4: return down_direct_launch<1, 4>(p, stream);
+      case 32 + 1: return down_direct_launch<2, 1>(p, stream);  // 2 x 2 spilled (ptxas, 2026-12-01)
+    }
+    return cudaErrorInvalidValue;
+  }
+  if (tile.tiles != 1) return cudaErrorInvalidValue;
+  switch (tile.unroll) {
+    case 1: return down_launch<1>(p, stream);
+    case 2: return down_launch<2>(p, stream);  // 4 spilled (ptxas, 2026-12-01)
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace pg::ops::cuda

@@ -1,0 +1,53 @@
+// The NVFP4 tensor-core MoE expert kernels (moe_experts/nvfp4_kernel.cu): tiles and launch
+// functions, fmt-free. Taken by moe_experts/launch.cpp when MoeExpertsArgs::f16_activations is set
+// and a stack is on the vector path (its K a multiple of 32, aligned); the plan kernel and the
+// workspace are kernel.cu's (params.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "ops/cuda/linear/config.h"
+#include "ops/cuda/moe_experts/params.h"
+
+namespace pg::ops::cuda {
+
+// down, planned path: tokens per block (grid.y = ceil(m / kMoeNvfp4TokTile)); per-token sums in
+// shared memory, kMoeWarps x kMoeNvfp4TokTile x 16 floats (16 KB).
+constexpr int kMoeNvfp4TokTile = 32;
+
+// gate_up: a warp's tiles each hold 8 gate rows (the mma's rows g) and the matching 8 up rows
+// (rows g + 8), so a lane finds silu(gate) * up of its outputs in its own accumulators. m = 1 at
+// V3 (inter 2048, 9 slots): 2304 warps of 56 k-steps at 1 tile; moonlight (1408, 8 slots) 1408
+// warps of 16. Not yet swept on the H200 (bench_ops_cuda's moe rows with variants).
+inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
+// down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
+inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
+
+// down direct: warps splitting K per slot, the most (<= 8, a power of two) with n_slots x split <=
+// kMoeDirectMaxSlots warps per block: a dense MLP (1 slot) 8, moonlight (8 slots) 2, V3 (9) 1.
+// 16-row tiles alone give moonlight's dense down (2048 rows x 11264) 128 warps of 88 k-steps.
+constexpr int moe_nvfp4_down_direct_split(int n_slots) {
+  int ks = 1;
+  while (ks < 8 && n_slots * ks * 2 <= kMoeDirectMaxSlots) ks *= 2;
+  return ks;
+}
+
+// down planned: warps of a block splitting K (1, 2, 4, 8): grow while the 16-row tiles give fewer
+// than 16 warps per SM of a 132-SM H200 (a fixed count: kernel and launcher must agree without a
+// parameter) and every slice keeps >= 1 k-step. V3 (7168 x 2048): 448 tiles, split 8 (2 steps
+// each); moonlight (2048 x 1408): 128 tiles, split 8; a dense MLP's 11264 columns: 8.
+__host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t inter) {
+  const int64_t tiles = (hidden + 15) / 16, k_steps = (inter / 32 + 3) / 4, want = int64_t(132) * 16;
+  int ks = 1;
+  while (ks < 8 && tiles * ks < want && k_steps / (2 * ks) >= 1) ks *= 2;
+  return ks;
+}
+
+// Each launches with the tile given (instantiated: tiles 1 with unroll 1, 2, 4; tiles 2 with
+// unroll 1, 2); cudaErrorInvalidValue for another.
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream);
+// p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled); else the
+// planned one (one warp walks the active experts; tiles 1, unroll 1 or 2).
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream);
+
+}  // namespace pg::ops::cuda
