@@ -401,8 +401,8 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
                               const std::vector<RequestState*>& mtp_owner, const std::vector<RequestState*>& drafting) {
   // How deep each drafting sequence drafts, decided before the chain runs: at most its depth k,
   // inside the context and max_tokens; depth d >= 1 writes the MTP KV at position last + d - 1
-  // (model_runner.h, "Draft chains"), so its block must exist. Blocks are taken depth by depth in row order, and a sequence that finds
-  // none stops there (what drafting one depth at a time did).
+  // (model_runner.h, "Draft chains"), so its block must exist. Blocks are taken depth by depth in
+  // row order, and a sequence that finds none stops there (what drafting one depth at a time did).
   std::vector<DraftRow> rows(drafting.size());
   std::vector<int64_t> cap(drafting.size(), 0);
   std::vector<size_t> live;
