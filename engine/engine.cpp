@@ -400,9 +400,9 @@ class EngineDraftPicker final : public DraftPicker {
 void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden,
                               const std::vector<RequestState*>& mtp_owner, const std::vector<RequestState*>& drafting) {
   // How deep each drafting sequence drafts, decided before the chain runs: at most its depth k,
-  // inside the context and max_tokens; depth d >= 1 writes the MTP KV at position last + d, so
-  // its block must exist. Blocks are taken depth by depth in row order, and a sequence that finds
-  // none stops there (what drafting one depth at a time did).
+  // inside the context and max_tokens; depth d >= 1 writes the MTP KV at position last + d - 1
+  // (model_runner.h, "Draft chains"), so its block must exist. Blocks are taken depth by depth in
+  // row order, and a sequence that finds none stops there (what drafting one depth at a time did).
   std::vector<DraftRow> rows(drafting.size());
   std::vector<int64_t> cap(drafting.size(), 0);
   std::vector<size_t> live;
@@ -424,7 +424,7 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
     std::vector<size_t> next;
     for (size_t i : live) {
       RequestState& r = *drafting[i];
-      if (!blocks->ensure(r.seq.block_table, rows[i].last_pos + depth + 1)) continue;  // no room: stop here
+      if (!blocks->ensure(r.seq.block_table, rows[i].last_pos + depth)) continue;  // no room: stop here
       if (++rows[i].n_drafts < cap[i]) next.push_back(i);
     }
     live.swap(next);

@@ -35,7 +35,7 @@ Status ModelRunner::draft_chain(int64_t mtp_idx, std::span<const SeqStep> seqs, 
     for (size_t i : live) {
       SeqStep s;
       s.tokens = std::span<const int32_t>(&out.tokens[i].back(), 1);
-      s.start_pos = rows[i].last_pos + depth;
+      s.start_pos = rows[i].last_pos + depth - 1;  // the draft is the token at last_pos + depth
       s.block_table = rows[i].block_table;
       ds.push_back(s);
     }

@@ -19,14 +19,20 @@ namespace pg {
 // ---- Draft chains (speculative decoding with the MTP head) ----
 // A draft chain is the MTP catch-up pass over the positions a step computed (forward_mtp
 // semantics), then, for each of its output rows, up to n_drafts draft tokens, depth by depth:
-// depth 0 is picked from the catch-up row's logits; depth d >= 1 runs the MTP head on (the
-// depth d-1 MTP output, the depth d-1 draft) at position last_pos + d and picks from its logits.
+// depth 0 is picked from the catch-up row's logits (its row is position last_pos - 1, whose
+// input token is the one at last_pos); depth d >= 1 runs the MTP head on (the depth d-1 MTP
+// output, the depth d-1 draft) and picks from its logits. The depth d-1 draft is the token at
+// last_pos + d, so by forward_mtp's convention (the token at p + 1 goes in at position p) depth d
+// runs at position last_pos + d - 1, one past the position of the MTP output it takes, and writes
+// the MTP KV there before attending it: every MTP row a depth attends was written by the catch-up
+// pass (positions < last_pos) or by this chain (last_pos .. last_pos + d - 1), as in vLLM's
+// deepseek_mtp, which advances the position by one per chained depth.
 inline constexpr int64_t kMaxDraftDepth = 8;  // = kMaxSpeculativeTokens (engine/engine.h)
 
 struct DraftRow {
   int64_t n_drafts = 0;                  // drafts to make from this output row, [0, kMaxDraftDepth]
-  int64_t last_pos = 0;                  // depth d >= 1 runs at position last_pos + d
-  std::span<const int32_t> block_table;  // covers positions [0, last_pos + n_drafts)
+  int64_t last_pos = 0;                  // the sequence's last token; depth d >= 1 runs at last_pos + d - 1
+  std::span<const int32_t> block_table;  // covers positions [0, last_pos + n_drafts - 1)
   bool want_logits = false;              // return each depth's logits (speculative sampling's q)
 };
 

@@ -642,7 +642,7 @@ Status CudaRunner::Impl::upload_chain(std::span<const DraftRow> rows, int64_t bu
   for (int64_t i = 0; i < n; ++i) {
     const DraftRow& r = rows[size_t(i)];
     if (r.n_drafts <= 1) continue;
-    const int64_t last = r.last_pos + r.n_drafts - 1;  // the deepest position written
+    const int64_t last = r.last_pos + r.n_drafts - 2;  // the deepest position written (depth n_drafts - 1)
     if (r.last_pos < 0 || last >= max_model_len || int64_t(r.block_table.size()) > table_stride ||
         int64_t(r.block_table.size()) * block_size <= last)
       return invalid_argument("draft_chain: row {} drafts to position {} with {} blocks of {} (context {})", i, last,
@@ -656,7 +656,7 @@ Status CudaRunner::Impl::upload_chain(std::span<const DraftRow> rows, int64_t bu
       const bool real = i < n && d < rows[size_t(i)].n_drafts;
       // Rows that draft no deeper (and padding) write and read position d of the scratch block.
       token_seq[at] = int32_t(real ? i : bucket);
-      positions[at] = real ? rows[size_t(i)].last_pos + d : d;
+      positions[at] = real ? rows[size_t(i)].last_pos + d - 1 : d;  // model_runner.h, "Draft chains"
       ctx_len[at] = positions[at] + 1;
     }
   std::memset(tables, 0, size_t((bucket + 1) * table_stride) * 4);
