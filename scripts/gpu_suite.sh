@@ -9,7 +9,7 @@
 # Every phase is capped so the whole run fits PG_SUITE_BUDGET_S (default 540 s, from the start).
 # Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
 # PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths),
-# PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model).
+# PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
 # folders the GPU run needs (core, ops, ops/cuda, tests/ops, bench_ops_cuda); the summary says so.
@@ -167,7 +167,7 @@ export LD_LIBRARY_PATH="$RUN_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 count() { grep -E "tests passed|No tests were found" "$1" | tail -1; }
 log "ctest -L gpu"
 # PG_SUITE_CTEST_R=REGEX: only the GPU tests matching it (an iteration run; the full suite otherwise).
-ctest --test-dir "$BUILD" -L gpu ${PG_SUITE_CTEST_R:+-R "$PG_SUITE_CTEST_R"} --output-on-failure -j 4 --timeout 300 \
+ctest --test-dir "$BUILD" -L gpu ${PG_SUITE_CTEST_R:+-R "$PG_SUITE_CTEST_R"} --output-on-failure -j 4 --timeout "${PG_SUITE_CTEST_TIMEOUT:-300}" \
   >"$OUT/ctest_gpu.log" 2>&1
 gpu_rc=$?
 note "ctest -L gpu : rc=$gpu_rc  $(count "$OUT/ctest_gpu.log")  (skipped: $(grep -c '(Skipped)' "$OUT/ctest_gpu.log"))"
