@@ -50,18 +50,18 @@ bool vector_path_ok(const Matrix& w, const void* x) {
   return true;
 }
 
+}  // namespace
+
 // The direct multi path (m = 2..8 without the plan kernel) is off unless PEREGRINE_MOE_DIRECT_MULTI=1:
 // its first H200 run (2026-12-01, c9f193b) left every golden test that decodes 2..8 tokens per step
 // hanging (300 s timeouts), while m = 1 and long prefills passed. Off until that is understood.
-bool direct_multi_enabled() {
+bool moe_direct_multi_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_MOE_DIRECT_MULTI");
     return v && v[0] == '1';
   }();
   return on;
 }
-
-}  // namespace
 
 size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, int64_t n_experts, int64_t inter) {
   return moe_workspace_layout(m, top_k, n_shared, n_experts, inter).total;
@@ -120,7 +120,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
              a.top_k + a.n_shared <= kMoeDirectMaxSlots;
   // m = 2..8 (decode batches, verify steps): no plan either; bf16 / fp8 / f32 stacks only.
   const bool nvfp4 = a.gate_up->format == WeightFormat::kNvfp4 || a.down->format == WeightFormat::kNvfp4;
-  p.direct_multi = direct_multi_enabled() && !p.direct && !nvfp4 && moe_direct_multi_fits(a.m, a.top_k, a.n_shared);
+  p.direct_multi = moe_direct_multi_enabled() && !p.direct && !nvfp4 && moe_direct_multi_fits(a.m, a.top_k, a.n_shared);
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   const int m_tile = moe_m_tile(a.m);
   if (!p.direct && !p.direct_multi) PG_CUDA_TRY(launch_moe_plan(p, stream));

@@ -2,8 +2,9 @@
 // launches: a one-block plan groups the (token, slot) pairs by expert on the device, a gate/up
 // kernel reads every selected expert's gate and up rows once for all of its tokens, a down kernel
 // sums each token's experts in the contract's order and writes (or adds to) y. Decode steps of
-// m <= 8 tokens (batches, speculative verify steps) skip the plan: every warp derives the distinct
-// experts from expert_idx itself (params.h, `direct` and `direct_multi`).
+// m <= 8 tokens (batches, speculative verify steps) can skip the plan: every warp derives the
+// distinct experts from expert_idx itself (params.h, `direct_multi`): off unless
+// PEREGRINE_MOE_DIRECT_MULTI=1 (moe_direct_multi_enabled) since it hung on the H200.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,6 +25,9 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // 256-byte aligned. Fast path: m = 1..64 with whole 16-byte chunks per weight row; other shapes
 // take the scalar path, any m works (prefill streams an expert once per 8 of its tokens).
 Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// Whether m = 2..8 take the direct multi path (PEREGRINE_MOE_DIRECT_MULTI=1; read once).
+bool moe_direct_multi_enabled();
 
 // The NVFP4 tensor-core kernels' tiles (moe_experts/nvfp4_params.h) for the benchmark's sweep;
 // 0 fields take the defaults. Instantiated: tiles 1 x unroll 1, 2, 4 and tiles 2 x unroll 1, 2
