@@ -9,7 +9,8 @@
 # Every phase is capped so the whole run fits PG_SUITE_BUDGET_S (default 540 s, from the start).
 # Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
 # PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths),
-# PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300).
+# PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300),
+# PG_SUITE_TARGETS (the targets to build).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
 # folders the GPU run needs (core, ops, ops/cuda, tests/ops, bench_ops_cuda); the summary says so.
@@ -157,7 +158,8 @@ BUDGET=${PG_SUITE_BUDGET_S:-540}
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
 log "building the GPU targets with $NPROC cores"
 tb=$(date +%s)
-GPU_TARGETS=(ops_cuda_test ops_fused_cpu_test cuda_golden_test sampling_cuda_test peregrine bench_ops_cuda)
+# PG_SUITE_TARGETS="a b": build only these (a quick check of a few tests; ctest runs what was built).
+read -r -a GPU_TARGETS <<<"${PG_SUITE_TARGETS:-ops_cuda_test ops_fused_cpu_test cuda_golden_test sampling_cuda_test peregrine bench_ops_cuda}"
 ninja -C "$BUILD" -k 0 -j "$NPROC" "${GPU_TARGETS[@]}" >"$OUT/build.log" 2>&1
 gpu_build_rc=$?
 note "build (GPU targets): rc=$gpu_build_rc, $(($(date +%s) - tb)) s"
