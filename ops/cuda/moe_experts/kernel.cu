@@ -190,16 +190,25 @@ struct WarpRouting {
   uint64_t first = 0;
 };
 
+// Every lane must execute every *_sync intrinsic here (the full mask): the match is taken before
+// the e >= 0 test, never inside `e >= 0 && ...`, whose short circuit skipped it on the lanes
+// without a pair (lanes >= m * top_k, dropped ids). That divergent match.sync is undefined (by
+// the PTX spec the matching lanes wait for lanes that wait at the ballot) and it hung or faulted
+// on the H200 (2026-12-01): the lanes of a warp saw different `first` masks, so a lane could take
+// a routed slot past its own distinct count, nth_set_bit gave -1 and slot_expert expert -1
+// (weight rows before the stack, x rows and h rows past m).
 __device__ __forceinline__ WarpRouting warp_routing(const MoeExpertsParams& p) {
   const int lane = threadIdx.x % kWarpSize;
   const unsigned below = (1u << lane) - 1u;
   WarpRouting w;
   w.e_lo = routed_id(p, lane);
-  const bool first_lo = w.e_lo >= 0 && (__match_any_sync(kFullMask, w.e_lo) & below) == 0;
+  const unsigned peers_lo = __match_any_sync(kFullMask, w.e_lo);  // every lane, -1 too
+  const bool first_lo = w.e_lo >= 0 && (peers_lo & below) == 0;
   bool first_hi = false;
   if (p.m * p.top_k > kWarpSize) {  // warp-uniform
     w.e_hi = routed_id(p, kWarpSize + lane);
-    first_hi = w.e_hi >= 0 && (__match_any_sync(kFullMask, w.e_hi) & below) == 0;
+    const unsigned peers_hi = __match_any_sync(kFullMask, w.e_hi);  // every lane, -1 too
+    first_hi = w.e_hi >= 0 && (peers_hi & below) == 0;
     for (int s = 0; s < kWarpSize; ++s)  // and not among pairs 0..31
       if (__shfl_sync(kFullMask, w.e_lo, s) == w.e_hi) first_hi = false;
   }

@@ -54,7 +54,9 @@ bool vector_path_ok(const Matrix& w, const void* x) {
 
 // The direct multi path (m = 2..8 without the plan kernel) is off unless PEREGRINE_MOE_DIRECT_MULTI=1:
 // its first H200 run (2026-12-01, c9f193b) left every golden test that decodes 2..8 tokens per step
-// hanging (300 s timeouts), while m = 1 and long prefills passed. Off until that is understood.
+// hanging (300 s timeouts) and faulted the op test, while m = 1 and long prefills passed. The cause
+// found by reading (kernel.cu warp_routing: a __match_any_sync with the full mask skipped by the
+// lanes without a pair) is fixed; off until the H200 confirms it.
 bool moe_direct_multi_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_MOE_DIRECT_MULTI");
