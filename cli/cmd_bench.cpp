@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
-#include <optional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -49,7 +49,7 @@ struct BenchOptions {
   bool raw_prompts = false;
   double temperature = 0;
   int64_t seed = 1;
-  std::optional<double> draft_cost;
+  std::string draft_cost;  // a number, or "auto"; empty: the engine's default
 };
 
 double median(std::vector<double> v) {
@@ -71,10 +71,26 @@ int run_bench(BenchOptions o) {
     s.prompts_file = o.prompts_file, s.raw_prompts = o.raw_prompts;
     s.decode_tokens = o.decode_tokens > 0 ? o.decode_tokens : 128;
     s.repeats = o.repeats, s.threads = o.threads, s.temperature = o.temperature, s.seed = o.seed;
-    s.draft_cost = o.draft_cost, s.gpu_memory_utilization = o.gpu_memory_utilization, s.graphs = !o.no_graphs;
+    if (o.draft_cost == "auto") {
+      s.draft_cost_auto = true;
+    } else if (!o.draft_cost.empty()) {
+      char* end = nullptr;
+      const double c = std::strtod(o.draft_cost.c_str(), &end);
+      if (*end != '\0' || !(c >= 0 && c <= 10)) {
+        std::fprintf(stderr, "peregrine bench: --speculative-draft-cost takes a number in [0, 10] or 'auto'\n");
+        return 2;
+      }
+      s.draft_cost = c;
+    }
+    s.gpu_memory_utilization = o.gpu_memory_utilization, s.graphs = !o.no_graphs;
     s.json = o.json, s.json_out = o.json_out;
     return run_spec_bench(s);
   }
+  for (const std::string& k : o.speculative_tokens)
+    if (k.size() != 1 || k[0] < '1' || k[0] > '4') {
+      std::fprintf(stderr, "peregrine bench: --synthetic times draft depths k in 1..4, got '%s'\n", k.c_str());
+      return 2;
+    }
   if (o.prompt_tokens == 0) o.prompt_tokens = cuda ? 1024 : 128;
   if (o.decode_tokens == 0) o.decode_tokens = cuda ? 256 : 64;
   if (!cuda) {
@@ -90,13 +106,7 @@ int run_bench(BenchOptions o) {
   c.context = o.prompt_tokens, c.decode_tokens = o.decode_tokens, c.repeats = o.repeats, c.batches = o.batches;
   c.long_prefill = o.long_prefill, c.gpu_memory_utilization = o.gpu_memory_utilization, c.graphs = !o.no_graphs;
   c.json_path = o.json_out, c.json = o.json;
-  for (const std::string& k : o.speculative_tokens) {
-    if (k.empty() || k.size() > 1 || k[0] < '1' || k[0] > '4') {
-      std::fprintf(stderr, "peregrine bench: --synthetic times draft depths k in 1..4, got '%s'\n", k.c_str());
-      return 2;
-    }
-    c.speculative_tokens.push_back(k[0] - '0');
-  }
+  for (const std::string& k : o.speculative_tokens) c.speculative_tokens.push_back(k[0] - '0');
   c.acceptance_rate = o.acceptance_rate;
   return run_cuda_bench(c);
 #else
@@ -210,8 +220,7 @@ Command add_bench(CLI::App& root) {
   app->add_option("--seed", opts->seed, "speculation, sampled: prompt i is seeded seed + i in every mode");
   app->add_option("--speculative-draft-cost", opts->draft_cost,
                   "speculation: one more draft's cost relative to a decode step, for the adaptive depth "
-                  "(default: the engine's)")
-      ->check(CLI::Range(0.0, 10.0));
+                  "(default: the engine's; auto: fitted from the fixed k's step times)");
   app->add_option("--acceptance-rate", opts->acceptance_rate,
                   "cuda: per-draft acceptance for the effective tokens/s of --speculative-tokens (default: the "
                   "embedded model's measured 0.564)")

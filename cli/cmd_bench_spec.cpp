@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/spec_bench.h"
+#include "engine/adaptive_depth.h"
 #include "engine/engine.h"
 #include "model/deepseek_model.h"
 #include "model/runner_factory.h"
@@ -47,6 +48,8 @@ struct Mode {
 struct ModeResult {
   Mode mode;
   std::vector<double> decode_tps;              // per pass: decode tokens / decode seconds, all prompts
+  std::vector<double> step_s;                  // per pass: decode seconds per verify step
+  std::vector<double> draft_cost;              // adaptive, per pass: the cost it ran with
   double ttft_s = 0;                           // summed over prompts and passes
   int64_t prompt_tokens = 0, generated = 0, n_requests = 0;
   int64_t verify_steps = 0, drafted = 0, accepted = 0;
@@ -127,7 +130,7 @@ Result<std::vector<std::vector<int32_t>>> encode_prompts(const std::vector<std::
   return ids;
 }
 
-Result<std::unique_ptr<Engine>> make_engine(const SpecBenchOptions& o, const Mode& m,
+Result<std::unique_ptr<Engine>> make_engine(const SpecBenchOptions& o, const Mode& m, std::optional<double> draft_cost,
                                             const std::shared_ptr<const Tokenizer>& tok) {
   PG_ASSIGN_OR_RETURN(auto model, DeepseekModel::load(o.model_dir));
   EngineConfig ec;
@@ -136,7 +139,7 @@ Result<std::unique_ptr<Engine>> make_engine(const SpecBenchOptions& o, const Mod
   ec.n_threads = o.threads;
   ec.num_speculative_tokens = m.k;
   ec.speculative_adaptive = m.adaptive;
-  if (o.draft_cost) ec.speculative_draft_cost = *o.draft_cost;
+  if (draft_cost) ec.speculative_draft_cost = *draft_cost;
   RunnerOptions ro;
   ro.device = o.device;
   ro.max_num_seqs = 1;
@@ -217,10 +220,27 @@ int run_spec_bench(const SpecBenchOptions& o) {
 
   std::vector<ModeResult> results(modes->size());
   for (size_t i = 0; i < modes->size(); ++i) results[i].mode = (*modes)[i];
-  // Passes outside, modes inside: load drifts on a shared machine reach every mode alike.
+  size_t n_fixed_spec = 0;
+  for (const Mode& m : *modes) n_fixed_spec += !m.adaptive && m.k > 0;
+  if (o.draft_cost_auto && n_fixed_spec < 2)
+    return fail(invalid_argument("--speculative-draft-cost auto fits the cost from two or more fixed k >= 1"));
+  const double default_cost = o.draft_cost ? *o.draft_cost : EngineConfig{}.speculative_draft_cost;
+  std::vector<double> fitted_costs;  // per pass
+  // Passes outside, modes inside: load drifts on a shared machine reach every mode alike. The
+  // adaptive mode comes last, after the fixed k whose step times fit its draft cost.
   for (int pass = 0; pass < o.repeats; ++pass) {
+    DraftCostFit fit;
     for (ModeResult& res : results) {
-      auto engine = make_engine(o, res.mode, tok);
+      std::optional<double> cost = o.draft_cost;
+      if (res.mode.adaptive) {
+        if (fit.cost()) fitted_costs.push_back(*fit.cost());
+        if (o.draft_cost_auto) {
+          if (!fit.cost()) return fail(internal_error("no draft cost could be fitted from the fixed-k steps"));
+          cost = *fit.cost();
+        }
+        res.draft_cost.push_back(cost ? *cost : default_cost);
+      }
+      auto engine = make_engine(o, res.mode, cost, tok);
       if (!engine.ok()) return fail(engine.status());
       SamplingParams params;
       params.temperature = o.temperature;
@@ -250,6 +270,11 @@ int run_spec_bench(const SpecBenchOptions& o) {
       res.drafted += after.spec_draft_tokens_total - before.spec_draft_tokens_total;
       res.accepted += after.spec_accepted_tokens_total - before.spec_accepted_tokens_total;
       res.decode_tps.push_back(decode_s > 0 ? double(decode_tokens) / decode_s : 0.0);
+      const int64_t steps = after.spec_verify_steps_total - before.spec_verify_steps_total;
+      if (steps > 0) {
+        res.step_s.push_back(decode_s / double(steps));
+        if (!res.mode.adaptive) fit.add(res.mode.k, res.step_s.back());
+      }
       std::fprintf(stderr, "[bench] pass %d/%d, %s: %.1f decode tokens/s\n", pass + 1, o.repeats,
                    res.mode.name.c_str(), res.decode_tps.back());
     }
@@ -286,7 +311,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
             {"repeats", o.repeats},
             {"temperature", o.temperature},
             {"seed", o.seed},
-            {"speculative_draft_cost", o.draft_cost ? *o.draft_cost : EngineConfig{}.speculative_draft_cost},
+            {"speculative_draft_cost", o.draft_cost_auto ? Json("auto") : Json(default_cost)},
             {"modes", Json::array()}};
   for (const ModeResult& r : results) {
     const double tps = median(r.decode_tps);
@@ -301,6 +326,8 @@ int run_spec_bench(const SpecBenchOptions& o) {
               {"verify_steps", r.verify_steps},
               {"drafted", r.drafted},
               {"accepted", r.accepted}};
+    if (!r.step_s.empty()) m["ms_per_verify_step"] = 1e3 * median(r.step_s);
+    if (r.mode.adaptive) m["draft_cost"] = median(r.draft_cost);
     if (r.drafted > 0) {
       const double steps = double(std::max<int64_t>(1, r.verify_steps));
       m["acceptance_rate"] = double(r.accepted) / double(r.drafted);
@@ -314,6 +341,8 @@ int run_spec_bench(const SpecBenchOptions& o) {
     j["greedy_identical"] = mismatch.is_null();
     if (!mismatch.is_null()) j["mismatch"] = mismatch;
   }
+  // c of AdaptiveDepth from the fixed k's step times (t(k) = alpha + beta k, c = beta / alpha).
+  if (!fitted_costs.empty()) j["fitted_draft_cost"] = median(fitted_costs);
   double adaptive_pct = 0;
   if (adaptive && best_fixed) {
     adaptive_pct = 100.0 * (median(adaptive->decode_tps) / median(best_fixed->decode_tps) - 1.0);
@@ -349,6 +378,10 @@ int run_spec_bench(const SpecBenchOptions& o) {
         std::printf("%8s %9s %8s %11s %7s\n", "-", "-", "-", "-", "-");
     }
     std::printf("\n");
+    if (j.contains("fitted_draft_cost"))
+      std::printf("draft cost c fitted from the fixed k's step times: %.2f of a step; adaptive ran with %.2f%s\n",
+                  j["fitted_draft_cost"].get<double>(), median(adaptive->draft_cost),
+                  o.draft_cost_auto ? " (auto)" : o.draft_cost ? "" : " (the engine's default)");
     if (adaptive && best_fixed)
       std::printf("adaptive vs best fixed k (k=%lld): %+.1f%% (target >= -5%%): %s\n", (long long)best_fixed->mode.k,
                   adaptive_pct, adaptive_pct >= -5.0 ? "met" : "MISSED");

@@ -21,6 +21,7 @@ struct SpecBenchOptions {
   double temperature = 0;               // 0: greedy, and the outputs must agree across modes
   int64_t seed = 1;                     // sampled: prompt i uses seed + i in every mode
   std::optional<double> draft_cost;     // EngineConfig::speculative_draft_cost (unset: the engine's)
+  bool draft_cost_auto = false;         // adaptive: the cost fitted from this pass's fixed-k steps
   double gpu_memory_utilization = 0.90;
   bool graphs = true;
   bool json = false;                    // print JSON instead of the table
