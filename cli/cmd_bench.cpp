@@ -1,14 +1,18 @@
 // `peregrine bench MODEL_DIR`: per-user decode speed on the CPU backend — prefill a prompt of
 // random token ids, then greedy-decode, timing each phase; median over repeats; table and JSON.
+// With --speculative-tokens, MODEL_DIR runs through the Engine per draft depth (cmd_bench_spec.cpp);
+// --synthetic hands over to the CUDA step timings (cuda_bench.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/spec_bench.h"
 #include "model/deepseek_model.h"
 #ifdef PG_WITH_CUDA
 #include "cli/cuda_bench.h"
@@ -17,9 +21,11 @@
 namespace pg::cli {
 namespace {
 
-// Per-draft acceptance of the embedded model's MTP layer (models/peregrine-tiny, greedy, k = 1:
-// 228 of 404 drafts accepted over 5 English prompts; bench/RESULTS.md, "MTP speculative decoding").
-constexpr double kEmbeddedModelAcceptance = 0.564;
+// Per-draft acceptance assumed for the synthetic models' effective tokens/s: the embedded model's
+// sampled rate at k = 1 (temperature 0.6, top-p 0.95: 54.5% over 5 English prompts; greedy reaches
+// 87.0%, its continuations loop; bench/RESULTS.md, "MTP draft-chain positions"). A real model's
+// rates come from `peregrine bench MODEL_DIR --speculative-tokens 0,1,2,3,adaptive`.
+constexpr double kEmbeddedModelAcceptance = 0.545;
 
 struct BenchOptions {
   std::string model_dir;
@@ -34,8 +40,16 @@ struct BenchOptions {
   int repeats = 3;
   int threads = 0;
   bool json = false;
-  std::vector<int64_t> speculative_tokens;  // cuda: verify/draft step cost at these draft depths k
+  // MODEL_DIR: engine modes "0".."8" and "adaptive" (cli/spec_bench.h); --synthetic: the draft
+  // depths k in 1..4 whose verify/draft step costs are timed.
+  std::vector<std::string> speculative_tokens;
   double acceptance_rate = kEmbeddedModelAcceptance;
+  // The engine modes only.
+  std::string prompts_file;
+  bool raw_prompts = false;
+  double temperature = 0;
+  int64_t seed = 1;
+  std::string draft_cost;  // a number, or "auto"; empty: the engine's default
 };
 
 double median(std::vector<double> v) {
@@ -51,6 +65,32 @@ int run_bench(BenchOptions o) {
     std::fprintf(stderr, "peregrine bench: give a MODEL_DIR or --synthetic NAME (one of them)\n");
     return 2;
   }
+  if (!o.model_dir.empty() && !o.speculative_tokens.empty()) {
+    SpecBenchOptions s;
+    s.model_dir = o.model_dir, s.device = cuda ? "cuda" : "cpu", s.modes = o.speculative_tokens;
+    s.prompts_file = o.prompts_file, s.raw_prompts = o.raw_prompts;
+    s.decode_tokens = o.decode_tokens > 0 ? o.decode_tokens : 128;
+    s.repeats = o.repeats, s.threads = o.threads, s.temperature = o.temperature, s.seed = o.seed;
+    if (o.draft_cost == "auto") {
+      s.draft_cost_auto = true;
+    } else if (!o.draft_cost.empty()) {
+      char* end = nullptr;
+      const double c = std::strtod(o.draft_cost.c_str(), &end);
+      if (*end != '\0' || !(c >= 0 && c <= 10)) {
+        std::fprintf(stderr, "peregrine bench: --speculative-draft-cost takes a number in [0, 10] or 'auto'\n");
+        return 2;
+      }
+      s.draft_cost = c;
+    }
+    s.gpu_memory_utilization = o.gpu_memory_utilization, s.graphs = !o.no_graphs;
+    s.json = o.json, s.json_out = o.json_out;
+    return run_spec_bench(s);
+  }
+  for (const std::string& k : o.speculative_tokens)
+    if (k.size() != 1 || k[0] < '1' || k[0] > '4') {
+      std::fprintf(stderr, "peregrine bench: --synthetic times draft depths k in 1..4, got '%s'\n", k.c_str());
+      return 2;
+    }
   if (o.prompt_tokens == 0) o.prompt_tokens = cuda ? 1024 : 128;
   if (o.decode_tokens == 0) o.decode_tokens = cuda ? 256 : 64;
   if (!cuda) {
@@ -66,7 +106,8 @@ int run_bench(BenchOptions o) {
   c.context = o.prompt_tokens, c.decode_tokens = o.decode_tokens, c.repeats = o.repeats, c.batches = o.batches;
   c.long_prefill = o.long_prefill, c.gpu_memory_utilization = o.gpu_memory_utilization, c.graphs = !o.no_graphs;
   c.json_path = o.json_out, c.json = o.json;
-  c.speculative_tokens = o.speculative_tokens, c.acceptance_rate = o.acceptance_rate;
+  for (const std::string& k : o.speculative_tokens) c.speculative_tokens.push_back(k[0] - '0');
+  c.acceptance_rate = o.acceptance_rate;
   return run_cuda_bench(c);
 #else
   std::fprintf(stderr, "peregrine bench: this build has no CUDA backend (configure with -DPEREGRINE_CUDA=ON)\n");
@@ -158,7 +199,7 @@ Command add_bench(CLI::App& root) {
   app->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization, "cuda: share of GPU memory to use")
       ->check(CLI::Range(0.05, 0.99));
   app->add_flag("--no-graphs", opts->no_graphs, "cuda: launch kernels one by one (no CUDA graphs)");
-  app->add_option("--json-out", opts->json_out, "cuda: also write the JSON report to this file");
+  app->add_option("--json-out", opts->json_out, "also write the JSON report to this file (cuda, speculation)");
   app->add_option("--prompt-tokens,--context", opts->prompt_tokens, "prompt length (cuda default 1024)")
       ->check(CLI::PositiveNumber);
   app->add_option("--decode-tokens", opts->decode_tokens, "tokens to generate")->check(CLI::PositiveNumber);
@@ -166,10 +207,20 @@ Command add_bench(CLI::App& root) {
   app->add_option("--threads", opts->threads, "CPU threads (0: all)");
   app->add_flag("--json", opts->json, "print JSON");
   app->add_option("--speculative-tokens", opts->speculative_tokens,
-                  "cuda: also time verify steps of 1 + k tokens and k chained MTP draft steps at batch 1, for each k "
-                  "(e.g. 1,2,3; a synthetic model gets an MTP layer of its shapes)")
-      ->delimiter(',')
-      ->check(CLI::Range(int64_t(1), int64_t(4)));
+                  "MODEL_DIR: run the engine per mode, one request at a time, over natural-language prompts "
+                  "(e.g. 0,1,2,3,adaptive; 0: no speculation; adaptive: 1..the largest k); --synthetic: time "
+                  "verify steps of 1 + k tokens and k chained MTP draft steps at batch 1, per k in 1..4")
+      ->delimiter(',');
+  app->add_option("--prompts", opts->prompts_file,
+                  "speculation: prompts file, one per line (default: 8 built-in English prompts)")
+      ->check(CLI::ExistingFile);
+  app->add_flag("--raw-prompts", opts->raw_prompts, "speculation: no chat template even if the model has one");
+  app->add_option("--temperature", opts->temperature, "speculation: 0 = greedy (outputs must agree across modes)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--seed", opts->seed, "speculation, sampled: prompt i is seeded seed + i in every mode");
+  app->add_option("--speculative-draft-cost", opts->draft_cost,
+                  "speculation: one more draft's cost relative to a decode step, for the adaptive depth "
+                  "(default: the engine's; auto: fitted from the fixed k's step times)");
   app->add_option("--acceptance-rate", opts->acceptance_rate,
                   "cuda: per-draft acceptance for the effective tokens/s of --speculative-tokens (default: the "
                   "embedded model's measured 0.564)")

@@ -53,5 +53,43 @@ TEST(AdaptiveDepth, FreeDraftsGoDeepCostlyOnesStayShallow) {
   EXPECT_EQ(d.choose(8, 1.0), 1);  // a draft costs a whole step: one at most pays
 }
 
+// DraftCostFit: c = beta / alpha of the step time t(k) = alpha + beta k, and the choice it leads to
+// equals maximising tokens per second over the measured step times.
+TEST(DraftCostFit, RecoversTheLineAndItsChoice) {
+  DraftCostFit f;
+  EXPECT_FALSE(f.cost());
+  f.add(2, 0.015);
+  f.add(2, 0.015);
+  EXPECT_FALSE(f.cost()) << "one k says nothing about the slope";
+  // The CPU's shape: t(k) = 6 ms + 4.5 ms k (c = 0.75), with +-0.2 ms noise around it.
+  DraftCostFit cpu;
+  cpu.add(1, 0.0107), cpu.add(2, 0.0148), cpu.add(3, 0.0197), cpu.add(1, 0.0103);
+  ASSERT_TRUE(cpu.cost());
+  EXPECT_NEAR(*cpu.cost(), 0.75, 0.06);
+  // At the greedy acceptance measured there (a ~ 0.68) drafts cost more than they bring: k = 1,
+  // which is also the k with the most tokens per second over the measured times.
+  AdaptiveDepth d;
+  for (int i = 0; i < 400; ++i) d.observe(1, i % 3 != 2 ? 1 : 0);  // a ~ 0.67
+  ASSERT_NEAR(d.rate(), 0.68, 0.04);
+  const int64_t k = d.choose(3, *cpu.cost());
+  EXPECT_EQ(k, 1);
+  for (int64_t j = 1; j <= 3; ++j)
+    EXPECT_LE(value(d.rate(), j, *cpu.cost()), value(d.rate(), k, *cpu.cost()) * (1 + 1e-9));
+  // Bandwidth-bound steps: a draft adds a tenth of a step, so deep drafts pay.
+  DraftCostFit gpu;
+  for (int64_t j = 1; j <= 4; ++j) gpu.add(j, 0.010 * (1 + 0.1 * double(j)));
+  EXPECT_NEAR(*gpu.cost(), 0.1, 1e-9);
+  EXPECT_GE(d.choose(4, *gpu.cost()), 3);
+  // A falling line (a noise artefact) means free drafts, never a negative cost.
+  DraftCostFit down;
+  down.add(1, 0.012), down.add(2, 0.011);
+  EXPECT_DOUBLE_EQ(*down.cost(), 0.0);
+  // Steps growing faster than k (noise, or drafts dearer than a step): the largest cost.
+  DraftCostFit steep;
+  steep.add(1, 0.007), steep.add(2, 0.015);
+  EXPECT_DOUBLE_EQ(*steep.cost(), DraftCostFit::kMaxCost);
+  EXPECT_EQ(d.choose(3, *steep.cost()), 1);
+}
+
 }  // namespace
 }  // namespace pg
