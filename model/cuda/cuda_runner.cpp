@@ -498,7 +498,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   float* pool = cache_layer(cache_layer_idx);
 
   // fused_norms: input_norm inside the [q_a | kv_a] GEMV (a is not written).
-  const bool fuse_in = A.q_kv_a.data && fuse_norm(A.q_kv_a, T);
+  const bool fuse_in = A.q_kv_a.data && fuse_norm(A.q_kv_a, T) && cu::linear_norm_in_pays(T, H);
   if (!fuse_in) {
     PG_TRY(norm(x, L.input_norm, a, T, H));  // a [T, H]
     PG_TRY(mark("input_norm"));
@@ -517,7 +517,8 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
       PG_TRY(mark("q_kv_a_proj"));
     }
     kv_in = qkv + first, kv_row = first + D;
-    if (A.has_q_lora && fuse_norm(A.q_b, T)) {  // q_a_norm inside q_b's GEMV (qkv's q_a part stays raw)
+    // q_a_norm inside q_b's GEMV (qkv's q_a part stays raw).
+    if (A.has_q_lora && fuse_norm(A.q_b, T) && cu::linear_norm_in_pays(T, first)) {
       PG_TRY(norm_lin(qkv, A.q_a_norm, A.q_b, q, T, first + D));  // [T, nh * qk]
       PG_TRY(mark("q_a_norm+q_b_proj"));
     } else if (A.has_q_lora) {
@@ -587,7 +588,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
   PG_TRY(heads(uv));
   PG_TRY(mark("w_uv"));
-  if (fuse_norm(A.o, T)) {  // residual += o_proj(o); a = post_norm(residual), by o_proj's last block
+  if (fuse_norm(A.o, T) && cu::linear_norm_out_pays(T, H)) {  // residual += o_proj(o); a = post_norm(residual), by o_proj's last block
     PG_TRY(lin_acc_norm(o, A.o, x, L.post_norm, a, T));
     PG_TRY(mark("o_proj+post_norm"));
   } else {

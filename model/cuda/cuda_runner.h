@@ -54,9 +54,10 @@ struct CudaRunnerOptions {
   // Decode-sized steps (<= 8 tokens) fold the layer's RMSNorms into the projections next to them
   // (ops/linear_norm.h): input_norm into q_kv_a's GEMV (each block normalizes x as it loads it),
   // q_a_norm into q_b's, post_norm into o_proj's (its last block normalizes the finished residual
-  // rows): two to three launches fewer per layer. Not for NVFP4 projections outside exact mode
-  // (their f16 tensor-core GEMV has no fused variant). Off until its GPU tests pass on the H200;
-  // PEREGRINE_FUSED_NORMS=0 / =1 overrides.
+  // rows): two to three launches fewer per layer, each where it pays (linear_norm_in_pays /
+  // _out_pays in ops/cuda/linear_norm/params.h: moonlight at 1..8 tokens, V3's hidden-size norms
+  // at 1..2). Not for NVFP4 projections outside exact mode (their f16 tensor-core GEMV has no
+  // fused variant). Off until its GPU tests pass on the H200; PEREGRINE_FUSED_NORMS=0 / =1 overrides.
   bool fused_norms = false;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };

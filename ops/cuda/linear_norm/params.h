@@ -17,6 +17,23 @@ namespace pg::ops::cuda {
 // 229 KB from L2 per block). Decode-sized steps; larger ones launch rmsnorm and linear.
 constexpr int kLinearNormMaxRows = 8;
 
+// in_norm: every block reads its m tile's x rows once more for the norm (the main loop then
+// finds them in L1). Worth it while those rows fit the L1 of the SM's two blocks (256 KB L1 + smem
+// on the H200; 64 KB of rows a block): moonlight (hidden 2048) to 8 rows, V3's hidden 7168 to 2,
+// its q_b (1536) to 8. Beyond, the rows stream from L2 twice and the kernel may lose the launch it
+// saves; the runner then keeps the separate rmsnorm (it stays correct at any m <= 8).
+constexpr int64_t kLinearNormInMaxRowBytes = 64 * 1024;
+inline bool linear_norm_in_pays(int64_t m, int64_t k) {
+  return m <= kLinearNormMaxRows && linear_m_tile(m) * k * int64_t(sizeof(float)) <= kLinearNormInMaxRowBytes;
+}
+// out_norm: one block (the grid's last) reads the m finished rows twice from L2 and writes them
+// normalized, at one SM's share of L2 bandwidth: 64 KB of rows (~1 us) is below a launch's
+// ~3-5 us; V3's 8 rows of 7168 (229 KB, ~3-4 us) would not be.
+constexpr int64_t kLinearNormOutMaxRowBytes = 64 * 1024;
+inline bool linear_norm_out_pays(int64_t m, int64_t n) {
+  return m <= kLinearNormMaxRows && m * n * int64_t(sizeof(float)) <= kLinearNormOutMaxRowBytes;
+}
+
 // Which norm the kernel fuses (ops/linear_norm.h).
 enum class LinearNormMode : uint8_t { kIn, kOut };
 
