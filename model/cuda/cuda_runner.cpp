@@ -21,6 +21,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm/gemm.h"
 #include "ops/cuda/head_linear_gemm.h"
+#include "ops/cuda/linear_norm/linear_norm.h"
 #include "ops/cuda/mla_prefill.h"
 #include "ops/cuda/moe_experts_gemm.h"
 #include "ops/cuda/mla_attention.h"
@@ -101,6 +102,7 @@ struct CudaRunner::Impl {
         *hidden = nullptr, *normed = nullptr, *logits = nullptr, *cat = nullptr, *qkv = nullptr;
   int32_t* expert_idx = nullptr;
   unsigned* router_counter = nullptr;  // moe_router's last-block counter (zero between launches)
+  unsigned* norm_counter = nullptr;    // linear_norm's (out_norm) last-block counter, likewise
   float* mla_ws = nullptr;
   size_t mla_ws_floats = 0;
   void* moe_ws = nullptr;
@@ -191,6 +193,16 @@ struct CudaRunner::Impl {
   }
   std::vector<std::pair<std::string, cudaEvent_t>>* prof = nullptr;
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
+  // fused_norms (decode-sized steps): whether a projection of W at m rows takes linear_norm (the
+  // GEMV lin() would launch, f32 activations: not NVFP4's f16 tensor-core path), and the two forms.
+  bool fuse_norm(const Matrix& W, int64_t m) const {
+    return opt.fused_norms && m <= cu::kLinearNormMaxRows && !prefill_path(m) &&
+           (W.format != ops::WeightFormat::kNvfp4 || opt.exact);
+  }
+  // y = (rmsnorm(x_) * wt) · Wᵀ, x_ rows of stride xs.
+  Status norm_lin(const float* x_, const float* wt, const Matrix& W, float* y, int64_t m, int64_t xs = 0);
+  // y += x_ · Wᵀ, then y_normed = rmsnorm(y) * wt (y: the residual stream).
+  Status lin_acc_norm(const float* x_, const Matrix& W, float* y, const float* wt, float* y_normed, int64_t m);
   Status layer(const DevLayer& L, int64_t cache_layer, const Step& s);
   bool prefill_path(int64_t T) const { return prefill_ws && !capturing && T >= kPrefillGemmMinRows; }
   bool spec_graphs() const { return opt.use_graphs && opt.spec_graphs; }
@@ -276,6 +288,11 @@ Status CudaRunner::Impl::init_buffers() {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
     router_counter = static_cast<unsigned*>(v);
     PG_CUDA_TRY(cudaMemset(router_counter, 0, 16));
+  }
+  {
+    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
+    norm_counter = static_cast<unsigned*>(v);
+    PG_CUDA_TRY(cudaMemset(norm_counter, 0, 16));
   }
   PG_TRY(f32(hidden_all, Tm * H));
   PG_TRY(f32(hidden, Tm * H));
@@ -458,6 +475,21 @@ Status CudaRunner::Impl::norm(const float* x_, const float* wt, float* y, int64_
   return cu::rmsnorm(r, stream);
 }
 
+Status CudaRunner::Impl::norm_lin(const float* x_, const float* wt, const Matrix& W, float* y, int64_t m, int64_t xs) {
+  ops::LinearNormArgs a;
+  a.lin.x = x_, a.lin.w = &W, a.lin.y = y, a.lin.m = m, a.lin.x_stride = xs, a.lin.f16_activations = false;
+  a.in_norm = wt, a.eps = float(cfg.rms_norm_eps);
+  return cu::linear_norm(a, nullptr, stream);
+}
+
+Status CudaRunner::Impl::lin_acc_norm(const float* x_, const Matrix& W, float* y, const float* wt, float* y_normed,
+                                      int64_t m) {
+  ops::LinearNormArgs a;
+  a.lin.x = x_, a.lin.w = &W, a.lin.y = y, a.lin.m = m, a.lin.accumulate = true, a.lin.f16_activations = false;
+  a.out_norm = wt, a.y_normed = y_normed, a.eps = float(cfg.rms_norm_eps);
+  return cu::linear_norm(a, norm_counter, stream);
+}
+
 Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const Step& s) {
   const ModelConfig& c = cfg;
   const int64_t T = s.T, H = c.hidden_size, nh = c.num_attention_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
@@ -465,18 +497,31 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   const DevAttention& A = L.attn;
   float* pool = cache_layer(cache_layer_idx);
 
-  PG_TRY(norm(x, L.input_norm, a, T, H));  // a [T, H]
-  PG_TRY(mark("input_norm"));
+  // fused_norms: input_norm inside the [q_a | kv_a] GEMV (a is not written).
+  const bool fuse_in = A.q_kv_a.data && fuse_norm(A.q_kv_a, T) && cu::linear_norm_in_pays(T, H);
+  if (!fuse_in) {
+    PG_TRY(norm(x, L.input_norm, a, T, H));  // a [T, H]
+    PG_TRY(mark("input_norm"));
+  }
   float* qb = q;              // the queries [T, nh, qk], row stride q_row
   int64_t q_row = nh * qk;
   const float* kv_in = kvb;   // [T, D] = [c_kv | k_pe] before norm and rope, row stride kv_row
   int64_t kv_row = D;
   if (A.q_kv_a.data) {        // one GEMV for [q_a | kv_a] (or [q | kv_a]): [T, first + D]
     const int64_t first = A.q_kv_a.rows - D;
-    PG_TRY(lin(a, A.q_kv_a, qkv, T));
-    PG_TRY(mark("q_kv_a_proj"));
+    if (fuse_in) {
+      PG_TRY(norm_lin(x, L.input_norm, A.q_kv_a, qkv, T));
+      PG_TRY(mark("input_norm+q_kv_a_proj"));
+    } else {
+      PG_TRY(lin(a, A.q_kv_a, qkv, T));
+      PG_TRY(mark("q_kv_a_proj"));
+    }
     kv_in = qkv + first, kv_row = first + D;
-    if (A.has_q_lora) {
+    // q_a_norm inside q_b's GEMV (qkv's q_a part stays raw).
+    if (A.has_q_lora && fuse_norm(A.q_b, T) && cu::linear_norm_in_pays(T, first)) {
+      PG_TRY(norm_lin(qkv, A.q_a_norm, A.q_b, q, T, first + D));  // [T, nh * qk]
+      PG_TRY(mark("q_a_norm+q_b_proj"));
+    } else if (A.has_q_lora) {
       PG_TRY(norm(qkv, A.q_a_norm, qkv, T, first, first + D, first + D));
       PG_TRY(mark("q_a_norm"));
       PG_TRY(lin(qkv, A.q_b, q, T, false, first + D));  // [T, nh * qk]
@@ -543,11 +588,15 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
   PG_TRY(heads(uv));
   PG_TRY(mark("w_uv"));
-  PG_TRY(lin(o, A.o, x, T, /*acc=*/true));  // residual += o_proj(o)
-  PG_TRY(mark("o_proj"));
-
-  PG_TRY(norm(x, L.post_norm, a, T, H));
-  PG_TRY(mark("post_norm"));
+  if (fuse_norm(A.o, T) && cu::linear_norm_out_pays(T, H)) {  // residual += o_proj(o); a = post_norm(residual), by o_proj's last block
+    PG_TRY(lin_acc_norm(o, A.o, x, L.post_norm, a, T));
+    PG_TRY(mark("o_proj+post_norm"));
+  } else {
+    PG_TRY(lin(o, A.o, x, T, /*acc=*/true));  // residual += o_proj(o)
+    PG_TRY(mark("o_proj"));
+    PG_TRY(norm(x, L.post_norm, a, T, H));
+    PG_TRY(mark("post_norm"));
+  }
   ops::MoeExpertsArgs me;
   me.x = a, me.y = x, me.m = T, me.hidden = H, me.accumulate = true;  // residual += mlp(a)
   me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
@@ -772,6 +821,7 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
   };
   flag("PEREGRINE_SPEC_GRAPHS", opt.spec_graphs);
   flag("PEREGRINE_PREFILL_ATTENTION", opt.tensor_core_attention);
+  flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
   return opt;
 }
 
@@ -824,8 +874,8 @@ std::string CudaRunner::describe() const {
     graphs = fmt::format("on: {} decode, {} verify, {} draft, {} draft-chain captured{}", m.counts.decode,
                          m.counts.verify, m.counts.draft, m.counts.chain,
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
-  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{})", p.name, n_blocks_, block_size_, graphs,
-                     m.opt.exact ? ", exact" : "");
+  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{})", p.name, n_blocks_, block_size_, graphs,
+                     m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "");
 }
 
 CudaGraphCounts CudaRunner::graph_counts() const { return impl_->counts; }

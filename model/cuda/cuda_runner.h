@@ -51,6 +51,14 @@ struct CudaRunnerOptions {
   // moonlight 5.6K -> 36.9K tok/s on the H200 (2026-12-01, a8ec2b8). Off: the CUDA-core kernel
   // (for measuring what the bf16 attention costs in accuracy). PEREGRINE_PREFILL_ATTENTION=0 / =1 overrides.
   bool tensor_core_attention = true;
+  // Decode-sized steps (<= 8 tokens) fold the layer's RMSNorms into the projections next to them
+  // (ops/linear_norm.h): input_norm into q_kv_a's GEMV (each block normalizes x as it loads it),
+  // q_a_norm into q_b's, post_norm into o_proj's (its last block normalizes the finished residual
+  // rows): two to three launches fewer per layer, each where it pays (linear_norm_in_pays /
+  // _out_pays in ops/cuda/linear_norm/params.h: moonlight at 1..8 tokens, V3's hidden-size norms
+  // at 1..2). Not for NVFP4 projections outside exact mode (their f16 tensor-core GEMV has no
+  // fused variant). Off until its GPU tests pass on the H200; PEREGRINE_FUSED_NORMS=0 / =1 overrides.
+  bool fused_norms = false;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 
@@ -89,7 +97,7 @@ class CudaRunner final : public ModelRunner {
   // Uploads the weights of a loaded (memory-mapped) checkpoint.
   static Result<std::unique_ptr<CudaRunner>> create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt);
   // The options a runner created with `opt` uses: the environment's overrides applied
-  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION: 1 on, 0 off).
+  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS: 1 on, 0 off).
   static CudaRunnerOptions effective_options(CudaRunnerOptions opt);
   // Random weights at cfg's shapes, made on the GPU (no checkpoint): for benchmarks.
   static Result<std::unique_ptr<CudaRunner>> synthetic(const ModelConfig& cfg, SyntheticDtype dtype, uint64_t seed,

@@ -1,0 +1,117 @@
+// ops::cuda::linear_norm: validates, picks the path, tile and k_split by linear/config.h's
+// heuristics (those ops::cuda::linear uses), and launches. Host C++ (no nvcc).
+#include "ops/cuda/linear_norm/linear_norm.h"
+
+#include <bit>
+#include <climits>
+
+#include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/device.h"
+#include "ops/cuda/common/weight_format.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+using LaunchFn = cudaError_t (*)(const LinearNormParams&, dim3, cudaStream_t);
+struct TileEntry {
+  LinearWeight format;
+  LinearTile tile;
+  LaunchFn in, out;
+};
+#define PG_TILE_ENTRY(fmt, mt, rows, unroll)                                                     \
+  TileEntry{LinearWeight::fmt, LinearTile{mt, rows, unroll},                                     \
+            &launch_linear_norm_vec<LinearWeight::fmt, mt, rows, unroll, LinearNormMode::kIn>, \
+            &launch_linear_norm_vec<LinearWeight::fmt, mt, rows, unroll, LinearNormMode::kOut>},
+const TileEntry kTiles[] = {PG_LINEAR_NORM_TILES(PG_TILE_ENTRY)};
+#undef PG_TILE_ENTRY
+
+// The exact tile, else the first instantiated one of the same format and m tile (linear's
+// heuristics may change without this list following: any tile gives the same sums).
+const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
+  const TileEntry* same_m = nullptr;
+  for (const TileEntry& e : kTiles) {
+    if (e.format != f || e.tile.m_tile != t.m_tile) continue;
+    if (e.tile.rows_per_warp == t.rows_per_warp && e.tile.unroll == t.unroll) return &e;
+    if (!same_m) same_m = &e;
+  }
+  return same_m;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// linear/launch.cpp's make_params (file-local there).
+LinearParams make_params(const LinearArgs& a) {
+  const Matrix& w = *a.w;
+  LinearParams p;
+  p.x = a.x;
+  p.w = w.data;
+  p.scale_inv = w.scale_inv;
+  p.scale_fp8 = w.scale_fp8;
+  p.scale_2 = w.scale_2;
+  p.scale_2_rows = w.scale_2_rows;
+  p.scale_2_group_rows = w.scale_2_rows ? w.scale_2_group_rows : 1;
+  p.y = a.y;
+  p.m = a.m;
+  p.n = w.rows;
+  p.k = w.cols;
+  p.x_stride = a.x_stride ? a.x_stride : w.cols;
+  p.y_stride = a.y_stride ? a.y_stride : w.rows;
+  p.block_rows = w.block_rows;
+  p.block_cols = w.block_cols;
+  p.scale_cols = w.format == WeightFormat::kFp8Block ? w.scale_cols() : 0;
+  p.log2_block_cols = w.format == WeightFormat::kFp8Block && w.block_cols > 0 ? std::countr_zero(uint64_t(w.block_cols)) : 0;
+  p.accumulate = a.accumulate;
+  return p;
+}
+
+// linear/launch.cpp's vector_path_ok: W rows of whole 16-byte chunks, aligned W, x and x rows.
+bool vector_path_ok(LinearWeight f, const LinearParams& p) {
+  const int vec = linear_vec_elems(f);
+  if (p.k % vec || !aligned16(p.w) || !aligned16(p.x) || p.x_stride % 4) return false;
+  if (f == LinearWeight::kFp8Block) return p.block_cols >= vec && std::has_single_bit(uint64_t(p.block_cols));
+  if (f == LinearWeight::kNvfp4) return (reinterpret_cast<uintptr_t>(p.scale_fp8) & 1u) == 0;
+  return true;
+}
+
+}  // namespace
+
+Status linear_norm(const LinearNormArgs& a, unsigned* counter, cudaStream_t stream) {
+  PG_TRY(validate(a));
+  PG_TRY(check_kernel_format(*a.lin.w, "linear_norm", /*nvfp4_ok=*/true));
+  if (a.lin.m > kLinearNormMaxRows)
+    return unsupported("linear_norm: {} rows in one launch, the CUDA kernels take up to {}", a.lin.m, kLinearNormMaxRows);
+  if (a.out_norm && !counter) return invalid_argument("linear_norm: out_norm needs the counter");
+  if (a.lin.m == 0) return ok_status();
+  const LinearNormMode mode = a.in_norm ? LinearNormMode::kIn : LinearNormMode::kOut;
+  const LinearWeight f = to_kernel_format(a.lin.w->format);
+  LinearNormParams p;
+  p.lin = make_params(a.lin);
+  p.in_norm = a.in_norm, p.out_norm = a.out_norm, p.y_normed = a.y_normed, p.counter = counter, p.eps = a.eps;
+  p.y_normed_stride = a.y_normed_stride ? a.y_normed_stride : p.lin.n;
+  if (mode == LinearNormMode::kIn)
+    p.norm_vec4 = p.lin.k % 4 == 0 && p.lin.x_stride % 4 == 0 && aligned16(p.lin.x) && aligned16(a.in_norm);
+  else
+    p.norm_vec4 = p.lin.n % 4 == 0 && p.lin.y_stride % 4 == 0 && p.y_normed_stride % 4 == 0 && aligned16(p.lin.y) &&
+                  aligned16(a.y_normed) && aligned16(a.out_norm);
+  // kIn's vector kernel reads the norm weight in float4 next to x.
+  if (!vector_path_ok(f, p.lin) || (mode == LinearNormMode::kIn && !p.norm_vec4)) {
+    PG_CUDA_TRY(launch_linear_norm_scalar(f, mode, p, stream));
+    return ok_status();
+  }
+  const int sms = current_device_props().sm_count;
+  LinearTile t = linear_default_tile(f, linear_m_tile(p.lin.m));
+  if (f == LinearWeight::kNvfp4 && t.m_tile == 1) t.rows_per_warp = linear_nvfp4_rows(p.lin.n, sms);
+  const TileEntry* e = find_tile(f, t);
+  if (!e) return internal_error("linear_norm: no kernel instantiated at m tile {}", t.m_tile);
+  t = e->tile;
+  const int64_t groups = (p.lin.n + t.rows_per_warp - 1) / t.rows_per_warp;
+  p.lin.k_split = linear_k_split(groups, p.lin.k / linear_vec_elems(f), t.unroll, sms);
+  const int64_t groups_per_block = kLinearWarps / p.lin.k_split;
+  const int64_t blocks = (groups + groups_per_block - 1) / groups_per_block;
+  const int64_t m_tiles = (p.lin.m + t.m_tile - 1) / t.m_tile;
+  if (blocks > INT32_MAX) return unsupported("linear_norm: grid of {} blocks is too large", blocks);
+  PG_CUDA_TRY((mode == LinearNormMode::kIn ? e->in : e->out)(p, dim3(unsigned(blocks), unsigned(m_tiles)), stream));
+  return ok_status();
+}
+
+}  // namespace pg::ops::cuda
