@@ -834,6 +834,26 @@ TEST(CudaSpecGraphs, VerifyAndDraftGraphsMatchEagerLaunches) {
 // Greedy generation through the engine on CUDA with speculation k = 1, 2, 3 (verify and draft
 // steps replaying graphs) equals the generation without speculation, on the embedded model with
 // its trained MTP layer; one request at a time and four together.
+// An engine over a CUDA runner (default mode, up to 4 sequences) for the speculation tests: k drafts
+// per step, at most `seqs` sequences per step, speculative graphs on or off, the GPU sampler (and so
+// the device draft chain) or the host's. *runner: the runner the engine owns, for its graph counts.
+Result<std::unique_ptr<Engine>> make_spec_engine(const std::filesystem::path& dir, std::shared_ptr<Tokenizer> tok,
+                                                 int64_t k, int64_t seqs, bool graphs, bool device_sampler,
+                                                 CudaRunner** runner) {
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> host, DeepseekModel::load(dir));
+  CudaRunnerOptions o = test_options(/*exact=*/false);
+  o.max_num_seqs = 4;
+  o.spec_graphs = graphs;
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> r, CudaRunner::create(std::move(host), o));
+  *runner = r.get();
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = seqs;
+  ec.scheduler.max_num_batched_tokens = 256;
+  ec.num_speculative_tokens = k;
+  if (device_sampler) ec.device_sampler = make_cuda_device_sampler();
+  return Engine::create(std::unique_ptr<ModelRunner>(std::move(r)), std::move(tok), ec);
+}
+
 TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
   PG_REQUIRE_GPU();
   const auto dir = model_dir("peregrine_tiny");
@@ -843,19 +863,8 @@ TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
   const char* prompts[] = {"The history of the English language", "def fibonacci(n):",
                            "She walked into the room and", "The Debian package manager"};
   auto run = [&](int64_t k, int64_t seqs, CudaGraphCounts* counts) {
-    auto host = DeepseekModel::load(dir);
-    EXPECT_TRUE(host.ok());
-    CudaRunnerOptions o = test_options(/*exact=*/false);
-    o.max_num_seqs = 4;
-    o.spec_graphs = true;
-    auto r = CudaRunner::create(std::move(host).value(), o);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    CudaRunner* runner = r->get();
-    EngineConfig ec;
-    ec.scheduler.max_num_seqs = seqs;
-    ec.scheduler.max_num_batched_tokens = 256;
-    ec.num_speculative_tokens = k;
-    auto e = Engine::create(std::unique_ptr<ModelRunner>(std::move(r).value()), shared_tok, ec);
+    CudaRunner* runner = nullptr;
+    auto e = make_spec_engine(dir, shared_tok, k, seqs, /*graphs=*/true, /*device_sampler=*/false, &runner);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     std::vector<std::vector<int32_t>> ids(std::size(prompts));
     for (size_t i = 0; i < std::size(prompts); ++i) {
@@ -923,20 +932,8 @@ TEST(CudaEngine, SpeculativeDeviceDraftChainEqualsHostChain) {
     EngineStats stats;
   };
   auto run = [&](int64_t k, int64_t seqs, bool device_chain, bool sampled, bool graphs) {
-    auto host = DeepseekModel::load(dir);
-    EXPECT_TRUE(host.ok());
-    CudaRunnerOptions o = test_options(/*exact=*/false);
-    o.max_num_seqs = 4;
-    o.spec_graphs = graphs;
-    auto r = CudaRunner::create(std::move(host).value(), o);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    CudaRunner* runner = r->get();
-    EngineConfig ec;
-    ec.scheduler.max_num_seqs = seqs;
-    ec.scheduler.max_num_batched_tokens = 256;
-    ec.num_speculative_tokens = k;
-    if (device_chain) ec.device_sampler = make_cuda_device_sampler();
-    auto e = Engine::create(std::unique_ptr<ModelRunner>(std::move(r).value()), shared_tok, ec);
+    CudaRunner* runner = nullptr;
+    auto e = make_spec_engine(dir, shared_tok, k, seqs, graphs, device_chain, &runner);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     Run out;
     out.ids.resize(std::size(prompts));
