@@ -147,35 +147,16 @@ Pair load_pair(const std::string& name, bool exact) {
   return p;
 }
 
-// The bf16 effect the default mode may show, derived on the CPU: the largest top-10 log-prob
-// change between `cpu` (f32) and the same checkpoint (dir) emulating the CUDA default mode's bf16
-// paths, over the fixture's prompts prefilled whole. The tolerance is kTolMargin times it.
-void derive_default_tolerance(const DeepseekModel& cpu, const std::filesystem::path& dir,
-                              const nlohmann::json& expected, double& derived) {
-  auto em = DeepseekModel::load(dir);
-  ASSERT_TRUE(em.ok());
-  (*em)->set_bf16_emulation(cuda_default_emulation());
-  const int64_t vocab = cpu.vocab_size();
-  for (const auto& pr : expected["prompts"]) {
-    const auto ids = pr["ids"].get<std::vector<int32_t>>();
-    const int64_t nb = (int64_t(ids.size()) + 15) / 16;
-    std::vector<int32_t> ct(static_cast<size_t>(nb));
-    std::iota(ct.begin(), ct.end(), 0);
-    SeqStep cs{ids, 0, ct, true};
-    StepOutput a, b;
-    KvCache ca = cpu.make_cache(nb, 16), cb = (*em)->make_cache(nb, 16);
-    ASSERT_TRUE(cpu.forward(std::span(&cs, 1), ca, a).ok());
-    ASSERT_TRUE((*em)->forward(std::span(&cs, 1), cb, b).ok());
-    derived = std::max(derived, max_top10_delta(a.logits, b.logits, vocab));
-  }
-}
+// How the fixture's prompts run when a tolerance is derived: prefilled whole (every row's logits),
+// or step by step as the NVFP4 test runs them (a chunk of max(1, n / 3) tokens, then one token per
+// step, last-row logits: at those sizes the default mode's NVFP4 GEMVs round x to f16).
+enum class Schedule { kWhole, kStepwise };
 
-// The same for the step-by-step schedule the NVFP4 test runs (a chunk of max(1, n / 3) tokens, then
-// one token per step, last-row logits): at those sizes the default mode's NVFP4 GEMVs round x to
-// f16 (the tensor-core kernels), which the emulation reproduces; `derived` is its largest top-10
-// log-probability change against the f32 CPU over every step of every prompt.
-void derive_stepwise_tolerance(const DeepseekModel& cpu, const std::filesystem::path& dir,
-                               const nlohmann::json& expected, double& derived) {
+// The bf16 (and f16) effect the default mode may show, derived on the CPU: the largest top-10
+// log-prob change between `cpu` (f32) and the same checkpoint (dir) emulating the CUDA default
+// mode's paths, over the fixture's prompts run by `sched`. The tolerance is kTolMargin times it.
+void derive_default_tolerance(const DeepseekModel& cpu, const std::filesystem::path& dir,
+                              const nlohmann::json& expected, double& derived, Schedule sched = Schedule::kWhole) {
   auto em = DeepseekModel::load(dir);
   ASSERT_TRUE(em.ok());
   (*em)->set_bf16_emulation(cuda_default_emulation());
@@ -186,19 +167,20 @@ void derive_stepwise_tolerance(const DeepseekModel& cpu, const std::filesystem::
     std::vector<int32_t> ct(static_cast<size_t>(nb));
     std::iota(ct.begin(), ct.end(), 0);
     SeqStep whole{ids, 0, ct, true};
-    StepOutput ref;
+    StepOutput ref, got;
     KvCache ca = cpu.make_cache(nb, 16), cb = (*em)->make_cache(nb, 16);
     ASSERT_TRUE(cpu.forward(std::span(&whole, 1), ca, ref).ok());
+    if (sched == Schedule::kWhole) {
+      ASSERT_TRUE((*em)->forward(std::span(&whole, 1), cb, got).ok());
+      derived = std::max(derived, max_top10_delta(ref.logits, got.logits, vocab));
+      continue;
+    }
     const int64_t chunk = std::max<int64_t>(1, n / 3);
-    StepOutput got;
-    SeqStep first{std::span(ids).first(static_cast<size_t>(chunk)), 0, ct, false};
-    ASSERT_TRUE((*em)->forward(std::span(&first, 1), cb, got).ok());
-    std::vector<float> row(&ref.logits[size_t((chunk - 1) * vocab)], &ref.logits[size_t(chunk * vocab)]);
-    derived = std::max(derived, max_top10_delta(row, got.logits, vocab));
-    for (int64_t i = chunk; i < n; ++i) {
-      SeqStep d{std::span(ids).subspan(size_t(i), 1), i, ct, false};
-      ASSERT_TRUE((*em)->forward(std::span(&d, 1), cb, got).ok());
-      row.assign(&ref.logits[size_t(i * vocab)], &ref.logits[size_t((i + 1) * vocab)]);
+    for (int64_t i = chunk - 1; i < n; ++i) {  // i: the position whose logits the step returns
+      const int64_t from = i == chunk - 1 ? 0 : i;
+      SeqStep st{std::span(ids).subspan(size_t(from), size_t(i + 1 - from)), from, ct, false};
+      ASSERT_TRUE((*em)->forward(std::span(&st, 1), cb, got).ok());
+      const std::vector<float> row(&ref.logits[size_t(i * vocab)], &ref.logits[size_t((i + 1) * vocab)]);
       derived = std::max(derived, max_top10_delta(row, got.logits, vocab));
     }
   }
@@ -444,7 +426,7 @@ TEST_P(CudaGoldenNvfp4, PrefillAndDecodeMatchCpu) {
     derive_default_tolerance(*cpu, m.dir, expected, derived);
     tol = std::max(kTolMargin * derived, kTolFloor);
     // Chunks and decode steps: the NVFP4 GEMVs' f16 activations (derived the same way).
-    derive_stepwise_tolerance(*cpu, m.dir, expected, derived_steps);
+    derive_default_tolerance(*cpu, m.dir, expected, derived_steps, Schedule::kStepwise);
     step_tol = std::max(kTolMargin * derived_steps, kExactTol);
   }
 
