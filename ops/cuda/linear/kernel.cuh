@@ -42,14 +42,21 @@ __device__ __forceinline__ float2 nvfp4_chunk_scales(const uint8_t* srow, int64_
   return fp8x2_e4m3_to_f32(__ldg(reinterpret_cast<const unsigned short*>(srow) + cc));
 }
 
+// The identity x map (nvfp4_chunk_dot's and the vector kernel's default: x as loaded).
+struct LinearXAsLoaded {
+  template <int kN>
+  __device__ __forceinline__ void operator()(int /*row*/, int64_t /*k0*/, float (&/*x*/)[kN]) const {}
+};
+
 // acc[i][r] += the NVFP4 chunk wv[r] (32 elements: two 16-element blocks with scales sc[r]) · the
 // chunk's 32 f32 of x row i, at x_at(i), for i < m_valid. Each block's products of (code * 2^-14)
 // and x are summed in f32, then scaled once into the accumulator; the caller multiplies the row's
 // total by scale_2 * 2^14. Unpacked one 32-bit word (8 elements) per row at a time, reused by every
-// x row. Shared with the MoE expert kernels (moe_experts/kernel.cu).
-template <int kMTile, int kRows, typename XAt>
+// x row. x_map(i, j, x8) may rewrite the 8 values of row i from the chunk's element j on as they
+// are loaded (linear_norm's RMSNorm). Shared with the MoE expert kernels (moe_experts/kernel.cu).
+template <int kMTile, int kRows, typename XAt, typename XMap = LinearXAsLoaded>
 __device__ __forceinline__ void nvfp4_chunk_dot(const uint4 (&wv)[kRows], const float2 (&sc)[kRows], XAt x_at,
-                                                int m_valid, float (&acc)[kMTile][kRows]) {
+                                                int m_valid, float (&acc)[kMTile][kRows], XMap x_map = {}) {
 #pragma unroll
   for (int b = 0; b < 2; ++b) {  // scale block b: words 2b, 2b + 1
     float d[kMTile][kRows];
@@ -76,7 +83,8 @@ __device__ __forceinline__ void nvfp4_chunk_dot(const uint4 (&wv)[kRows], const 
         if (i < m_valid) {
           const float* xp = x_at(i);
           const float4 xa = ld_act4(xp + 8 * q), xb = ld_act4(xp + 8 * q + 4);
-          const float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+          float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+          x_map(i, 8 * q, xf);
 #pragma unroll
           for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -91,11 +99,23 @@ __device__ __forceinline__ void nvfp4_chunk_dot(const uint4 (&wv)[kRows], const 
   }
 }
 
+// What a vector-path launch does around its GEMV. The plain linear does nothing; linear_norm
+// (linear_norm/kernel.cuh) fuses an RMSNorm before or after it. begin(xb, m_valid): after
+// pdl_wait, before x is read (xb: the m tile's first x row). x(i, k0, xf): rewrites the values of
+// x row i from column k0 on as they are loaded. end(): after y is written, by every thread when
+// kKeepAllWarps (end() may hold block barriers), so the k-split's other warps do not return early.
+struct LinearNoFusion {
+  static constexpr bool kKeepAllWarps = false;
+  __device__ __forceinline__ void begin(const float* /*xb*/, int /*m_valid*/) {}
+  template <int kN>
+  __device__ __forceinline__ void x(int /*row*/, int64_t /*k0*/, float (&/*xf*/)[kN]) const {}
+  __device__ __forceinline__ void end() {}
+};
+
 // Grid: x = row groups (kLinearWarps / k_split of them per block), y = m tiles.
 // Warp w of a block: row group blockIdx.x * (warps / k_split) + w / k_split, K slice w % k_split.
-template <LinearWeight F, int kMTile, int kRows, int kUnroll>
-__global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
-    linear_vec_kernel(const __grid_constant__ LinearParams p) {
+template <LinearWeight F, int kMTile, int kRows, int kUnroll, typename Fusion>
+__device__ __forceinline__ void linear_vec_body(const LinearParams& p, Fusion& fusion) {
   constexpr int kVec = linear_vec_elems(F);
   constexpr int kOut = kMTile * kRows;  // outputs of one warp; lane j < kOut writes output j
   static_assert(kOut <= kWarpSize, "one lane per output of the warp");
@@ -138,6 +158,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
       if (cc < c_end && rvalid[r]) prefetch_l2(wrow[r] + cc * kLinearVecBytes);
     }
   pdl_wait();
+  fusion.begin(xb, m_valid);
 
   float acc[kMTile][kRows];
 #pragma unroll
@@ -165,7 +186,10 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
           for (int r = 0; r < kRows; ++r) sc[r] = nvfp4_chunk_scales(srow8[r], cc);
           const float* xc = xb + cc * kVec;
           const int64_t xs = p.x_stride;
-          nvfp4_chunk_dot<kMTile, kRows>(wv[u], sc, [=](int i) { return xc + i * xs; }, m_valid, acc);
+          const int64_t k0 = cc * kVec;
+          nvfp4_chunk_dot<kMTile, kRows>(
+              wv[u], sc, [=](int i) { return xc + i * xs; }, m_valid, acc,
+              [&](int i, int j, auto& x8) { fusion.x(i, k0 + j, x8); });
         }
       } else if (cc < c_end) {
         float wf[kRows][kVec];
@@ -185,6 +209,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
               const float4 t = ld_act4(xp + 4 * q);
               xf[4 * q] = t.x, xf[4 * q + 1] = t.y, xf[4 * q + 2] = t.z, xf[4 * q + 3] = t.w;
             }
+            fusion.x(i, cc * kVec, xf);
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
               float d = 0.0f;  // one chunk's dot product, then added (fp8: scaled) into the row's sum
@@ -211,16 +236,27 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     __shared__ float partial[kLinearWarps][kOut];
     if (lane < kOut) partial[warp][lane] = mine;
     __syncthreads();
-    if (kpart != 0) return;
-    for (int s = 1; s < k_split; ++s) mine += lane < kOut ? partial[warp + s][lane] : 0.0f;  // fixed order
+    if (kpart != 0) {
+      if constexpr (!Fusion::kKeepAllWarps) return;
+    } else {
+      for (int s = 1; s < k_split; ++s) mine += lane < kOut ? partial[warp + s][lane] : 0.0f;  // fixed order
+    }
   }
   const int i = lane / kRows, r = lane % kRows;
-  if (lane < kOut && i < m_valid && row0 + r < p.n) {
+  if ((!Fusion::kKeepAllWarps || kpart == 0) && lane < kOut && i < m_valid && row0 + r < p.n) {
     if constexpr (kNvfp4)  // the per-tensor (or per-row-group) scale_2 and the unpack's 2^14
       mine *= (p.scale_2_rows ? __ldg(p.scale_2_rows + (row0 + r) / p.scale_2_group_rows) : p.scale_2) * kE2m1F16Unscale;
     float* yp = p.y + (m0 + i) * p.y_stride + row0 + r;
     *yp = p.accumulate ? *yp + mine : mine;
   }
+  fusion.end();
+}
+
+template <LinearWeight F, int kMTile, int kRows, int kUnroll>
+__global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
+    linear_vec_kernel(const __grid_constant__ LinearParams p) {
+  LinearNoFusion none;
+  linear_vec_body<F, kMTile, kRows, kUnroll>(p, none);
 }
 
 template <LinearWeight F, int kMTile, int kRows, int kUnroll>

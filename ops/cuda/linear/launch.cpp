@@ -51,7 +51,9 @@ const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-LinearParams make_params(const LinearArgs& a) {
+}  // namespace
+
+LinearParams linear_params(const LinearArgs& a) {
   const Matrix& w = *a.w;
   LinearParams p;
   p.x = a.x;
@@ -75,7 +77,7 @@ LinearParams make_params(const LinearArgs& a) {
   return p;
 }
 
-bool vector_path_ok(LinearWeight f, const LinearParams& p) {
+bool linear_vector_path_ok(LinearWeight f, const LinearParams& p) {
   const int vec = linear_vec_elems(f);
   if (p.k % vec || !aligned16(p.w) || !aligned16(p.x) || p.x_stride % 4) return false;
   if (f == LinearWeight::kFp8Block)  // a chunk must lie in one scale block, found by a shift
@@ -84,8 +86,6 @@ bool vector_path_ok(LinearWeight f, const LinearParams& p) {
     return (reinterpret_cast<uintptr_t>(p.scale_fp8) & 1u) == 0;
   return true;
 }
-
-}  // namespace
 
 std::vector<LinearTile> linear_tiles(WeightFormat f, int m_tile) {
   std::vector<LinearTile> out;
@@ -102,10 +102,10 @@ std::vector<Nvfp4MmaTile> linear_nvfp4_mma_tiles() {
 
 Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
   PG_TRY(validate(a));
-  const LinearParams p = make_params(a);
+  const LinearParams p = linear_params(a);
   const LinearWeight f = to_kernel_format(a.w->format);
   LinearPlan plan;
-  plan.vector_path = vector_path_ok(f, p);
+  plan.vector_path = linear_vector_path_ok(f, p);
   if (!plan.vector_path) {
     plan.blocks = (p.n + kLinearWarps - 1) / kLinearWarps;
     return plan;
@@ -151,7 +151,7 @@ Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t 
   if (a.w) PG_TRY(check_kernel_format(*a.w, "linear", /*nvfp4_ok=*/true));
   PG_ASSIGN_OR_RETURN(const LinearPlan plan, linear_plan(a, v));
   if (a.m == 0) return ok_status();
-  LinearParams p = make_params(a);
+  LinearParams p = linear_params(a);
   const LinearWeight f = to_kernel_format(a.w->format);
   if (!plan.vector_path) {
     PG_CUDA_TRY(launch_linear_scalar(f, p, stream));

@@ -1,5 +1,6 @@
 // Host-side extras of the CUDA linear for the microbenchmark (bench/ops_cuda_bench.cpp): force
-// a tile or k_split, list the instantiated tiles, and see what linear() would launch.
+// a tile or k_split, list the instantiated tiles, and see what linear() would launch; and its
+// parameters for the ops that reuse its kernels.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,6 +9,7 @@
 
 #include "core/status.h"
 #include "ops/cuda/linear/config.h"
+#include "ops/cuda/linear/params.h"
 #include "ops/linear.h"
 
 namespace pg::ops::cuda {
@@ -36,5 +38,11 @@ struct LinearPlan {
   int64_t blocks = 0;  // grid.x
 };
 Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v = {});
+
+// linear()'s kernel parameters for these args, and whether its vector path takes them (W rows of
+// whole 16-byte chunks, aligned W, x and x rows; fp8 chunks inside one scale block; NVFP4 scale
+// pairs 2-byte aligned): for the ops built on linear's kernels (linear_norm).
+LinearParams linear_params(const LinearArgs& a);
+bool linear_vector_path_ok(LinearWeight f, const LinearParams& p);
 
 }  // namespace pg::ops::cuda

@@ -2,12 +2,12 @@
 // heuristics (those ops::cuda::linear uses), and launches. Host C++ (no nvcc).
 #include "ops/cuda/linear_norm/linear_norm.h"
 
-#include <bit>
 #include <climits>
 
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/common/weight_format.h"
+#include "ops/cuda/linear/linear.h"
 
 namespace pg::ops::cuda {
 namespace {
@@ -39,40 +39,6 @@ const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// linear/launch.cpp's make_params (file-local there).
-LinearParams make_params(const LinearArgs& a) {
-  const Matrix& w = *a.w;
-  LinearParams p;
-  p.x = a.x;
-  p.w = w.data;
-  p.scale_inv = w.scale_inv;
-  p.scale_fp8 = w.scale_fp8;
-  p.scale_2 = w.scale_2;
-  p.scale_2_rows = w.scale_2_rows;
-  p.scale_2_group_rows = w.scale_2_rows ? w.scale_2_group_rows : 1;
-  p.y = a.y;
-  p.m = a.m;
-  p.n = w.rows;
-  p.k = w.cols;
-  p.x_stride = a.x_stride ? a.x_stride : w.cols;
-  p.y_stride = a.y_stride ? a.y_stride : w.rows;
-  p.block_rows = w.block_rows;
-  p.block_cols = w.block_cols;
-  p.scale_cols = w.format == WeightFormat::kFp8Block ? w.scale_cols() : 0;
-  p.log2_block_cols = w.format == WeightFormat::kFp8Block && w.block_cols > 0 ? std::countr_zero(uint64_t(w.block_cols)) : 0;
-  p.accumulate = a.accumulate;
-  return p;
-}
-
-// linear/launch.cpp's vector_path_ok: W rows of whole 16-byte chunks, aligned W, x and x rows.
-bool vector_path_ok(LinearWeight f, const LinearParams& p) {
-  const int vec = linear_vec_elems(f);
-  if (p.k % vec || !aligned16(p.w) || !aligned16(p.x) || p.x_stride % 4) return false;
-  if (f == LinearWeight::kFp8Block) return p.block_cols >= vec && std::has_single_bit(uint64_t(p.block_cols));
-  if (f == LinearWeight::kNvfp4) return (reinterpret_cast<uintptr_t>(p.scale_fp8) & 1u) == 0;
-  return true;
-}
-
 }  // namespace
 
 Status linear_norm(const LinearNormArgs& a, unsigned* counter, cudaStream_t stream) {
@@ -85,7 +51,7 @@ Status linear_norm(const LinearNormArgs& a, unsigned* counter, cudaStream_t stre
   const LinearNormMode mode = a.in_norm ? LinearNormMode::kIn : LinearNormMode::kOut;
   const LinearWeight f = to_kernel_format(a.lin.w->format);
   LinearNormParams p;
-  p.lin = make_params(a.lin);
+  p.lin = linear_params(a.lin);
   p.in_norm = a.in_norm, p.out_norm = a.out_norm, p.y_normed = a.y_normed, p.counter = counter, p.eps = a.eps;
   p.y_normed_stride = a.y_normed_stride ? a.y_normed_stride : p.lin.n;
   if (mode == LinearNormMode::kIn)
@@ -94,7 +60,7 @@ Status linear_norm(const LinearNormArgs& a, unsigned* counter, cudaStream_t stre
     p.norm_vec4 = p.lin.n % 4 == 0 && p.lin.y_stride % 4 == 0 && p.y_normed_stride % 4 == 0 && aligned16(p.lin.y) &&
                   aligned16(a.y_normed) && aligned16(a.out_norm);
   // kIn's vector kernel reads the norm weight in float4 next to x.
-  if (!vector_path_ok(f, p.lin) || (mode == LinearNormMode::kIn && !p.norm_vec4)) {
+  if (!linear_vector_path_ok(f, p.lin) || (mode == LinearNormMode::kIn && !p.norm_vec4)) {
     PG_CUDA_TRY(launch_linear_norm_scalar(f, mode, p, stream));
     return ok_status();
   }

@@ -1,32 +1,15 @@
 // linear_norm's scalar path (any K, any alignment: the shapes the vector path leaves, e.g. the
-// tiny golden models): linear/scalar.cu's kernel (one warp per output row, W dequantized per
-// element as ops::cpu::linear does) with the norm of linear_norm/norm.cuh before or after it.
+// tiny golden models): linear/scalar.cu's kernel (one warp per output row, W read by
+// linear/weight_at.cuh) with the norm of linear_norm/norm.cuh before or after it.
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/linear/weight_at.cuh"
 #include "ops/cuda/linear_norm/norm.cuh"
 #include "ops/cuda/linear_norm/params.h"
 
 namespace pg::ops::cuda {
 namespace {
-
-// linear/scalar.cu's weight_at (that one is file-local): element c of W row `row` as f32.
-template <LinearWeight F>
-__device__ __forceinline__ float weight_at(const LinearParams& p, int64_t row, int64_t c) {
-  if constexpr (F == LinearWeight::kF32) {
-    return __ldg(static_cast<const float*>(p.w) + row * p.k + c);
-  } else if constexpr (F == LinearWeight::kBF16) {
-    return __uint_as_float(uint32_t(__ldg(static_cast<const unsigned short*>(p.w) + row * p.k + c)) << 16);
-  } else if constexpr (F == LinearWeight::kFp8Block) {
-    const uint8_t v = static_cast<const uint8_t*>(p.w)[row * p.k + c];
-    return fp8_e4m3_to_f32(v) * __ldg(p.scale_inv + (row / p.block_rows) * p.scale_cols + c / p.block_cols);
-  } else {  // NVFP4: (e2m1 * block scale) * scale_2, as ops::matrix_row_to_f32
-    const uint8_t b = __ldg(static_cast<const uint8_t*>(p.w) + row * (p.k / 2) + c / 2);
-    const float s = fp8_e4m3_to_f32(__ldg(p.scale_fp8 + row * (p.k / kNvfp4Block) + c / kNvfp4Block));
-    const float s2 = p.scale_2_rows ? __ldg(p.scale_2_rows + row / p.scale_2_group_rows) : p.scale_2;
-    return (e2m1_to_f32(c % 2 ? b >> 4 : b & 0xfu) * s) * s2;
-  }
-}
 
 template <LinearWeight F, LinearNormMode kMode>
 __global__ void __launch_bounds__(kLinearThreads) linear_norm_scalar_kernel(const __grid_constant__ LinearNormParams pp) {
