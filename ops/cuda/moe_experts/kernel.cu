@@ -10,6 +10,7 @@
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/kernel.cuh"  // unpack_chunk
+#include "ops/cuda/moe_experts/common.cuh"
 #include "ops/cuda/moe_experts/params.h"
 
 namespace pg::ops::cuda {
@@ -59,17 +60,6 @@ struct RowScales {
   float scale_2 = 1.0f;
 };
 
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
-
-// First index in [lo, hi) of the ascending a[] with a[i] >= v.
-__device__ __forceinline__ int lower_bound(const int32_t* a, int lo, int hi, int v) {
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (a[mid] < v) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 // acc[i][r] = this lane's part of row r · x row i, for i < m_valid (the warp sums the lanes).
 // All kR x kU loads of a step are issued before the first multiply; fp8 scales each chunk's dot
@@ -403,16 +393,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   const int t0 = int(blockIdx.y) * kMoeTokTile, t1 = min(p.m, t0 + kMoeTokTile);
   const int n_active = *p.plan.n_active;
 
-  for (int a = threadIdx.x; a < n_active; a += kMoeThreads) {
-    int lo = p.plan.seg_begin[a], hi = p.plan.seg_begin[a + 1];
-    if (gridDim.y > 1) {  // this tile's tokens: flat pair indices [t0 * top_k, t1 * top_k)
-      lo = lower_bound(p.plan.pair_flat, lo, hi, t0 * p.top_k);
-      hi = lower_bound(p.plan.pair_flat, lo, hi, t1 * p.top_k);
-    }
-    s_expert[a] = p.plan.active_expert[a];
-    s_lo[a] = lo;
-    s_hi[a] = hi;
-  }
+  moe_tile_segments(p, n_active, t0, t1, s_expert, s_lo, s_hi);
   for (int i = lane; i < kMoeTokTile * kR; i += kWarpSize) (&s_acc[warp][0][0])[i] = 0.0f;
   __syncthreads();
 

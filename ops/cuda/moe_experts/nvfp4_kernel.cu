@@ -10,22 +10,12 @@
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/nvfp4_mma.cuh"
+#include "ops/cuda/moe_experts/common.cuh"
 #include "ops/cuda/moe_experts/nvfp4_params.h"
 
 namespace pg::ops::cuda {
 namespace {
 
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
-
-// First index in [lo, hi) of the ascending a[] with a[i] >= v.
-__device__ __forceinline__ int lower_bound(const int32_t* a, int lo, int hi, int v) {
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (a[mid] < v) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 // Row `row` of a stack: its codes, e4m3 scales and scale_2 * 2^14 (the unpack's factor).
 __device__ __forceinline__ const uint8_t* codes_row(const MoeWeightParams& w, int64_t row, int64_t k) {
@@ -198,16 +188,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   const int t0 = int(blockIdx.y) * kMoeNvfp4TokTile, t1 = min(p.m, t0 + kMoeNvfp4TokTile);
   const int n_active = *p.plan.n_active;
 
-  for (int a = threadIdx.x; a < n_active; a += kMoeThreads) {
-    int lo = p.plan.seg_begin[a], hi = p.plan.seg_begin[a + 1];
-    if (gridDim.y > 1) {  // this tile's tokens: flat pair indices [t0 * top_k, t1 * top_k)
-      lo = lower_bound(p.plan.pair_flat, lo, hi, t0 * p.top_k);
-      hi = lower_bound(p.plan.pair_flat, lo, hi, t1 * p.top_k);
-    }
-    s_expert[a] = p.plan.active_expert[a];
-    s_lo[a] = lo;
-    s_hi[a] = hi;
-  }
+  moe_tile_segments(p, n_active, t0, t1, s_expert, s_lo, s_hi);
   for (int i = lane; i < kMoeNvfp4TokTile * kNvfp4MmaRows; i += kWarpSize) (&s_acc[warp][0][0])[i] = 0.0f;
   __syncthreads();
 
