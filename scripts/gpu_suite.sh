@@ -10,7 +10,7 @@
 # Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
 # PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths),
 # PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300),
-# PG_SUITE_TARGETS (the targets to build).
+# PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
 # folders the GPU run needs (core, ops, ops/cuda, tests/ops, bench_ops_cuda); the summary says so.
@@ -192,24 +192,50 @@ if [ -n "$GOLDBIN" ] && [ -z "${PG_SUITE_SKIP_ALT:-}" ]; then
   grep -h "\[ measure  \]" "$OUT/cuda_core_attention.log" | sed 's/^/(CUDA-core attention) /' >>"$OUT/measures.txt"
 fi
 
+# ---- 4c. the gated paths (off by default until they pass here): op tests and goldens with each on --
+# PG_SUITE_GATED="VAR=VAL ..." ("" = none). Each flag gets the op tests of its path and the goldens.
+GATED=${PG_SUITE_GATED-"PEREGRINE_MOE_DIRECT_MULTI=1 PEREGRINE_FUSED_NORMS=1"}
+OPSBIN=$(find "$BUILD" -name ops_cuda_test -type f -perm -u+x | head -1)
+for g in $GATED; do
+  [ "$(left)" -lt 150 ] && { note "gated $g: skipped (time budget)"; continue; }
+  tag=${g%%=*}
+  case "$tag" in
+    PEREGRINE_MOE_DIRECT_MULTI) ops_filter='*MoeExperts*:*MoeDirect*' ;;
+    PEREGRINE_FUSED_NORMS) ops_filter='*LinearNorm*' ;;
+    *) ops_filter='-*' ;;
+  esac
+  if [ -n "$OPSBIN" ]; then
+    (cd "$ROOT" && env "$g" timeout 60 "$OPSBIN" --gtest_filter="$ops_filter" >"$OUT/gated_${tag}_ops.log" 2>&1)
+    note "gated $g ops ($ops_filter): rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gated_${tag}_ops.log" | head -2 | tr '\n' ' ')"
+  fi
+  if [ -n "$GOLDBIN" ]; then
+    (cd "$ROOT" && env "$g" timeout 90 "$GOLDBIN" >"$OUT/gated_${tag}_goldens.log" 2>&1)
+    note "gated $g goldens: rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gated_${tag}_goldens.log" | head -2 | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] ' "$OUT/gated_${tag}_goldens.log" | head -8 | tee -a "$SUMMARY"
+  fi
+done
+
 # ---- 5. `peregrine bench --synthetic` (issue #5's figures), each capped ------------------------
 PEREGRINE=$BUILD/peregrine
-# NAME:DTYPE:LAYERS[:spec|:attn] (spec: also the verify / draft step costs at k = 1, 2, 3, issue 7;
-# attn: with PEREGRINE_PREFILL_ATTENTION=0, the CUDA-core prefill attention).
+# NAME:DTYPE:LAYERS[:spec|:attn[:VAR=VAL,...]] (spec: also the verify / draft step costs at k = 1, 2, 3,
+# issue 7; attn: with PEREGRINE_PREFILL_ATTENTION=0, the CUDA-core prefill attention; a fifth field
+# sets environment variables, e.g. a gated path: "moonlight-16b-a3b:bf16:0:spec:PEREGRINE_FUSED_NORMS=1").
 BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0:spec deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
 : >"$OUT/bench_model.txt"
 if [ -x "$PEREGRINE" ]; then
   for b in $BENCHES; do
-    IFS=: read -r name dtype layers spec <<<"$b"
+    IFS=: read -r name dtype layers spec extra <<<"$b"
     [ "$(left)" -lt 60 ] && { note "bench $b: skipped (time budget)"; continue; }
     args=(bench --synthetic "$name" --dtype "$dtype")
     [ "$layers" != 0 ] && args+=(--layers "$layers")
     [ "$spec" = spec ] && args+=(--speculative-tokens 1,2,3)
     envs=(); [ "$spec" = attn ] && envs=(PEREGRINE_PREFILL_ATTENTION=0)
+    [ -n "$extra" ] && IFS=, read -r -a more <<<"$extra" && envs+=("${more[@]}")
     log "peregrine ${args[*]}"
     echo "==== ${envs[*]} peregrine ${args[*]}" >>"$OUT/bench_model.txt"
     env "${envs[@]}" timeout $(( $(left) - 30 < 150 ? $(left) - 30 : 150 )) "$PEREGRINE" "${args[@]}" \
-      --json-out "$OUT/bench_${name}_${dtype}_${layers}${spec:+_$spec}.json" >>"$OUT/bench_model.txt" 2>"$OUT/bench_${name}_${dtype}${spec:+_$spec}.err"
+      --json-out "$OUT/bench_${name}_${dtype}_${layers}${spec:+_$spec}${extra:+_${extra//[=,]/_}}.json" >>"$OUT/bench_model.txt" \
+      2>"$OUT/bench_${name}_${dtype}${spec:+_$spec}${extra:+_${extra//[=,]/_}}.err"
     note "bench $name $dtype layers=$layers: rc=$?"
   done
 else
