@@ -10,6 +10,7 @@
 # Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
 # PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths),
 # PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300),
+# PG_SUITE_SKIP_SPEC=1 (no speculation bench of the embedded model),
 # PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
@@ -192,9 +193,9 @@ if [ -n "$GOLDBIN" ] && [ -z "${PG_SUITE_SKIP_ALT:-}" ]; then
   grep -h "\[ measure  \]" "$OUT/cuda_core_attention.log" | sed 's/^/(CUDA-core attention) /' >>"$OUT/measures.txt"
 fi
 
-# ---- 4c. the gated paths (off by default until they pass here): op tests and goldens with each on --
+# ---- 4c. the gated paths (off by default): op tests and goldens with each on -----------------------
 # PG_SUITE_GATED="VAR=VAL ..." ("" = none). Each flag gets the op tests of its path and the goldens.
-GATED=${PG_SUITE_GATED-"PEREGRINE_MOE_DIRECT_MULTI=1 PEREGRINE_FUSED_NORMS=1"}
+GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1"}
 OPSBIN=$(find "$BUILD" -name ops_cuda_test -type f -perm -u+x | head -1)
 for g in $GATED; do
   [ "$(left)" -lt 150 ] && { note "gated $g: skipped (time budget)"; continue; }
@@ -253,6 +254,19 @@ if [ -x "$PEREGRINE" ] && [ -z "${PG_SUITE_SKIP_QUALITY:-}" ] && [ "$(left)" -gt
       --device "$dev" --json-out "$OUT/quality_nvfp4_$dev.json" >>"$OUT/quality.log" 2>&1
     note "quality nvfp4 vs bf16 ($dev): rc=$?  $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('KL mean %.4f p99 %.4f top-1 %.2f%% ppl %.2f vs %.2f' % (j['kl']['mean'], j['kl']['p99'], j['top1_agreement_pct'], j['perplexity']['model'], j['perplexity']['reference']))" "$OUT/quality_nvfp4_$dev.json" 2>/dev/null)"
   done
+fi
+
+# ---- 5c. speculation on the embedded model: each fixed k and the adaptive mode (issue #7) ---------
+# PG_SUITE_SKIP_SPEC=1 skips it. Tokens/s, acceptance and mean accepted length per mode; adaptive
+# against the best fixed k (the default draft cost, then the cost fitted from the fixed-k runs).
+if [ -x "$PEREGRINE" ] && [ -z "${PG_SUITE_SKIP_SPEC:-}" ] && [ "$(left)" -gt 120 ]; then
+  : >"$OUT/spec_tiny.txt"
+  for cost in "" auto; do
+    timeout 60 "$PEREGRINE" bench models/peregrine-tiny --device cuda --speculative-tokens 0,1,2,3,adaptive --repeats 3 \
+      ${cost:+--speculative-draft-cost $cost} --json-out "$OUT/spec_tiny${cost:+_$cost}.json" >>"$OUT/spec_tiny.txt" 2>"$OUT/spec_tiny${cost:+_$cost}.err"
+    note "spec bench, embedded model, cuda${cost:+, draft cost $cost}: rc=$?  $(grep -iE 'adaptive' "$OUT/spec_tiny.txt" | tail -1)"
+  done
+  cat "$OUT/spec_tiny.txt" >>"$OUT/bench_model.txt"
 fi
 
 # ---- 6. compute-sanitizer memcheck over the golden CUDA tests ----------------------------------

@@ -369,11 +369,13 @@ void run_case(const MoeCase& c) {
       const std::vector<float> again = to_host(dy);
       EXPECT_EQ(0, std::memcmp(again.data(), y_gpu.data(), again.size() * sizeof(float))) << "run-to-run difference";
     }
-    // m = 2..8 take the direct multi path (bf16 / fp8 / f32): each token's output must have the
-    // bits it has when the token runs alone (m = 1, the direct path): the same dot products in
-    // the same order, the same adds in the contract's order.
+    // m = 2..8 take the direct multi path (bf16 / fp8 / f32, and NVFP4 on the f16 tensor cores):
+    // each token's output must have the bits it has when the token runs alone (m = 1, the direct
+    // path): the same dot products in the same order (NVFP4: the token as any of the mma's 8
+    // columns, K cut in the same slices), the same adds in the contract's order.
     // (Only while that path is on: the plan path sums the same terms, not always in the same bits.)
-    if (cuda::moe_direct_multi_enabled() && m >= 2 && m <= 8 && m * c.top_k <= 64 && c.format != kNvfp4Format &&
+    const bool multi_kernels = c.format != kNvfp4Format || (!c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0);
+    if (cuda::moe_direct_multi_enabled() && m >= 2 && m <= 8 && m * c.top_k <= 64 && multi_kernels &&
         !c.accumulate) {
       int64_t differ = 0, first_bad = -1;
       for (int64_t t = 0; t < m; ++t) {
@@ -468,6 +470,10 @@ const MoeCase kCases[] = {
     // token on the same experts at m = 8 / 9 (one and two 8-pair passes), more than one token tile.
     {"moonlight_nvfp4_duplicate_ids", kFp4, 64, 2, 6, 2048, 1408, {1, 3, 8}, 128, Routing::kDuplicates},
     {"moonlight_nvfp4_same_experts_8_9", kFp4, 64, 2, 6, 2048, 1408, {8, 9}, 128, Routing::kSameExperts},
+    // NVFP4 verify steps and decode batches (m = 2..8, direct multi on the tensor cores).
+    {"moonlight_nvfp4_verify", kFp4, 64, 2, 6, 2048, 1408, {2, 3, 4, 5, 7}},
+    {"v3_nvfp4_verify_same_experts", kFp4, 256, 1, 8, 7168, 2048, {3, 8}, 128, Routing::kSameExperts},
+    {"moonlight_dense_nvfp4_verify", kFp4, 0, 1, 0, 2048, 11264, {2, 8}},
 };
 
 class MoeExpertsCuda : public ::testing::TestWithParam<MoeCase> {};
@@ -572,7 +578,7 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
         fp4 ? double(3 * sh.inter * sh.hidden) * (0.5 + 1.0 / 16.0)  // codes + e4m3 block scales
             : double(3 * sh.inter * sh.hidden * eb) +
                   (sh.format == kFp8 ? 4.0 * double(3 * (sh.inter / blk) * (sh.hidden / blk)) : 0.0);
-    for (int64_t m : {int64_t(1), int64_t(8)}) {
+    for (int64_t m : {int64_t(1), int64_t(2), int64_t(4), int64_t(8)}) {  // decode, verify steps k = 1 / 3, b = 8
       MoeCase rc{sh.name, sh.format, sh.n_experts, sh.n_shared, sh.top_k, sh.hidden, sh.inter, {m}};
       const Routed r = sh.top_k ? route(rc, m, seed_of(sh.name) + uint64_t(m)) : Routed{};
       const std::set<int32_t> distinct(r.idx.begin(), r.idx.end());

@@ -1,10 +1,12 @@
-// Device helpers both MoE expert kernel files share (moe_experts/kernel.cu, nvfp4_kernel.cu).
+// Device helpers both MoE expert kernel files share (moe_experts/kernel.cu, nvfp4_kernel.cu): the
+// direct multi path's routing as every warp derives it, the planned path's tile segments.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/moe_experts/config.h"
 #include "ops/cuda/moe_experts/params.h"
 
@@ -37,6 +39,64 @@ __device__ __forceinline__ void moe_tile_segments(const MoeExpertsParams& p, int
     s_lo[a] = lo;
     s_hi[a] = hi;
   }
+}
+
+// Routed pair i's expert id, -1 past the pairs or outside [0, n_experts) (dropped, as the plan
+// drops it). A plain load: the routing kernel finished before gate_up began (an ordinary launch),
+// so down (PDL) may read it before its pdl_wait.
+__device__ __forceinline__ int routed_id(const MoeExpertsParams& p, int i) {
+  if (i >= p.m * p.top_k) return -1;
+  const int e = p.expert_idx[i];
+  return e >= 0 && e < p.n_experts ? e : -1;
+}
+
+// The step's routing as every warp of the direct multi path derives it, with no plan kernel, no
+// shared memory and no barrier: lane l holds pairs l and l + 32 (kMoeDirectMaxRouted), and bit i
+// of `first` marks pair i when its expert appears at no lower flat index (the distinct experts, in
+// order of first appearance).
+struct WarpRouting {
+  int e_lo = -1, e_hi = -1;
+  uint64_t first = 0;
+};
+
+// Every lane must execute every *_sync intrinsic here (the full mask): the match is taken before
+// the e >= 0 test, never inside `e >= 0 && ...`, whose short circuit skipped it on the lanes
+// without a pair (lanes >= m * top_k, dropped ids). That divergent match.sync is undefined (by
+// the PTX spec the matching lanes wait for lanes that wait at the ballot) and it hung or faulted
+// on the H200 (2026-12-01): the lanes of a warp saw different `first` masks, so a lane could take
+// a routed slot past its own distinct count, nth_set_bit gave -1 and slot_expert expert -1
+// (weight rows before the stack, x rows and h rows past m).
+__device__ __forceinline__ WarpRouting warp_routing(const MoeExpertsParams& p) {
+  const int lane = threadIdx.x % kWarpSize;
+  const unsigned below = (1u << lane) - 1u;
+  WarpRouting w;
+  w.e_lo = routed_id(p, lane);
+  const unsigned peers_lo = __match_any_sync(kFullMask, w.e_lo);  // every lane, -1 too
+  const bool first_lo = w.e_lo >= 0 && (peers_lo & below) == 0;
+  bool first_hi = false;
+  if (p.m * p.top_k > kWarpSize) {  // warp-uniform
+    w.e_hi = routed_id(p, kWarpSize + lane);
+    const unsigned peers_hi = __match_any_sync(kFullMask, w.e_hi);  // every lane, -1 too
+    first_hi = w.e_hi >= 0 && (peers_hi & below) == 0;
+    for (int s = 0; s < kWarpSize; ++s)  // and not among pairs 0..31
+      if (__shfl_sync(kFullMask, w.e_lo, s) == w.e_hi) first_hi = false;
+  }
+  w.first = uint64_t(__ballot_sync(kFullMask, first_lo)) | uint64_t(__ballot_sync(kFullMask, first_hi)) << 32;
+  return w;
+}
+
+// Index of the n-th (from 0) set bit of v; v has more than n.
+__device__ __forceinline__ int nth_set_bit(uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) v &= v - 1;
+  return __ffsll(static_cast<long long>(v)) - 1;
+}
+
+// The expert of the routing's distinct slot `slot` (< popc(first)) and the mask of its pairs.
+__device__ __forceinline__ int slot_expert(const WarpRouting& w, int slot, uint64_t& pairs) {
+  const int j = nth_set_bit(w.first, slot);
+  const int e = __shfl_sync(kFullMask, j < kWarpSize ? w.e_lo : w.e_hi, j % kWarpSize);
+  pairs = uint64_t(__ballot_sync(kFullMask, w.e_lo == e)) | uint64_t(__ballot_sync(kFullMask, w.e_hi == e)) << 32;
+  return e;
 }
 
 }  // namespace pg::ops::cuda

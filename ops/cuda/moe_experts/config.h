@@ -94,6 +94,16 @@ constexpr MoeTile moe_down_direct_tile(LinearWeight f, bool vec, bool single_slo
   return {2, 4};
 }
 
+// NVFP4 down direct (moe_experts/nvfp4_kernel.cu, m = 1 and the direct multi path): warps splitting
+// K per slot, the most (<= 8, a power of two) with n_slots x split <=
+// kMoeDirectMaxSlots warps per block: a dense MLP (1 slot) 8, moonlight (8 slots) 2, V3 (9) 1.
+// 16-row tiles alone give moonlight's dense down (2048 rows x 11264) 128 warps of 88 k-steps.
+constexpr int moe_nvfp4_down_direct_split(int n_slots) {
+  int ks = 1;
+  while (ks < 8 && n_slots * ks * 2 <= kMoeDirectMaxSlots) ks *= 2;
+  return ks;
+}
+
 // m = 2..8 ("direct multi": decode batches and speculative verify steps): no plan kernel. Every
 // warp derives the step's distinct routed experts from expert_idx itself (the m * top_k <=
 // kMoeDirectMaxRouted pairs, two per lane), so each distinct expert's rows are read once for all

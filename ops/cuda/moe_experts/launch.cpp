@@ -52,15 +52,15 @@ bool vector_path_ok(const Matrix& w, const void* x) {
 
 }  // namespace
 
-// The direct multi path (m = 2..8 without the plan kernel) is off unless PEREGRINE_MOE_DIRECT_MULTI=1:
-// its first H200 run (2026-12-01, c9f193b) left every golden test that decodes 2..8 tokens per step
-// hanging (300 s timeouts) and faulted the op test, while m = 1 and long prefills passed. The cause
-// found by reading (kernel.cu warp_routing: a __match_any_sync with the full mask skipped by the
-// lanes without a pair) is fixed; off until the H200 confirms it.
+// The direct multi path (m = 2..8 without the plan kernel) is on unless PEREGRINE_MOE_DIRECT_MULTI=0.
+// Its first H200 run (2026-12-01, c9f193b) hung every golden test that decoded 2..8 tokens per step
+// (a __match_any_sync with the full mask skipped by some lanes, fixed in 95185b2); at 9d5def8 the
+// op tests and goldens passed with it (H200, 2026-12-01) and moonlight bf16's verify step went
+// 4.49 -> 3.90 ms (its MoE op at 2 tokens 112 -> 78 us), so it became the default.
 bool moe_direct_multi_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_MOE_DIRECT_MULTI");
-    return v && v[0] == '1';
+    return !(v && v[0] == '0');
   }();
   return on;
 }
@@ -120,15 +120,19 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
 
   p.direct = a.m == 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared >= 1 &&
              a.top_k + a.n_shared <= kMoeDirectMaxSlots;
-  // m = 2..8 (decode batches, verify steps): no plan either; bf16 / fp8 / f32 stacks only.
+  // NVFP4 with f16 activations: the tensor-core kernels (nvfp4_kernel.cu), per stack on its vector path.
+  const bool gu_vec = vector_path_ok(*a.gate_up, a.x), dn_vec = vector_path_ok(*a.down, p.plan.h);
+  const bool gu_mma = a.f16_activations && a.gate_up->format == WeightFormat::kNvfp4 && gu_vec;
+  const bool dn_mma = a.f16_activations && a.down->format == WeightFormat::kNvfp4 && dn_vec;
+  // m = 2..8 (decode batches, verify steps): no plan either. An NVFP4 stack takes it on the
+  // tensor-core kernels only (the f32-x NVFP4 kernels of kernel.cu have no multi down kernel).
   const bool nvfp4 = a.gate_up->format == WeightFormat::kNvfp4 || a.down->format == WeightFormat::kNvfp4;
-  p.direct_multi = moe_direct_multi_enabled() && !p.direct && !nvfp4 && moe_direct_multi_fits(a.m, a.top_k, a.n_shared);
+  p.direct_multi = moe_direct_multi_enabled() && !p.direct && (!nvfp4 || (gu_mma && dn_mma)) &&
+                   moe_direct_multi_fits(a.m, a.top_k, a.n_shared);
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   const int m_tile = moe_m_tile(a.m);
   if (!p.direct && !p.direct_multi) PG_CUDA_TRY(launch_moe_plan(p, stream));
-  // NVFP4 with f16 activations: the tensor-core kernels (nvfp4_kernel.cu), per stack on its vector path.
-  const bool gu_vec = vector_path_ok(*a.gate_up, a.x), dn_vec = vector_path_ok(*a.down, p.plan.h);
-  if (a.f16_activations && a.gate_up->format == WeightFormat::kNvfp4 && gu_vec) {
+  if (gu_mma) {
     Nvfp4MmaTile t = moe_nvfp4_gate_up_tile();
     if (v.gate_up_tiles) t.tiles = v.gate_up_tiles;
     if (v.gate_up_unroll) t.unroll = v.gate_up_unroll;
@@ -136,7 +140,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   } else {
     PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), gu_vec, m_tile, stream));
   }
-  if (a.f16_activations && a.down->format == WeightFormat::kNvfp4 && dn_vec) {
+  if (dn_mma) {
     Nvfp4MmaTile t = moe_nvfp4_down_tile();
     if (v.down_tiles) t.tiles = v.down_tiles;
     if (v.down_unroll) t.unroll = v.down_unroll;

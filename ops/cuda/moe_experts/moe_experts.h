@@ -3,8 +3,8 @@
 // kernel reads every selected expert's gate and up rows once for all of its tokens, a down kernel
 // sums each token's experts in the contract's order and writes (or adds to) y. Decode steps of
 // m <= 8 tokens (batches, speculative verify steps) can skip the plan: every warp derives the
-// distinct experts from expert_idx itself (params.h, `direct_multi`): off unless
-// PEREGRINE_MOE_DIRECT_MULTI=1 (moe_direct_multi_enabled) since it hung on the H200.
+// distinct experts from expert_idx itself (params.h, `direct_multi`; PEREGRINE_MOE_DIRECT_MULTI=0
+// turns it off).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,7 +26,7 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // take the scalar path, any m works (prefill streams an expert once per 8 of its tokens).
 Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// Whether m = 2..8 take the direct multi path (PEREGRINE_MOE_DIRECT_MULTI=1; read once).
+// Whether m = 2..8 take the direct multi path (on unless PEREGRINE_MOE_DIRECT_MULTI=0; read once).
 bool moe_direct_multi_enabled();
 
 // The NVFP4 tensor-core kernels' tiles (moe_experts/nvfp4_params.h) for the benchmark's sweep;

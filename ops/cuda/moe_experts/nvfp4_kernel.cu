@@ -42,11 +42,17 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   int64_t expert;
   int lo, hi;
   int64_t h_base = 0;  // shared: h row of token 0
-  if (p.direct) pdl_trigger();  // as moe_gate_up_kernel: down (PDL) may launch at once
+  uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
+  if (p.direct || p.direct_multi) pdl_trigger();  // as moe_gate_up_kernel: down (PDL) may launch at once
   if (!shared && p.direct) {
     expert = p.expert_idx[slot];
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
     lo = slot, hi = slot + 1;
+  } else if (!shared && p.direct_multi) {  // slot: the step's slot-th distinct expert, if any
+    const WarpRouting w = warp_routing(p);
+    if (slot >= __popcll(static_cast<long long>(w.first))) return;
+    expert = slot_expert(w, slot, pairs);
+    lo = 0, hi = __popcll(static_cast<long long>(pairs));
   } else if (!shared) {
     if (slot >= *p.plan.n_active) return;
     expert = p.plan.active_expert[slot];
@@ -79,7 +85,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     const float* xrow = nullptr;  // lane g: pair q + g
     if (g < m_valid) {
       const int pi = q + g;
-      const int64_t token = p.direct ? 0 : shared ? pi : p.plan.pair_flat[pi] / p.top_k;
+      const int64_t token = p.direct         ? 0
+                            : shared         ? pi
+                            : p.direct_multi ? nth_set_bit(pairs, pi) / p.top_k
+                                             : p.plan.pair_flat[pi] / p.top_k;
       xrow = p.x + token * p.hidden;
     }
     float acc[kTiles][4];
@@ -92,7 +101,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
         const int64_t j = j0 + 8 * i + g;
         if (pair < m_valid && j < p.inter) {
           const float gate = acc[i][c] * s2[i][0], up = acc[i][2 + c] * s2[i][1];
-          const int64_t h_row = shared ? h_base + q + pair : q + pair;
+          // h row: shared pair (s, t) at h_base + t; routed: the plan's pair position, or (direct,
+          // direct multi) the pair's flat index.
+          const int64_t h_row = shared ? h_base + q + pair : p.direct_multi ? nth_set_bit(pairs, q + pair) : q + pair;
           p.plan.h[h_row * p.inter + j] = silu(gate) * up;
         }
       }
@@ -164,6 +175,110 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       v += d;
     }
     float* yp = p.y + row;
+    *yp = p.accumulate ? *yp + v : v;
+  }
+}
+
+// 2 <= m <= kMoeDirectMaxTokens (p.direct_multi), as moe_down_multi_kernel with the m = 1 kernel's
+// arithmetic: grid x = hidden row tiles of 16 rows, a block of kMoeDirectMaxSlots warps. Every
+// warp derives the step's distinct routed experts from expert_idx (warp_routing) and takes the
+// (expert slot, K slice) tasks warp, warp + kMoeDirectMaxSlots, ...: distinct routed experts in
+// order of first appearance, then the shared ones, K cut into moe_nvfp4_down_direct_split(top_k +
+// n_shared) slices as the m = 1 kernel cuts it. A task streams its expert's 16 rows once for all
+// of its pairs (the mma's 8 columns; a pass per 8 pairs) and leaves weight * down·h per (K slice,
+// h row, output row) in shared memory; the block then adds each token's terms in the m = 1
+// kernel's order (a pair's K slices first, then the pairs by (expert id, slot), then the shared
+// experts), so a token's output has the bits it has alone. Launched with PDL after gate_up: a
+// warp issues its first task's weight loads, then waits for h.
+template <int kUnroll>
+__global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
+    moe_down_multi_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr int kR = kNvfp4MmaRows, kWarps = kMoeDirectMaxSlots;
+  // k_split x n_h <= kMoeDirectMaxHRows: split x (top_k + n_shared) <= kMoeDirectMaxSlots when the
+  // split is > 1 (moe_nvfp4_down_direct_split), and m <= 8 with m x (top_k + n_shared) <= 128.
+  static_assert(kMoeDirectMaxSlots * kMoeDirectMaxTokens <= kMoeDirectMaxHRows, "s_part holds every (K slice, h row)");
+  __shared__ float s_part[kMoeDirectMaxHRows][kR];     // [K slice * n_h + h row][output row]
+  __shared__ int32_t s_order[kMoeDirectMaxRouted];     // [m, top_k]: token t's pairs in summing order (-1: dropped)
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared);
+  const int k_split = moe_nvfp4_down_direct_split(p.top_k + p.n_shared);
+  const WarpRouting w = warp_routing(p);
+  const int n_distinct = __popcll(static_cast<long long>(w.first));
+  const int n_tasks = (n_distinct + p.n_shared) * k_split;
+  const int64_t row0 = int64_t(blockIdx.x) * kR;
+  const int64_t k_chunks = p.inter / 32, k_steps = (k_chunks + 3) / 4;
+  const int64_t per_part = (k_steps + k_split - 1) / k_split;
+  for (int task = warp; task < n_tasks; task += kWarps) {  // warp-uniform: slot_expert's shuffles see every lane
+    const int slot = task / k_split, kpart = task % k_split;
+    const bool shared = slot >= n_distinct;
+    int64_t expert;
+    uint64_t pairs = 0;  // routed: the expert's flat pair indices
+    int n_pairs, h_base = 0;
+    if (!shared) {
+      expert = slot_expert(w, slot, pairs);
+      n_pairs = __popcll(static_cast<long long>(pairs));
+    } else {
+      expert = p.n_experts + (slot - n_distinct);
+      n_pairs = p.m;
+      h_base = n_routed + (slot - n_distinct) * p.m;
+    }
+    const uint8_t* wrow[1][2];
+    const uint8_t* srow[1][2];
+    float s2[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1);  // past hidden: never written
+      wrow[0][h] = codes_row(p.down, row, p.inter);
+      srow[0][h] = scales_row(p.down, row);
+      s2[h] = scale_2_of(p.down, row);
+    }
+    const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+    for (int q = 0; q < n_pairs; q += kNvfp4MmaTokens) {
+      const int m_valid = min(kNvfp4MmaTokens, n_pairs - q);
+      // Column c of this pass: pair q + c's h row (routed: its flat index).
+      auto h_row = [&](int c) { return shared ? h_base + q + c : nth_set_bit(pairs, q + c); };
+      const float* xrow = g < m_valid ? p.plan.h + int64_t(h_row(g)) * p.inter : nullptr;
+      float acc[1][4];
+      nvfp4_mma_stream<1, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
+        const int c = 2 * t + j % 2;
+        if (c < m_valid) {
+          const int hr = h_row(c);
+          const float wgt = shared ? 1.0f : p.expert_weight[hr];
+          s_part[kpart * n_h + hr][g + 8 * (j / 2)] = wgt * (acc[0][j] * s2[j / 2]);
+        }
+      }
+    }
+  }
+  pdl_wait();  // warps without a k-step; y is written below
+  // Token t's routed pairs in the contract's order: rank by (expert id, slot); dropped ids first.
+  if (int(threadIdx.x) < n_routed) {
+    const int i = threadIdx.x, k0 = i / p.top_k * p.top_k, e = routed_id(p, i);
+    int rank = 0;
+    for (int k = 0; k < p.top_k; ++k) {
+      const int f = routed_id(p, k0 + k);
+      rank += f < e || (f == e && k0 + k < i);
+    }
+    s_order[k0 + rank] = e >= 0 ? i : -1;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < p.m * kR; idx += blockDim.x) {
+    const int tok = idx / kR, r = idx % kR;
+    const int64_t row = row0 + r;
+    if (row >= p.hidden) continue;
+    auto term = [&](int hr) {  // a pair's K slices in slice order, as the m = 1 kernel adds them
+      float d = s_part[hr][r];
+      for (int kp = 1; kp < k_split; ++kp) d += s_part[kp * n_h + hr][r];
+      return d;
+    };
+    float v = 0.0f;
+    for (int k = 0; k < p.top_k; ++k) {
+      const int j = s_order[tok * p.top_k + k];
+      if (j >= 0) v += term(j);
+    }
+    for (int sh = 0; sh < p.n_shared; ++sh) v += term(n_routed + sh * p.m + tok);
+    float* yp = p.y + int64_t(tok) * p.y_stride + row;
     *yp = p.accumulate ? *yp + v : v;
   }
 }
@@ -276,6 +391,12 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 }
 
 template <int kUnroll>
+cudaError_t down_multi_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+  const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows - 1) / kNvfp4MmaRows));
+  return launch_pdl(moe_down_multi_nvfp4_kernel<kUnroll>, grid, dim3(kMoeDirectMaxSlots * kWarpSize), 0, stream, p);
+}
+
+template <int kUnroll>
 cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
   const int64_t rows_per_block = int64_t(kMoeWarps / moe_nvfp4_down_k_split(p.hidden, p.inter)) * kNvfp4MmaRows;
   const int64_t bx = (int64_t(p.hidden) + rows_per_block - 1) / rows_per_block;
@@ -316,6 +437,14 @@ cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, 
     return cudaErrorInvalidValue;
   }
   if (tile.tiles != 1) return cudaErrorInvalidValue;
+  if (p.direct_multi) {
+    switch (tile.unroll) {
+      case 1: return down_multi_launch<1>(p, stream);
+      case 2: return down_multi_launch<2>(p, stream);
+      case 4: return down_multi_launch<4>(p, stream);
+    }
+    return cudaErrorInvalidValue;
+  }
   switch (tile.unroll) {
     case 1: return down_launch<1>(p, stream);
     case 2: return down_launch<2>(p, stream);  // 4 spilled (ptxas, 2026-12-01)

@@ -23,15 +23,6 @@ inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
 inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
 
-// down direct: warps splitting K per slot, the most (<= 8, a power of two) with n_slots x split <=
-// kMoeDirectMaxSlots warps per block: a dense MLP (1 slot) 8, moonlight (8 slots) 2, V3 (9) 1.
-// 16-row tiles alone give moonlight's dense down (2048 rows x 11264) 128 warps of 88 k-steps.
-constexpr int moe_nvfp4_down_direct_split(int n_slots) {
-  int ks = 1;
-  while (ks < 8 && n_slots * ks * 2 <= kMoeDirectMaxSlots) ks *= 2;
-  return ks;
-}
-
 // down planned: warps of a block splitting K (1, 2, 4, 8): grow while the 16-row tiles give fewer
 // than 16 warps per SM of a 132-SM H200 (a fixed count: kernel and launcher must agree without a
 // parameter) and every slice keeps >= 1 k-step. V3 (7168 x 2048): 448 tiles, split 8 (2 steps

@@ -72,7 +72,8 @@ struct MoeExpertsParams {
   // (expert_idx[s], h row s; shared expert s at h row top_k + s) and down is
   // moe_down_direct_kernel, launched with PDL.
   bool direct = false;
-  // 1 <= m <= kMoeDirectMaxTokens within moe_direct_multi_fits, not direct, no NVFP4 stack: no
+  // 1 <= m <= kMoeDirectMaxTokens within moe_direct_multi_fits, not direct, NVFP4 stacks only on
+  // the tensor-core kernels (nvfp4_kernel.cu, whose down is moe_down_multi_nvfp4_kernel): no
   // plan; gate_up's grid.y slot s < max_active is the s-th distinct routed expert in order of
   // first appearance in expert_idx (slots beyond the step's distinct count exit), then the shared
   // experts. h row of routed pair (t, k) is its flat index t * top_k + k, shared pair (s, t) at

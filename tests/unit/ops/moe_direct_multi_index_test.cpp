@@ -9,7 +9,7 @@
 // tests/ops/moe_experts_test.cpp, the golden models' and with repeated, duplicate and dropped ids.
 // A CPU test: it checks the arithmetic, not the device (the H200 bug of 2026-12-01 was a
 // *_sync intrinsic skipped by some lanes, which only the GPU tests can show). Keep it in step
-// with kernel.cu.
+// with kernel.cu (and nvfp4_kernel.cu's moe_down_multi_nvfp4_kernel).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -339,6 +339,66 @@ TEST(MoeDirectMultiIndex, EveryIndexInRangeAndEveryTermOnce) {
           for (uint64_t seed = 1; seed <= 3; ++seed)
             check_call(s, route(s, kind, seed * 7919 + uint64_t(m)),
                        std::string(c.name) + (vec ? " vec" : " scalar") + " ids " + std::to_string(int(kind)));
+        }
+      }
+    }
+}
+
+// moe_down_multi_nvfp4_kernel (ops/cuda/moe_experts/nvfp4_kernel.cu): tasks (slot, K slice) over
+// the block's kMoeDirectMaxSlots warps, partials at s_part[kpart * n_h + h row] (a static
+// [kMoeDirectMaxHRows][16] array), K slices as the m = 1 kernel cuts them; every partial the
+// combine reads is written exactly once, and a slice's steps are the m = 1 kernel's.
+TEST(MoeDirectMultiIndex, Nvfp4DownPartialsInRangeAndOnce) {
+  const Case cases[] = {
+      {"moonlight", LinearWeight::kNvfp4, 64, 2, 6, 2048, 1408}, {"moonlight_dense", LinearWeight::kNvfp4, 0, 1, 0, 2048, 11264},
+      {"v3", LinearWeight::kNvfp4, 256, 1, 8, 7168, 2048},       {"tiny", LinearWeight::kNvfp4, 8, 2, 3, 64, 32},
+      {"shared_only", LinearWeight::kNvfp4, 8, 2, 0, 64, 32},    {"routed_only", LinearWeight::kNvfp4, 8, 0, 3, 64, 32},
+  };
+  for (const Case& c : cases)
+    for (int m = 2; m <= kMoeDirectMaxTokens; ++m) {
+      if (!moe_direct_multi_fits(m, c.top_k, c.n_shared)) continue;
+      const Shape s{m, c.hidden, c.inter, c.n_experts, c.top_k, c.n_shared, c.f, true};
+      for (Ids kind : {Ids::kRandom, Ids::kSame, Ids::kDuplicates, Ids::kDropped}) {
+        if (c.top_k == 0 && kind != Ids::kRandom) continue;
+        const std::vector<int32_t> idx = route(s, kind, 31 * uint64_t(m) + uint64_t(kind));
+        const std::string what = std::string(c.name) + " m " + std::to_string(m) + " ids " + std::to_string(int(kind));
+        const int n_routed = m * c.top_k, n_h = m * (c.top_k + c.n_shared);
+        const int k_split = moe_nvfp4_down_direct_split(c.top_k + c.n_shared);
+        ASSERT_LE(k_split * n_h, kMoeDirectMaxHRows) << what;
+        const Routing w = warp_routing(s, idx);
+        const int n_distinct = std::popcount(w.first);
+        const int64_t k_steps = (c.inter / 32 + 3) / 4, per_part = (k_steps + k_split - 1) / k_split;
+        std::vector<int> written(size_t(k_split * n_h), 0);
+        std::vector<int64_t> steps_of_row(size_t(n_h), 0);
+        const int n_tasks = (n_distinct + c.n_shared) * k_split;
+        for (int task = 0; task < n_tasks; ++task) {  // warp task % 16 takes it; the order is irrelevant here
+          const int slot = task / k_split, kpart = task % k_split;
+          const bool shared = slot >= n_distinct;
+          uint64_t pairs = 0;
+          int n_pairs, h_base = 0;
+          if (!shared) {
+            const int e = slot_expert(w, slot, pairs);
+            ASSERT_GE(e, 0) << what;
+            n_pairs = std::popcount(pairs);
+          } else {
+            n_pairs = m, h_base = n_routed + (slot - n_distinct) * m;
+          }
+          const int64_t s0 = std::min(k_steps, kpart * per_part), s1 = std::min(k_steps, s0 + per_part);
+          for (int q = 0; q < n_pairs; q += 8)
+            for (int col = 0; col < std::min(8, n_pairs - q); ++col) {
+              const int hr = shared ? h_base + q + col : nth_set_bit(pairs, q + col);
+              ASSERT_GE(hr, 0) << what;
+              ASSERT_LT(hr, n_h) << what;
+              if (!shared) ASSERT_LT(hr, n_routed) << what;  // expert_weight index
+              ++written[size_t(kpart * n_h + hr)];
+              steps_of_row[size_t(hr)] += s1 - s0;
+            }
+        }
+        for (int hr = 0; hr < n_h; ++hr) {
+          const bool read = hr >= n_routed || routed_id(s, idx, hr) >= 0;
+          for (int kp = 0; kp < k_split; ++kp)
+            EXPECT_EQ(written[size_t(kp * n_h + hr)], read ? 1 : 0) << what << " h row " << hr << " slice " << kp;
+          if (read) EXPECT_EQ(steps_of_row[size_t(hr)], k_steps) << what << " h row " << hr << ": K covered once";
         }
       }
     }
