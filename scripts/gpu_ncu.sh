@@ -24,5 +24,5 @@ for spec in "$@"; do
      --section WarpStateStats --section SchedulerStats "$exe" --gtest_filter="$filter" >"$OUT/ncu_$i.txt" 2>&1)
   echo "ncu $i ($bin $filter, kernels /$regex/ x ${count:-4}): rc=$?"
   # The figures that matter per kernel, as one line each.
-  awk '/^  [A-Za-z_].*\(.*\)x\(.*\)/ {name=$1} /Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Grid Size|Block Size|No Eligible|Issued Warp Per Scheduler/ {gsub(/ +/," "); printf "%s |%s\n", substr(name,1,60), $0}' "$OUT/ncu_$i.txt" | head -120
+  awk '/^  [A-Za-z_].*\(.*\)x\(.*\)/ {name=$0; sub(/^ +(void )?(pg::ops::cuda::)?(\(anonymous namespace\)::)?/, "", name)} /Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Grid Size|Block Size|No Eligible|Issued Warp Per Scheduler/ {gsub(/ +/," "); printf "%s |%s\n", substr(name,1,60), $0}' "$OUT/ncu_$i.txt" | head -120
 done
