@@ -53,7 +53,9 @@ __device__ __forceinline__ void nvfp4_mma_x(const float* xc, bool ok, uint32_t (
 }
 
 // One k-step of one 16-row tile: w[0] / w[1] the 32 codes of rows g / g + 8, sc[0] / sc[1] their
-// two e4m3 block scales (low byte: codes 0..15 = words 0, 1); acc += A · B.
+// two e4m3 block scales (low byte: codes 0..15 = words 0, 1); acc += A · B. kDirectUnpack: the
+// unpack with fewer live registers (vec.cuh; same bits).
+template <bool kDirectUnpack>
 __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32_t (&sc)[2], const uint32_t (&b)[4][4],
                                                float (&acc)[4]) {
   uint32_t s[2][2];  // [row half][scale block] the block scale in both f16 halves
@@ -66,8 +68,15 @@ __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t lo[4], hi[4];  // rows g, g + 8
-    e2m1x8_to_f16x2(q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w, lo);
-    e2m1x8_to_f16x2(q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w, hi);
+    const uint32_t wlo = q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w;
+    const uint32_t whi = q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w;
+    if constexpr (kDirectUnpack) {
+      e2m1x8_to_f16x2_direct(wlo, lo);
+      e2m1x8_to_f16x2_direct(whi, hi);
+    } else {
+      e2m1x8_to_f16x2(wlo, lo);
+      e2m1x8_to_f16x2(whi, hi);
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       lo[i] = hmul2_bits(lo[i], s[0][q / 2]);
@@ -116,15 +125,102 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
       uint32_t b[4][4];
       nvfp4_mma_x(xrow ? xrow + c * 32 : nullptr, ok && xrow != nullptr, b);
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile(wv[u][i], sc[u][i], b, acc[i]);
+      for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<true>(wv[u][i], sc[u][i], b, acc[i]);
+    }
+  }
+}
+
+// m = 1 (decode): x staged once per warp as f16 B fragments. Lanes g > 0 of the per-lane path
+// above load nothing but still issue its ~24 instructions per k-step (8 x 16-byte loads, 16
+// conversions, the zero selects); here the warp's 32 lanes convert a k-step's 128 elements
+// together (each lane 8 f32 -> 4 f16x2, one 16-byte store) into a per-warp shared buffer, and
+// every lane reads its B fragments with 4 16-byte shared loads. The f16 values and their slots are
+// those of nvfp4_mma_x (same pairs, same rounding), so the sums are bit-identical for token 0.
+// Columns g > 0 get token 0's values instead of zeros: their sums are never written (m = 1), and
+// an mma's output columns do not interact.
+//
+// Buffer of one k-step: 16 uint4, [word q][chunk t] (lane (g, t) reads q = 0..3 at 64 q + 16 t:
+// the 4 chunks of a read are 64 contiguous bytes, no bank conflict; every g reads the same).
+constexpr int kNvfp4MmaXStepVecs = 16;
+
+// Converts token 0's x for k-steps [s, s + kUnroll) into xs (zeros past s1 or k_chunks). Lane L
+// of pass p takes step u = 2p + L / 16, chunk t = L % 4, word q = L / 4 % 4: 8 f32 at
+// 32 (4 (s + u) + t) + 8 q, stored as the pairs (8q + j, 8q + j + 4), j = 0..3.
+template <int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_stage_x(const float* x, int64_t k_chunks, int64_t s, int64_t s1,
+                                                  uint4 (*xs)[kNvfp4MmaXStepVecs]) {
+  const int lane = threadIdx.x % kWarpSize, t = lane % 4, q = lane / 4 % 4;
+#pragma unroll
+  for (int pass = 0; pass < (kUnroll + 1) / 2; ++pass) {
+    const int u = 2 * pass + lane / 16;
+    if (u >= kUnroll) break;  // kUnroll odd: the last pass has one step
+    const int64_t c = (s + u) * 4 + t;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (s + u < s1 && c < k_chunks) {
+      const float4 lo = ld_act4(x + c * 32 + 8 * q), hi = ld_act4(x + c * 32 + 8 * q + 4);
+      v.x = f32x2_to_f16x2_sat(lo.x, hi.x);
+      v.y = f32x2_to_f16x2_sat(lo.y, hi.y);
+      v.z = f32x2_to_f16x2_sat(lo.z, hi.z);
+      v.w = f32x2_to_f16x2_sat(lo.w, hi.w);
+    }
+    xs[u][4 * q + t] = v;
+  }
+}
+
+// nvfp4_mma_stream for m = 1 with x staged (above): x is token 0's row, xs this warp's buffer of
+// kUnroll k-steps. Same loads, same mmas in the same order per accumulator; kWaitAfterFirstLoads
+// as there.
+template <int kTiles, int kUnroll, bool kWaitAfterFirstLoads>
+__device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
+                                                    const uint8_t* const (&srow)[kTiles][2], const float* x,
+                                                    uint4 (*xs)[kNvfp4MmaXStepVecs], int64_t k_chunks, int64_t s0,
+                                                    int64_t s1, float (&acc)[kTiles][4]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int64_t s = s0; s < s1; s += kUnroll) {
+    uint4 wv[kUnroll][kTiles][2];
+    uint32_t sc[kUnroll][kTiles][2];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = (s + u) * 4 + t;
+      const bool ok = s + u < s1 && c < k_chunks;
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wv[u][i][h] = ok ? ld_stream(wrow[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+          sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(srow[i][h]) + c)) : 0u;
+        }
+    }
+    if constexpr (kWaitAfterFirstLoads) {
+      if (s == s0) pdl_wait();
+    }
+    __syncwarp();  // the previous iteration's reads of xs are done
+    nvfp4_mma_stage_x<kUnroll>(x, k_chunks, s, s1, xs);
+    __syncwarp();
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      uint32_t b[4][4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint4 v = xs[u][4 * q + t];
+        b[q][0] = v.x;
+        b[q][1] = v.y;
+        b[q][2] = v.z;
+        b[q][3] = v.w;
+      }
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<false>(wv[u][i], sc[u][i], b, acc[i]);
     }
   }
 }
 
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
-// w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x.
-template <int kTiles, int kUnroll>
+// w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x. kX1: m == 1,
+// x staged per warp (nvfp4_mma_stream_x1).
+template <int kTiles, int kUnroll, bool kX1>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kRowsW = kNvfp4MmaRows * kTiles;
@@ -151,7 +247,12 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
-  nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  if constexpr (kX1) {
+    __shared__ uint4 xs[kLinearWarps][kUnroll][kNvfp4MmaXStepVecs];
+    nvfp4_mma_stream_x1<kTiles, kUnroll, true>(wrow, srow, p.x, xs[warp], k_chunks, s0, s1, acc);
+  } else {
+    nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  }
   pdl_wait();  // warps without k-steps; y is written below
 
   if (k_split > 1) {  // uniform over the block: every thread reaches the barrier
@@ -185,9 +286,9 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
-      e != cudaSuccess)
-    return e;
+  const auto kernel =
+      p.m == 1 ? linear_nvfp4_mma_kernel<kTiles, kUnroll, true> : linear_nvfp4_mma_kernel<kTiles, kUnroll, false>;
+  if (cudaError_t e = launch_pdl(kernel, grid, dim3(kLinearThreads), 0, stream, p); e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 
