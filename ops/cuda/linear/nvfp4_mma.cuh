@@ -130,96 +130,126 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
   }
 }
 
-// m = 1 (decode): x staged once per warp as f16 B fragments. Lanes g > 0 of the per-lane path
-// above load nothing but still issue its ~24 instructions per k-step (8 x 16-byte loads, 16
-// conversions, the zero selects); here the warp's 32 lanes convert a k-step's 128 elements
-// together (each lane 8 f32 -> 4 f16x2, one 16-byte store) into a per-warp shared buffer, and
-// every lane reads its B fragments with 4 16-byte shared loads. The f16 values and their slots are
-// those of nvfp4_mma_x (same pairs, same rounding), so the sums are bit-identical for token 0.
-// Columns g > 0 get token 0's values instead of zeros: their sums are never written (m = 1), and
-// an mma's output columns do not interact.
+// m = 1 (decode): token 0's x staged once per block, for the whole K, as f16 B fragments in
+// shared memory, and the weight loads double-buffered (tiles x unroll <= 2; larger tiles keep one buffer). Lanes g > 0 of the per-lane path above load
+// nothing but still issue its ~24 instructions per k-step (8 x 16-byte loads, 16 conversions, the
+// zero selects), and its x loads (L2 hits, ~600 cycles) sit between a step's weight loads and its
+// mmas; here every lane reads a step's B fragments with 4 16-byte shared loads, and step s + kUnroll's
+// weight loads are in flight while step s's mmas run. The f16 values and their slots are those of
+// nvfp4_mma_x (same pairs, same rounding) and every accumulator sees the same mmas in the same
+// order (steps past s1 still add their zero products), so token 0's sums are bit-identical.
+// Columns g > 0 get token 0's values instead of zeros: their sums are never written (m = 1), and an
+// mma's output columns do not interact.
 //
-// Buffer of one k-step: 16 uint4, [word q][chunk t] (lane (g, t) reads q = 0..3 at 64 q + 16 t:
-// the 4 chunks of a read are 64 contiguous bytes, no bank conflict; every g reads the same).
+// Buffer: k-step s at xs[16 s .. 16 s + 15], [word q][chunk t] (lane (g, t) reads q = 0..3 at
+// 64 q + 16 t: the 4 chunks of a read are 64 contiguous bytes, no bank conflict; every g reads the
+// same). kNvfp4MmaX1MaxK bounds K (36 KB of f16): larger K takes the per-lane path.
 constexpr int kNvfp4MmaXStepVecs = 16;
+constexpr int64_t kNvfp4MmaX1MaxK = 18432;
 
-// Converts token 0's x for k-steps [s, s + kUnroll) into xs (zeros past s1 or k_chunks). Lane L
-// of pass p takes step u = 2p + L / 16, chunk t = L % 4, word q = L / 4 % 4: 8 f32 at
-// 32 (4 (s + u) + t) + 8 q, stored as the pairs (8q + j, 8q + j + 4), j = 0..3.
-template <int kUnroll>
-__device__ __forceinline__ void nvfp4_mma_stage_x(const float* x, int64_t k_chunks, int64_t s, int64_t s1,
-                                                  uint4 (*xs)[kNvfp4MmaXStepVecs]) {
-  const int lane = threadIdx.x % kWarpSize, t = lane % 4, q = lane / 4 % 4;
-#pragma unroll
-  for (int pass = 0; pass < (kUnroll + 1) / 2; ++pass) {
-    const int u = 2 * pass + lane / 16;
-    if (u >= kUnroll) break;  // kUnroll odd: the last pass has one step
-    const int64_t c = (s + u) * 4 + t;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (s + u < s1 && c < k_chunks) {
+// Converts token 0's x (k_chunks chunks of 32) into xs, every thread of the block a share: uint4 v
+// of step s holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
+// k_chunks. Reads x: after pdl_wait.
+__device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {
+  for (int64_t i = threadIdx.x; i < k_steps * kNvfp4MmaXStepVecs; i += blockDim.x) {
+    const int v = int(i % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
+    const int64_t c = i / kNvfp4MmaXStepVecs * 4 + t;
+    uint4 o = make_uint4(0, 0, 0, 0);
+    if (c < k_chunks) {
       const float4 lo = ld_act4(x + c * 32 + 8 * q), hi = ld_act4(x + c * 32 + 8 * q + 4);
-      v.x = f32x2_to_f16x2_sat(lo.x, hi.x);
-      v.y = f32x2_to_f16x2_sat(lo.y, hi.y);
-      v.z = f32x2_to_f16x2_sat(lo.z, hi.z);
-      v.w = f32x2_to_f16x2_sat(lo.w, hi.w);
+      o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
+      o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
+      o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
+      o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
     }
-    xs[u][4 * q + t] = v;
+    xs[i] = o;
   }
 }
 
-// nvfp4_mma_stream for m = 1 with x staged (above): x is token 0's row, xs this warp's buffer of
-// kUnroll k-steps. Same loads, same mmas in the same order per accumulator; kWaitAfterFirstLoads
-// as there.
-template <int kTiles, int kUnroll, bool kWaitAfterFirstLoads>
-__device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
-                                                    const uint8_t* const (&srow)[kTiles][2], const float* x,
-                                                    uint4 (*xs)[kNvfp4MmaXStepVecs], int64_t k_chunks, int64_t s0,
-                                                    int64_t s1, float (&acc)[kTiles][4]) {
+// The weight registers of kUnroll k-steps (one buffer of the double-buffered m = 1 loop).
+template <int kTiles, int kUnroll>
+struct Nvfp4MmaStage {
+  uint4 w[kUnroll][kTiles][2];
+  uint32_t sc[kUnroll][kTiles][2];
+};
+
+// Issues the loads of k-steps [s, s + kUnroll) (zeros past s1 or k_chunks), as nvfp4_mma_stream does.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_load(const uint8_t* const (&wrow)[kTiles][2],
+                                               const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
+                                               int64_t s1, Nvfp4MmaStage<kTiles, kUnroll>& st) {
   const int t = threadIdx.x % 4;
 #pragma unroll
-  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  for (int64_t s = s0; s < s1; s += kUnroll) {
-    uint4 wv[kUnroll][kTiles][2];
-    uint32_t sc[kUnroll][kTiles][2];
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t c = (s + u) * 4 + t;
+    const bool ok = s + u < s1 && c < k_chunks;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = (s + u) * 4 + t;
-      const bool ok = s + u < s1 && c < k_chunks;
+    for (int i = 0; i < kTiles; ++i)
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          wv[u][i][h] = ok ? ld_stream(wrow[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
-          sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(srow[i][h]) + c)) : 0u;
-        }
-    }
-    if constexpr (kWaitAfterFirstLoads) {
-      if (s == s0) pdl_wait();
-    }
-    __syncwarp();  // the previous iteration's reads of xs are done
-    nvfp4_mma_stage_x<kUnroll>(x, k_chunks, s, s1, xs);
-    __syncwarp();
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      uint32_t b[4][4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint4 v = xs[u][4 * q + t];
-        b[q][0] = v.x;
-        b[q][1] = v.y;
-        b[q][2] = v.z;
-        b[q][3] = v.w;
+      for (int h = 0; h < 2; ++h) {
+        st.w[u][i][h] = ok ? ld_stream(wrow[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+        st.sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(srow[i][h]) + c)) : 0u;
       }
+  }
+}
+
+// The mmas of k-steps [s, s + kUnroll) on staged x (zero B past s1: those weights are zeros too).
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_work_x1(const Nvfp4MmaStage<kTiles, kUnroll>& st, const uint4* xs, int64_t s,
+                                                  int64_t s1, float (&acc)[kTiles][4]) {
+  const int t = threadIdx.x % 4;
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<false>(wv[u][i], sc[u][i], b, acc[i]);
+  for (int u = 0; u < kUnroll; ++u) {
+    uint32_t b[4][4];
+    const bool ok = s + u < s1;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = ok ? xs[(s + u) * kNvfp4MmaXStepVecs + 4 * q + t] : make_uint4(0, 0, 0, 0);
+      b[q][0] = v.x;
+      b[q][1] = v.y;
+      b[q][2] = v.z;
+      b[q][3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<false>(st.w[u][i], st.sc[u][i], b, acc[i]);
+  }
+}
+
+// nvfp4_mma_stream for m = 1 with x staged per block (above). Every thread of the block must call
+// it (a barrier after the staging); pdl_wait() comes after this warp's first weight loads.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
+                                                    const uint8_t* const (&srow)[kTiles][2], const float* x,
+                                                    uint4* xs, int64_t k_chunks, int64_t s0, int64_t s1,
+                                                    float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  Nvfp4MmaStage<kTiles, kUnroll> a, b;
+  if (s0 < s1) nvfp4_mma_load(wrow, srow, k_chunks, s0, s1, a);
+  pdl_wait();
+  nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
+  __syncthreads();
+  if constexpr (kTiles * kUnroll <= 2) {
+    // Two named buffers, no register copies: b loads while a's mmas run, then the other way round.
+    for (int64_t s = s0; s < s1; s += 2 * kUnroll) {
+      if (s + kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + kUnroll, s1, b);
+      nvfp4_mma_work_x1(a, xs, s, s1, acc);
+      if (s + kUnroll >= s1) break;
+      if (s + 2 * kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + 2 * kUnroll, s1, a);
+      nvfp4_mma_work_x1(b, xs, s + kUnroll, s1, acc);
+    }
+  } else {  // 4 KB per warp in one buffer: two spill at the 128-register cap (ptxas, 2026-12-01)
+    for (int64_t s = s0; s < s1; s += kUnroll) {
+      if (s != s0) nvfp4_mma_load(wrow, srow, k_chunks, s, s1, a);
+      nvfp4_mma_work_x1(a, xs, s, s1, acc);
     }
   }
 }
 
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
-// w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x. kX1: m == 1,
-// x staged per warp (nvfp4_mma_stream_x1).
+// w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x. kX1: m == 1
+// and k <= kNvfp4MmaX1MaxK, x staged per block and the weights double-buffered (nvfp4_mma_stream_x1).
 template <int kTiles, int kUnroll, bool kX1>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
@@ -248,8 +278,8 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
   if constexpr (kX1) {
-    __shared__ uint4 xs[kLinearWarps][kUnroll][kNvfp4MmaXStepVecs];
-    nvfp4_mma_stream_x1<kTiles, kUnroll, true>(wrow, srow, p.x, xs[warp], k_chunks, s0, s1, acc);
+    __shared__ uint4 xs[kNvfp4MmaX1MaxK / 128 * kNvfp4MmaXStepVecs];
+    nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, xs, k_chunks, s0, s1, acc);
   } else {
     nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
   }
@@ -287,7 +317,8 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
   const auto kernel =
-      p.m == 1 ? linear_nvfp4_mma_kernel<kTiles, kUnroll, true> : linear_nvfp4_mma_kernel<kTiles, kUnroll, false>;
+      p.m == 1 && p.k <= kNvfp4MmaX1MaxK ? linear_nvfp4_mma_kernel<kTiles, kUnroll, true>
+                                         : linear_nvfp4_mma_kernel<kTiles, kUnroll, false>;
   if (cudaError_t e = launch_pdl(kernel, grid, dim3(kLinearThreads), 0, stream, p); e != cudaSuccess) return e;
   return cudaGetLastError();
 }
