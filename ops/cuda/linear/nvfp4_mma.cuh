@@ -53,7 +53,9 @@ __device__ __forceinline__ void nvfp4_mma_x(const float* xc, bool ok, uint32_t (
 }
 
 // One k-step of one 16-row tile: w[0] / w[1] the 32 codes of rows g / g + 8, sc[0] / sc[1] their
-// two e4m3 block scales (low byte: codes 0..15 = words 0, 1); acc += A · B.
+// two e4m3 block scales (low byte: codes 0..15 = words 0, 1); acc += A · B. kDirectUnpack: the
+// unpack with fewer live registers (vec.cuh; same bits).
+template <bool kDirectUnpack>
 __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32_t (&sc)[2], const uint32_t (&b)[4][4],
                                                float (&acc)[4]) {
   uint32_t s[2][2];  // [row half][scale block] the block scale in both f16 halves
@@ -66,8 +68,15 @@ __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t lo[4], hi[4];  // rows g, g + 8
-    e2m1x8_to_f16x2(q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w, lo);
-    e2m1x8_to_f16x2(q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w, hi);
+    const uint32_t wlo = q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w;
+    const uint32_t whi = q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w;
+    if constexpr (kDirectUnpack) {
+      e2m1x8_to_f16x2_direct(wlo, lo);
+      e2m1x8_to_f16x2_direct(whi, hi);
+    } else {
+      e2m1x8_to_f16x2(wlo, lo);
+      e2m1x8_to_f16x2(whi, hi);
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       lo[i] = hmul2_bits(lo[i], s[0][q / 2]);
@@ -116,15 +125,132 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
       uint32_t b[4][4];
       nvfp4_mma_x(xrow ? xrow + c * 32 : nullptr, ok && xrow != nullptr, b);
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile(wv[u][i], sc[u][i], b, acc[i]);
+      for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<true>(wv[u][i], sc[u][i], b, acc[i]);
+    }
+  }
+}
+
+// m = 1 (decode): token 0's x staged once per block, for the whole K, as f16 B fragments in
+// shared memory, and the weight loads double-buffered (tiles x unroll <= 2; larger tiles keep one buffer). Lanes g > 0 of the per-lane path above load
+// nothing but still issue its ~24 instructions per k-step (8 x 16-byte loads, 16 conversions, the
+// zero selects), and its x loads (L2 hits, ~600 cycles) sit between a step's weight loads and its
+// mmas; here every lane reads a step's B fragments with 4 16-byte shared loads, and step s + kUnroll's
+// weight loads are in flight while step s's mmas run. The f16 values and their slots are those of
+// nvfp4_mma_x (same pairs, same rounding) and every accumulator sees the same mmas in the same
+// order (steps past s1 still add their zero products), so token 0's sums are bit-identical.
+// Columns g > 0 get token 0's values instead of zeros: their sums are never written (m = 1), and an
+// mma's output columns do not interact.
+//
+// Buffer: k-step s at xs[16 s .. 16 s + 15], [word q][chunk t] (lane (g, t) reads q = 0..3 at
+// 64 q + 16 t: the 4 chunks of a read are 64 contiguous bytes, no bank conflict; every g reads the
+// same). kNvfp4MmaX1MaxK bounds K (36 KB of f16): larger K takes the per-lane path.
+constexpr int kNvfp4MmaXStepVecs = 16;
+constexpr int64_t kNvfp4MmaX1MaxK = 18432;
+
+// Converts token 0's x (k_chunks chunks of 32) into xs, every thread of the block a share: uint4 v
+// of step s holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
+// k_chunks. Reads x: after pdl_wait.
+__device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {
+  for (int64_t i = threadIdx.x; i < k_steps * kNvfp4MmaXStepVecs; i += blockDim.x) {
+    const int v = int(i % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
+    const int64_t c = i / kNvfp4MmaXStepVecs * 4 + t;
+    uint4 o = make_uint4(0, 0, 0, 0);
+    if (c < k_chunks) {
+      const float4 lo = ld_act4(x + c * 32 + 8 * q), hi = ld_act4(x + c * 32 + 8 * q + 4);
+      o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
+      o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
+      o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
+      o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
+    }
+    xs[i] = o;
+  }
+}
+
+// The weight registers of kUnroll k-steps (one buffer of the double-buffered m = 1 loop).
+template <int kTiles, int kUnroll>
+struct Nvfp4MmaStage {
+  uint4 w[kUnroll][kTiles][2];
+  uint32_t sc[kUnroll][kTiles][2];
+};
+
+// Issues the loads of k-steps [s, s + kUnroll) (zeros past s1 or k_chunks), as nvfp4_mma_stream does.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_load(const uint8_t* const (&wrow)[kTiles][2],
+                                               const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
+                                               int64_t s1, Nvfp4MmaStage<kTiles, kUnroll>& st) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t c = (s + u) * 4 + t;
+    const bool ok = s + u < s1 && c < k_chunks;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.w[u][i][h] = ok ? ld_stream(wrow[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+        st.sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(srow[i][h]) + c)) : 0u;
+      }
+  }
+}
+
+// The mmas of k-steps [s, s + kUnroll) on staged x (zero B past s1: those weights are zeros too).
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_work_x1(const Nvfp4MmaStage<kTiles, kUnroll>& st, const uint4* xs, int64_t s,
+                                                  int64_t s1, float (&acc)[kTiles][4]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    uint32_t b[4][4];
+    const bool ok = s + u < s1;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = ok ? xs[(s + u) * kNvfp4MmaXStepVecs + 4 * q + t] : make_uint4(0, 0, 0, 0);
+      b[q][0] = v.x;
+      b[q][1] = v.y;
+      b[q][2] = v.z;
+      b[q][3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<false>(st.w[u][i], st.sc[u][i], b, acc[i]);
+  }
+}
+
+// nvfp4_mma_stream for m = 1 with x staged per block (above). Every thread of the block must call
+// it (a barrier after the staging); pdl_wait() comes after this warp's first weight loads.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
+                                                    const uint8_t* const (&srow)[kTiles][2], const float* x,
+                                                    uint4* xs, int64_t k_chunks, int64_t s0, int64_t s1,
+                                                    float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  Nvfp4MmaStage<kTiles, kUnroll> a, b;
+  if (s0 < s1) nvfp4_mma_load(wrow, srow, k_chunks, s0, s1, a);
+  pdl_wait();
+  nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
+  __syncthreads();
+  if constexpr (kTiles * kUnroll <= 2) {
+    // Two named buffers, no register copies: b loads while a's mmas run, then the other way round.
+    for (int64_t s = s0; s < s1; s += 2 * kUnroll) {
+      if (s + kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + kUnroll, s1, b);
+      nvfp4_mma_work_x1(a, xs, s, s1, acc);
+      if (s + kUnroll >= s1) break;
+      if (s + 2 * kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + 2 * kUnroll, s1, a);
+      nvfp4_mma_work_x1(b, xs, s + kUnroll, s1, acc);
+    }
+  } else {  // 4 KB per warp in one buffer: two spill at the 128-register cap (ptxas, 2026-12-01)
+    for (int64_t s = s0; s < s1; s += kUnroll) {
+      if (s != s0) nvfp4_mma_load(wrow, srow, k_chunks, s, s1, a);
+      nvfp4_mma_work_x1(a, xs, s, s1, acc);
     }
   }
 }
 
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
-// w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x.
-template <int kTiles, int kUnroll>
+// w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x. kX1: m == 1
+// and k <= kNvfp4MmaX1MaxK, x staged per block and the weights double-buffered (nvfp4_mma_stream_x1).
+template <int kTiles, int kUnroll, bool kX1>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kRowsW = kNvfp4MmaRows * kTiles;
@@ -151,7 +277,12 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
-  nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  if constexpr (kX1) {
+    __shared__ uint4 xs[kNvfp4MmaX1MaxK / 128 * kNvfp4MmaXStepVecs];
+    nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, xs, k_chunks, s0, s1, acc);
+  } else {
+    nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  }
   pdl_wait();  // warps without k-steps; y is written below
 
   if (k_split > 1) {  // uniform over the block: every thread reaches the barrier
@@ -185,9 +316,10 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
-      e != cudaSuccess)
-    return e;
+  const auto kernel =
+      p.m == 1 && p.k <= kNvfp4MmaX1MaxK ? linear_nvfp4_mma_kernel<kTiles, kUnroll, true>
+                                         : linear_nvfp4_mma_kernel<kTiles, kUnroll, false>;
+  if (cudaError_t e = launch_pdl(kernel, grid, dim3(kLinearThreads), 0, stream, p); e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 
