@@ -123,11 +123,14 @@ struct Nvfp4MmaTile {
 
 // Default tile: 2 tiles x 2 steps (4 KB in flight per warp, 64 KB per SM at 16 warps) where the
 // grid has the warps for it, else 1 tile x 4 steps (the same bytes in flight on half the rows per
-// warp). Two tiles halve the x conversions (16 cvt per lane and step, shared by the tiles). Not
-// yet measured: bench_ops_cuda's "nvfp4 mma" rows sweep the instantiated tiles.
-inline Nvfp4MmaTile linear_nvfp4_mma_tile(int64_t n, int sm_count) {
+// warp) or, at m = 1, 1 tile x 2 steps double-buffered (nvfp4_mma_stream_x1: the next 2 steps'
+// loads in flight during the mmas). H200 sweep (bench_ops_cuda, 2026-12-01, 57caff3, m = 1, the
+// heuristic's k_split): 7168->18432 1 x 2 43.7 us vs 1 x 4 45.4; V3 o_proj 16384->7168 39.3 vs
+// 41.9; V3 q_a+kv_a 14.3 vs 15.3; lm_heads keep 2 x 2 (V3 172 us, 65.6% of HBM).
+inline Nvfp4MmaTile linear_nvfp4_mma_tile(int64_t n, int64_t m, int sm_count) {
   const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
-  return (n + 31) / 32 >= want ? Nvfp4MmaTile{2, 2} : Nvfp4MmaTile{1, 4};
+  if ((n + 31) / 32 >= want) return {2, 2};
+  return m == 1 ? Nvfp4MmaTile{1, 2} : Nvfp4MmaTile{1, 4};
 }
 
 // Warps splitting K (1..kLinearWarps, a power of two): grow while the grid is short of

@@ -112,7 +112,7 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
   }
   if (f == LinearWeight::kNvfp4 && a.f16_activations) {  // the tensor-core kernel (linear/nvfp4_mma.cuh)
     const int sms = current_device_props().sm_count;
-    Nvfp4MmaTile t = linear_nvfp4_mma_tile(p.n, sms);
+    Nvfp4MmaTile t = linear_nvfp4_mma_tile(p.n, p.m, sms);
     if (v.rows_per_warp) t.tiles = v.rows_per_warp / kNvfp4MmaRows;
     if (v.unroll) t.unroll = v.unroll;
     if (v.rows_per_warp % kNvfp4MmaRows || !find_mma_tile(t.tiles, t.unroll))
