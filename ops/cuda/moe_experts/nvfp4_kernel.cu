@@ -31,8 +31,11 @@ __device__ __forceinline__ float scale_2_of(const MoeWeightParams& w, int64_t ro
 // Grid: x = inter row tiles (kMoeWarps x 8 x kTiles rows per block), y = expert slot (max_active
 // routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
-// (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass.
-template <int kTiles, int kUnroll>
+// (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass. kX1: m = 1
+// (p.direct), hidden <= kNvfp4MmaX1MaxK, tiles x unroll <= 2: the block's warps share the token's
+// x, staged once per block as f16 B fragments, and the weights double-buffer (nvfp4_mma_stream_x1;
+// the same sums in the same order).
+template <int kTiles, int kUnroll, bool kX1>
 __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kJ = 8 * kTiles;  // inter rows per warp
@@ -63,7 +66,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
   }
   const int64_t j0 = (int64_t(blockIdx.x) * kMoeWarps + warp) * kJ;
-  if (j0 >= p.inter) return;
+  // kX1: warps past inter stay for the block's barrier (staging x) with no k-steps, write nothing.
+  if (!kX1 && j0 >= p.inter) return;
 
   const uint8_t* wrow[kTiles][2];
   const uint8_t* srow[kTiles][2];
@@ -82,17 +86,23 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 
   for (int q = lo + int(blockIdx.z) * kNvfp4MmaTokens; q < hi; q += int(gridDim.z) * kNvfp4MmaTokens) {
     const int m_valid = min(kNvfp4MmaTokens, hi - q);
-    const float* xrow = nullptr;  // lane g: pair q + g
-    if (g < m_valid) {
-      const int pi = q + g;
-      const int64_t token = p.direct         ? 0
-                            : shared         ? pi
-                            : p.direct_multi ? nth_set_bit(pairs, pi) / p.top_k
-                                             : p.plan.pair_flat[pi] / p.top_k;
-      xrow = p.x + token * p.hidden;
-    }
     float acc[kTiles][4];
-    nvfp4_mma_stream<kTiles, kUnroll, false>(wrow, srow, xrow, k_chunks, 0, k_steps, acc);
+    if constexpr (kX1) {  // one pass (m = 1: a slot has one pair), token 0
+      __shared__ uint4 xs[kNvfp4MmaX1MaxK / 128 * kNvfp4MmaXStepVecs];
+      nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, xs, k_chunks, 0, j0 < p.inter ? k_steps : 0, acc);
+      if (j0 >= p.inter) return;
+    } else {
+      const float* xrow = nullptr;  // lane g: pair q + g
+      if (g < m_valid) {
+        const int pi = q + g;
+        const int64_t token = p.direct         ? 0
+                              : shared         ? pi
+                              : p.direct_multi ? nth_set_bit(pairs, pi) / p.top_k
+                                               : p.plan.pair_flat[pi] / p.top_k;
+        xrow = p.x + token * p.hidden;
+      }
+      nvfp4_mma_stream<kTiles, kUnroll, false>(wrow, srow, xrow, k_chunks, 0, k_steps, acc);
+    }
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
@@ -377,7 +387,14 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kMoeWarps * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
-  moe_gate_up_nvfp4_kernel<kTiles, kUnroll><<<grid, kMoeThreads, 0, stream>>>(p);
+  // The staged path at the double-buffered tiles only (2 x 2 spilled 40 bytes: ptxas, 2026-12-01).
+  if constexpr (kTiles * kUnroll <= 2) {
+    if (p.direct && p.hidden <= kNvfp4MmaX1MaxK) {
+      moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true><<<grid, kMoeThreads, 0, stream>>>(p);
+      return cudaGetLastError();
+    }
+  }
+  moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false><<<grid, kMoeThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
