@@ -87,6 +87,33 @@ __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32
   }
 }
 
+// The weight registers of kUnroll k-steps (nvfp4_mma_stream's, and one buffer of the double-buffered m = 1 loop).
+template <int kTiles, int kUnroll>
+struct Nvfp4MmaStage {
+  uint4 w[kUnroll][kTiles][2];
+  uint32_t sc[kUnroll][kTiles][2];
+};
+
+// Issues the loads of k-steps [s, s + kUnroll) (zeros past s1 or k_chunks), as nvfp4_mma_stream does.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_load(const uint8_t* const (&wrow)[kTiles][2],
+                                               const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
+                                               int64_t s1, Nvfp4MmaStage<kTiles, kUnroll>& st) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t c = (s + u) * 4 + t;
+    const bool ok = s + u < s1 && c < k_chunks;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.w[u][i][h] = ok ? ld_stream(wrow[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+        st.sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(srow[i][h]) + c)) : 0u;
+      }
+  }
+}
+
 // A warp's k-steps [s0, s1) over kTiles tiles of 16 rows: wrow[i][h] / srow[i][h] the codes and
 // e4m3 scales of row g + 8h of tile i (k_chunks 16-byte chunks per row; chunks past it read as
 // zero), xrow this lane's token row (null: a zero column). acc[i] is tile i's d fragment (f32,
@@ -101,20 +128,8 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   for (int64_t s = s0; s < s1; s += kUnroll) {
-    uint4 wv[kUnroll][kTiles][2];
-    uint32_t sc[kUnroll][kTiles][2];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = (s + u) * 4 + t;
-      const bool ok = s + u < s1 && c < k_chunks;
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          wv[u][i][h] = ok ? ld_stream(wrow[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
-          sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(srow[i][h]) + c)) : 0u;
-        }
-    }
+    Nvfp4MmaStage<kTiles, kUnroll> st;
+    nvfp4_mma_load(wrow, srow, k_chunks, s, s1, st);
     if constexpr (kWaitAfterFirstLoads) {
       if (s == s0) pdl_wait();
     }
@@ -125,7 +140,7 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
       uint32_t b[4][4];
       nvfp4_mma_x(xrow ? xrow + c * 32 : nullptr, ok && xrow != nullptr, b);
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<true>(wv[u][i], sc[u][i], b, acc[i]);
+      for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<true>(st.w[u][i], st.sc[u][i], b, acc[i]);
     }
   }
 }
@@ -163,33 +178,6 @@ __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t 
       o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
     }
     xs[i] = o;
-  }
-}
-
-// The weight registers of kUnroll k-steps (one buffer of the double-buffered m = 1 loop).
-template <int kTiles, int kUnroll>
-struct Nvfp4MmaStage {
-  uint4 w[kUnroll][kTiles][2];
-  uint32_t sc[kUnroll][kTiles][2];
-};
-
-// Issues the loads of k-steps [s, s + kUnroll) (zeros past s1 or k_chunks), as nvfp4_mma_stream does.
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_mma_load(const uint8_t* const (&wrow)[kTiles][2],
-                                               const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
-                                               int64_t s1, Nvfp4MmaStage<kTiles, kUnroll>& st) {
-  const int t = threadIdx.x % 4;
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t c = (s + u) * 4 + t;
-    const bool ok = s + u < s1 && c < k_chunks;
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        st.w[u][i][h] = ok ? ld_stream(wrow[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
-        st.sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(srow[i][h]) + c)) : 0u;
-      }
   }
 }
 

@@ -99,4 +99,20 @@ __device__ __forceinline__ int slot_expert(const WarpRouting& w, int slot, uint6
   return e;
 }
 
+// The direct multi down kernels' summing order: s_order[t * top_k + j] is token t's j-th routed
+// pair in the contract's order (by (expert id, slot); dropped ids first, as -1). Threads below
+// m * top_k write one entry each; the caller's barrier publishes them.
+__device__ __forceinline__ void moe_token_order(const MoeExpertsParams& p, int32_t* s_order) {
+  const int n_routed = p.m * p.top_k;
+  if (int(threadIdx.x) < n_routed) {
+    const int i = threadIdx.x, k0 = i / p.top_k * p.top_k, e = routed_id(p, i);
+    int rank = 0;
+    for (int k = 0; k < p.top_k; ++k) {
+      const int f = routed_id(p, k0 + k);
+      rank += f < e || (f == e && k0 + k < i);
+    }
+    s_order[k0 + rank] = e >= 0 ? i : -1;
+  }
+}
+
 }  // namespace pg::ops::cuda

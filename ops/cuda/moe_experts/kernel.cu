@@ -550,16 +550,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     }
   }
   pdl_wait();  // lanes that streamed nothing; y is written below
-  // Token t's routed pairs in the contract's order: rank by (expert id, slot); dropped ids first.
-  if (int(threadIdx.x) < n_routed) {
-    const int i = threadIdx.x, k0 = i / p.top_k * p.top_k, e = routed_id(p, i);
-    int rank = 0;
-    for (int k = 0; k < p.top_k; ++k) {
-      const int f = routed_id(p, k0 + k);
-      rank += f < e || (f == e && k0 + k < i);
-    }
-    s_order[k0 + rank] = e >= 0 ? i : -1;
-  }
+  moe_token_order(p, s_order);
   __syncthreads();
   for (int idx = threadIdx.x; idx < groups * kR * p.m; idx += kMoeThreads) {
     const int t = idx / (groups * kR), g = idx % (groups * kR) / kR, r = idx % kR;

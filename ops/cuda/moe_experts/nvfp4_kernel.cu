@@ -28,6 +28,20 @@ __device__ __forceinline__ float scale_2_of(const MoeWeightParams& w, int64_t ro
   return (w.scale_2_rows ? __ldg(w.scale_2_rows + row / w.scale_2_group_rows) : w.scale_2) * kE2m1F16Unscale;
 }
 
+// Rows g and g + 8 of the 16-row down tile at row0 of `expert` (lane g's mma rows): codes, e4m3
+// scales and scale_2 * 2^14. Rows past hidden re-read the last one and are never written.
+__device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_t expert, int64_t row0, int g,
+                                               const uint8_t* (&wrow)[1][2], const uint8_t* (&srow)[1][2],
+                                               float (&s2)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1);
+    wrow[0][h] = codes_row(p.down, row, p.inter);
+    srow[0][h] = scales_row(p.down, row);
+    s2[h] = scale_2_of(p.down, row);
+  }
+}
+
 // Grid: x = inter row tiles (kMoeWarps x 8 x kTiles rows per block), y = expert slot (max_active
 // routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
@@ -235,13 +249,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     const uint8_t* wrow[1][2];
     const uint8_t* srow[1][2];
     float s2[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1);  // past hidden: never written
-      wrow[0][h] = codes_row(p.down, row, p.inter);
-      srow[0][h] = scales_row(p.down, row);
-      s2[h] = scale_2_of(p.down, row);
-    }
+    down_tile_rows(p, expert, row0, g, wrow, srow, s2);
     const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
     for (int q = 0; q < n_pairs; q += kNvfp4MmaTokens) {
       const int m_valid = min(kNvfp4MmaTokens, n_pairs - q);
@@ -262,16 +270,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     }
   }
   pdl_wait();  // warps without a k-step; y is written below
-  // Token t's routed pairs in the contract's order: rank by (expert id, slot); dropped ids first.
-  if (int(threadIdx.x) < n_routed) {
-    const int i = threadIdx.x, k0 = i / p.top_k * p.top_k, e = routed_id(p, i);
-    int rank = 0;
-    for (int k = 0; k < p.top_k; ++k) {
-      const int f = routed_id(p, k0 + k);
-      rank += f < e || (f == e && k0 + k < i);
-    }
-    s_order[k0 + rank] = e >= 0 ? i : -1;
-  }
+  moe_token_order(p, s_order);
   __syncthreads();
   for (int idx = threadIdx.x; idx < p.m * kR; idx += blockDim.x) {
     const int tok = idx / kR, r = idx % kR;
@@ -339,13 +338,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     const uint8_t* wrow[1][2];
     const uint8_t* srow[1][2];
     float s2[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1);  // past hidden: never written
-      wrow[0][h] = codes_row(p.down, row, p.inter);
-      srow[0][h] = scales_row(p.down, row);
-      s2[h] = scale_2_of(p.down, row);
-    }
+    down_tile_rows(p, expert, row0, g, wrow, srow, s2);
     for (int q = lo; q < hi; q += kNvfp4MmaTokens) {
       const int m_valid = min(kNvfp4MmaTokens, hi - q);
       const float* xrow = g < m_valid ? p.plan.h + (h_base + q + g) * p.inter : nullptr;
