@@ -115,4 +115,48 @@ __device__ __forceinline__ void moe_token_order(const MoeExpertsParams& p, int32
   }
 }
 
+// Expert slot `slot` of a planned down kernel's loop: the active experts of its token tile
+// [t0, t1) (moe_tile_segments' shared arrays), then the shared experts over the whole tile.
+struct MoePlannedSlot {
+  int64_t expert = 0, h_base = 0;  // h_base: a shared expert's h row of token 0
+  int lo = 0, hi = 0;              // routed: the slot's pairs in this tile; shared: tokens t0 .. t1
+};
+__device__ __forceinline__ MoePlannedSlot moe_planned_slot(const MoeExpertsParams& p, int slot, int n_active, int t0,
+                                                           int t1, const int32_t* s_expert, const int32_t* s_lo,
+                                                           const int32_t* s_hi) {
+  MoePlannedSlot o;
+  if (slot < n_active) {
+    o.expert = s_expert[slot], o.lo = s_lo[slot], o.hi = s_hi[slot];
+  } else {
+    const int s = slot - n_active;
+    o.expert = p.n_experts + s, o.lo = t0, o.hi = t1;
+    o.h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
+  }
+  return o;
+}
+
+// Expert slot `slot` of a direct multi down kernel's tasks: the step's distinct routed experts
+// (warp_routing's order), then the shared experts. Warp-uniform: slot_expert's shuffles and
+// ballots need every lane.
+struct MoeMultiSlot {
+  int64_t expert = 0;
+  uint64_t pairs = 0;  // routed: the expert's flat pair indices (bit i: pair i)
+  int n_pairs = 0, h_base = 0;  // shared: m tokens from h row h_base
+  bool shared = false;
+};
+__device__ __forceinline__ MoeMultiSlot moe_multi_slot(const MoeExpertsParams& p, const WarpRouting& w, int slot,
+                                                       int n_distinct) {
+  MoeMultiSlot o;
+  o.shared = slot >= n_distinct;
+  if (!o.shared) {
+    o.expert = slot_expert(w, slot, o.pairs);
+    o.n_pairs = __popcll(static_cast<long long>(o.pairs));
+  } else {
+    o.expert = p.n_experts + (slot - n_distinct);
+    o.n_pairs = p.m;
+    o.h_base = p.m * p.top_k + (slot - n_distinct) * p.m;
+  }
+  return o;
+}
+
 }  // namespace pg::ops::cuda

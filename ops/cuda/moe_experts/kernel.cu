@@ -162,6 +162,19 @@ __device__ __forceinline__ RowScales scale_row(const MoeWeightParams& w, int64_t
   return s;
 }
 
+// Rows row0 .. row0 + kR of `expert`'s down matrix: their bytes and scales. Rows past hidden
+// re-read the last one and are never written.
+template <LinearWeight F, int kR>
+__device__ __forceinline__ void down_rows(const MoeExpertsParams& p, int64_t expert, int64_t row0,
+                                          const uint8_t* (&wrow)[kR], RowScales (&srow)[kR]) {
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);
+    wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * linear_row_bytes(F, p.inter);
+    srow[r] = scale_row<F>(p.down, row);
+  }
+}
+
 // One block: counting sort of the m * top_k (token, slot) pairs by expert, stable (flat order
 // within an expert, so a token range is a contiguous run). Counters in shared memory.
 __global__ void __launch_bounds__(kMoePlanThreads) moe_plan_kernel(const __grid_constant__ MoeExpertsParams p) {
@@ -345,24 +358,11 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   const int n_slots = n_active + p.n_shared;
   for (int slot = 0; slot < n_slots; ++slot) {
     const bool shared = slot >= n_active;
-    int64_t expert, h_base = 0;
-    int lo, hi;
-    if (!shared) {
-      expert = s_expert[slot], lo = s_lo[slot], hi = s_hi[slot];
-    } else {
-      const int s = slot - n_active;
-      expert = p.n_experts + s, lo = t0, hi = t1;
-      h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
-    }
+    const auto [expert, h_base, lo, hi] = moe_planned_slot(p, slot, n_active, t0, t1, s_expert, s_lo, s_hi);
     if (lo >= hi) continue;
     const uint8_t* wrow[kR];
     RowScales srow[kR];
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);  // past hidden: never written
-      wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * linear_row_bytes(F, p.inter);
-      srow[r] = scale_row<F>(p.down, row);
-    }
+    down_rows<F, kR>(p, expert, row0, wrow, srow);
     for (int q = lo; q < hi; q += kM) {
       const int m_valid = min(kM, hi - q);
       const float* xrow[kM];
@@ -486,27 +486,15 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   bool waited = false;  // this warp's lanes with a chunk have passed pdl_wait
   for (int task = warp; task < n_tasks; task += kMoeWarps) {
     const int slot = task / groups, g = task % groups;
-    const bool shared = slot >= n_distinct;
-    int64_t expert;
-    uint64_t rest = 0;  // routed: the pairs (flat indices) not yet in a pass
-    int n_pairs, h_base = 0;
-    if (!shared) {
-      expert = slot_expert(w, slot, rest);
-      n_pairs = __popcll(static_cast<long long>(rest));
-    } else {
-      expert = p.n_experts + (slot - n_distinct);
-      n_pairs = p.m;
-      h_base = n_routed + (slot - n_distinct) * p.m;
-    }
+    const MoeMultiSlot sl = moe_multi_slot(p, w, slot, n_distinct);
+    const bool shared = sl.shared;
+    const int64_t expert = sl.expert;
+    const int n_pairs = sl.n_pairs, h_base = sl.h_base;
+    uint64_t rest = sl.pairs;  // routed: the pairs (flat indices) not yet in a pass
     const int64_t row0 = (int64_t(blockIdx.x) * groups + g) * kR;
     const uint8_t* wrow[kR];
     RowScales srow[kR];
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);  // past hidden: never written
-      wrow[r] = static_cast<const uint8_t*>(p.down.data) + row * linear_row_bytes(F, p.inter);
-      srow[r] = scale_row<F>(p.down, row);
-    }
+    down_rows<F, kR>(p, expert, row0, wrow, srow);
     const int64_t n_chunks = row0 < p.hidden ? p.inter / kE : 0;
     for (int q = 0; q < n_pairs; q += kM) {
       const int m_valid = min(kM, n_pairs - q);

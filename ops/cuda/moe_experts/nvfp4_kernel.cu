@@ -234,18 +234,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
   for (int task = warp; task < n_tasks; task += kWarps) {  // warp-uniform: slot_expert's shuffles see every lane
     const int slot = task / k_split, kpart = task % k_split;
-    const bool shared = slot >= n_distinct;
-    int64_t expert;
-    uint64_t pairs = 0;  // routed: the expert's flat pair indices
-    int n_pairs, h_base = 0;
-    if (!shared) {
-      expert = slot_expert(w, slot, pairs);
-      n_pairs = __popcll(static_cast<long long>(pairs));
-    } else {
-      expert = p.n_experts + (slot - n_distinct);
-      n_pairs = p.m;
-      h_base = n_routed + (slot - n_distinct) * p.m;
-    }
+    const auto [expert, pairs, n_pairs, h_base, shared] = moe_multi_slot(p, w, slot, n_distinct);
     const uint8_t* wrow[1][2];
     const uint8_t* srow[1][2];
     float s2[2];
@@ -325,15 +314,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   const int n_slots = row0 < p.hidden ? n_active + p.n_shared : 0;
   for (int slot = 0; slot < n_slots; ++slot) {
     const bool shared = slot >= n_active;
-    int64_t expert, h_base = 0;
-    int lo, hi;
-    if (!shared) {
-      expert = s_expert[slot], lo = s_lo[slot], hi = s_hi[slot];
-    } else {
-      const int s = slot - n_active;
-      expert = p.n_experts + s, lo = t0, hi = t1;
-      h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
-    }
+    const auto [expert, h_base, lo, hi] = moe_planned_slot(p, slot, n_active, t0, t1, s_expert, s_lo, s_hi);
     if (lo >= hi) continue;
     const uint8_t* wrow[1][2];
     const uint8_t* srow[1][2];
