@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "ops/cpu/cpu_ops.h"
+#include "tests/ops/host_weights.h"
 #include "tests/ops/test_util.h"
 
 namespace pg::ops::test {
@@ -57,70 +58,22 @@ void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
 
 float bf16_round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
-// Host weights of one case in its stored format, and their bf16 image (what the GPU multiplies).
-struct HostWeights {
-  std::vector<float> f32;
-  std::vector<uint16_t> bf16;
-  std::vector<uint8_t> fp8;       // fp8 values, or NVFP4 packed codes
-  std::vector<float> scale;       // fp8 scale_inv, or NVFP4 per-row-group scale_2
-  std::vector<uint8_t> scale8;    // NVFP4 e4m3 block scales
-  Matrix w;                       // the stored weight (host pointers)
+// Host weights of one case in its stored format (tests/ops/host_weights.h: NVFP4 block scales of
+// exponent field 4..11 and a scale_2 that is not a power of two, fp8 block scales in [2^-12, 2^-6]
+// that are not either, so the products really round when they become bf16), and their bf16 image
+// (what the GPU multiplies).
+struct GemmWeights : HostWeights {
   std::vector<uint16_t> image;    // [n, k] bf16 of the dequantized weight
   std::vector<uint16_t> image_abs;
   Matrix w_image, w_image_abs;    // bf16 matrices over image / image_abs
 };
 
-HostWeights make_weights(const GemmCase& c, uint64_t seed) {
-  HostWeights h;
-  h.w.format = c.format;
-  h.w.rows = c.n;
-  h.w.cols = c.k;
-  h.w.block_rows = h.w.block_cols = c.block;
+GemmWeights make_weights(const GemmCase& c, uint64_t seed) {
+  GemmWeights h;
+  const bool groups = c.format == WeightFormat::kNvfp4 && c.block > 0 && c.block < c.n && c.n % c.block == 0;
+  static_cast<HostWeights&>(h) =
+      make_host_weights({c.format, c.n, c.k, c.block, groups ? c.block : 0, false, 0.0123f}, seed);
   const size_t nk = size_t(c.n * c.k);
-  switch (c.format) {
-    case WeightFormat::kNvfp4: {
-      // Every code pair; e4m3 block scales of exponent field 4..11 (2^-3 .. 30, any mantissa);
-      // scale_2 not a power of two, so the products round when they become bf16.
-      h.fp8.resize(nk / 2);
-      parallel_fill(h.fp8, [&](uint64_t i) { return uint8_t(splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull)) >> 56); });
-      h.scale8.resize(nk / 16);
-      parallel_fill(h.scale8, [&](uint64_t i) {
-        const uint64_t r = splitmix64((seed + 1) ^ (i * 0x9e3779b97f4a7c15ull));
-        return uint8_t(((4 + (r >> 60) % 8) << 3) | ((r >> 20) & 7));
-      });
-      h.w.data = h.fp8.data(), h.w.scale_fp8 = h.scale8.data(), h.w.scale_2 = 0.0123f;
-      if (c.block > 0 && c.block < c.n && c.n % c.block == 0) {
-        h.scale.resize(size_t(c.n / c.block));
-        parallel_fill(h.scale, [&](uint64_t i) { return 0.0123f * (1.5f + uniform_pm1(seed + 4, i)); });
-        h.w.scale_2_rows = h.scale.data(), h.w.scale_2_group_rows = c.block;
-      }
-      break;
-    }
-    case WeightFormat::kF32:
-      h.f32.resize(nk);
-      parallel_fill(h.f32, [&](uint64_t i) { return uniform_pm1(seed, i); });
-      h.w.data = h.f32.data();
-      break;
-    case WeightFormat::kBF16:
-      h.bf16.resize(nk);
-      parallel_fill(h.bf16, [&](uint64_t i) { return f32_to_bf16(uniform_pm1(seed, i)); });
-      h.w.data = h.bf16.data();
-      break;
-    case WeightFormat::kFp8Block: {
-      // Every finite e4m3 code (the NaN codes S.1111.111 become +-448); block scales in
-      // [2^-12, 2^-6], not powers of two, so fp8 * scale really rounds when it becomes bf16.
-      h.fp8.resize(nk);
-      parallel_fill(h.fp8, [&](uint64_t i) {
-        uint8_t b = uint8_t(splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull)) >> 56);
-        return (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;
-      });
-      h.scale.resize(size_t(((c.n + c.block - 1) / c.block) * h.w.scale_cols()));
-      parallel_fill(h.scale, [&](uint64_t i) { return std::exp2(-9.0f + 3.0f * uniform_pm1(seed + 1, i)); });
-      h.w.data = h.fp8.data();
-      h.w.scale_inv = h.scale.data();
-      break;
-    }
-  }
   h.image.resize(nk);
   h.image_abs.resize(nk);
   ThreadPool::global().parallel_for(c.n, [&](int64_t r0, int64_t r1) {
@@ -177,7 +130,7 @@ void run_case(const GemmCase& c, cuda::GemmContext& ctx, Launch launch = Launch:
   const uint64_t seed = seed_of(c.name);
   const int64_t xs = c.k + c.x_pad, ys = c.n + c.y_pad;
   const int64_t x_off = c.misalign_x ? 1 : 0, y_off = c.misalign_y ? 1 : 0;  // floats
-  HostWeights hw = make_weights(c, seed);
+  GemmWeights hw = make_weights(c, seed);
   std::vector<float> x(static_cast<size_t>(c.m * xs + x_off));
   parallel_fill(x, [&](uint64_t i) { return uniform_pm1(seed + 2, i); });
   std::vector<float> y0(static_cast<size_t>(c.m * ys + y_off));

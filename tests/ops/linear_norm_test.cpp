@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "ops/cpu/linear_norm.h"
 #include "ops/cuda/linear_norm/linear_norm.h"
+#include "tests/ops/host_weights.h"
 #include "tests/ops/test_util.h"
 
 namespace pg::ops::test {
@@ -100,85 +101,10 @@ const NormCase kCases[] = {
     {"one_by_one", true, kF32, 1, 1, 1},
 };
 
-struct HostWeights {
-  std::vector<float> f32, scale;
-  std::vector<uint16_t> bf16;
-  std::vector<uint8_t> bytes, scale8;  // fp8 values or NVFP4 codes; NVFP4 e4m3 block scales
-  Matrix w;
-};
-
-// Weights of every format at moderate scales: bf16 / f32 in [-1, 1); fp8 every finite code with
-// 128x128 block scales in [2^-12, 2^-6]; NVFP4 every code with block scales in [2^-3, 30].
-HostWeights make_weights(const NormCase& c, uint64_t seed) {
-  HostWeights h;
-  h.w.format = c.format, h.w.rows = c.n, h.w.cols = c.k, h.w.block_rows = h.w.block_cols = 128;
-  const size_t nk = size_t(c.n * c.k);
-  auto byte = [&](uint64_t s, uint64_t i) { return uint8_t(splitmix64(s ^ (i * 0x9e3779b97f4a7c15ull)) >> 56); };
-  switch (c.format) {
-    case WeightFormat::kF32:
-      h.f32.resize(nk);
-      parallel_fill(h.f32, [&](uint64_t i) { return uniform_pm1(seed, i); });
-      h.w.data = h.f32.data();
-      break;
-    case WeightFormat::kBF16:
-      h.bf16.resize(nk);
-      parallel_fill(h.bf16, [&](uint64_t i) { return f32_to_bf16(uniform_pm1(seed, i)); });
-      h.w.data = h.bf16.data();
-      break;
-    case WeightFormat::kFp8Block:
-      h.bytes.resize(nk);
-      parallel_fill(h.bytes, [&](uint64_t i) {
-        const uint8_t b = byte(seed, i);
-        return (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;  // no NaN codes
-      });
-      h.scale.resize(size_t(((c.n + 127) / 128) * h.w.scale_cols()));
-      parallel_fill(h.scale, [&](uint64_t i) { return std::exp2(-9.0f + 3.0f * uniform_pm1(seed + 1, i)); });
-      h.w.data = h.bytes.data(), h.w.scale_inv = h.scale.data();
-      break;
-    case WeightFormat::kNvfp4:
-      h.bytes.resize(nk / 2);
-      parallel_fill(h.bytes, [&](uint64_t i) { return byte(seed, i); });
-      h.scale8.resize(nk / 16);
-      parallel_fill(h.scale8, [&](uint64_t i) {
-        const uint64_t r = splitmix64((seed + 1) ^ (i * 0x9e3779b97f4a7c15ull));
-        return uint8_t(((4 + (r >> 60) % 8) << 3) | ((r >> 20) & 7));
-      });
-      h.w.data = h.bytes.data(), h.w.scale_fp8 = h.scale8.data(), h.w.scale_2 = 0.0157f;
-      break;
-  }
-  return h;
-}
-
-// The device copy of a case's weights; `w` points into it.
-struct DeviceWeights {
-  cuda::DeviceBuffer<float> f32, scale;
-  cuda::DeviceBuffer<uint16_t> bf16;
-  cuda::DeviceBuffer<uint8_t> bytes, scale8;
-  Matrix w;
-};
-void upload(const HostWeights& h, DeviceWeights& d) {
-  d.w = h.w;
-  switch (h.w.format) {
-    case WeightFormat::kF32: d.f32 = to_device(h.f32), d.w.data = d.f32.data(); break;
-    case WeightFormat::kBF16: d.bf16 = to_device(h.bf16), d.w.data = d.bf16.data(); break;
-    case WeightFormat::kFp8Block:
-      d.bytes = to_device(h.bytes), d.w.data = d.bytes.data();
-      d.scale = to_device(h.scale), d.w.scale_inv = d.scale.data();
-      break;
-    case WeightFormat::kNvfp4:
-      d.bytes = to_device(h.bytes), d.w.data = d.bytes.data();
-      d.scale8 = to_device(h.scale8), d.w.scale_fp8 = d.scale8.data();
-      break;
-  }
-}
-
-cuda::DeviceBuffer<float> poisoned(size_t n) {
-  auto r = cuda::DeviceBuffer<float>::create(n);
-  EXPECT_TRUE(r.ok());
-  cuda::DeviceBuffer<float> b = std::move(r).value();
-  EXPECT_TRUE(b.fill_bytes(0xff).ok());
-  return b;
-}
+// Weights of every format at moderate scales (tests/ops/host_weights.h): bf16 / f32 in [-1, 1);
+// fp8 every finite code with 128x128 block scales in [2^-12, 2^-6]; NVFP4 every code with block
+// scales in [2^-3, 30].
+HostWeights make_weights(const NormCase& c, uint64_t seed) { return make_host_weights({c.format, c.n, c.k}, seed); }
 
 class LinearNormCuda : public ::testing::TestWithParam<NormCase> {};
 
@@ -247,8 +173,8 @@ TEST_P(LinearNormCuda, MatchesCpu) {
   PG_ASSERT_OK(counter.fill_bytes(0));
   cuda::DeviceBuffer<float> dy, dz;
   for (int launch = 0; launch < 2; ++launch) {
-    dy = c.accumulate ? to_device(y0) : poisoned(y0.size());
-    dz = poisoned(z_cpu.size());
+    dy = c.accumulate ? to_device(y0) : poisoned<float>(y0.size());
+    dz = poisoned<float>(z_cpu.size());
     LinearNormArgs da = ha;
     da.lin.x = dx.data() + x_off, da.lin.w = &dw.w, da.lin.y = dy.data() + y_off;
     (c.in ? da.in_norm : da.out_norm) = dg.data() + (c.in ? x_off : y_off);

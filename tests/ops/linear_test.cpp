@@ -14,6 +14,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/linear/linear.h"
+#include "tests/ops/host_weights.h"
 #include "tests/ops/test_util.h"
 
 namespace pg::ops::test {
@@ -68,78 +69,8 @@ struct LinearCase {
 // gtest prints a case by its name (test names and failure messages stay readable).
 void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.name; }
 
-// Host weights of one case, in the case's format; `w` points into them.
-struct HostWeights {
-  std::vector<float> f32;
-  std::vector<uint16_t> bf16;
-  std::vector<uint8_t> fp8;    // fp8 values, or NVFP4 packed codes [n, k/2]
-  std::vector<float> scale;    // fp8 scale_inv, or NVFP4 per-row-group scale_2
-  std::vector<uint8_t> scale8; // NVFP4 e4m3 block scales [n, k/16]
-  Matrix w;
-};
-
-// A random e4m3 block scale in [2^-3, 2^4 * 1.875] (exponent field 4..11, any mantissa): the
-// products with e2m1 codes span 2^-4 .. 180, times scale_2 ~ 2^-6.
-uint8_t random_nvfp4_scale(uint64_t seed, uint64_t i) {
-  const uint64_t r = splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull));
-  return uint8_t(((4 + (r >> 60) % 8) << 3) | ((r >> 20) & 7));
-}
-
 HostWeights make_weights(const LinearCase& c, uint64_t seed) {
-  HostWeights h;
-  h.w.format = c.format;
-  h.w.rows = c.n;
-  h.w.cols = c.k;
-  h.w.block_rows = h.w.block_cols = c.block;
-  const size_t nk = size_t(c.n * c.k);
-  switch (c.format) {
-    case WeightFormat::kNvfp4: {
-      // Every e2m1 code (both zeros included), random block scales, scale_2 per tensor or per group.
-      h.fp8.resize(nk / 2);
-      parallel_fill(h.fp8, [&](uint64_t i) { return uint8_t(splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull)) >> 56); });
-      h.scale8.resize(nk / 16);
-      parallel_fill(h.scale8, [&](uint64_t i) {
-        if (!c.all_scales) return random_nvfp4_scale(seed + 1, i);
-        const uint8_t b = uint8_t(splitmix64((seed + 1) ^ (i * 0x9e3779b97f4a7c15ull)) >> 57);  // 0..127
-        return b == 0x7f ? uint8_t(0x7e) : b;  // 0x7f is NaN
-      });
-      h.w.data = h.fp8.data();
-      h.w.scale_fp8 = h.scale8.data();
-      h.w.scale_2 = 0.0157f;
-      if (c.scale_2_group) {
-        h.scale.resize(size_t(c.n / c.scale_2_group));
-        parallel_fill(h.scale, [&](uint64_t i) { return 0.0157f * (1.5f + uniform_pm1(seed + 4, i)); });
-        h.w.scale_2_rows = h.scale.data();
-        h.w.scale_2_group_rows = c.scale_2_group;
-      }
-      break;
-    }
-    case WeightFormat::kF32:
-      h.f32.resize(nk);
-      parallel_fill(h.f32, [&](uint64_t i) { return uniform_pm1(seed, i); });
-      h.w.data = h.f32.data();
-      break;
-    case WeightFormat::kBF16:
-      h.bf16.resize(nk);
-      parallel_fill(h.bf16, [&](uint64_t i) { return f32_to_bf16(uniform_pm1(seed, i)); });
-      h.w.data = h.bf16.data();
-      break;
-    case WeightFormat::kFp8Block: {
-      // Every finite e4m3 code (the two NaN codes S.1111.111 become +-448), as quantized
-      // checkpoints use the whole range; block scales in [2^-12, 2^-6].
-      h.fp8.resize(nk);
-      parallel_fill(h.fp8, [&](uint64_t i) {
-        uint8_t b = uint8_t(splitmix64(seed ^ (i * 0x9e3779b97f4a7c15ull)) >> 56);
-        return (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;
-      });
-      h.scale.resize(size_t(((c.n + c.block - 1) / c.block) * h.w.scale_cols()));
-      parallel_fill(h.scale, [&](uint64_t i) { return std::exp2(-9.0f + 3.0f * uniform_pm1(seed + 1, i)); });
-      h.w.data = h.fp8.data();
-      h.w.scale_inv = h.scale.data();
-      break;
-    }
-  }
-  return h;
+  return make_host_weights({c.format, c.n, c.k, c.block, c.scale_2_group, c.all_scales}, seed);
 }
 
 // Runs one case on both backends and compares; `v` forces a tile / k_split on the GPU.
@@ -191,25 +122,9 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
     dy = std::move(r).value();
     PG_ASSERT_OK(dy.fill_bytes(0xff));
   }
-  cuda::DeviceBuffer<float> dscale;
-  cuda::DeviceBuffer<uint8_t> dw8;
-  cuda::DeviceBuffer<uint16_t> dwb;
-  cuda::DeviceBuffer<float> dwf;
-  Matrix dw = hw.w;
-  cuda::DeviceBuffer<uint8_t> dscale8;
-  switch (c.format) {
-    case WeightFormat::kNvfp4:
-      dw8 = to_device(hw.fp8), dw.data = dw8.data();
-      dscale8 = to_device(hw.scale8), dw.scale_fp8 = dscale8.data();
-      if (c.scale_2_group) dscale = to_device(hw.scale), dw.scale_2_rows = dscale.data();
-      break;
-    case WeightFormat::kF32: dwf = to_device(hw.f32), dw.data = dwf.data(); break;
-    case WeightFormat::kBF16: dwb = to_device(hw.bf16), dw.data = dwb.data(); break;
-    case WeightFormat::kFp8Block:
-      dw8 = to_device(hw.fp8), dw.data = dw8.data();
-      dscale = to_device(hw.scale), dw.scale_inv = dscale.data();
-      break;
-  }
+  DeviceWeights dwt;
+  upload(hw, dwt);
+  const Matrix& dw = dwt.w;
   LinearArgs da = ha;
   da.x = dx.data() + x_off, da.w = &dw, da.y = dy.data();
   da.f16_activations = !c.exact;

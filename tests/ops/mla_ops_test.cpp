@@ -41,15 +41,6 @@ constexpr double kMinCosine = 1.0 - 1e-6;
 // brief's limit: 1e-6 absolute for |x| <= 1, attention_factor ~1.
 constexpr double kRopeMaxAbs = 1e-6;
 
-template <typename T>
-cuda::DeviceBuffer<T> poisoned(size_t n) {
-  auto r = cuda::DeviceBuffer<T>::create(n);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  cuda::DeviceBuffer<T> b = r.ok() ? std::move(r).value() : cuda::DeviceBuffer<T>();
-  EXPECT_TRUE(b.fill_bytes(0xff).ok());
-  return b;
-}
-
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
 // ---------------------------------------------------------------------------------------------

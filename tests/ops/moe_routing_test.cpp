@@ -174,15 +174,6 @@ const RouterCase kRouterCases[] = {
     {"tiny_f32_scalar_unfused", WeightFormat::kF32, 3, 52, 0, {"", 3, 8, 3, 2, 1, kSig, kNoAux, true, 1.0f}},
 };
 
-template <typename T>
-cuda::DeviceBuffer<T> poisoned(size_t n) {
-  auto r = cuda::DeviceBuffer<T>::create(n);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  cuda::DeviceBuffer<T> b = r.ok() ? std::move(r).value() : cuda::DeviceBuffer<T>();
-  EXPECT_TRUE(b.fill_bytes(0xff).ok());
-  return b;
-}
-
 class MoeRouterCuda : public ::testing::TestWithParam<RouterCase> {};
 
 TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {

@@ -61,6 +61,16 @@ std::vector<T> to_host(const cuda::DeviceBuffer<T>& d) {
   return h;
 }
 
+// A device buffer of n elements filled with 0xff bytes (is_poison: what no kernel writes).
+template <typename T>
+cuda::DeviceBuffer<T> poisoned(size_t n) {
+  auto r = cuda::DeviceBuffer<T>::create(n);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  cuda::DeviceBuffer<T> b = r.ok() ? std::move(r).value() : cuda::DeviceBuffer<T>();
+  EXPECT_TRUE(b.fill_bytes(0xff).ok());
+  return b;
+}
+
 inline bool is_poison(float v) {  // the 0xffffffff NaN that fill_bytes(0xff) writes
   uint32_t b;
   std::memcpy(&b, &v, 4);
