@@ -159,4 +159,28 @@ __device__ __forceinline__ MoeMultiSlot moe_multi_slot(const MoeExpertsParams& p
   return o;
 }
 
+// Slot `slot` of a one-token step (p.direct: the token's routed slots, then the shared experts)
+// and its rank in the contract's summing order (routed by ascending expert id, equal ids by slot,
+// then the shared experts in slot order). A routed id outside [0, n_experts) is not valid.
+struct MoeDirectSlot {
+  int64_t expert = 0;
+  int rank = 0;
+  bool shared = false, valid = false;
+};
+__device__ __forceinline__ MoeDirectSlot moe_direct_slot(const MoeExpertsParams& p, int slot) {
+  MoeDirectSlot o;
+  o.shared = slot >= p.top_k;
+  o.expert = o.shared ? p.n_experts + (slot - p.top_k) : p.expert_idx[slot];
+  o.valid = o.shared || (o.expert >= 0 && o.expert < p.n_experts);
+  o.rank = slot;
+  if (!o.shared) {
+    o.rank = 0;
+    for (int s = 0; s < p.top_k; ++s) {
+      const int32_t e = p.expert_idx[s];
+      o.rank += e < o.expert || (e == o.expert && s < slot);
+    }
+  }
+  return o;
+}
+
 }  // namespace pg::ops::cuda

@@ -421,17 +421,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int n_slots = p.top_k + p.n_shared;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int slot = warp % n_slots, group = warp / n_slots;  // groups: row tiles of one block
-  const bool shared = slot >= p.top_k;
-  const int64_t expert = shared ? p.n_experts + (slot - p.top_k) : p.expert_idx[slot];
-  const bool valid = shared || (expert >= 0 && expert < p.n_experts);
-  int rank = slot;  // shared experts follow the routed ones in slot order
-  if (!shared) {
-    rank = 0;
-    for (int s = 0; s < p.top_k; ++s) {
-      const int32_t e = p.expert_idx[s];
-      rank += e < expert || (e == expert && s < slot);
-    }
-  }
+  const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
   const int n_groups = int(blockDim.x) / kWarpSize / n_slots;
   const int64_t row0 = (int64_t(blockIdx.x) * n_groups + group) * kR;
   const uint8_t* wrow[kR];

@@ -148,17 +148,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
   const int slot = warp / k_split, kpart = warp % k_split;
-  const bool shared = slot >= p.top_k;
-  const int64_t expert = shared ? p.n_experts + (slot - p.top_k) : p.expert_idx[slot];
-  const bool valid = shared || (expert >= 0 && expert < p.n_experts);
-  int rank = slot;  // shared experts follow the routed ones in slot order
-  if (!shared) {
-    rank = 0;
-    for (int s = 0; s < p.top_k; ++s) {
-      const int32_t e = p.expert_idx[s];
-      rank += e < expert || (e == expert && s < slot);
-    }
-  }
+  const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
   const int64_t row0 = int64_t(blockIdx.x) * kR;
   const uint8_t* wrow[kTiles][2];
   const uint8_t* srow[kTiles][2];
