@@ -580,7 +580,8 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   if (opt.tensor_core_attention && prefill_path(T) && !s.prefill_runs.empty() && cu::mla_prefill_supported(R, P))
     PG_TRY(cu::mla_prefill(*gemm, m, s.prefill_runs, prefill_ws, prefill_ws_bytes, stream));
   else
-    PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream));
+    PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream,
+                             opt.tensor_core_decode && !opt.exact ? cu::MlaCores::kTensor : cu::MlaCores::kCuda));
   PG_TRY(mark("mla_attention"));
 
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
@@ -821,6 +822,7 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
   };
   flag("PEREGRINE_SPEC_GRAPHS", opt.spec_graphs);
   flag("PEREGRINE_PREFILL_ATTENTION", opt.tensor_core_attention);
+  flag("PEREGRINE_DECODE_ATTENTION", opt.tensor_core_decode);
   flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
   return opt;
 }
@@ -874,8 +876,9 @@ std::string CudaRunner::describe() const {
     graphs = fmt::format("on: {} decode, {} verify, {} draft, {} draft-chain captured{}", m.counts.decode,
                          m.counts.verify, m.counts.draft, m.counts.chain,
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
-  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{})", p.name, n_blocks_, block_size_, graphs,
-                     m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "");
+  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{})", p.name, n_blocks_, block_size_, graphs,
+                     m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "",
+                     m.opt.tensor_core_decode || m.opt.exact ? "" : ", CUDA-core decode attention");
 }
 
 CudaGraphCounts CudaRunner::graph_counts() const { return impl_->counts; }

@@ -51,6 +51,11 @@ struct CudaRunnerOptions {
   // moonlight 5.6K -> 36.9K tok/s on the H200 (2026-12-01, a8ec2b8). Off: the CUDA-core kernel
   // (for measuring what the bf16 attention costs in accuracy). PEREGRINE_PREFILL_ATTENTION=0 / =1 overrides.
   bool tensor_core_attention = true;
+  // The other steps (decode, verify, short prefill) run the split-KV attention on the tensor cores
+  // (ops::cuda::MlaCores::kTensor: bf16 mmas on split f32 operands, near-f32 results, so the CPU
+  // reference needs no emulation) instead of the CUDA cores' f32 FMAs; exact mode keeps the CUDA
+  // cores. PEREGRINE_DECODE_ATTENTION=0 / =1 overrides.
+  bool tensor_core_decode = true;
   // Decode-sized steps (<= 8 tokens) fold the layer's RMSNorms into the projections next to them
   // (ops/linear_norm.h): input_norm into q_kv_a's GEMV (each block normalizes x as it loads it),
   // q_a_norm into q_b's, post_norm into o_proj's (its last block normalizes the finished residual
@@ -99,7 +104,8 @@ class CudaRunner final : public ModelRunner {
   // Uploads the weights of a loaded (memory-mapped) checkpoint.
   static Result<std::unique_ptr<CudaRunner>> create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt);
   // The options a runner created with `opt` uses: the environment's overrides applied
-  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS: 1 on, 0 off).
+  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_DECODE_ATTENTION,
+  // PEREGRINE_FUSED_NORMS: 1 on, 0 off).
   static CudaRunnerOptions effective_options(CudaRunnerOptions opt);
   // Random weights at cfg's shapes, made on the GPU (no checkpoint): for benchmarks.
   static Result<std::unique_ptr<CudaRunner>> synthetic(const ModelConfig& cfg, SyntheticDtype dtype, uint64_t seed,

@@ -14,12 +14,18 @@
 
 namespace pg::ops::cuda {
 
+// Which cores compute the scores and the weighted sum: f32 FMAs on the CUDA cores, or the bf16
+// tensor cores with each f32 operand split into a bf16 pair (three products per multiply, ~2^-16
+// relative per product; mla_attention_params.h). Both plan, combine and validate alike.
+enum class MlaCores { kCuda, kTensor };
+
 // Floats of scratch the launcher needs for m tokens whose ctx_len are all <= max_ctx (0 when
 // the plan has one split per token, as in prefill). Depends on the current device's SM count.
 // The workspace starts with counters that must be zero before its first use (call
 // mla_attention_workspace_init once after allocating it); every launch leaves them zero again,
 // so one workspace serves any sequence of launches and graph replays (on one stream at a time),
-// whatever their m and max_ctx, as long as it is large enough for each.
+// whatever their m, max_ctx and cores, as long as it is large enough for each (this size covers
+// both kernels' plans).
 size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx);
 
 // Zeroes the workspace's counters (an async memset on `stream`); once, after allocation.
@@ -32,6 +38,6 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 // Status naming what is wrong. Limits of this kernel: kv_lora_rank <= 512, kv_lora_rank +
 // rope_dim small enough for the block's shared memory (<= 660).
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
-                     cudaStream_t stream);
+                     cudaStream_t stream, MlaCores cores = MlaCores::kCuda);
 
 }  // namespace pg::ops::cuda

@@ -17,15 +17,17 @@ constexpr size_t kMaxSmemBytes = 227 * 1024;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx) {
-  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count);
+MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
+  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor);
 }
 
 }  // namespace
 
 size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx) {
   if (m <= 0 || n_heads <= 0 || kv_lora_rank <= 0) return 0;
-  return mla_workspace_floats(plan_for(m, n_heads, max_ctx), m, kv_lora_rank);
+  const size_t cuda_cores = mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kCuda), m, kv_lora_rank);
+  const size_t tensor = mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kTensor), m, kv_lora_rank);
+  return cuda_cores > tensor ? cuda_cores : tensor;
 }
 
 Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, cudaStream_t stream) {
@@ -36,7 +38,7 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 }
 
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, MlaCores cores) {
   // ops::validate reads ctx_len[t] on the host; here ctx_len is device memory, so validate the
   // shape with m = 0 and check the pointers and the bound here.
   MlaAttentionArgs shape = a;
@@ -57,7 +59,8 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
     return unsupported("mla_attention (CUDA): kv_lora_rank {} > {}", a.kv_lora_rank, kMlaMaxRank);
   if (!std::isfinite(a.softmax_scale)) return invalid_argument("mla_attention: softmax_scale {}", a.softmax_scale);
 
-  const MlaPlan plan = plan_for(a.m, a.n_heads, max_ctx);
+  const bool tc = cores == MlaCores::kTensor;
+  const MlaPlan plan = plan_for(a.m, a.n_heads, max_ctx, cores);
   MlaAttentionParams p;
   p.q_lat = a.q_lat, p.q_pe = a.q_pe, p.kv = a.kv, p.block_tables = a.block_tables;
   p.token_seq = a.token_seq, p.ctx_len = a.ctx_len, p.o_lat = a.o_lat;
@@ -68,8 +71,10 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   p.kv_lora_rank = int(a.kv_lora_rank), p.rope_dim = int(a.rope_dim);
   const int64_t d = a.kv_lora_rank + a.rope_dim, d4 = (d + 3) / 4;
   p.d = int(d), p.d4 = int(d4), p.dp = int(4 * (d4 | 1));  // odd float4 stride: conflict-free row reads
+  if (tc) p.dk = mla_tc_dk(p.d), p.dp = mla_tc_row_stride(p.dk);
   p.head_groups = int(plan.head_groups), p.n_splits = int(plan.n_splits), p.n_combiners = plan.n_combiners;
-  const size_t smem = mla_smem_floats(plan.heads, p.dp, p.n_splits) * sizeof(float);
+  const size_t smem = (tc ? mla_tc_smem_floats(p.dk, p.dp, p.n_splits) : mla_smem_floats(plan.heads, p.dp, p.n_splits)) *
+                      sizeof(float);
   if (smem > kMaxSmemBytes)
     return unsupported("mla_attention (CUDA): kv_lora_rank + rope_dim = {} needs {} bytes of shared memory", d, smem);
   if (a.m * plan.head_groups * plan.n_splits > INT_MAX || a.m * a.n_heads > INT_MAX)
@@ -90,7 +95,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
             p.q_lat_row_stride % 4 == 0 && p.q_lat_head_stride % 4 == 0 && p.q_pe_row_stride % 4 == 0 &&
             p.q_pe_head_stride % 4 == 0;
   p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!p.ws_o || aligned16(p.ws_o));
-  PG_CUDA_TRY(launch_mla_attention(p, plan.heads, stream));
+  PG_CUDA_TRY(tc ? launch_mla_attention_tc(p, stream) : launch_mla_attention(p, plan.heads, stream));
   return ok_status();
 }
 

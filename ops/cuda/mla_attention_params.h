@@ -76,10 +76,11 @@ struct MlaPlan {
 // Combiners wait for the other splits of their group, so they must never hold every SM while a
 // block they wait on is not yet resident: items x n_combiners <= SMs / 2 leaves half the SMs to
 // blocks that never wait (and the whole split grid, <= SMs blocks, fits in one wave anyway).
-inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count) {
+// tensor_cores: the tensor-core kernel's plan, always 16 heads per block (one mma M tile).
+inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count, bool tensor_cores = false) {
   MlaPlan p;
   if (m <= 0 || n_heads <= 0) return p;
-  p.heads = (n_heads <= 8 || m * n_heads <= kMlaSmallHeadWork) ? 8 : 16;
+  p.heads = !tensor_cores && (n_heads <= 8 || m * n_heads <= kMlaSmallHeadWork) ? 8 : 16;
   p.head_groups = mla_ceil_div(n_heads, p.heads);
   const int64_t items = m * p.head_groups;
   const int64_t target = sm_count > 0 ? sm_count : kMlaDefaultSmCount;
@@ -138,6 +139,8 @@ struct MlaAttentionParams {
   int kv_lora_rank = 0, rope_dim = 0, d = 0;  // R, P, D = R + P
   int d4 = 0;               // ceil(D / 4): float4 columns the score loop walks (zero-padded)
   int dp = 0;               // shared row stride in floats: 4 x (d4 rounded up to odd), conflict-free
+                            // (tensor cores: dk rounded up to 8 mod 32, see mla_tc_row_stride)
+  int dk = 0;               // tensor cores: D rounded up to 16 (the mma's k steps), zeros past D
   int head_groups = 1, n_splits = 1, n_combiners = 1;
   float scale_log2 = 0;     // softmax_scale x log2(e): scores in log2 units, exp2 in the softmax
   bool vec_kv = false;      // D % 4 == 0 and kv 16-byte aligned: 16-byte cp.async, else 4-byte
@@ -161,5 +164,35 @@ inline size_t mla_smem_floats(int heads, int dp, int n_splits) {
 
 // The kernel at `heads` (8 or 16) per block. Defined in mla_attention.cu.
 cudaError_t launch_mla_attention(const MlaAttentionParams& p, int heads, cudaStream_t stream);
+
+// ---- The tensor-core kernel (mla_attention_tc.cu) ------------------------------------------
+// One block: one token, 16 heads (the M of m16n8k16 bf16 mma tiles; heads past n_heads are
+// zero rows), one split, the same split plan, workspace and fused combine as above (heads = 16).
+// Each f32 operand x is split into bf16 hi = bf16(x) and lo = bf16(x - hi), and a product is
+// hi·hi + hi·lo + lo·hi (three mmas): |error| <~ 2^-16 |x y| per product instead of bf16's 2^-8,
+// so decode steps stay within the f32 reference's tolerance (the CPU needs no emulation).
+// Scores S[16 heads][32 rows] per chunk: warp w takes rows 8 (w % 4) .. +8 over half of the k
+// steps (w / 4), the halves summed through shared memory; the softmax as the CUDA-core kernel
+// (a warp per 2 heads, a lane per row); O[16][R] += P·V: warp w takes the n tiles of 8 columns
+// w, w + 8, ... (R <= 512: at most 8 tiles, 32 accumulators).
+constexpr int kMlaTcHeads = 16;
+constexpr int kMlaTcSStride = 40;  // scores/P rows [16][40]: float2 reads of (g, 2t) conflict-free
+constexpr int kMlaTcHalfScores = kMlaWarps / 2 * 32 * 4;  // the upper k half's 4 warps x 32 lanes x 4 scores
+inline int mla_tc_dk(int d) { return (d + 15) / 16 * 16; }
+// Row stride of a staged chunk: >= dk and = 8 (mod 32) floats, so the B fragments' float2 reads
+// (8 rows x 4 column pairs) hit 32 different banks.
+inline int mla_tc_row_stride(int dk) { return dk + ((8 - dk % 32) + 32) % 32; }
+// Shared memory floats of one block: sQ (hi and lo A fragments: dk x 16 floats) | work (2 chunks
+// of 32 rows, or the combine's weights) | the upper half's scores | sS [16][40] | sAlpha, sM, sL
+// [16] | the ticket.
+__host__ __device__ inline size_t mla_tc_work_floats(int dp, int n_splits) {
+  const size_t w = 2 * size_t(kMlaChunkRows) * size_t(dp), comb = size_t(n_splits + 1) * kMlaTcHeads;
+  return w > comb ? w : comb;
+}
+__host__ __device__ inline size_t mla_tc_smem_floats(int dk, int dp, int n_splits) {
+  return size_t(dk) * 16 + mla_tc_work_floats(dp, n_splits) + size_t(kMlaTcHalfScores) +
+         size_t(kMlaTcHeads) * kMlaTcSStride + 3 * size_t(kMlaTcHeads) + 1;
+}
+cudaError_t launch_mla_attention_tc(const MlaAttentionParams& p, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

@@ -4,7 +4,8 @@
 // speculative verify (consecutive positions of one sequence), a causal prefill of 300 tokens,
 // graph bounds (max_ctx above every context), q_lat / q_pe read at strides (q_pe in place inside
 // q [m, n_heads, nope + rope]) and a captured graph replayed at other contexts (the fused
-// combine's counters return to zero after every launch).
+// combine's counters return to zero after every launch). Every CUDA case runs on both kernels:
+// the CUDA cores' f32 FMAs and the tensor cores' split-bf16 mmas (cuda::MlaCores).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops/cpu/cpu_ops.h"
@@ -35,7 +37,13 @@ namespace {
 //   (2)+(3) the sums of n terms (weights, outputs, on both sides): 4 lambda sqrt(n) u relative
 //       to sum_j w_j |v_jc|, plus 16u for exp2f's 2 ulp, the reciprocal and the rescales.
 // So |o_gpu - o_cpu| <= (2E + (4 lambda sqrt(n) + 16) u) sum_j w_j |c_kv[j, c]|, w in double.
+// The tensor-core kernel adds, per product of two f32 values split into bf16 pairs, at most
+// 3 x 2^-18 of |x y| (the dropped lo·lo and the two pairs' residuals), and the mmas' f32
+// accumulation up to 2^-23 per addition into an accumulator (rounding assumed no better than
+// truncation, so no sqrt): a chain of 3 ceil(D / 16) mmas for a score (+ 16 inside each),
+// 3 ceil(n / 16) for an output; both bounds worst-case, linear in sum |x y|.
 constexpr double kLambda = 10.0;
+constexpr double kSplitProductUnit = 3.0 / (1 << 18), kMmaAddUnit = 1.0 / (1 << 23);
 // A wrong row, head or split shows in the cosine long before the bound.
 constexpr double kMinCosine = 1.0 - 1e-6;
 
@@ -126,9 +134,11 @@ HostData make_data(const MlaCase& c) {
 }
 
 // Per-element tolerance of o_lat [m, n_heads, R] (see the derivation above), from double scores.
-std::vector<double> tolerances(const MlaAttentionArgs& a) {
+std::vector<double> tolerances(const MlaAttentionArgs& a, cuda::MlaCores cores) {
   const int64_t R = a.kv_lora_rank, P = a.rope_dim, D = R + P, H = a.n_heads;
   const double u = kF32Unit, scale = a.softmax_scale;
+  const bool tc = cores == cuda::MlaCores::kTensor;
+  const double tc_dot = tc ? kSplitProductUnit + (3 * std::ceil(double(D) / 16) + 16) * kMmaAddUnit : 0.0;
   const double n_dot_cpu = std::ceil(double(R) / 16) + std::ceil(double(P) / 16) + 10;
   const double n_dot_gpu = 4 * std::ceil(std::ceil(double(D) / 4) / 16) + 12;
   const double dot_bound = kLambda * (std::sqrt(n_dot_cpu) + std::sqrt(n_dot_gpu)) * u * scale;
@@ -150,11 +160,12 @@ std::vector<double> tolerances(const MlaAttentionArgs& a) {
         for (int64_t c = 0; c < P; ++c) dot += double(qp[c]) * row[R + c], ad += std::fabs(double(qp[c]) * row[R + c]);
         s[size_t(j)] = dot * scale;
         mx = std::max(mx, s[size_t(j)]);
-        E = std::max(E, dot_bound * ad + 4 * u * std::fabs(s[size_t(j)]));
+        E = std::max(E, (dot_bound + tc_dot * scale) * ad + 4 * u * std::fabs(s[size_t(j)]));
       }
       double sum = 0;
       for (double& v : s) sum += (v = std::exp(v - mx));
-      const double rel = 2 * E + (4 * kLambda * std::sqrt(double(n)) + 16) * u;
+      const double tc_pv = tc ? kSplitProductUnit + (3 * std::ceil(double(n) / 16) + 16) * kMmaAddUnit : 0.0;
+      const double rel = 2 * E + (4 * kLambda * std::sqrt(double(n)) + 16) * u + tc_pv;
       double* out = &tol[size_t(th * R)];
       std::fill(out, out + R, 0.0);
       for (int64_t j = 0; j < n; ++j) {
@@ -217,23 +228,26 @@ void expect_close(const char* what, const std::vector<float>& got, const std::ve
   std::printf("[ mla_attn ] %-34s %s\n", what, d.summary().c_str());
 }
 
-class MlaAttentionCuda : public ::testing::TestWithParam<MlaCase> {};
+const char* cores_name(cuda::MlaCores c) { return c == cuda::MlaCores::kTensor ? "tc" : "cc"; }
+
+class MlaAttentionCuda : public ::testing::TestWithParam<std::tuple<MlaCase, cuda::MlaCores>> {};
 
 TEST_P(MlaAttentionCuda, MatchesCpu) {
   PG_REQUIRE_CUDA();
-  const MlaCase& c = GetParam();
+  const auto& [c, cores] = GetParam();
   const HostData h = make_data(c);
   const std::vector<float> ref = cpu_reference(h);
-  const std::vector<double> tol = tolerances(h.args);
+  const std::vector<double> tol = tolerances(h.args, cores);
   DeviceData d = upload_case(h, h.max_ctx);
-  PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr));
+  PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cores));
   ASSERT_TRUE(sync_ok());
-  expect_close(c.name, to_host(d.o_lat), ref, tol, c.min_cosine);
+  const std::string what = std::string(c.name) + " " + cores_name(cores);
+  expect_close(what.c_str(), to_host(d.o_lat), ref, tol, c.min_cosine);
   // Again on the same workspace: the first launch left the combine's counters at zero.
   PG_ASSERT_OK(d.o_lat.fill_bytes(0xff));
-  PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr));
+  PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cores));
   ASSERT_TRUE(sync_ok());
-  const std::string again = std::string(c.name) + " (2nd launch)";
+  const std::string again = what + " (2nd launch)";
   expect_close(again.c_str(), to_host(d.o_lat), ref, tol, c.min_cosine);
 }
 
@@ -300,12 +314,19 @@ const MlaCase kCases[] = {
     {"moonlight_sharp_ctx4097", kMoonH, kR, kP, 16, {{4097, 1}}, 0, 0.0f, 6.0f},
 };
 
-INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionCuda, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<MlaCase>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionCuda,
+                         ::testing::Combine(::testing::ValuesIn(kCases),
+                                            ::testing::Values(cuda::MlaCores::kCuda, cuda::MlaCores::kTensor)),
+                         [](const ::testing::TestParamInfo<std::tuple<MlaCase, cuda::MlaCores>>& i) {
+                           return std::string(std::get<0>(i.param).name) + "_" + cores_name(std::get<1>(i.param));
+                         });
 
 // One capture with a bound, replayed with the device-side ctx_len changed: the graph stays valid.
-TEST(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
+class MlaAttentionCudaGraph : public ::testing::TestWithParam<cuda::MlaCores> {};
+
+TEST_P(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
   PG_REQUIRE_CUDA();
+  const cuda::MlaCores cores = GetParam();
   MlaCase c{"graph_replay", kMoonH, kR, kP, 16, {{3000, 1}, {700, 1}}, 4096};
   HostData h = make_data(c);
   DeviceData d = upload_case(h, c.max_ctx);
@@ -314,7 +335,7 @@ TEST(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status s = cuda::mla_attention(d.args, c.max_ctx, d.ws.data(), d.ws.size(), stream);
+  const Status s = cuda::mla_attention(d.args, c.max_ctx, d.ws.data(), d.ws.size(), stream, cores);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   PG_ASSERT_OK(s);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
@@ -326,13 +347,18 @@ TEST(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
     PG_ASSERT_OK(d.o_lat.fill_bytes(0xff));
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const std::string what = "graph_replay ctx " + std::to_string(ctx[0]) + "," + std::to_string(ctx[1]);
-    expect_close(what.c_str(), to_host(d.o_lat), cpu_reference(h), tolerances(h.args), kMinCosine);
+    const std::string what =
+        "graph_replay " + std::string(cores_name(cores)) + " ctx " + std::to_string(ctx[0]) + "," + std::to_string(ctx[1]);
+    expect_close(what.c_str(), to_host(d.o_lat), cpu_reference(h), tolerances(h.args, cores), kMinCosine);
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
+
+INSTANTIATE_TEST_SUITE_P(Cores, MlaAttentionCudaGraph,
+                         ::testing::Values(cuda::MlaCores::kCuda, cuda::MlaCores::kTensor),
+                         [](const ::testing::TestParamInfo<cuda::MlaCores>& i) { return std::string(cores_name(i.param)); });
 
 // Bad arguments come back as a Status naming the problem, before anything touches the device.
 TEST(MlaAttentionCudaValidate, RejectsBadArguments) {
@@ -409,9 +435,11 @@ TEST(MlaAttentionPlan, Invariants) {
     for (int64_t heads : {3, 4, 16, 128}) {
       for (int64_t m : {1, 2, 5, 8, 64, 300}) {
         for (int64_t ctx : {1, 31, 32, 33, 1024, 4097, 32768, 163840}) {
-          const cuda::MlaPlan p = cuda::mla_plan(m, heads, ctx, sms);
+         for (bool tc : {false, true}) {
+          const cuda::MlaPlan p = cuda::mla_plan(m, heads, ctx, sms, tc);
           const int64_t items = m * p.head_groups, slots = sms > 0 ? sms : cuda::kMlaDefaultSmCount;
           EXPECT_TRUE(p.heads == 8 || p.heads == 16);
+          if (tc) EXPECT_EQ(p.heads, cuda::kMlaTcHeads);
           EXPECT_GE(p.head_groups * p.heads, heads);
           EXPECT_LT((p.head_groups - 1) * p.heads, heads);
           EXPECT_GE(p.n_splits, 1);
@@ -431,62 +459,85 @@ TEST(MlaAttentionPlan, Invariants) {
           if (sms <= 0) {
             EXPECT_EQ(p.n_combiners, 1);
           }
+         }
         }
       }
     }
   }
-  // The decode shapes of the budget: moonlight 2 groups of 8 heads, V3 8 groups of 16.
+  // The decode shapes of the budget: moonlight 2 groups of 8 heads, V3 8 groups of 16; on the
+  // tensor cores moonlight's 16 heads are one group.
   const cuda::MlaPlan moon = cuda::mla_plan(1, 16, 1024, 132), v3 = cuda::mla_plan(1, 128, 1024, 132);
   EXPECT_EQ(moon.heads, 8);
   EXPECT_EQ(moon.n_splits, 32);
   EXPECT_EQ(v3.heads, 16);
   EXPECT_EQ(v3.n_splits, 16);
+  const cuda::MlaPlan moon_tc = cuda::mla_plan(1, 16, 1024, 132, true);
+  EXPECT_EQ(moon_tc.head_groups, 1);
+  EXPECT_EQ(moon_tc.n_splits, 32);
+  // The tensor-core kernel's staged rows: 8 (mod 32) floats, room for every k step.
+  for (int d : {14, 33, 40, 576, 704}) {
+    const int dk = cuda::mla_tc_dk(d), dp = cuda::mla_tc_row_stride(dk);
+    EXPECT_EQ(dk % 16, 0);
+    EXPECT_GE(dk, d);
+    EXPECT_GE(dp, dk);
+    EXPECT_EQ(dp % 32, 8);
+  }
 }
 
 // Not a check: decode latency at the real shapes for the record (the lead's GPU run prints it).
 // Timed as in the decode step: kLaunches launches captured in one CUDA graph (no host overhead),
-// batch 1 and batch 8 (8 sequences of ctx rows each), block_size 64; ctx 1024 at m = 1 is the
-// per-layer budget's reference point (moonlight <= 6 us, V3 <= 12 us).
+// on both kernels: batch 1, a verify step of 4 tokens of one sequence (q = 4) and batch 8 (8
+// sequences of ctx rows each), block_size 64; ctx 1024 at m = 1 is the per-layer budget's
+// reference point (moonlight <= 6 us, V3 <= 12 us).
 TEST(MlaAttentionCudaTiming, Decode) {
   PG_REQUIRE_CUDA();
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  for (int64_t m : {1, 8}) {
+  struct Shape {
+    const char* what;
+    int64_t n_seqs, q;  // sequences, query tokens per sequence
+  };
+  for (const Shape& sh : {Shape{"batch 1", 1, 1}, Shape{"verify 4", 1, 4}, Shape{"batch 8", 8, 1}}) {
     for (int64_t heads : {kMoonH, kV3H}) {
       for (int64_t ctx : {1024, 4096, 32768}) {
-        MlaCase c{"timing", heads, kR, kP, 64, std::vector<Seq>(size_t(m), Seq{ctx, 1})};
-        HostData h = make_data(c);
-        DeviceData d = upload_case(h, ctx);
-        constexpr int kLaunches = 20;
-        const int kReplays = m * ctx * heads >= 8 * 32768 * 16 ? 1 : 5;  // the long V3 batches take ms each
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-        Status s = ok_status();
-        for (int i = 0; i < kLaunches && s.ok(); ++i) s = cuda::mla_attention(d.args, ctx, d.ws.data(), d.ws.size(), stream);
-        ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-        PG_ASSERT_OK(s);
-        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);  // warm-up
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        cudaEventRecord(e0, stream);
-        for (int i = 0; i < kReplays; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-        cudaEventRecord(e1, stream);
-        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
-        const double us = 1e3 * ms / (kLaunches * kReplays), bytes = double(m * ctx) * (kR + kP) * 4;
-        const double flops = 2.0 * double(m * ctx) * heads * (2 * kR + kP);
-        std::printf("[ mla_attn ] timing m=%lld heads=%-3lld ctx=%-6lld %8.1f us  %7.1f GB/s of KV  %6.1f TFLOP/s\n",
-                    (long long)m, (long long)heads, (long long)ctx, us, bytes / us * 1e-3, flops / us * 1e-6);
-        const std::vector<float> o = to_host(d.o_lat);
-        EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](float v) { return std::isfinite(v); }));
+        for (cuda::MlaCores cores : {cuda::MlaCores::kCuda, cuda::MlaCores::kTensor}) {
+          MlaCase c{"timing", heads, kR, kP, 64, std::vector<Seq>(size_t(sh.n_seqs), Seq{ctx, sh.q})};
+          HostData h = make_data(c);
+          DeviceData d = upload_case(h, ctx);
+          const int64_t m = sh.n_seqs * sh.q;
+          constexpr int kLaunches = 20;
+          const int kReplays = m * ctx * heads >= 4 * 32768 * 16 ? 1 : 5;  // the long V3 batches take ms each
+          cudaGraph_t graph = nullptr;
+          cudaGraphExec_t exec = nullptr;
+          ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+          Status s = ok_status();
+          for (int i = 0; i < kLaunches && s.ok(); ++i)
+            s = cuda::mla_attention(d.args, ctx, d.ws.data(), d.ws.size(), stream, cores);
+          ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+          PG_ASSERT_OK(s);
+          ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+          ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);  // warm-up
+          cudaEvent_t e0, e1;
+          cudaEventCreate(&e0);
+          cudaEventCreate(&e1);
+          cudaEventRecord(e0, stream);
+          for (int i = 0; i < kReplays; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+          cudaEventRecord(e1, stream);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          float ms = 0;
+          cudaEventElapsedTime(&ms, e0, e1);
+          cudaEventDestroy(e0);
+          cudaEventDestroy(e1);
+          cudaGraphExecDestroy(exec);
+          cudaGraphDestroy(graph);
+          const double us = 1e3 * ms / (kLaunches * kReplays), bytes = double(sh.n_seqs * ctx) * (kR + kP) * 4;
+          const double flops = 2.0 * double(m * ctx) * heads * (2 * kR + kP);
+          std::printf("[ mla_attn ] timing %-8s %s heads=%-3lld ctx=%-6lld %8.1f us  %7.1f GB/s of KV  %6.1f TFLOP/s\n",
+                      sh.what, cores_name(cores), (long long)heads, (long long)ctx, us, bytes / us * 1e-3,
+                      flops / us * 1e-6);
+          const std::vector<float> o = to_host(d.o_lat);
+          EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](float v) { return std::isfinite(v); }));
+        }
       }
     }
   }

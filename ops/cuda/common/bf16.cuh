@@ -23,4 +23,16 @@ __device__ __forceinline__ uint16_t to_bf16_bits(float v) {
   return u;
 }
 
+// Two floats as a pair of bf16 words hi = bf16(x), lo = bf16(x - hi) (lo in the low halves as
+// above): hi + lo keeps ~16 of x's 24 significand bits, so hi·hi + hi·lo + lo·hi on the bf16
+// tensor cores computes a product of f32 values to ~2^-16 relative (lo·lo and the parts below
+// lo are dropped). x - hi is exact in f32 (hi is x rounded to fewer bits, same exponent range).
+__device__ __forceinline__ void split_bf16x2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 hf = __bfloat1622float2(h);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+  memcpy(&hi, &h, sizeof(hi));
+  memcpy(&lo, &l, sizeof(lo));
+}
+
 }  // namespace pg::ops::cuda

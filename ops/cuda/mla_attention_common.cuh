@@ -1,0 +1,181 @@
+// Device pieces shared by the two mla_attention kernels (CUDA cores: mla_attention.cu; tensor
+// cores: mla_attention_tc.cu): staging cache rows with cp.async, and the end of a split: its
+// (max, sum) published, the ticket, and the fused combine of a (token, head group)'s splits.
+#pragma once
+
+#include <cmath>
+
+#include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/mla_attention_params.h"
+
+namespace pg::ops::cuda::mla {
+
+// cp.async: global -> shared without a register round trip; src_bytes 0 writes zeros (rows past
+// the split's end, the columns between D and the float4 padding) and reads nothing.
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// A combiner waits at most this many polls (~64 ns apart: ~0.5 s) for its group's other splits,
+// which run concurrently and take microseconds; past it (a workspace whose counters were not
+// zeroed) it goes on with what it has instead of hanging the device.
+constexpr int kMlaSpinLimit = 1 << 23;
+
+// Stages cache rows [c0, c0 + kMlaChunkRows) of one sequence into dst ([kMlaChunkRows][dp]),
+// columns [0, width) (a multiple of 4, >= D); rows at or past `end` and columns past D become
+// zeros. Warp w takes rows w, w + 8, ...; lanes walk the row.
+__device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, const int32_t* table, int c0,
+                                           int end, int width) {
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  for (int j = warp; j < kMlaChunkRows; j += kMlaWarps) {
+    const int pos = c0 + j;
+    const bool valid = pos < end;
+    const float* src = p.kv;
+    if (valid) src = p.kv + (int64_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size) * p.d;
+    float* row = dst + j * p.dp;
+    if (p.vec_kv) {
+      for (int f = lane; f < width / 4; f += kWarpSize) {
+        const bool ok = valid && f < p.d4;
+        cp_async16(row + 4 * f, ok ? src + 4 * f : p.kv, ok);
+      }
+    } else {
+      for (int e = lane; e < width; e += kWarpSize) {
+        const bool ok = valid && e < p.d;
+        cp_async4(row + e, ok ? src + e : p.kv, ok);
+      }
+    }
+  }
+}
+
+// The combine of one (token t, head group at h0) by combiner k of n_comb: o = Σ_s 2^(m_s - M) o_s /
+// Σ_s 2^(m_s - M) l_s over the n_act splits, for the k-th slice of the group's outputs. Every
+// split's partial is complete (the caller waited); they are read through L2 (ld.cg), since L1 is
+// not coherent with the other SMs' writes. sW: [n_act][kHeads] weights then [kHeads] 1 / L.
+template <int kHeads>
+__device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, int64_t t, int64_t h0, int n_act,
+                        int k, int n_comb) {
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize, R = p.kv_lora_rank;
+  const int64_t H = p.n_heads;
+  const int hv = int(H - h0 < kHeads ? H - h0 : kHeads);  // valid heads of the group
+  const float* ml = p.ws_ml + item * p.n_splits * kHeads * 2;
+  const float* o = p.ws_o + item * p.n_splits * kHeads * R;
+  float* sInv = sW + n_act * kHeads;
+  // Weights: a warp per head, lanes over the splits.
+  for (int hh = warp; hh < hv; hh += kMlaWarps) {
+    float mx = -INFINITY;
+    for (int s = lane; s < n_act; s += kWarpSize) mx = fmaxf(mx, __ldcg(ml + 2 * (s * kHeads + hh)));
+    mx = warp_max(mx);
+    float l = 0.0f;
+    for (int s = lane; s < n_act; s += kWarpSize) {
+      const float* e = ml + 2 * (s * kHeads + hh);
+      const float w = exp2f(__ldcg(e) - mx);
+      sW[s * kHeads + hh] = w;
+      l = fmaf(w, __ldcg(e + 1), l);
+    }
+    l = warp_sum(l);
+    if (lane == 0) sInv[hh] = 1.0f / l;  // as the CPU: one reciprocal, then products
+  }
+  __syncthreads();
+  const int64_t split_stride = int64_t(kHeads) * R;  // floats between two splits' partials
+  if (p.vec_out) {
+    // The slice's float4 outputs [q0, q1); tpq consecutive lanes share one output, each summing
+    // every tpq-th split, then a shuffle sum (more loads in flight when the slice is small).
+    const int r4 = R / 4, n = hv * r4;
+    const int q0 = int(int64_t(n) * k / n_comb), q1 = int(int64_t(n) * (k + 1) / n_comb);
+    int tpq = 1;
+    while (tpq < kWarpSize && (q1 - q0) * tpq * 2 <= kMlaThreads && tpq * 2 <= n_act) tpq *= 2;
+    const int sub = tid % tpq, per_pass = kMlaThreads / tpq;
+    for (int base = q0; base < q1; base += per_pass) {  // uniform trip count: all lanes shuffle
+      const int qi = base + tid / tpq;
+      const bool valid = qi < q1;
+      const int hh = valid ? qi / r4 : 0, c = valid ? 4 * (qi % r4) : 0;
+      const float* src = o + hh * R + c;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (valid) {
+#pragma unroll 4
+        for (int s = sub; s < n_act; s += tpq) {
+          const float w = sW[s * kHeads + hh];
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(src + s * split_stride));
+          a.x = fmaf(w, v.x, a.x), a.y = fmaf(w, v.y, a.y), a.z = fmaf(w, v.z, a.z), a.w = fmaf(w, v.w, a.w);
+        }
+      }
+      for (int off = 1; off < tpq; off *= 2) {
+        a.x += __shfl_xor_sync(kFullMask, a.x, off);
+        a.y += __shfl_xor_sync(kFullMask, a.y, off);
+        a.z += __shfl_xor_sync(kFullMask, a.z, off);
+        a.w += __shfl_xor_sync(kFullMask, a.w, off);
+      }
+      if (valid && sub == 0) {
+        const float inv = sInv[hh];
+        a.x *= inv, a.y *= inv, a.z *= inv, a.w *= inv;
+        *reinterpret_cast<float4*>(p.o_lat + (t * H + h0 + hh) * R + c) = a;
+      }
+    }
+  } else {
+    const int n = hv * R;
+    const int e0 = int(int64_t(n) * k / n_comb), e1 = int(int64_t(n) * (k + 1) / n_comb);
+    for (int e = e0 + tid; e < e1; e += kMlaThreads) {
+      const int hh = e / R, c = e % R;
+      const float* src = o + hh * R + c;
+      float a = 0.0f;
+#pragma unroll 4
+      for (int s = 0; s < n_act; ++s) a = fmaf(sW[s * kHeads + hh], __ldcg(src + s * split_stride), a);
+      p.o_lat[(t * H + h0 + hh) * R + c] = a * sInv[hh];
+    }
+  }
+}
+
+// The end of split s of item (token t, head group at h0) of n_act active splits, whose partial
+// outputs are already stored in ws_o: its (max, sum) per head (sM, sL, in shared memory) go to
+// ws_ml, then the counter protocol below picks the combiners, which combine the group's splits
+// (sWork: shared memory for the combine's weights, free by now). Called by every thread.
+template <int kHeads>
+__device__ void finish_split(const MlaAttentionParams& p, const float* sM, const float* sL, int* sTicket, float* sWork,
+                             int64_t item, int64_t t, int64_t h0, int s, int n_act) {
+  const int tid = threadIdx.x, n_splits = p.n_splits;
+  const int64_t H = p.n_heads;
+  if (tid < kHeads && h0 + tid < H) {
+    float* ml = p.ws_ml + ((item * n_splits + s) * kHeads + tid) * 2;
+    ml[0] = sM[tid];
+    ml[1] = sL[tid];
+  }
+
+  // Fused combine. Counter protocol per item, starting at 0: each of the n_act splits adds 1 on
+  // arrival (after a fence that publishes its partial); the last n_comb arrivals (tickets
+  // >= n_act - n_comb) are the combiners: each waits for the count to reach n_act, adds 1 again
+  // and combines its slice; the one whose second add completes n_act + n_comb resets the counter
+  // to 0 (every combiner has stopped polling by then).
+  const int n_comb = p.n_combiners < n_act ? p.n_combiners : n_act;
+  unsigned* cnt = p.counters + item;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const unsigned ticket = atomicAdd(cnt, 1u);
+    *sTicket = ticket >= unsigned(n_act - n_comb) ? int(ticket - unsigned(n_act - n_comb)) : -1;
+  }
+  __syncthreads();
+  const int k = *sTicket;
+  if (k < 0) return;
+  if (tid == 0) {
+    for (int it = 0; it < kMlaSpinLimit && ld_acquire(cnt) < unsigned(n_act); ++it) __nanosleep(64);
+    __threadfence();
+    if (atomicAdd(cnt, 1u) == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
+  }
+  __syncthreads();
+  combine<kHeads>(p, sWork, item, t, h0, n_act, k, n_comb);
+}
+
+}  // namespace pg::ops::cuda::mla

@@ -1,0 +1,255 @@
+// mla_attention on the bf16 tensor cores: the decode and verify steps' attention. The same
+// split-KV plan, workspace and fused combine as the CUDA-core kernel (mla_attention.cu, with 16
+// heads per block), the scores and the weighted sum as m16n8k16 mmas with the block's 16 heads
+// as M. Every f32 operand is split into a bf16 pair (split_bf16x2) and each product takes three
+// mmas, so the result stays near f32 (mla_attention_params.h): the tensor cores have far more
+// throughput than three passes need, and the CUDA-core kernel spent most of its time on FMAs at
+// 128 heads (DeepSeek-V3) and on long dependency chains at 16 (moonlight). Launched with PDL.
+#include <cmath>
+#include <mutex>
+
+#include "ops/cuda/common/bf16.cuh"
+#include "ops/cuda/common/pdl.cuh"
+#include "ops/cuda/common/vec.cuh"
+#include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/mla_attention_common.cuh"
+#include "ops/cuda/mla_attention_params.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+using namespace mla;
+
+constexpr int kH = kMlaTcHeads;
+constexpr int kMaxColTiles = kMlaMaxRank / 8 / kMlaWarps;  // P·V n tiles per warp (R <= 512: 8)
+
+// Element (head h of the block, column c) of the token's [q_lat | q_pe], 0 past D or n_heads.
+__device__ __forceinline__ float q_at(const MlaAttentionParams& p, int64_t t, int64_t h, int c) {
+  if (h >= p.n_heads || c >= p.d) return 0.0f;
+  return c < p.kv_lora_rank ? p.q_lat[t * p.q_lat_row_stride + h * p.q_lat_head_stride + c]
+                            : p.q_pe[t * p.q_pe_row_stride + h * p.q_pe_head_stride + (c - p.kv_lora_rank)];
+}
+
+// The token's Q for heads h0 .. h0 + 16 as A fragments, split: sQh / sQl [dk / 16 k steps][32
+// lanes] of 4 words (a0..a3 of vec.cuh's mma layout), so a warp reads a k step's fragment with
+// one conflict-free 16-byte load per lane.
+__device__ __forceinline__ void stage_q(const MlaAttentionParams& p, uint32_t* sQh, uint32_t* sQl, int64_t t,
+                                        int64_t h0) {
+  const int n = p.dk / 16 * 32 * 4;
+  for (int i = threadIdx.x; i < n; i += kMlaThreads) {
+    const int r = i % 4, lane = (i / 4) % 32, ks = i / 128;
+    const int64_t h = h0 + lane / 4 + (r & 1) * 8;
+    const int c = 16 * ks + 2 * (lane % 4) + (r >> 1) * 8;
+    split_bf16x2(q_at(p, t, h, c), q_at(p, t, h, c + 1), sQh[i], sQl[i]);
+  }
+}
+
+// One block = (token t, head group g, split s), numbered as the CUDA-core kernel's.
+__global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const __grid_constant__ MlaAttentionParams p) {
+  extern __shared__ float4 smem4[];
+  const int ksteps = p.dk / 16;
+  uint32_t* sQh = reinterpret_cast<uint32_t*>(smem4);
+  uint32_t* sQl = sQh + ksteps * 32 * 4;
+  float* sK = reinterpret_cast<float*>(sQl + ksteps * 32 * 4);  // the work region
+  float* sX = sK + mla_tc_work_floats(p.dp, p.n_splits);        // [4 warps][32 lanes][4]
+  float* sS = sX + kMlaTcHalfScores;                            // [16 heads][kMlaTcSStride]
+  float* sAlpha = sS + kH * kMlaTcSStride;
+  float* sM = sAlpha + kH;
+  float* sL = sM + kH;
+  int* sTicket = reinterpret_cast<int*>(sL + kH);
+
+  const int n_splits = p.n_splits, R = p.kv_lora_rank;
+  const int64_t H = p.n_heads;
+  int64_t b = blockIdx.x;
+  const int g = int(b % p.head_groups);
+  b /= p.head_groups;
+  const int s = int(b % n_splits);
+  const int64_t t = p.m - 1 - b / n_splits;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int fg = lane / 4, ft = lane % 4;  // the mma fragments' row group and thread in group
+  const int64_t h0 = int64_t(g) * kH;
+  const int64_t item = t * p.head_groups + g;
+
+  pdl_wait();     // q, ctx_len and the step's cache rows come from the kernels before
+  pdl_trigger();  // the next kernel may launch; its pdl_wait waits for this grid to finish
+
+  int64_t ctx64 = p.ctx_len[t];
+  const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
+  if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
+    if (s == 0)
+      for (int64_t i = tid; i < int64_t(kH) * R; i += kMlaThreads)
+        if (h0 + i / R < H) p.o_lat[(t * H + h0 + i / R) * R + i % R] = 0.0f;
+    return;
+  }
+  const int split_rows = int(mla_split_rows(ctx, n_splits));
+  if (int64_t(s) * split_rows >= ctx) return;  // past this token's context (grids are sized from a bound)
+  const int begin = s * split_rows;
+  const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
+  const int n_act = (ctx + split_rows - 1) / split_rows;
+  const bool direct = n_act == 1;
+  const int32_t* table = p.block_tables + int64_t(p.token_seq[t]) * p.max_blocks_per_seq;
+
+  load_chunk(p, sK, table, begin, end, p.dk);
+  cp_async_commit();
+  stage_q(p, sQh, sQl, t, h0);  // while the first chunk is in flight
+
+  // Softmax state of this warp's 2 heads (2w, 2w + 1), identical in every lane.
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  // O fragments: n tile i of this warp covers columns 8 (warp + 8 i) .. +8; rows fg and fg + 8.
+  const int col_tiles = (R + 7) / 8;
+  float acc[kMaxColTiles][4] = {};
+  // Scores: this warp's n tile (rows 8 nt .. +8 of a chunk) over k steps [k0, k1).
+  const int nt = warp % 4, half = warp / 4;
+  const int k_mid = (ksteps + 1) / 2;
+  const int k0 = half ? k_mid : 0, k1 = half ? ksteps : k_mid;
+
+  const int n_chunks = (end - begin + kMlaChunkRows - 1) / kMlaChunkRows;
+  for (int c = 0; c < n_chunks; ++c) {
+    cp_async_wait_all();
+    __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
+    const int c0 = begin + c * kMlaChunkRows;
+    if (c + 1 < n_chunks) load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, table, c0 + kMlaChunkRows, end, p.dk);
+    cp_async_commit();
+    const float* K = sK + (c & 1) * kMlaChunkRows * p.dp;
+    const int rows = end - c0 < kMlaChunkRows ? end - c0 : kMlaChunkRows;
+
+    // S = Q·Kᵀ: B fragment b0 = K[row fg][k 2ft, 2ft + 1], b1 = columns + 8.
+    float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float* krow = K + (8 * nt + fg) * p.dp + 2 * ft;
+    for (int ks = k0; ks < k1; ++ks) {
+      const uint4 qh = reinterpret_cast<const uint4*>(sQh)[ks * 32 + lane];
+      const uint4 ql = reinterpret_cast<const uint4*>(sQl)[ks * 32 + lane];
+      const float2 x0 = *reinterpret_cast<const float2*>(krow + 16 * ks);
+      const float2 x1 = *reinterpret_cast<const float2*>(krow + 16 * ks + 8);
+      uint32_t bh0, bl0, bh1, bl1;
+      split_bf16x2(x0.x, x0.y, bh0, bl0);
+      split_bf16x2(x1.x, x1.y, bh1, bl1);
+      mma_m16n8k16_bf16(sc, ql.x, ql.y, ql.z, ql.w, bh0, bh1);  // the small terms first
+      mma_m16n8k16_bf16(sc, qh.x, qh.y, qh.z, qh.w, bl0, bl1);
+      mma_m16n8k16_bf16(sc, qh.x, qh.y, qh.z, qh.w, bh0, bh1);
+    }
+    if (half) *reinterpret_cast<float4*>(sX + ((warp - 4) * 32 + lane) * 4) = make_float4(sc[0], sc[1], sc[2], sc[3]);
+    __syncthreads();
+    if (!half) {
+      const float4 o = *reinterpret_cast<const float4*>(sX + (warp * 32 + lane) * 4);
+      const int col = 8 * nt + 2 * ft;
+      sS[fg * kMlaTcSStride + col] = (sc[0] + o.x) * p.scale_log2;
+      sS[fg * kMlaTcSStride + col + 1] = (sc[1] + o.y) * p.scale_log2;
+      sS[(fg + 8) * kMlaTcSStride + col] = (sc[2] + o.z) * p.scale_log2;
+      sS[(fg + 8) * kMlaTcSStride + col + 1] = (sc[3] + o.w) * p.scale_log2;
+    }
+    __syncthreads();
+
+    // Online softmax: warp w, heads 2w and 2w + 1, lane = row of the chunk; P replaces S.
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int hh = 2 * warp + k;
+      const float v = lane < rows ? sS[hh * kMlaTcSStride + lane] : -INFINITY;
+      const float m_new = fmaxf(m_run[k], warp_max(v));  // finite: row 0 of a chunk is always valid
+      const float pr = exp2f(v - m_new);
+      const float alpha = exp2f(m_run[k] - m_new);  // 0 on the first chunk (m_run = -inf)
+      l_run[k] = l_run[k] * alpha + warp_sum(pr);
+      m_run[k] = m_new;
+      sS[hh * kMlaTcSStride + lane] = pr;
+      if (lane == 0) sAlpha[hh] = alpha;
+    }
+    __syncthreads();
+
+    // O = alpha O + P·V: A fragment from P (rows fg, fg + 8 = heads; k = chunk rows), B fragment
+    // b0 = V[rows 2ft, 2ft + 1][column fg of the tile], b1 = rows + 8.
+    const float al0 = sAlpha[fg], al1 = sAlpha[fg + 8];
+#pragma unroll
+    for (int i = 0; i < kMaxColTiles; ++i) acc[i][0] *= al0, acc[i][1] *= al0, acc[i][2] *= al1, acc[i][3] *= al1;
+#pragma unroll
+    for (int kr = 0; kr < kMlaChunkRows / 16; ++kr) {
+      if (16 * kr >= rows) break;
+      const float* p0 = sS + fg * kMlaTcSStride + 16 * kr + 2 * ft;
+      const float* p1 = p0 + 8 * kMlaTcSStride;
+      const float2 e0 = *reinterpret_cast<const float2*>(p0), e1 = *reinterpret_cast<const float2*>(p1);
+      const float2 e2 = *reinterpret_cast<const float2*>(p0 + 8), e3 = *reinterpret_cast<const float2*>(p1 + 8);
+      uint32_t ah0, al0_, ah1, al1_, ah2, al2, ah3, al3;
+      split_bf16x2(e0.x, e0.y, ah0, al0_);
+      split_bf16x2(e1.x, e1.y, ah1, al1_);
+      split_bf16x2(e2.x, e2.y, ah2, al2);
+      split_bf16x2(e3.x, e3.y, ah3, al3);
+      const float* vrow = K + (16 * kr + 2 * ft) * p.dp + fg;
+#pragma unroll
+      for (int i = 0; i < kMaxColTiles; ++i) {
+        const int j = warp + kMlaWarps * i;
+        if (j >= col_tiles) break;
+        const float* v = vrow + 8 * j;
+        uint32_t bh0, bl0, bh1, bl1;
+        split_bf16x2(v[0], v[p.dp], bh0, bl0);
+        split_bf16x2(v[8 * p.dp], v[9 * p.dp], bh1, bl1);
+        mma_m16n8k16_bf16(acc[i], al0_, al1_, al2, al3, bh0, bh1);
+        mma_m16n8k16_bf16(acc[i], ah0, ah1, ah2, ah3, bl0, bl1);
+        mma_m16n8k16_bf16(acc[i], ah0, ah1, ah2, ah3, bh0, bh1);
+      }
+    }
+  }
+
+  if (lane == 0)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) sM[2 * warp + k] = m_run[k], sL[2 * warp + k] = l_run[k];
+  __syncthreads();  // also: every read of sK is done, the work region is free for the combine
+
+  // The partial (or, as the only split, the normalized output): heads fg and fg + 8, columns
+  // 8j + 2ft and + 1 of each tile.
+#pragma unroll
+  for (int i = 0; i < kMaxColTiles; ++i) {
+    const int j = warp + kMlaWarps * i;
+    if (j >= col_tiles) break;
+    const int col = 8 * j + 2 * ft;
+#pragma unroll
+    for (int half_row = 0; half_row < 2; ++half_row) {
+      const int hh = fg + 8 * half_row;
+      const int64_t h = h0 + hh;
+      if (h >= H || col >= R) continue;
+      float v0 = acc[i][2 * half_row], v1 = acc[i][2 * half_row + 1];
+      float* dst;
+      if (direct) {
+        const float inv = 1.0f / sL[hh];  // as the CPU: one reciprocal, then products
+        v0 *= inv, v1 *= inv;
+        dst = p.o_lat + (t * H + h) * R + col;
+      } else {
+        dst = p.ws_o + ((item * n_splits + s) * kH + hh) * R + col;
+      }
+      if (p.vec_out) {  // R % 4 == 0, 16-byte aligned bases: col even -> an aligned float2
+        *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+      } else {
+        dst[0] = v0;
+        if (col + 1 < R) dst[1] = v1;
+      }
+    }
+  }
+  if (direct) return;
+  finish_split<kH>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+}
+
+constexpr int kMaxSmemBytes = 227 * 1024;
+constexpr int kMaxDevices = 64;
+
+cudaError_t raise_smem_limit_once() {
+  static std::mutex mu;
+  static bool done[kMaxDevices] = {};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev >= 0 && dev < kMaxDevices && done[dev]) return cudaSuccess;
+  e = cudaFuncSetAttribute(mla_attention_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
+  if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices) done[dev] = true;
+  return e;
+}
+
+}  // namespace
+
+cudaError_t launch_mla_attention_tc(const MlaAttentionParams& p, cudaStream_t stream) {
+  if (p.m <= 0) return cudaSuccess;
+  if (cudaError_t e = raise_smem_limit_once(); e != cudaSuccess) return e;
+  const size_t smem = mla_tc_smem_floats(p.dk, p.dp, p.n_splits) * sizeof(float);
+  const int64_t blocks = p.m * p.head_groups * p.n_splits;
+  return launch_pdl(mla_attention_tc_kernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
+}
+
+}  // namespace pg::ops::cuda
