@@ -83,8 +83,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const int64_t h0 = int64_t(g) * kHeads;
   const int64_t item = t * p.head_groups + g;  // (token, head group): counter and workspace index
 
-  pdl_wait();     // q, ctx_len and the step's cache rows come from the kernels before
-  pdl_trigger();  // the next kernel may launch; its pdl_wait waits for this grid to finish
+  pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
   load_q<kHeads>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
   cp_async_commit();
 
@@ -211,6 +210,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     }
   }
 
+  pdl_trigger();  // late, as the tensor-core kernel (mla_attention_tc.cu)
   if (lane == 0)
 #pragma unroll
     for (int k = 0; k < Tile::kHeadsPerWarp; ++k)

@@ -71,7 +71,11 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   p.kv_lora_rank = int(a.kv_lora_rank), p.rope_dim = int(a.rope_dim);
   const int64_t d = a.kv_lora_rank + a.rope_dim, d4 = (d + 3) / 4;
   p.d = int(d), p.d4 = int(d4), p.dp = int(4 * (d4 | 1));  // odd float4 stride: conflict-free row reads
-  if (tc) p.dk = mla_tc_dk(p.d), p.dp = mla_tc_row_stride(p.dk);
+  if (tc) {
+    p.dk = mla_tc_dk(p.d), p.dp = mla_tc_row_stride(p.dk);
+    if (p.dk > kMlaTcMaxDk)
+      return unsupported("mla_attention (tensor cores): kv_lora_rank + rope_dim = {} > {}", d, kMlaTcMaxDk);
+  }
   p.head_groups = int(plan.head_groups), p.n_splits = int(plan.n_splits), p.n_combiners = plan.n_combiners;
   const size_t smem = (tc ? mla_tc_smem_floats(p.dk, p.dp, p.n_splits) : mla_smem_floats(plan.heads, p.dp, p.n_splits)) *
                       sizeof(float);

@@ -178,6 +178,7 @@ cudaError_t launch_mla_attention(const MlaAttentionParams& p, int heads, cudaStr
 constexpr int kMlaTcHeads = 16;
 constexpr int kMlaTcSStride = 40;  // scores/P rows [16][40]: float2 reads of (g, 2t) conflict-free
 constexpr int kMlaTcHalfScores = kMlaWarps / 2 * 32 * 4;  // the upper k half's 4 warps x 32 lanes x 4 scores
+constexpr int kMlaTcMaxDk = 704;  // D <= 704 (DeepSeek's 576): the block's shared memory holds it
 inline int mla_tc_dk(int d) { return (d + 15) / 16 * 16; }
 // Row stride of a staged chunk: >= dk and = 8 (mod 32) floats, so the B fragments' float2 reads
 // (8 rows x 4 column pairs) hit 32 different banks.

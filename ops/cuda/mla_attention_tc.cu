@@ -32,15 +32,39 @@ __device__ __forceinline__ float q_at(const MlaAttentionParams& p, int64_t t, in
 
 // The token's Q for heads h0 .. h0 + 16 as A fragments, split: sQh / sQl [dk / 16 k steps][32
 // lanes] of 4 words (a0..a3 of vec.cuh's mma layout), so a warp reads a k step's fragment with
-// one conflict-free 16-byte load per lane.
-__device__ __forceinline__ void stage_q(const MlaAttentionParams& p, uint32_t* sQh, uint32_t* sQl, int64_t t,
-                                        int64_t h0) {
+// one conflict-free 16-byte load per lane. Thread i takes words i, i + 256, ...: load_q issues
+// all its loads at once (one round trip, while the cache rows are being located), store_q
+// splits and stores them.
+constexpr int kQWordsPerThread = kMlaTcMaxDk / 16 * 32 * 4 / kMlaThreads;
+static_assert(kMlaTcMaxDk / 16 * 32 * 4 % kMlaThreads == 0, "whole words per thread");
+
+__device__ __forceinline__ void q_word(int i, int64_t h0, int64_t& h, int& c) {
+  const int r = i % 4, lane = (i / 4) % 32, ks = i / 128;
+  h = h0 + lane / 4 + (r & 1) * 8;
+  c = 16 * ks + 2 * (lane % 4) + (r >> 1) * 8;
+}
+
+__device__ __forceinline__ void load_q(const MlaAttentionParams& p, int64_t t, int64_t h0,
+                                       float (&q)[kQWordsPerThread][2]) {
   const int n = p.dk / 16 * 32 * 4;
-  for (int i = threadIdx.x; i < n; i += kMlaThreads) {
-    const int r = i % 4, lane = (i / 4) % 32, ks = i / 128;
-    const int64_t h = h0 + lane / 4 + (r & 1) * 8;
-    const int c = 16 * ks + 2 * (lane % 4) + (r >> 1) * 8;
-    split_bf16x2(q_at(p, t, h, c), q_at(p, t, h, c + 1), sQh[i], sQl[i]);
+#pragma unroll
+  for (int k = 0; k < kQWordsPerThread; ++k) {
+    const int i = threadIdx.x + k * kMlaThreads;
+    int64_t h = 0;
+    int c = 0;
+    q_word(i, h0, h, c);
+    q[k][0] = i < n ? q_at(p, t, h, c) : 0.0f;
+    q[k][1] = i < n ? q_at(p, t, h, c + 1) : 0.0f;
+  }
+}
+
+__device__ __forceinline__ void store_q(const MlaAttentionParams& p, const float (&q)[kQWordsPerThread][2],
+                                        uint32_t* sQh, uint32_t* sQl) {
+  const int n = p.dk / 16 * 32 * 4;
+#pragma unroll
+  for (int k = 0; k < kQWordsPerThread; ++k) {
+    const int i = threadIdx.x + k * kMlaThreads;
+    if (i < n) split_bf16x2(q[k][0], q[k][1], sQh[i], sQl[i]);
   }
 }
 
@@ -70,10 +94,12 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   const int64_t h0 = int64_t(g) * kH;
   const int64_t item = t * p.head_groups + g;
 
-  pdl_wait();     // q, ctx_len and the step's cache rows come from the kernels before
-  pdl_trigger();  // the next kernel may launch; its pdl_wait waits for this grid to finish
+  pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
+  float q[kQWordsPerThread][2];
+  load_q(p, t, h0, q);  // in flight while the context and the cache rows are looked up
 
   int64_t ctx64 = p.ctx_len[t];
+  const int32_t seq = p.token_seq[t];  // with ctx_len: one round trip before the table's
   const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
   if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
     if (s == 0)
@@ -87,11 +113,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
   const int n_act = (ctx + split_rows - 1) / split_rows;
   const bool direct = n_act == 1;
-  const int32_t* table = p.block_tables + int64_t(p.token_seq[t]) * p.max_blocks_per_seq;
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
   load_chunk(p, sK, table, begin, end, p.dk);
   cp_async_commit();
-  stage_q(p, sQh, sQl, t, h0);  // while the first chunk is in flight
+  store_q(p, q, sQh, sQl);  // while the first chunk is in flight
 
   // Softmax state of this warp's 2 heads (2w, 2w + 1), identical in every lane.
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
@@ -188,6 +214,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
     }
   }
 
+  // The next kernel may launch (its blocks wait at their pdl_wait for this grid to finish): late,
+  // so that its waiting blocks take no SM room this grid's blocks could still need.
+  pdl_trigger();
   if (lane == 0)
 #pragma unroll
     for (int k = 0; k < 2; ++k) sM[2 * warp + k] = m_run[k], sL[2 * warp + k] = l_run[k];
