@@ -107,8 +107,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(p.token_seq[t]) * p.max_blocks_per_seq;
 
-  load_chunk(p, sK, table, begin, end, 4 * p.d4);
+  load_chunk(p, sK, chunk_blocks(p, table, begin, end), begin, end, 4 * p.d4);
   cp_async_commit();
+  int32_t next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
 
   // Softmax state of this warp's heads, identical in every lane.
   float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];
@@ -129,7 +130,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     cp_async_wait_all();
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
     const int c0 = begin + c * kMlaChunkRows;
-    if (c + 1 < n_chunks) load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, table, c0 + kMlaChunkRows, end, 4 * p.d4);
+    if (c + 1 < n_chunks) {
+      load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows, end, 4 * p.d4);
+      next_blocks = chunk_blocks(p, table, c0 + 2 * kMlaChunkRows, end);
+    }
     cp_async_commit();
     const float* K = sK + (c & 1) * kMlaChunkRows * p.dp;
     const int rows = end - c0 < kMlaChunkRows ? end - c0 : kMlaChunkRows;
@@ -286,7 +290,7 @@ cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   cudaError_t e = raise_smem_limit_once<kHeads>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  return launch_pdl(mla_attention_kernel<kHeads>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
+  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
 }
 
 }  // namespace

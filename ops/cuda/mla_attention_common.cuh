@@ -4,11 +4,22 @@
 #pragma once
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/mla_attention_params.h"
 
 namespace pg::ops::cuda::mla {
+
+// PEREGRINE_ATTENTION_PDL=0: the attention kernels launched without PDL (measuring what it buys).
+inline bool attention_pdl() {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_ATTENTION_PDL");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
 
 // cp.async: global -> shared without a register round trip; src_bytes 0 writes zeros (rows past
 // the split's end, the columns between D and the float4 padding) and reads nothing.
@@ -34,17 +45,31 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 // zeroed) it goes on with what it has instead of hanging the device.
 constexpr int kMlaSpinLimit = 1 << 23;
 
+// The physical blocks of a chunk's rows [c0, min(c0 + kMlaChunkRows, end)): lane l gets the table
+// entry of logical block c0 / block_size + l, for the blocks the chunk touches (<= 32: a chunk is
+// 32 rows), 0 elsewhere. One round trip per chunk (a load per row was one per row a warp stages:
+// 4 per chunk, ~5 us per chunk on the H200); the kernels issue it a chunk ahead.
+__device__ __forceinline__ int32_t chunk_blocks(const MlaAttentionParams& p, const int32_t* table, int c0, int end) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int last = (c0 + kMlaChunkRows < end ? c0 + kMlaChunkRows : end) - 1;
+  const int b = c0 / p.block_size + lane;
+  return c0 < end && b <= last / p.block_size ? table[b] : 0;
+}
+
 // Stages cache rows [c0, c0 + kMlaChunkRows) of one sequence into dst ([kMlaChunkRows][dp]),
 // columns [0, width) (a multiple of 4, >= D); rows at or past `end` and columns past D become
-// zeros. Warp w takes rows w, w + 8, ...; lanes walk the row.
-__device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, const int32_t* table, int c0,
-                                           int end, int width) {
+// zeros. `blocks`: chunk_blocks(c0) of this lane. Warp w takes rows w, w + 8, ...; lanes walk
+// the row.
+__device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, int32_t blocks, int c0, int end,
+                                           int width) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int first = c0 / p.block_size;
   for (int j = warp; j < kMlaChunkRows; j += kMlaWarps) {
     const int pos = c0 + j;
     const bool valid = pos < end;
+    const int32_t blk = __shfl_sync(kFullMask, blocks, valid ? pos / p.block_size - first : 0);
     const float* src = p.kv;
-    if (valid) src = p.kv + (int64_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size) * p.d;
+    if (valid) src = p.kv + (int64_t(blk) * p.block_size + pos % p.block_size) * p.d;
     float* row = dst + j * p.dp;
     if (p.vec_kv) {
       for (int f = lane; f < width / 4; f += kWarpSize) {

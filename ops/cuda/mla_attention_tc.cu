@@ -115,8 +115,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   const bool direct = n_act == 1;
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
-  load_chunk(p, sK, table, begin, end, p.dk);
+  load_chunk(p, sK, chunk_blocks(p, table, begin, end), begin, end, p.dk);
   cp_async_commit();
+  int32_t next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
   store_q(p, q, sQh, sQl);  // while the first chunk is in flight
 
   // Softmax state of this warp's 2 heads (2w, 2w + 1), identical in every lane.
@@ -134,35 +135,46 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
     cp_async_wait_all();
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
     const int c0 = begin + c * kMlaChunkRows;
-    if (c + 1 < n_chunks) load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, table, c0 + kMlaChunkRows, end, p.dk);
+    if (c + 1 < n_chunks) {
+      load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows, end, p.dk);
+      next_blocks = chunk_blocks(p, table, c0 + 2 * kMlaChunkRows, end);
+    }
     cp_async_commit();
     const float* K = sK + (c & 1) * kMlaChunkRows * p.dp;
     const int rows = end - c0 < kMlaChunkRows ? end - c0 : kMlaChunkRows;
 
-    // S = Q·Kᵀ: B fragment b0 = K[row fg][k 2ft, 2ft + 1], b1 = columns + 8.
-    float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // S = Q·Kᵀ: B fragment b0 = K[row fg][k 2ft, 2ft + 1], b1 = columns + 8. Four accumulators
+    // (hi·hi and the two lo products, of even and odd k steps) keep four mma chains in flight
+    // instead of one chain of 3 (k1 - k0) dependent mmas.
+    float sc[4][4] = {};
     const float* krow = K + (8 * nt + fg) * p.dp + 2 * ft;
-    for (int ks = k0; ks < k1; ++ks) {
-      const uint4 qh = reinterpret_cast<const uint4*>(sQh)[ks * 32 + lane];
-      const uint4 ql = reinterpret_cast<const uint4*>(sQl)[ks * 32 + lane];
-      const float2 x0 = *reinterpret_cast<const float2*>(krow + 16 * ks);
-      const float2 x1 = *reinterpret_cast<const float2*>(krow + 16 * ks + 8);
-      uint32_t bh0, bl0, bh1, bl1;
-      split_bf16x2(x0.x, x0.y, bh0, bl0);
-      split_bf16x2(x1.x, x1.y, bh1, bl1);
-      mma_m16n8k16_bf16(sc, ql.x, ql.y, ql.z, ql.w, bh0, bh1);  // the small terms first
-      mma_m16n8k16_bf16(sc, qh.x, qh.y, qh.z, qh.w, bl0, bl1);
-      mma_m16n8k16_bf16(sc, qh.x, qh.y, qh.z, qh.w, bh0, bh1);
+    for (int ks = k0; ks < k1; ks += 2) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if (ks + u >= k1) break;
+        const uint4 qh = reinterpret_cast<const uint4*>(sQh)[(ks + u) * 32 + lane];
+        const uint4 ql = reinterpret_cast<const uint4*>(sQl)[(ks + u) * 32 + lane];
+        const float2 x0 = *reinterpret_cast<const float2*>(krow + 16 * (ks + u));
+        const float2 x1 = *reinterpret_cast<const float2*>(krow + 16 * (ks + u) + 8);
+        uint32_t bh0, bl0, bh1, bl1;
+        split_bf16x2(x0.x, x0.y, bh0, bl0);
+        split_bf16x2(x1.x, x1.y, bh1, bl1);
+        mma_m16n8k16_bf16(sc[2 * u], ql.x, ql.y, ql.z, ql.w, bh0, bh1);
+        mma_m16n8k16_bf16(sc[2 * u], qh.x, qh.y, qh.z, qh.w, bl0, bl1);
+        mma_m16n8k16_bf16(sc[2 * u + 1], qh.x, qh.y, qh.z, qh.w, bh0, bh1);
+      }
     }
-    if (half) *reinterpret_cast<float4*>(sX + ((warp - 4) * 32 + lane) * 4) = make_float4(sc[0], sc[1], sc[2], sc[3]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sc[0][e] = (sc[0][e] + sc[2][e]) + (sc[1][e] + sc[3][e]);  // the small terms first
+    if (half) *reinterpret_cast<float4*>(sX + ((warp - 4) * 32 + lane) * 4) = make_float4(sc[0][0], sc[0][1], sc[0][2], sc[0][3]);
     __syncthreads();
     if (!half) {
       const float4 o = *reinterpret_cast<const float4*>(sX + (warp * 32 + lane) * 4);
       const int col = 8 * nt + 2 * ft;
-      sS[fg * kMlaTcSStride + col] = (sc[0] + o.x) * p.scale_log2;
-      sS[fg * kMlaTcSStride + col + 1] = (sc[1] + o.y) * p.scale_log2;
-      sS[(fg + 8) * kMlaTcSStride + col] = (sc[2] + o.z) * p.scale_log2;
-      sS[(fg + 8) * kMlaTcSStride + col + 1] = (sc[3] + o.w) * p.scale_log2;
+      sS[fg * kMlaTcSStride + col] = (sc[0][0] + o.x) * p.scale_log2;
+      sS[fg * kMlaTcSStride + col + 1] = (sc[0][1] + o.y) * p.scale_log2;
+      sS[(fg + 8) * kMlaTcSStride + col] = (sc[0][2] + o.z) * p.scale_log2;
+      sS[(fg + 8) * kMlaTcSStride + col + 1] = (sc[0][3] + o.w) * p.scale_log2;
     }
     __syncthreads();
 
@@ -278,7 +290,7 @@ cudaError_t launch_mla_attention_tc(const MlaAttentionParams& p, cudaStream_t st
   if (cudaError_t e = raise_smem_limit_once(); e != cudaSuccess) return e;
   const size_t smem = mla_tc_smem_floats(p.dk, p.dp, p.n_splits) * sizeof(float);
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  return launch_pdl(mla_attention_tc_kernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
+  return launch_pdl_if(attention_pdl(), mla_attention_tc_kernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
 }
 
 }  // namespace pg::ops::cuda
