@@ -195,7 +195,7 @@ fi
 
 # ---- 4c. the gated paths (off by default): op tests and goldens with each on -----------------------
 # PG_SUITE_GATED="VAR=VAL ..." ("" = none). Each flag gets the op tests of its path and the goldens.
-GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1"}
+GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=1"}
 OPSBIN=$(find "$BUILD" -name ops_cuda_test -type f -perm -u+x | head -1)
 for g in $GATED; do
   [ "$(left)" -lt 150 ] && { note "gated $g: skipped (time budget)"; continue; }
@@ -203,6 +203,7 @@ for g in $GATED; do
   case "$tag" in
     PEREGRINE_MOE_DIRECT_MULTI) ops_filter='*MoeExperts*:*MoeDirect*' ;;
     PEREGRINE_FUSED_NORMS) ops_filter='*LinearNorm*' ;;
+    PEREGRINE_DECODE_ATTENTION) ops_filter='-*' ;;  # the op tests run both kernels anyway
     *) ops_filter='-*' ;;
   esac
   if [ -n "$OPSBIN" ]; then

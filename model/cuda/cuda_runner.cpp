@@ -878,7 +878,7 @@ std::string CudaRunner::describe() const {
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
   return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{})", p.name, n_blocks_, block_size_, graphs,
                      m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "",
-                     m.opt.tensor_core_decode || m.opt.exact ? "" : ", CUDA-core decode attention");
+                     m.opt.tensor_core_decode && !m.opt.exact ? ", tensor-core decode attention" : "");
 }
 
 CudaGraphCounts CudaRunner::graph_counts() const { return impl_->counts; }

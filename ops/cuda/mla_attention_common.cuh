@@ -12,11 +12,15 @@
 
 namespace pg::ops::cuda::mla {
 
-// PEREGRINE_ATTENTION_PDL=0: the attention kernels launched without PDL (measuring what it buys).
+// The attention kernels are launched without PDL unless PEREGRINE_ATTENTION_PDL=1: with it,
+// moonlight nvfp4 decode ran 6% slower on the H200 (2026-12-01, 354dca7: CUDA-core kernel 456.4
+// vs 486.5 tok/s, tensor-core kernel 384.5 vs 406.4), though both kernels wait at their top and
+// trigger after their chunk loop. Both kernels call pdl_wait / pdl_trigger either way (no-ops
+// without the attribute), so the knob needs no rebuild.
 inline bool attention_pdl() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_ATTENTION_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
+    return v && std::strcmp(v, "1") == 0;
   }();
   return on;
 }
