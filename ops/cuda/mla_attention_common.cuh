@@ -49,6 +49,11 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 // zeroed) it goes on with what it has instead of hanging the device.
 constexpr int kMlaSpinLimit = 1 << 23;
 
+// Logical block of cache position pos: a shift for the usual power-of-two block sizes.
+__device__ __forceinline__ int block_of(const MlaAttentionParams& p, int pos) {
+  return p.block_shift >= 0 ? pos >> p.block_shift : pos / p.block_size;
+}
+
 // The physical blocks of a chunk's rows [c0, min(c0 + kMlaChunkRows, end)): lane l gets the table
 // entry of logical block c0 / block_size + l, for the blocks the chunk touches (<= 32: a chunk is
 // 32 rows), 0 elsewhere. One round trip per chunk (a load per row was one per row a warp stages:
@@ -56,8 +61,8 @@ constexpr int kMlaSpinLimit = 1 << 23;
 __device__ __forceinline__ int32_t chunk_blocks(const MlaAttentionParams& p, const int32_t* table, int c0, int end) {
   const int lane = threadIdx.x % kWarpSize;
   const int last = (c0 + kMlaChunkRows < end ? c0 + kMlaChunkRows : end) - 1;
-  const int b = c0 / p.block_size + lane;
-  return c0 < end && b <= last / p.block_size ? table[b] : 0;
+  const int b = block_of(p, c0) + lane;
+  return c0 < end && b <= block_of(p, last) ? table[b] : 0;
 }
 
 // Stages cache rows [c0, c0 + kMlaChunkRows) of one sequence into dst ([kMlaChunkRows][dp]),
@@ -67,13 +72,14 @@ __device__ __forceinline__ int32_t chunk_blocks(const MlaAttentionParams& p, con
 __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, int32_t blocks, int c0, int end,
                                            int width) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int first = c0 / p.block_size;
+  const int first = block_of(p, c0);
   for (int j = warp; j < kMlaChunkRows; j += kMlaWarps) {
     const int pos = c0 + j;
     const bool valid = pos < end;
-    const int32_t blk = __shfl_sync(kFullMask, blocks, valid ? pos / p.block_size - first : 0);
+    const int lb = block_of(p, pos);
+    const int32_t blk = __shfl_sync(kFullMask, blocks, valid ? lb - first : 0);
     const float* src = p.kv;
-    if (valid) src = p.kv + (int64_t(blk) * p.block_size + pos % p.block_size) * p.d;
+    if (valid) src = p.kv + (int64_t(blk) * p.block_size + (pos - lb * p.block_size)) * p.d;
     float* row = dst + j * p.dp;
     if (p.vec_kv) {
       for (int f = lane; f < width / 4; f += kWarpSize) {

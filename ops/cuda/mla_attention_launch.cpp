@@ -68,6 +68,10 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   p.q_pe_row_stride = q_pe_row_stride(a), p.q_pe_head_stride = q_pe_head_stride(a);
   p.m = a.m, p.n_heads = a.n_heads;
   p.block_size = int(a.block_size), p.max_blocks_per_seq = int(a.max_blocks_per_seq), p.max_rows = int(max_rows);
+  if ((a.block_size & (a.block_size - 1)) == 0) {  // block_size >= 1 (validated)
+    p.block_shift = 0;
+    while ((int64_t(1) << p.block_shift) < a.block_size) ++p.block_shift;
+  }
   p.kv_lora_rank = int(a.kv_lora_rank), p.rope_dim = int(a.rope_dim);
   const int64_t d = a.kv_lora_rank + a.rope_dim, d4 = (d + 3) / 4;
   p.d = int(d), p.d4 = int(d4), p.dp = int(4 * (d4 | 1));  // odd float4 stride: conflict-free row reads

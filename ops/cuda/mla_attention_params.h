@@ -135,6 +135,7 @@ struct MlaAttentionParams {
   int64_t q_pe_row_stride = 0, q_pe_head_stride = 0;    // elements
   int64_t m = 0, n_heads = 0;
   int block_size = 0, max_blocks_per_seq = 0;
+  int block_shift = -1;  // log2(block_size) when a power of two (shifts, not divisions, per row), else -1
   int max_rows = 0;  // block_size x max_blocks_per_seq (< 2^31): ctx_len is clamped to it
   int kv_lora_rank = 0, rope_dim = 0, d = 0;  // R, P, D = R + P
   int d4 = 0;               // ceil(D / 4): float4 columns the score loop walks (zero-padded)

@@ -23,13 +23,6 @@ using namespace mla;
 constexpr int kH = kMlaTcHeads;
 constexpr int kMaxColTiles = kMlaMaxRank / 8 / kMlaWarps;  // P·V n tiles per warp (R <= 512: 8)
 
-// Element (head h of the block, column c) of the token's [q_lat | q_pe], 0 past D or n_heads.
-__device__ __forceinline__ float q_at(const MlaAttentionParams& p, int64_t t, int64_t h, int c) {
-  if (h >= p.n_heads || c >= p.d) return 0.0f;
-  return c < p.kv_lora_rank ? p.q_lat[t * p.q_lat_row_stride + h * p.q_lat_head_stride + c]
-                            : p.q_pe[t * p.q_pe_row_stride + h * p.q_pe_head_stride + (c - p.kv_lora_rank)];
-}
-
 // The token's Q for heads h0 .. h0 + 16 as A fragments, split: sQh / sQl [dk / 16 k steps][32
 // lanes] of 4 words (a0..a3 of vec.cuh's mma layout), so a warp reads a k step's fragment with
 // one conflict-free 16-byte load per lane. Thread i takes words i, i + 256, ...: load_q issues
@@ -38,23 +31,24 @@ __device__ __forceinline__ float q_at(const MlaAttentionParams& p, int64_t t, in
 constexpr int kQWordsPerThread = kMlaTcMaxDk / 16 * 32 * 4 / kMlaThreads;
 static_assert(kMlaTcMaxDk / 16 * 32 * 4 % kMlaThreads == 0, "whole words per thread");
 
-__device__ __forceinline__ void q_word(int i, int64_t h0, int64_t& h, int& c) {
-  const int r = i % 4, lane = (i / 4) % 32, ks = i / 128;
-  h = h0 + lane / 4 + (r & 1) * 8;
-  c = 16 * ks + 2 * (lane % 4) + (r >> 1) * 8;
-}
-
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, int64_t t, int64_t h0,
                                        float (&q)[kQWordsPerThread][2]) {
-  const int n = p.dk / 16 * 32 * 4;
+  // Word i = tid + 256 k is a0..a3 (i % 4) of lane (i / 4) % 32 at k step i / 128: the same head
+  // for every k, columns c0 + 32 k and + 1.
+  const int tid = threadIdx.x, r = tid % 4, lane = (tid / 4) % 32;
+  const int64_t h = h0 + lane / 4 + (r & 1) * 8;
+  const int c0 = 16 * (tid / 128) + 2 * (lane % 4) + (r >> 1) * 8;
+  const bool head_ok = h < p.n_heads;
+  const float* ql = p.q_lat + (head_ok ? t * p.q_lat_row_stride + h * p.q_lat_head_stride : 0);
+  const float* qp = p.q_pe + (head_ok ? t * p.q_pe_row_stride + h * p.q_pe_head_stride : 0);
+  const int R = p.kv_lora_rank;
 #pragma unroll
   for (int k = 0; k < kQWordsPerThread; ++k) {
-    const int i = threadIdx.x + k * kMlaThreads;
-    int64_t h = 0;
-    int c = 0;
-    q_word(i, h0, h, c);
-    q[k][0] = i < n ? q_at(p, t, h, c) : 0.0f;
-    q[k][1] = i < n ? q_at(p, t, h, c + 1) : 0.0f;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = c0 + 32 * k + e;
+      q[k][e] = !head_ok || c >= p.d ? 0.0f : c < R ? ql[c] : qp[c - R];
+    }
   }
 }
 
