@@ -195,11 +195,11 @@ fi
 
 # ---- 4c. the gated paths (off by default): op tests and goldens with each on -----------------------
 # PG_SUITE_GATED="VAR=VAL ..." ("" = none). Each flag gets the op tests of its path and the goldens.
-GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=1"}
+GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda"}
 OPSBIN=$(find "$BUILD" -name ops_cuda_test -type f -perm -u+x | head -1)
 for g in $GATED; do
   [ "$(left)" -lt 150 ] && { note "gated $g: skipped (time budget)"; continue; }
-  tag=${g%%=*}
+  tag=${g%%=*} name=${g//=/_}
   case "$tag" in
     PEREGRINE_MOE_DIRECT_MULTI) ops_filter='*MoeExperts*:*MoeDirect*' ;;
     PEREGRINE_FUSED_NORMS) ops_filter='*LinearNorm*' ;;
@@ -207,13 +207,13 @@ for g in $GATED; do
     *) ops_filter='-*' ;;
   esac
   if [ -n "$OPSBIN" ]; then
-    (cd "$ROOT" && env "$g" timeout 60 "$OPSBIN" --gtest_filter="$ops_filter" >"$OUT/gated_${tag}_ops.log" 2>&1)
-    note "gated $g ops ($ops_filter): rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gated_${tag}_ops.log" | head -2 | tr '\n' ' ')"
+    (cd "$ROOT" && env "$g" timeout 60 "$OPSBIN" --gtest_filter="$ops_filter" >"$OUT/gated_${name}_ops.log" 2>&1)
+    note "gated $g ops ($ops_filter): rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gated_${name}_ops.log" | head -2 | tr '\n' ' ')"
   fi
   if [ -n "$GOLDBIN" ]; then
-    (cd "$ROOT" && env "$g" timeout 90 "$GOLDBIN" >"$OUT/gated_${tag}_goldens.log" 2>&1)
-    note "gated $g goldens: rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gated_${tag}_goldens.log" | head -2 | tr '\n' ' ')"
-    grep -E '^\[  FAILED  \] ' "$OUT/gated_${tag}_goldens.log" | head -8 | tee -a "$SUMMARY"
+    (cd "$ROOT" && env "$g" timeout 90 "$GOLDBIN" >"$OUT/gated_${name}_goldens.log" 2>&1)
+    note "gated $g goldens: rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gated_${name}_goldens.log" | head -2 | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] ' "$OUT/gated_${name}_goldens.log" | head -8 | tee -a "$SUMMARY"
   fi
 done
 

@@ -581,7 +581,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     PG_TRY(cu::mla_prefill(*gemm, m, s.prefill_runs, prefill_ws, prefill_ws_bytes, stream));
   else
     PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream,
-                             opt.tensor_core_decode && !opt.exact ? cu::MlaCores::kTensor : cu::MlaCores::kCuda));
+                             opt.exact ? cu::MlaCores::kCuda : opt.decode_attention));
   PG_TRY(mark("mla_attention"));
 
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
@@ -822,7 +822,12 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
   };
   flag("PEREGRINE_SPEC_GRAPHS", opt.spec_graphs);
   flag("PEREGRINE_PREFILL_ATTENTION", opt.tensor_core_attention);
-  flag("PEREGRINE_DECODE_ATTENTION", opt.tensor_core_decode);
+  if (const char* e = std::getenv("PEREGRINE_DECODE_ATTENTION")) {
+    const std::string_view v(e);
+    if (v == "cuda") opt.decode_attention = cu::MlaCores::kCuda;
+    if (v == "auto") opt.decode_attention = cu::MlaCores::kAuto;
+    if (v == "tensor") opt.decode_attention = cu::MlaCores::kTensor;
+  }
   flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
   return opt;
 }
@@ -878,7 +883,9 @@ std::string CudaRunner::describe() const {
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
   return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{})", p.name, n_blocks_, block_size_, graphs,
                      m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "",
-                     m.opt.tensor_core_decode && !m.opt.exact ? ", tensor-core decode attention" : "");
+                     m.opt.exact || m.opt.decode_attention == cu::MlaCores::kAuto ? ""
+                     : m.opt.decode_attention == cu::MlaCores::kTensor ? ", tensor-core decode attention"
+                                                                        : ", CUDA-core decode attention");
 }
 
 CudaGraphCounts CudaRunner::graph_counts() const { return impl_->counts; }

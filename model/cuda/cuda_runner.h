@@ -18,6 +18,7 @@
 
 #include "core/status.h"
 #include "formats/model_config.h"
+#include "ops/cuda/mla_attention.h"
 #include "model/deepseek_model.h"
 #include "model/model_runner.h"
 #include "model/step_layout.h"
@@ -51,14 +52,12 @@ struct CudaRunnerOptions {
   // moonlight 5.6K -> 36.9K tok/s on the H200 (2026-12-01, a8ec2b8). Off: the CUDA-core kernel
   // (for measuring what the bf16 attention costs in accuracy). PEREGRINE_PREFILL_ATTENTION=0 / =1 overrides.
   bool tensor_core_attention = true;
-  // The other steps (decode, verify, short prefill) may run the split-KV attention on the tensor
-  // cores (ops::cuda::MlaCores::kTensor: bf16 mmas on split f32 operands, near-f32 results, so the
-  // CPU reference needs no emulation; exact mode keeps the CUDA cores). Off: its op tests and the
-  // goldens pass with it (H200, 2026-12-01, 354dca7), but at decode sizes it is slower than the
-  // CUDA-core kernel (moonlight batch 1 at 1K context 20.8 vs 12.9 us per launch, decode 406 vs
-  // 486 tok/s); it wins only at long contexts and batches (32K: 74 vs 85 us; V3 batch 8 at 4K: 400
-  // vs 451 us). PEREGRINE_DECODE_ATTENTION=1 / =0 overrides.
-  bool tensor_core_decode = false;
+  // The other steps (decode, verify, short prefill): which cores run the split-KV attention.
+  // kAuto (ops::cuda::mla_cores_for): the tensor cores (bf16 mmas on split f32 operands, near-f32
+  // results, so the CPU reference needs no emulation) where they win, at V3's 128 heads, verify
+  // steps and batches; the CUDA cores' f32 FMAs at moonlight's batch 1 (12.9 vs 17.3 us at 1K).
+  // Exact mode: always the CUDA cores. PEREGRINE_DECODE_ATTENTION=cuda / auto / tensor overrides.
+  ops::cuda::MlaCores decode_attention = ops::cuda::MlaCores::kAuto;
   // Decode-sized steps (<= 8 tokens) fold the layer's RMSNorms into the projections next to them
   // (ops/linear_norm.h): input_norm into q_kv_a's GEMV (each block normalizes x as it loads it),
   // q_a_norm into q_b's, post_norm into o_proj's (its last block normalizes the finished residual
@@ -107,8 +106,8 @@ class CudaRunner final : public ModelRunner {
   // Uploads the weights of a loaded (memory-mapped) checkpoint.
   static Result<std::unique_ptr<CudaRunner>> create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt);
   // The options a runner created with `opt` uses: the environment's overrides applied
-  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_DECODE_ATTENTION,
-  // PEREGRINE_FUSED_NORMS: 1 on, 0 off).
+  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS: 1 on, 0 off;
+  // PEREGRINE_DECODE_ATTENTION: cuda, auto or tensor).
   static CudaRunnerOptions effective_options(CudaRunnerOptions opt);
   // Random weights at cfg's shapes, made on the GPU (no checkpoint): for benchmarks.
   static Result<std::unique_ptr<CudaRunner>> synthetic(const ModelConfig& cfg, SyntheticDtype dtype, uint64_t seed,

@@ -23,6 +23,10 @@ MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
 
 }  // namespace
 
+MlaCores mla_cores_for(int64_t m, int64_t n_heads) {
+  return m * n_heads > kMlaSmallHeadWork ? MlaCores::kTensor : MlaCores::kCuda;
+}
+
 size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx) {
   if (m <= 0 || n_heads <= 0 || kv_lora_rank <= 0) return 0;
   const size_t cuda_cores = mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kCuda), m, kv_lora_rank);
@@ -39,6 +43,7 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
                      cudaStream_t stream, MlaCores cores) {
+  if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads);
   // ops::validate reads ctx_len[t] on the host; here ctx_len is device memory, so validate the
   // shape with m = 0 and check the pointers and the bound here.
   MlaAttentionArgs shape = a;

@@ -474,6 +474,13 @@ TEST(MlaAttentionPlan, Invariants) {
   const cuda::MlaPlan moon_tc = cuda::mla_plan(1, 16, 1024, 132, true);
   EXPECT_EQ(moon_tc.head_groups, 1);
   EXPECT_EQ(moon_tc.n_splits, 32);
+  // kAuto: the CUDA cores only where their plan has 8-head blocks (moonlight's batch 1).
+  EXPECT_EQ(cuda::mla_cores_for(1, 16), cuda::MlaCores::kCuda);
+  EXPECT_EQ(cuda::mla_cores_for(2, 16), cuda::MlaCores::kCuda);
+  EXPECT_EQ(cuda::mla_cores_for(4, 16), cuda::MlaCores::kTensor);
+  EXPECT_EQ(cuda::mla_cores_for(8, 16), cuda::MlaCores::kTensor);
+  EXPECT_EQ(cuda::mla_cores_for(1, 128), cuda::MlaCores::kTensor);
+  EXPECT_EQ(cuda::mla_cores_for(3, 4), cuda::MlaCores::kCuda);
   // The tensor-core kernel's staged rows: 8 (mod 32) floats, room for every k step.
   for (int d : {14, 33, 40, 576, 704}) {
     const int dk = cuda::mla_tc_dk(d), dp = cuda::mla_tc_row_stride(dk);
