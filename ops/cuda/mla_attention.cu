@@ -4,7 +4,6 @@
 // rows); the order of the sums and the online rescaling differ (see
 // tests/ops/mla_attention_test.cpp for the tolerance this implies). Tiles and plan: mla_attention_params.h.
 #include <cmath>
-#include <mutex>
 
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/warp.cuh"
@@ -57,8 +56,7 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, i
   }
 }
 
-// One block = (token t, head group g, split s); blockIdx.x = ((m-1-t) x n_splits + s) x head_groups + g,
-// so the longest contexts (the last tokens of a causal prefill) start first.
+// One block = (token t, head group g, split s), placed by mla_block_place (mla_attention_common.cuh).
 template <int kHeads>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
   using Tile = MlaTile<kHeads>;
@@ -74,36 +72,21 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
 
   const int n_splits = p.n_splits, R = p.kv_lora_rank;
   const int64_t H = p.n_heads;
-  int64_t b = blockIdx.x;
-  const int g = int(b % p.head_groups);
-  b /= p.head_groups;
-  const int s = int(b % n_splits);
-  const int64_t t = p.m - 1 - b / n_splits;
+  const MlaBlockPlace place = mla_block_place(p, kHeads);
+  const int s = place.s;
+  const int64_t t = place.t, h0 = place.h0, item = place.item;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int64_t h0 = int64_t(g) * kHeads;
-  const int64_t item = t * p.head_groups + g;  // (token, head group): counter and workspace index
 
   pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
   load_q<kHeads>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
   cp_async_commit();
 
-  int64_t ctx64 = p.ctx_len[t];
-  const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
-  if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
-    if (s == 0)
-      for (int64_t i = tid; i < int64_t(kHeads) * R; i += kMlaThreads)
-        if (h0 + i / R < H) p.o_lat[(t * H + h0 + i / R) * R + i % R] = 0.0f;
+  MlaSplitRows rows_of;
+  if (!mla_block_rows(p, place, kHeads, p.ctx_len[t], rows_of)) {
     cp_async_wait_all();
     return;
   }
-  const int split_rows = int(mla_split_rows(ctx, n_splits));
-  if (int64_t(s) * split_rows >= ctx) {  // past this token's context (grids are sized from a bound)
-    cp_async_wait_all();
-    return;
-  }
-  const int begin = s * split_rows;
-  const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
-  const int n_act = (ctx + split_rows - 1) / split_rows;  // splits holding rows of this token
+  const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
   const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(p.token_seq[t]) * p.max_blocks_per_seq;
 
@@ -265,29 +248,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   finish_split<kHeads>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
 }
 
-// The kernels' shared memory limit, raised once per device (the largest dynamic shared memory of
-// an sm_90 block, 227 KB, so no later launch needs another call).
-constexpr int kMaxSmemBytes = 227 * 1024;
-constexpr int kMaxDevices = 64;
-
-template <int kHeads>
-cudaError_t raise_smem_limit_once() {
-  static std::mutex mu;
-  static bool done[kMaxDevices] = {};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev >= 0 && dev < kMaxDevices && done[dev]) return cudaSuccess;
-  e = cudaFuncSetAttribute(mla_attention_kernel<kHeads>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
-  if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices) done[dev] = true;
-  return e;
-}
-
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits) * sizeof(float);
-  cudaError_t e = raise_smem_limit_once<kHeads>();
+  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads>>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
   return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/mla_attention_params.h"
@@ -17,6 +18,23 @@ namespace pg::ops::cuda::mla {
 // vs 486.5 tok/s, tensor-core kernel 384.5 vs 406.4), though both kernels wait at their top and
 // trigger after their chunk loop. Both kernels call pdl_wait / pdl_trigger either way (no-ops
 // without the attribute), so the knob needs no rebuild.
+// Raises kKernel's dynamic shared memory limit to the largest of an sm_90 block (227 KB) once per
+// device, so no later launch needs another call (a template on the kernel: a flag per kernel).
+template <auto kKernel>
+cudaError_t raise_smem_limit_once() {
+  constexpr int kMaxSmemBytes = 227 * 1024, kMaxDevices = 64;
+  static std::mutex mu;
+  static bool done[kMaxDevices] = {};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev >= 0 && dev < kMaxDevices && done[dev]) return cudaSuccess;
+  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
+  if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices) done[dev] = true;
+  return e;
+}
+
 inline bool attention_pdl() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_ATTENTION_PDL");
@@ -48,6 +66,51 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 // which run concurrently and take microseconds; past it (a workspace whose counters were not
 // zeroed) it goes on with what it has instead of hanging the device.
 constexpr int kMlaSpinLimit = 1 << 23;
+
+// Where a block sits: blockIdx.x = ((m-1-t) x n_splits + s) x head_groups + g, so the longest
+// contexts (the last tokens of a causal prefill) start first; heads h0 .. h0 + heads of token t,
+// split s; item = (token, head group), the counter and workspace index.
+struct MlaBlockPlace {
+  int64_t t = 0, h0 = 0, item = 0;
+  int s = 0;
+};
+__device__ __forceinline__ MlaBlockPlace mla_block_place(const MlaAttentionParams& p, int heads) {
+  int64_t b = blockIdx.x;
+  const int g = int(b % p.head_groups);
+  b /= p.head_groups;
+  MlaBlockPlace w;
+  w.s = int(b % p.n_splits);
+  w.t = p.m - 1 - b / p.n_splits;
+  w.h0 = int64_t(g) * heads;
+  w.item = w.t * p.head_groups + g;
+  return w;
+}
+
+// The rows [begin, end) of a block's split, given its token's ctx_len, and how many splits hold
+// rows of the token (n_act; 1: the block normalizes and writes o_lat itself). False when the split
+// has none (past the token's context: grids are sized from a bound), or the context is empty
+// (outside the contract, validate rejects it on the host: split 0 writes zeros, nothing is read).
+struct MlaSplitRows {
+  int begin = 0, end = 0, n_act = 0;
+};
+__device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, const MlaBlockPlace& w, int heads,
+                                               int64_t ctx_len, MlaSplitRows& r) {
+  const int ctx = int(ctx_len < p.max_rows ? ctx_len : p.max_rows);
+  const int R = p.kv_lora_rank;
+  const int64_t H = p.n_heads;
+  if (ctx <= 0) {
+    if (w.s == 0)
+      for (int64_t i = threadIdx.x; i < int64_t(heads) * R; i += kMlaThreads)
+        if (w.h0 + i / R < H) p.o_lat[(w.t * H + w.h0 + i / R) * R + i % R] = 0.0f;
+    return false;
+  }
+  const int split_rows = int(mla_split_rows(ctx, p.n_splits));
+  if (int64_t(w.s) * split_rows >= ctx) return false;
+  r.begin = w.s * split_rows;
+  r.end = r.begin + split_rows < ctx ? r.begin + split_rows : ctx;
+  r.n_act = (ctx + split_rows - 1) / split_rows;
+  return true;
+}
 
 // Logical block of cache position pos: a shift for the usual power-of-two block sizes.
 __device__ __forceinline__ int block_of(const MlaAttentionParams& p, int pos) {

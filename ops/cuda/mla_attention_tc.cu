@@ -6,7 +6,6 @@
 // throughput than three passes need, and the CUDA-core kernel spent most of its time on FMAs at
 // 128 heads (DeepSeek-V3) and on long dependency chains at 16 (moonlight). Launched with PDL.
 #include <cmath>
-#include <mutex>
 
 #include "ops/cuda/common/bf16.cuh"
 #include "ops/cuda/common/pdl.cuh"
@@ -78,34 +77,21 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
 
   const int n_splits = p.n_splits, R = p.kv_lora_rank;
   const int64_t H = p.n_heads;
-  int64_t b = blockIdx.x;
-  const int g = int(b % p.head_groups);
-  b /= p.head_groups;
-  const int s = int(b % n_splits);
-  const int64_t t = p.m - 1 - b / n_splits;
+  const MlaBlockPlace place = mla_block_place(p, kH);
+  const int s = place.s;
+  const int64_t t = place.t, h0 = place.h0, item = place.item;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int fg = lane / 4, ft = lane % 4;  // the mma fragments' row group and thread in group
-  const int64_t h0 = int64_t(g) * kH;
-  const int64_t item = t * p.head_groups + g;
 
   pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
   float q[kQWordsPerThread][2];
   load_q(p, t, h0, q);  // in flight while the context and the cache rows are looked up
 
-  int64_t ctx64 = p.ctx_len[t];
+  const int64_t ctx_len = p.ctx_len[t];
   const int32_t seq = p.token_seq[t];  // with ctx_len: one round trip before the table's
-  const int ctx = int(ctx64 < p.max_rows ? ctx64 : p.max_rows);
-  if (ctx <= 0) {  // outside the contract (validate rejects it on the host): zeros, no reads
-    if (s == 0)
-      for (int64_t i = tid; i < int64_t(kH) * R; i += kMlaThreads)
-        if (h0 + i / R < H) p.o_lat[(t * H + h0 + i / R) * R + i % R] = 0.0f;
-    return;
-  }
-  const int split_rows = int(mla_split_rows(ctx, n_splits));
-  if (int64_t(s) * split_rows >= ctx) return;  // past this token's context (grids are sized from a bound)
-  const int begin = s * split_rows;
-  const int end = begin + split_rows < ctx ? begin + split_rows : ctx;
-  const int n_act = (ctx + split_rows - 1) / split_rows;
+  MlaSplitRows rows_of;
+  if (!mla_block_rows(p, place, kH, ctx_len, rows_of)) return;
+  const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
   const bool direct = n_act == 1;
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
@@ -261,27 +247,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   finish_split<kH>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
 }
 
-constexpr int kMaxSmemBytes = 227 * 1024;
-constexpr int kMaxDevices = 64;
-
-cudaError_t raise_smem_limit_once() {
-  static std::mutex mu;
-  static bool done[kMaxDevices] = {};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev >= 0 && dev < kMaxDevices && done[dev]) return cudaSuccess;
-  e = cudaFuncSetAttribute(mla_attention_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
-  if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices) done[dev] = true;
-  return e;
-}
-
 }  // namespace
 
 cudaError_t launch_mla_attention_tc(const MlaAttentionParams& p, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
-  if (cudaError_t e = raise_smem_limit_once(); e != cudaSuccess) return e;
+  if (cudaError_t e = raise_smem_limit_once<mla_attention_tc_kernel>(); e != cudaSuccess) return e;
   const size_t smem = mla_tc_smem_floats(p.dk, p.dp, p.n_splits) * sizeof(float);
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
   return launch_pdl_if(attention_pdl(), mla_attention_tc_kernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
