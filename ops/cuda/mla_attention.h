@@ -44,8 +44,8 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 // ctx_len[t]; the grid is sized from it so that a CUDA graph captured with a bound stays valid
 // for any ctx_len <= bound (blocks past a token's ctx_len exit early). Validates the Args' shape
 // (ops::validate without its host read of ctx_len, which lives on the device here) and returns a
-// Status naming what is wrong. Limits of this kernel: kv_lora_rank <= 512, kv_lora_rank +
-// rope_dim small enough for the block's shared memory (<= 660).
+// Status naming what is wrong. Limits: kv_lora_rank <= 512, kv_lora_rank + rope_dim small enough
+// for a block's shared memory (CUDA cores <= 660, tensor cores <= 704).
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
                      cudaStream_t stream, MlaCores cores = MlaCores::kCuda);
 

@@ -1,6 +1,7 @@
-// Device pieces shared by the two mla_attention kernels (CUDA cores: mla_attention.cu; tensor
-// cores: mla_attention_tc.cu): staging cache rows with cp.async, and the end of a split: its
-// (max, sum) published, the ticket, and the fused combine of a (token, head group)'s splits.
+// Pieces shared by the two mla_attention kernels (CUDA cores: mla_attention.cu; tensor cores:
+// mla_attention_tc.cu): a block's place and rows, staging cache rows with cp.async, the end of a
+// split (its (max, sum) published, the ticket, the fused combine of a (token, head group)'s
+// splits), and for their launchers the shared-memory limit and the PDL knob.
 #pragma once
 
 #include <cmath>
@@ -13,11 +14,6 @@
 
 namespace pg::ops::cuda::mla {
 
-// The attention kernels are launched without PDL unless PEREGRINE_ATTENTION_PDL=1: with it,
-// moonlight nvfp4 decode ran 6% slower on the H200 (2026-12-01, 354dca7: CUDA-core kernel 456.4
-// vs 486.5 tok/s, tensor-core kernel 384.5 vs 406.4), though both kernels wait at their top and
-// trigger after their chunk loop. Both kernels call pdl_wait / pdl_trigger either way (no-ops
-// without the attribute), so the knob needs no rebuild.
 // Raises kKernel's dynamic shared memory limit to the largest of an sm_90 block (227 KB) once per
 // device, so no later launch needs another call (a template on the kernel: a flag per kernel).
 template <auto kKernel>
@@ -35,6 +31,11 @@ cudaError_t raise_smem_limit_once() {
   return e;
 }
 
+// The attention kernels are launched without PDL unless PEREGRINE_ATTENTION_PDL=1: with it,
+// moonlight nvfp4 decode ran 6% slower on the H200 (2026-12-01, 354dca7: CUDA-core kernel 456.4
+// vs 486.5 tok/s, tensor-core kernel 384.5 vs 406.4), though both kernels wait at their top and
+// trigger after their chunk loop. Both kernels call pdl_wait / pdl_trigger either way (no-ops
+// without the attribute), so the knob needs no rebuild.
 inline bool attention_pdl() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_ATTENTION_PDL");
@@ -119,8 +120,8 @@ __device__ __forceinline__ int block_of(const MlaAttentionParams& p, int pos) {
 
 // The physical blocks of a chunk's rows [c0, min(c0 + kMlaChunkRows, end)): lane l gets the table
 // entry of logical block c0 / block_size + l, for the blocks the chunk touches (<= 32: a chunk is
-// 32 rows), 0 elsewhere. One round trip per chunk (a load per row was one per row a warp stages:
-// 4 per chunk, ~5 us per chunk on the H200); the kernels issue it a chunk ahead.
+// 32 rows), 0 elsewhere. One load per chunk, issued a chunk ahead by the kernels (a load per
+// staged row before: no measurable difference on the H200, 12.9 us either way at moonlight 1K).
 __device__ __forceinline__ int32_t chunk_blocks(const MlaAttentionParams& p, const int32_t* table, int c0, int end) {
   const int lane = threadIdx.x % kWarpSize;
   const int last = (c0 + kMlaChunkRows < end ? c0 + kMlaChunkRows : end) - 1;

@@ -2,9 +2,8 @@
 // split-KV plan, workspace and fused combine as the CUDA-core kernel (mla_attention.cu, with 16
 // heads per block), the scores and the weighted sum as m16n8k16 mmas with the block's 16 heads
 // as M. Every f32 operand is split into a bf16 pair (split_bf16x2) and each product takes three
-// mmas, so the result stays near f32 (mla_attention_params.h): the tensor cores have far more
-// throughput than three passes need, and the CUDA-core kernel spent most of its time on FMAs at
-// 128 heads (DeepSeek-V3) and on long dependency chains at 16 (moonlight). Launched with PDL.
+// mmas, so the result stays near f32 (mla_attention_params.h). Faster than the CUDA cores
+// wherever both use 16-head blocks (V3, verify steps, batches); mla_cores_for picks (mla_attention.h).
 #include <cmath>
 
 #include "ops/cuda/common/bf16.cuh"

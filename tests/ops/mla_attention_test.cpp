@@ -435,31 +435,33 @@ TEST(MlaAttentionPlan, Invariants) {
     for (int64_t heads : {3, 4, 16, 128}) {
       for (int64_t m : {1, 2, 5, 8, 64, 300}) {
         for (int64_t ctx : {1, 31, 32, 33, 1024, 4097, 32768, 163840}) {
-         for (bool tc : {false, true}) {
-          const cuda::MlaPlan p = cuda::mla_plan(m, heads, ctx, sms, tc);
-          const int64_t items = m * p.head_groups, slots = sms > 0 ? sms : cuda::kMlaDefaultSmCount;
-          EXPECT_TRUE(p.heads == 8 || p.heads == 16);
-          if (tc) EXPECT_EQ(p.heads, cuda::kMlaTcHeads);
-          EXPECT_GE(p.head_groups * p.heads, heads);
-          EXPECT_LT((p.head_groups - 1) * p.heads, heads);
-          EXPECT_GE(p.n_splits, 1);
-          EXPECT_LE(p.n_splits, cuda::kMlaMaxSplits);
-          EXPECT_GE(p.n_combiners, 1);
-          if (p.n_splits > 1) {
-            EXPECT_LE(items * p.n_splits, slots) << "m=" << m << " heads=" << heads << " sms=" << sms;
-            EXPECT_LE(items, cuda::kMlaCounterSlots);
-            EXPECT_LE((p.n_splits - 1) * cuda::kMlaMinSplitRows, ctx);
-            EXPECT_LE(p.n_combiners, p.n_splits);
-            if (p.n_combiners > 1) {
-              EXPECT_LE(items * p.n_combiners, sms / 2);
+          for (bool tc : {false, true}) {
+            const cuda::MlaPlan p = cuda::mla_plan(m, heads, ctx, sms, tc);
+            const int64_t items = m * p.head_groups, slots = sms > 0 ? sms : cuda::kMlaDefaultSmCount;
+            EXPECT_TRUE(p.heads == 8 || p.heads == 16);
+            if (tc) {
+              EXPECT_EQ(p.heads, cuda::kMlaTcHeads);
             }
-          } else {
-            EXPECT_EQ(p.n_combiners, 1);
+            EXPECT_GE(p.head_groups * p.heads, heads);
+            EXPECT_LT((p.head_groups - 1) * p.heads, heads);
+            EXPECT_GE(p.n_splits, 1);
+            EXPECT_LE(p.n_splits, cuda::kMlaMaxSplits);
+            EXPECT_GE(p.n_combiners, 1);
+            if (p.n_splits > 1) {
+              EXPECT_LE(items * p.n_splits, slots) << "m=" << m << " heads=" << heads << " sms=" << sms;
+              EXPECT_LE(items, cuda::kMlaCounterSlots);
+              EXPECT_LE((p.n_splits - 1) * cuda::kMlaMinSplitRows, ctx);
+              EXPECT_LE(p.n_combiners, p.n_splits);
+              if (p.n_combiners > 1) {
+                EXPECT_LE(items * p.n_combiners, sms / 2);
+              }
+            } else {
+              EXPECT_EQ(p.n_combiners, 1);
+            }
+            if (sms <= 0) {
+              EXPECT_EQ(p.n_combiners, 1);
+            }
           }
-          if (sms <= 0) {
-            EXPECT_EQ(p.n_combiners, 1);
-          }
-         }
         }
       }
     }
