@@ -1,35 +1,19 @@
 // Pieces shared by the two mla_attention kernels (CUDA cores: mla_attention.cu; tensor cores:
-// mla_attention_tc.cu): a block's place and rows, staging cache rows with cp.async, the end of a
-// split (its (max, sum) published, the ticket, the fused combine of a (token, head group)'s
-// splits), and for their launchers the shared-memory limit and the PDL knob.
+// mla_attention_tc.cu): a block's place and rows, the end of a split (its (max, sum) published,
+// the ticket, the fused combine of a (token, head group)'s splits), and for their launchers the
+// PDL knob. cp.async and the shared-memory opt-in are common/cp_async.cuh and common/smem_limit.cuh.
 #pragma once
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
+#include "ops/cuda/common/cp_async.cuh"
+#include "ops/cuda/common/smem_limit.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/mla_attention_params.h"
 
 namespace pg::ops::cuda::mla {
-
-// Raises kKernel's dynamic shared memory limit to the largest of an sm_90 block (227 KB) once per
-// device, so no later launch needs another call (a template on the kernel: a flag per kernel).
-template <auto kKernel>
-cudaError_t raise_smem_limit_once() {
-  constexpr int kMaxSmemBytes = 227 * 1024, kMaxDevices = 64;
-  static std::mutex mu;
-  static bool done[kMaxDevices] = {};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev >= 0 && dev < kMaxDevices && done[dev]) return cudaSuccess;
-  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
-  if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices) done[dev] = true;
-  return e;
-}
 
 // The attention kernels are launched without PDL unless PEREGRINE_ATTENTION_PDL=1: with it,
 // moonlight nvfp4 decode ran 6% slower on the H200 (2026-12-01, 354dca7: CUDA-core kernel 456.4
@@ -43,19 +27,6 @@ inline bool attention_pdl() {
   }();
   return on;
 }
-
-// cp.async: global -> shared without a register round trip; src_bytes 0 writes zeros (rows past
-// the split's end, the columns between D and the float4 padding) and reads nothing.
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;

@@ -27,7 +27,9 @@
 
 #include <cuda_runtime.h>
 
+#include "ops/cuda/common/cp_async.cuh"
 #include "ops/cuda/common/pdl.cuh"
+#include "ops/cuda/common/smem_limit.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/config.h"
@@ -87,7 +89,7 @@ __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32
   }
 }
 
-// The weight registers of kUnroll k-steps (nvfp4_mma_stream's, and one buffer of the double-buffered m = 1 loop).
+// The weight registers of kUnroll k-steps of nvfp4_mma_stream.
 template <int kTiles, int kUnroll>
 struct Nvfp4MmaStage {
   uint4 w[kUnroll][kTiles][2];
@@ -146,15 +148,12 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
 }
 
 // m = 1 (decode): token 0's x staged once per block, for the whole K, as f16 B fragments in
-// shared memory, and the weight loads double-buffered (tiles x unroll <= 2; larger tiles keep one buffer). Lanes g > 0 of the per-lane path above load
-// nothing but still issue its ~24 instructions per k-step (8 x 16-byte loads, 16 conversions, the
-// zero selects), and its x loads (L2 hits, ~600 cycles) sit between a step's weight loads and its
-// mmas; here every lane reads a step's B fragments with 4 16-byte shared loads, and step s + kUnroll's
-// weight loads are in flight while step s's mmas run. The f16 values and their slots are those of
-// nvfp4_mma_x (same pairs, same rounding) and every accumulator sees the same mmas in the same
-// order (steps past s1 still add their zero products), so token 0's sums are bit-identical.
-// Columns g > 0 get token 0's values instead of zeros: their sums are never written (m = 1), and an
-// mma's output columns do not interact.
+// shared memory. Lanes g > 0 of the per-lane path above load nothing but still issue its ~24
+// instructions per k-step (8 x 16-byte loads, 16 conversions, the zero selects), and its x loads
+// (L2 hits, ~600 cycles) sit between a step's weight loads and its mmas; here every lane reads a
+// step's B fragments with 4 16-byte shared loads. The f16 values and their slots are those of
+// nvfp4_mma_x (same pairs, same rounding). Columns g > 0 get token 0's values instead of zeros:
+// their sums are never written (m = 1), and an mma's output columns do not interact.
 //
 // Buffer: k-step s at xs[16 s .. 16 s + 15], [word q][chunk t] (lane (g, t) reads q = 0..3 at
 // 64 q + 16 t: the 4 chunks of a read are 64 contiguous bytes, no bank conflict; every g reads the
@@ -181,63 +180,141 @@ __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t 
   }
 }
 
-// The mmas of k-steps [s, s + kUnroll) on staged x (zero B past s1: those weights are zeros too).
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_mma_work_x1(const Nvfp4MmaStage<kTiles, kUnroll>& st, const uint4* xs, int64_t s,
-                                                  int64_t s1, float (&acc)[kTiles][4]) {
+// Step s's B fragments from the staged x.
+__device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, uint32_t (&b)[4][4]) {
   const int t = threadIdx.x % 4;
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    uint32_t b[4][4];
-    const bool ok = s + u < s1;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint4 v = ok ? xs[(s + u) * kNvfp4MmaXStepVecs + 4 * q + t] : make_uint4(0, 0, 0, 0);
-      b[q][0] = v.x;
-      b[q][1] = v.y;
-      b[q][2] = v.z;
-      b[q][3] = v.w;
-    }
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<false>(st.w[u][i], st.sc[u][i], b, acc[i]);
+  for (int q = 0; q < 4; ++q) {
+    const uint4 v = xs[s * kNvfp4MmaXStepVecs + 4 * q + t];
+    b[q][0] = v.x;
+    b[q][1] = v.y;
+    b[q][2] = v.z;
+    b[q][3] = v.w;
   }
 }
 
-// nvfp4_mma_stream for m = 1 with x staged per block (above). Every thread of the block must call
-// it (a barrier after the staging); pdl_wait() comes after this warp's first weight loads.
+// The weights of the m = 1 path stream through a per-warp ring of shared-memory stages filled by
+// cp.async: a stage is kUnroll k-steps of the warp's tiles, kStages - 1 stages are in flight while
+// one is multiplied, so the bytes in flight per warp are set by shared memory, not by registers
+// (the register double buffer this replaces kept ~2 KB per warp in flight at ~120 registers). A
+// lane copies exactly the bytes it later reads (its 16 bytes of rows g and g + 8 per tile and
+// step, and the 4 bytes holding its chunk's two e4m3 scales), so its own cp.async.wait_group is
+// the only synchronisation: no barrier, no mbarrier.
+template <int kTiles, int kUnroll>
+struct Nvfp4RingStage {
+  uint4 w[kUnroll][kTiles][2][kWarpSize];      // lane's 16 bytes (32 codes) of row g + 8h
+  uint32_t sc[kUnroll][kTiles][2][kWarpSize];  // scale bytes 4 (t / 2) .. +3 of the step's 8 for row g + 8h
+};
+
+// Stages per ring: ~3-4 KB of weights in flight per warp (16 warps per SM: 48-64 KB per SM, above
+// Little's ~32 KB), and the ring small enough for two 256-thread blocks per SM with x staged.
+template <int kTiles, int kUnroll>
+__host__ __device__ constexpr int nvfp4_ring_stages() {
+  return kTiles * kUnroll >= 4 ? 2 : kTiles * kUnroll == 2 ? 3 : 4;
+}
+
+// Dynamic shared memory of a staged-x block of `warps` warps at K = k: x, then the warps' rings.
+template <int kTiles, int kUnroll>
+__host__ __device__ constexpr size_t nvfp4_x1_smem_bytes(int warps, int64_t k) {
+  return size_t((k / 32 + 3) / 4) * kNvfp4MmaXStepVecs * sizeof(uint4) +
+         size_t(warps) * nvfp4_ring_stages<kTiles, kUnroll>() * sizeof(Nvfp4RingStage<kTiles, kUnroll>);
+}
+
+// The staged-x path's conditions beyond m = 1: K fits the buffer, and whole 4-byte scale copies
+// (k % 64 == 0: a row's scales start 4-byte aligned and a lane pair's two chunks are both in or
+// both past K).
+__host__ __device__ inline bool nvfp4_x1_ok(int64_t k, const void* scale_fp8) {
+  return k <= kNvfp4MmaX1MaxK && k % 64 == 0 && (reinterpret_cast<uintptr_t>(scale_fp8) & 3u) == 0;
+}
+
+// Issues k-steps [s, s + kUnroll)'s copies into st (steps past s1 are not copied: never read;
+// chunks past k_chunks read as zero) and commits them as one group.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_ring_issue(const uint8_t* const (&wrow)[kTiles][2],
+                                                 const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
+                                                 int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st) {
+  const int lane = threadIdx.x % kWarpSize, t = lane % 4;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (s + u >= s1) break;  // warp-uniform
+    const int64_t c = (s + u) * 4 + t;
+    const bool ok = c < k_chunks;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        cp_async16(&st.w[u][i][h][lane], ok ? wrow[i][h] + c * kLinearVecBytes : wrow[i][h], ok);
+        cp_async4(&st.sc[u][i][h][lane], ok ? srow[i][h] + 8 * (s + u) + 4 * (t / 2) : srow[i][h], ok);
+      }
+  }
+  cp_async_commit();
+}
+
+// The mmas of k-steps [s, min(s + kUnroll, s1)) from stage st and the staged x.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUnroll>& st, const uint4* xs, int64_t s,
+                                                int64_t s1, float (&acc)[kTiles][4]) {
+  const int lane = threadIdx.x % kWarpSize, shift = 16 * (lane % 2);  // t % 2: the high scale pair
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (s + u >= s1) break;  // warp-uniform
+    uint32_t b[4][4];
+    nvfp4_mma_x_staged(xs, s + u, b);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const uint4 w[2] = {st.w[u][i][0][lane], st.w[u][i][1][lane]};
+      const uint32_t sc[2] = {st.sc[u][i][0][lane] >> shift, st.sc[u][i][1][lane] >> shift};
+      nvfp4_mma_tile<false>(w, sc, b, acc[i]);
+    }
+  }
+}
+
+// nvfp4_mma_stream for m = 1 with x staged per block and the weights through the warp's ring
+// (above). Every thread of the block must call it (a barrier after the staging); the first
+// kStages - 1 stages' copies go out before pdl_wait() (weights depend on no kernel). Steps past
+// s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's for token 0
+// (adding +0 changes no f32 sum but a -0's sign).
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
                                                     const uint8_t* const (&srow)[kTiles][2], const float* x,
-                                                    uint4* xs, int64_t k_chunks, int64_t s0, int64_t s1,
+                                                    uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
+                                                    int64_t k_chunks, int64_t s0, int64_t s1,
                                                     float (&acc)[kTiles][4]) {
+  constexpr int kStages = nvfp4_ring_stages<kTiles, kUnroll>();
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  Nvfp4MmaStage<kTiles, kUnroll> a, b;
-  if (s0 < s1) nvfp4_mma_load(wrow, srow, k_chunks, s0, s1, a);
+  const int64_t n = s1 > s0 ? (s1 - s0 + kUnroll - 1) / kUnroll : 0;  // stages of this warp
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) {
+    if (j < n) nvfp4_ring_issue(wrow, srow, k_chunks, s0 + j * kUnroll, s1, ring[j]);
+    else cp_async_commit();  // an empty group: the wait below counts groups
+  }
   pdl_wait();
   nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
   __syncthreads();
-  if constexpr (kTiles * kUnroll <= 2) {
-    // Two named buffers, no register copies: b loads while a's mmas run, then the other way round.
-    for (int64_t s = s0; s < s1; s += 2 * kUnroll) {
-      if (s + kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + kUnroll, s1, b);
-      nvfp4_mma_work_x1(a, xs, s, s1, acc);
-      if (s + kUnroll >= s1) break;
-      if (s + 2 * kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + 2 * kUnroll, s1, a);
-      nvfp4_mma_work_x1(b, xs, s + kUnroll, s1, acc);
-    }
-  } else {  // 4 KB per warp in one buffer: two spill at the 128-register cap (ptxas, 2026-12-01)
-    for (int64_t s = s0; s < s1; s += kUnroll) {
-      if (s != s0) nvfp4_mma_load(wrow, srow, k_chunks, s, s1, a);
-      nvfp4_mma_work_x1(a, xs, s, s1, acc);
-    }
+  int slot = 0, next = kStages - 1;  // ring slots of stage j and of stage j + kStages - 1
+  for (int64_t j = 0; j < n; ++j) {
+    // Stage j + kStages - 1 goes into the slot stage j - 1 used: this lane's own reads of it are done.
+    if (j + kStages - 1 < n) nvfp4_ring_issue(wrow, srow, k_chunks, s0 + (j + kStages - 1) * kUnroll, s1, ring[next]);
+    else cp_async_commit();
+    cp_async_wait<kStages - 1>();  // stage j's group has landed
+    nvfp4_ring_work(ring[slot], xs, s0 + j * kUnroll, s1, acc);
+    slot = slot + 1 == kStages ? 0 : slot + 1;
+    next = next + 1 == kStages ? 0 : next + 1;
   }
+}
+
+// The staged-x path's dynamic shared memory of a block: x at the front, then warp w's ring.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k) {
+  return reinterpret_cast<Nvfp4RingStage<kTiles, kUnroll>*>(smem + (k / 32 + 3) / 4 * kNvfp4MmaXStepVecs) +
+         (threadIdx.x / kWarpSize) * nvfp4_ring_stages<kTiles, kUnroll>();
 }
 
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
 // w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x. kX1: m == 1
-// and k <= kNvfp4MmaX1MaxK, x staged per block and the weights double-buffered (nvfp4_mma_stream_x1).
+// and nvfp4_x1_ok: x staged per block and the weights through each warp's ring (nvfp4_mma_stream_x1).
 template <int kTiles, int kUnroll, bool kX1>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
@@ -266,8 +343,9 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
   if constexpr (kX1) {
-    __shared__ uint4 xs[kNvfp4MmaX1MaxK / 128 * kNvfp4MmaXStepVecs];
-    nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, xs, k_chunks, s0, s1, acc);
+    extern __shared__ uint4 linear_nvfp4_smem[];  // nvfp4_x1_smem_bytes
+    nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, linear_nvfp4_smem,
+                                         nvfp4_x1_ring<kTiles, kUnroll>(linear_nvfp4_smem, p.k), k_chunks, s0, s1, acc);
   } else {
     nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
   }
@@ -304,10 +382,17 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  const auto kernel =
-      p.m == 1 && p.k <= kNvfp4MmaX1MaxK ? linear_nvfp4_mma_kernel<kTiles, kUnroll, true>
-                                         : linear_nvfp4_mma_kernel<kTiles, kUnroll, false>;
-  if (cudaError_t e = launch_pdl(kernel, grid, dim3(kLinearThreads), 0, stream, p); e != cudaSuccess) return e;
+  if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8)) {
+    constexpr auto kKernel = linear_nvfp4_mma_kernel<kTiles, kUnroll, true>;
+    if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+    const size_t smem = nvfp4_x1_smem_bytes<kTiles, kUnroll>(kLinearWarps, p.k);
+    if (cudaError_t e = launch_pdl(kKernel, grid, dim3(kLinearThreads), smem, stream, p); e != cudaSuccess) return e;
+    return cudaGetLastError();
+  }
+  if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll, false>, grid, dim3(kLinearThreads), 0,
+                                 stream, p);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 

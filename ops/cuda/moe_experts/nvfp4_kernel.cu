@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/common/pdl.cuh"
+#include "ops/cuda/common/smem_limit.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/nvfp4_mma.cuh"
@@ -46,8 +47,8 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
 // routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
 // (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass. kX1: m = 1
-// (p.direct), hidden <= kNvfp4MmaX1MaxK, tiles x unroll <= 2: the block's warps share the token's
-// x, staged once per block as f16 B fragments, and the weights double-buffer (nvfp4_mma_stream_x1;
+// (p.direct) and nvfp4_x1_ok: the block's warps share the token's x, staged once per block as f16
+// B fragments, and the weights stream through each warp's shared-memory ring (nvfp4_mma_stream_x1;
 // the same sums in the same order).
 template <int kTiles, int kUnroll, bool kX1>
 __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
@@ -102,8 +103,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     const int m_valid = min(kNvfp4MmaTokens, hi - q);
     float acc[kTiles][4];
     if constexpr (kX1) {  // one pass (m = 1: a slot has one pair), token 0
-      __shared__ uint4 xs[kNvfp4MmaX1MaxK / 128 * kNvfp4MmaXStepVecs];
-      nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, xs, k_chunks, 0, j0 < p.inter ? k_steps : 0, acc);
+      extern __shared__ uint4 gate_up_nvfp4_smem[];  // nvfp4_x1_smem_bytes
+      nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, gate_up_nvfp4_smem,
+                                           nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden), k_chunks, 0,
+                                           j0 < p.inter ? k_steps : 0, acc);
       if (j0 >= p.inter) return;
     } else {
       const float* xrow = nullptr;  // lane g: pair q + g
@@ -351,12 +354,11 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kMoeWarps * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
-  // The staged path at the double-buffered tiles only (2 x 2 spilled 40 bytes: ptxas, 2026-12-01).
-  if constexpr (kTiles * kUnroll <= 2) {
-    if (p.direct && p.hidden <= kNvfp4MmaX1MaxK) {
-      moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true><<<grid, kMoeThreads, 0, stream>>>(p);
-      return cudaGetLastError();
-    }
+  if (p.direct && nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
+    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true>;
+    if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+    kKernel<<<grid, kMoeThreads, nvfp4_x1_smem_bytes<kTiles, kUnroll>(kMoeWarps, p.hidden), stream>>>(p);
+    return cudaGetLastError();
   }
   moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false><<<grid, kMoeThreads, 0, stream>>>(p);
   return cudaGetLastError();
