@@ -324,13 +324,15 @@ TEST(LinearCudaTiles, EveryTileAndSplitMatchesCpu) {
 }
 
 // Every NVFP4 tensor-core tile and k_split, m = 1, 3, 8 and 11 (two column tiles), at a prime N
-// and K = 33 chunks (a partial last k-step) and 4128 (k_split 8 leaves some warps no step).
+// and K = 33 chunks (a partial last k-step) and 4128 (k_split 8 leaves some warps no step); at
+// m = 1, K % 64 == 0 takes the staged-x ring path (nvfp4_x1_ok): 1088 (a partial last k-step,
+// fewer stages than the ring holds at k_split 8) and 4224 (whole steps), the others the per-lane one.
 TEST(LinearCudaTiles, EveryNvfp4MmaTileAndSplitMatchesCpu) {
   PG_REQUIRE_CUDA();
   for (const cuda::Nvfp4MmaTile& t : cuda::linear_nvfp4_mma_tiles())
     for (int ks : {1, 2, 8})
       for (int64_t m : {1, 3, 8, 11})
-        for (int64_t k : {1056, 4128}) {
+        for (int64_t k : {1056, 1088, 4128, 4224}) {
           const std::string name = "mma_t" + std::to_string(t.tiles) + "_u" + std::to_string(t.unroll) + "_ks" +
                                    std::to_string(ks) + "_m" + std::to_string(m) + "_k" + std::to_string(k);
           SCOPED_TRACE(name);

@@ -8,8 +8,9 @@
 
 namespace pg::ops::cuda {
 
-// Raises kKernel's dynamic shared memory limit to the largest of an sm_90 block (227 KB) once per
-// device, so no later launch needs another call (a template on the kernel: a flag per kernel).
+// Raises kKernel's dynamic shared memory limit to the most an sm_90 block may have (227 KB, less
+// the kernel's static shared memory: a larger value is rejected) once per device, so no later
+// launch needs another call (a template on the kernel: a flag per kernel).
 template <auto kKernel>
 cudaError_t raise_smem_limit_once() {
   constexpr int kMaxSmemBytes = 227 * 1024, kMaxDevices = 64;
@@ -20,7 +21,11 @@ cudaError_t raise_smem_limit_once() {
   if (e != cudaSuccess) return e;
   std::lock_guard<std::mutex> lock(mu);
   if (dev >= 0 && dev < kMaxDevices && done[dev]) return cudaSuccess;
-  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
+  cudaFuncAttributes fa{};
+  e = cudaFuncGetAttributes(&fa, kKernel);
+  if (e != cudaSuccess) return e;
+  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kMaxSmemBytes - static_cast<int>(fa.sharedSizeBytes));
   if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices) done[dev] = true;
   return e;
 }
