@@ -4,6 +4,7 @@
 // of weight loads outstanding before it first multiplies.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace pg::ops::cuda {
@@ -131,6 +132,49 @@ inline Nvfp4MmaTile linear_nvfp4_mma_tile(int64_t n, int64_t m, int sm_count) {
   const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
   if ((n + 31) / 32 >= want) return {2, 2};
   return m == 1 ? Nvfp4MmaTile{1, 2} : Nvfp4MmaTile{1, 4};
+}
+
+// ---- NVFP4 at m = 1 through shared memory (nvfp4_mma.cuh: nvfp4_mma_stream_x1, linear_nvfp4_x1_kernel) ----
+// Token 0's x is staged once per block as f16 (kNvfp4X1StepBytes per k-step of 128, K up to
+// kNvfp4X1MaxK) and each warp's weights stream through a ring of stages (kNvfp4RingStageBytes per
+// k-step and 16-row tile: 32 lanes x (2 rows x 16 code bytes + 2 x 4 scale bytes)).
+constexpr int64_t kNvfp4X1MaxK = 18432;
+constexpr int64_t kNvfp4X1StepBytes = 256;
+constexpr int64_t kNvfp4RingStageBytes = 1280;
+// Stages per ring: 4 single-step stages, or 2 of two steps or tiles: 5 KB per warp, 40 KB per
+// 8-warp block at one tile (three blocks per SM with x staged at K <= 7168, at the 72 registers
+// of the one-tile kernels).
+constexpr int kNvfp4RingStages(int tiles, int unroll) { return tiles * unroll == 1 ? 4 : 2; }
+
+// Dynamic shared memory of a staged-x block of `warps` warps: x, then the warps' rings.
+inline size_t nvfp4_x1_smem_bytes(int tiles, int unroll, int warps, int64_t k) {
+  return size_t((k / 32 + 3) / 4 * kNvfp4X1StepBytes) +
+         size_t(warps) * size_t(kNvfp4RingStages(tiles, unroll)) * size_t(kNvfp4RingStageBytes * tiles * unroll);
+}
+
+// The staged-x path's conditions beyond m = 1: K fits the buffer, and whole 4-byte scale copies
+// (k % 64 == 0: a row's scales start 4-byte aligned and a lane pair's two chunks are both in or
+// both past K).
+inline bool nvfp4_x1_ok(int64_t k, const void* scale_fp8) {
+  return k <= kNvfp4X1MaxK && k % 64 == 0 && (reinterpret_cast<uintptr_t>(scale_fp8) & 3u) == 0;
+}
+
+// K split of the persistent m = 1 kernel (linear_nvfp4_x1_kernel): a block takes units of
+// kLinearWarps / k_split row groups (its warps split their K) in turn, `slots` blocks at once, so
+// the last round of units leaves SMs idle unless the units fill it. The split (1..kLinearWarps)
+// with the fullest rounds (units / (rounds x slots)), the smaller on a tie, among those that give
+// every warp at least one stage of `unroll` k-steps.
+inline int linear_nvfp4_x1_k_split(int64_t row_groups, int64_t k_steps, int unroll, int64_t slots) {
+  int best = 1;
+  double best_fill = -1.0;
+  for (int ks = 1; ks <= kLinearWarps; ks *= 2) {
+    if (ks > 1 && k_steps / ks < unroll) break;
+    const int64_t per_unit = kLinearWarps / ks, units = (row_groups + per_unit - 1) / per_unit;
+    const int64_t rounds = (units + slots - 1) / slots;
+    const double fill = double(units) / double(rounds * slots);
+    if (fill > best_fill + 1e-9) best = ks, best_fill = fill;
+  }
+  return best;
 }
 
 // Warps splitting K (1..kLinearWarps, a power of two): grow while the grid is short of

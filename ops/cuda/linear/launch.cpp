@@ -1,6 +1,7 @@
 // ops::cuda::linear: validates, picks the path (vector kernel when W rows are whole 16-byte
 // chunks and pointers are aligned, else the scalar kernel), the tile and k_split (config.h),
 // and launches. Host C++ (no nvcc): the kernels are behind linear/params.h.
+#include <algorithm>
 #include <bit>
 #include <climits>
 
@@ -31,8 +32,11 @@ using MmaLaunchFn = cudaError_t (*)(const LinearParams&, dim3, cudaStream_t);
 struct MmaEntry {
   Nvfp4MmaTile tile;
   MmaLaunchFn launch;
+  int (*x1_blocks_per_sm)(int64_t k);
 };
-#define PG_MMA_ENTRY(tiles, unroll) MmaEntry{Nvfp4MmaTile{tiles, unroll}, &launch_linear_nvfp4_mma<tiles, unroll>},
+#define PG_MMA_ENTRY(tiles, unroll)                                              \
+  MmaEntry{Nvfp4MmaTile{tiles, unroll}, &launch_linear_nvfp4_mma<tiles, unroll>, \
+           &linear_nvfp4_x1_blocks_per_sm<tiles, unroll>},
 const MmaEntry kMmaTiles[] = {PG_LINEAR_NVFP4_MMA_TILES(PG_MMA_ENTRY)};
 #undef PG_MMA_ENTRY
 
@@ -122,11 +126,21 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
     plan.tile = LinearTile{kNvfp4MmaTokens, kNvfp4MmaRows * t.tiles, t.unroll};
     const int64_t groups = (p.n + plan.tile.rows_per_warp - 1) / plan.tile.rows_per_warp;
     const int64_t k_steps = (p.k / 32 + 3) / 4;
-    plan.k_split = v.k_split ? v.k_split : linear_nvfp4_mma_k_split(groups, k_steps, t.unroll, sms);
+    // m = 1 with x staged: a persistent grid of at most `slots` blocks (linear_nvfp4_x1_kernel).
+    int64_t slots = 0;
+    if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8)) {
+      const int per_sm = find_mma_tile(t.tiles, t.unroll)->x1_blocks_per_sm(p.k);
+      if (per_sm < 1) return internal_error("linear: the NVFP4 m = 1 kernel fits no SM at k={} (or a CUDA error)", p.k);
+      slots = int64_t(sms > 0 ? sms : 132) * per_sm;
+    }
+    plan.k_split = v.k_split     ? v.k_split
+                   : slots > 0   ? linear_nvfp4_x1_k_split(groups, k_steps, t.unroll, slots)
+                                 : linear_nvfp4_mma_k_split(groups, k_steps, t.unroll, sms);
     if (plan.k_split < 1 || plan.k_split > kLinearWarps || kLinearWarps % plan.k_split)
       return invalid_argument("linear: k_split {} must divide {}", plan.k_split, kLinearWarps);
     const int64_t groups_per_block = kLinearWarps / plan.k_split;
     plan.blocks = (groups + groups_per_block - 1) / groups_per_block;
+    if (slots > 0) plan.blocks = std::min(plan.blocks, slots);
     return plan;
   }
   plan.tile = linear_default_tile(f, v.m_tile ? v.m_tile : linear_m_tile(p.m));

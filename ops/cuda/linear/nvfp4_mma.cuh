@@ -160,6 +160,7 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
 // same). kNvfp4MmaX1MaxK bounds K (36 KB of f16): larger K takes the per-lane path.
 constexpr int kNvfp4MmaXStepVecs = 16;
 constexpr int64_t kNvfp4MmaX1MaxK = 18432;
+static_assert(kNvfp4MmaXStepVecs * sizeof(uint4) == kNvfp4X1StepBytes, "config.h's x bytes per k-step");
 
 // Converts token 0's x (k_chunks chunks of 32) into xs, every thread of the block a share: uint4 v
 // of step s holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
@@ -206,26 +207,16 @@ struct Nvfp4RingStage {
   uint32_t sc[kUnroll][kTiles][2][kWarpSize];  // scale bytes 4 (t / 2) .. +3 of the step's 8 for row g + 8h
 };
 
-// Stages per ring: ~3-4 KB of weights in flight per warp (16 warps per SM: 48-64 KB per SM, above
-// Little's ~32 KB), and the ring small enough for two 256-thread blocks per SM with x staged.
+// Stages per ring (kNvfp4RingStages in config.h): 40 KB of ring per 8-warp block at one tile
+// (three blocks per SM fit with x staged at K <= 7168).
 template <int kTiles, int kUnroll>
 __host__ __device__ constexpr int nvfp4_ring_stages() {
-  return kTiles * kUnroll >= 4 ? 2 : kTiles * kUnroll == 2 ? 3 : 4;
+  return kNvfp4RingStages(kTiles, kUnroll);
 }
 
-// Dynamic shared memory of a staged-x block of `warps` warps at K = k: x, then the warps' rings.
-template <int kTiles, int kUnroll>
-__host__ __device__ constexpr size_t nvfp4_x1_smem_bytes(int warps, int64_t k) {
-  return size_t((k / 32 + 3) / 4) * kNvfp4MmaXStepVecs * sizeof(uint4) +
-         size_t(warps) * nvfp4_ring_stages<kTiles, kUnroll>() * sizeof(Nvfp4RingStage<kTiles, kUnroll>);
-}
-
-// The staged-x path's conditions beyond m = 1: K fits the buffer, and whole 4-byte scale copies
-// (k % 64 == 0: a row's scales start 4-byte aligned and a lane pair's two chunks are both in or
-// both past K).
-__host__ __device__ inline bool nvfp4_x1_ok(int64_t k, const void* scale_fp8) {
-  return k <= kNvfp4MmaX1MaxK && k % 64 == 0 && (reinterpret_cast<uintptr_t>(scale_fp8) & 3u) == 0;
-}
+static_assert(sizeof(Nvfp4RingStage<1, 1>) == kNvfp4RingStageBytes && sizeof(Nvfp4RingStage<2, 2>) == 4 * kNvfp4RingStageBytes,
+              "config.h's shared-memory arithmetic (nvfp4_x1_smem_bytes) is this layout's");
+static_assert(kNvfp4MmaX1MaxK == kNvfp4X1MaxK, "one bound, restated fmt-free in config.h");
 
 // Issues k-steps [s, s + kUnroll)'s copies into st (steps past s1 are not copied: never read;
 // chunks past k_chunks read as zero) and commits them as one group.
@@ -311,15 +302,57 @@ __device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4*
          (threadIdx.x / kWarpSize) * nvfp4_ring_stages<kTiles, kUnroll>();
 }
 
+// The d fragments' output: row g + 8 (j / 2) of tile i, token 2t + j % 2 (m = 1: token 0 only,
+// lanes t = 0), times scale_2 (or the row's) x 2^14, stored or added to y.
+template <int kTiles>
+__device__ __forceinline__ void linear_nvfp4_store(const LinearParams& p, int64_t row0, int64_t m0, int m_valid,
+                                                   const float (&acc)[kTiles][4]) {
+  const int lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t row = row0 + kNvfp4MmaRows * i + g + 8 * (j / 2);
+      const int tok = 2 * t + j % 2;
+      if (tok < m_valid && row < p.n) {
+        const float s2 = p.scale_2_rows ? __ldg(p.scale_2_rows + row / p.scale_2_group_rows) : p.scale_2;
+        const float v = acc[i][j] * (s2 * kE2m1F16Unscale);
+        float* yp = p.y + (m0 + tok) * p.y_stride + row;
+        *yp = p.accumulate ? *yp + v : v;
+      }
+    }
+}
+
+// The k_split > 1 sums: every warp leaves its fragments in `partial`, the slice-0 warp of each row
+// group adds the others in slice order. Uniform over the block (a barrier); false for the warps
+// whose sums were taken.
+template <int kTiles>
+__device__ __forceinline__ bool linear_nvfp4_split_sum(float (&partial)[kLinearWarps][kTiles][4][kWarpSize],
+                                                       int k_split, float (&acc)[kTiles][4]) {
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) partial[warp][i][j][lane] = acc[i][j];
+  __syncthreads();
+  if (warp % k_split != 0) return false;
+  for (int sp = 1; sp < k_split; ++sp)  // fixed order
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] += partial[warp + sp][i][j][lane];
+  return true;
+}
+
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
-// w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x. kX1: m == 1
-// and nvfp4_x1_ok: x staged per block and the weights through each warp's ring (nvfp4_mma_stream_x1).
-template <int kTiles, int kUnroll, bool kX1>
+// w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x; m = 1 with
+// nvfp4_x1_ok takes linear_nvfp4_x1_kernel below.
+template <int kTiles, int kUnroll>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kRowsW = kNvfp4MmaRows * kTiles;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4;
   const int k_split = p.k_split, kpart = warp % k_split;
   const int64_t row0 = (int64_t(blockIdx.x) * (kLinearWarps / k_split) + warp / k_split) * kRowsW;
   const int64_t m0 = int64_t(blockIdx.y) * kNvfp4MmaTokens;
@@ -342,55 +375,114 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
-  if constexpr (kX1) {
-    extern __shared__ uint4 linear_nvfp4_smem[];  // nvfp4_x1_smem_bytes
-    nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, linear_nvfp4_smem,
-                                         nvfp4_x1_ring<kTiles, kUnroll>(linear_nvfp4_smem, p.k), k_chunks, s0, s1, acc);
-  } else {
-    nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
-  }
+  nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
   pdl_wait();  // warps without k-steps; y is written below
 
   if (k_split > 1) {  // uniform over the block: every thread reaches the barrier
     __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
+    if (!linear_nvfp4_split_sum(partial, k_split, acc)) return;
+  }
+  linear_nvfp4_store(p, row0, m0, m_valid, acc);
+}
+
+// m = 1 with nvfp4_x1_ok: a persistent grid (at most the blocks the SMs hold at once) whose
+// blocks take units of kLinearWarps / k_split row groups in turn (unit blockIdx.x, then + gridDim.x,
+// ...), so the work is cut finer than whole blocks and no block pays the ring's start twice: a
+// warp's K slice is the same in every unit, and its ring runs on from one unit's last stage into
+// the next unit's first (the copies of the next unit are in flight while this one's sums are
+// taken). Token 0's x is staged once per block. The same sums, in the same order, as the
+// per-block kernel.
+template <int kTiles, int kUnroll>
+__global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
+    linear_nvfp4_x1_kernel(const __grid_constant__ LinearParams p) {
+  constexpr int kRowsW = kNvfp4MmaRows * kTiles, kStages = nvfp4_ring_stages<kTiles, kUnroll>();
+  using Stage = Nvfp4RingStage<kTiles, kUnroll>;
+  extern __shared__ uint4 linear_nvfp4_smem[];  // nvfp4_x1_smem_bytes: x, then the rings
+  __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
+  uint4* xs = linear_nvfp4_smem;
+  Stage* ring = nvfp4_x1_ring<kTiles, kUnroll>(linear_nvfp4_smem, p.k);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4;
+  const int k_split = p.k_split, kpart = warp % k_split, per_unit = kLinearWarps / k_split;
+  const int64_t groups = (p.n + kRowsW - 1) / kRowsW, units = (groups + per_unit - 1) / per_unit;
+  const int64_t k_chunks = p.k / 32, k_steps = (k_chunks + 3) / 4;
+  const int64_t per_part = (k_steps + k_split - 1) / k_split;
+  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+  const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages per unit
+  const int my_units = int64_t(blockIdx.x) < units ? int((units - 1 - blockIdx.x) / gridDim.x + 1) : 0;
+  const int total = my_units * n;
+  auto row0_of = [&](int u) { return ((int64_t(blockIdx.x) + int64_t(u) * gridDim.x) * per_unit + warp / k_split) * kRowsW; };
+  // Stage J of this warp: unit J / n, k-steps from s0 + (J % n) x kUnroll.
+  auto issue = [&](int J, Stage& st) {
+    const int64_t row0 = row0_of(J / n);
+    const uint8_t* wrow[kTiles][2];
+    const uint8_t* srow[kTiles][2];
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) partial[warp][i][j][lane] = acc[i][j];
-    __syncthreads();
-    if (kpart != 0) return;
-    for (int sp = 1; sp < k_split; ++sp)  // fixed order
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] += partial[warp + sp][i][j][lane];
-  }
-#pragma unroll
-  for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), token 2t + j % 2
-      const int64_t row = row0 + kNvfp4MmaRows * i + g + 8 * (j / 2);
-      const int tok = 2 * t + j % 2;
-      if (tok < m_valid && row < p.n) {
-        const float s2 = p.scale_2_rows ? __ldg(p.scale_2_rows + row / p.scale_2_group_rows) : p.scale_2;
-        const float v = acc[i][j] * (s2 * kE2m1F16Unscale);
-        float* yp = p.y + (m0 + tok) * p.y_stride + row;
-        *yp = p.accumulate ? *yp + v : v;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = min(row0 + kNvfp4MmaRows * i + g + 8 * h, p.n - 1);  // past n: re-read, never written
+        wrow[i][h] = static_cast<const uint8_t*>(p.w) + row * (p.k / 2);
+        srow[i][h] = p.scale_fp8 + row * (p.k / kNvfp4Block);
       }
+    nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(J % n) * kUnroll, s1, st);
+  };
+
+  pdl_trigger();
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) {  // weights depend on no kernel: before the wait
+    if (j < total) issue(j, ring[j]);
+    else cp_async_commit();  // an empty group: the waits count groups
+  }
+  pdl_wait();
+  nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs);
+  __syncthreads();
+  int slot = 0, next = kStages - 1, J = 0;  // ring slots of stage J and of stage J + kStages - 1
+  for (int u = 0; u < my_units; ++u) {  // uniform over the block
+    float acc[kTiles][4];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    for (int j = 0; j < n; ++j, ++J) {
+      // Stage J + kStages - 1 goes into the slot stage J - 1 used: this lane's own reads of it are done.
+      if (J + kStages - 1 < total) issue(J + kStages - 1, ring[next]);
+      else cp_async_commit();
+      cp_async_wait<kStages - 1>();  // stage J's group has landed
+      nvfp4_ring_work(ring[slot], xs, s0 + int64_t(j) * kUnroll, s1, acc);
+      slot = slot + 1 == kStages ? 0 : slot + 1;
+      next = next + 1 == kStages ? 0 : next + 1;
     }
+    bool mine = true;
+    if (k_split > 1) {
+      mine = linear_nvfp4_split_sum(partial, k_split, acc);
+      __syncthreads();  // partial is the next unit's
+    }
+    if (mine) linear_nvfp4_store(p, row0_of(u), 0, 1, acc);
+  }
 }
 
+// Blocks of linear_nvfp4_x1_kernel<kTiles, kUnroll> one SM holds at K = k (0 on error).
+template <int kTiles, int kUnroll>
+int linear_nvfp4_x1_blocks_per_sm(int64_t k) {
+  int b = 0;
+  constexpr auto kKernel = linear_nvfp4_x1_kernel<kTiles, kUnroll>;
+  if (raise_smem_limit_once<kKernel>() != cudaSuccess) return 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, kLinearThreads,
+                                                    nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, k)) != cudaSuccess)
+    return 0;
+  return b;
+}
+
+// grid.x: the units (m = 1 with nvfp4_x1_ok: the persistent kernel takes min(units, the blocks
+// the SMs hold) of it), grid.y the 8-token tiles.
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
   if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8)) {
-    constexpr auto kKernel = linear_nvfp4_mma_kernel<kTiles, kUnroll, true>;
+    constexpr auto kKernel = linear_nvfp4_x1_kernel<kTiles, kUnroll>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    const size_t smem = nvfp4_x1_smem_bytes<kTiles, kUnroll>(kLinearWarps, p.k);
+    const size_t smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k);
     if (cudaError_t e = launch_pdl(kKernel, grid, dim3(kLinearThreads), smem, stream, p); e != cudaSuccess) return e;
     return cudaGetLastError();
   }
-  if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll, false>, grid, dim3(kLinearThreads), 0,
-                                 stream, p);
+  if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

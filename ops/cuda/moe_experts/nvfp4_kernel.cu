@@ -357,7 +357,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
   if (p.direct && nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
     constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    kKernel<<<grid, kMoeThreads, nvfp4_x1_smem_bytes<kTiles, kUnroll>(kMoeWarps, p.hidden), stream>>>(p);
+    kKernel<<<grid, kMoeThreads, nvfp4_x1_smem_bytes(kTiles, kUnroll, kMoeWarps, p.hidden), stream>>>(p);
     return cudaGetLastError();
   }
   moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false><<<grid, kMoeThreads, 0, stream>>>(p);
