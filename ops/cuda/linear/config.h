@@ -159,6 +159,11 @@ inline bool nvfp4_x1_ok(int64_t k, const void* scale_fp8) {
   return k <= kNvfp4X1MaxK && k % 64 == 0 && (reinterpret_cast<uintptr_t>(scale_fp8) & 3u) == 0;
 }
 
+// Which staged-x m = 1 kernel a tile takes: one tile, the persistent ring kernel; two tiles (the
+// lm_heads' 2 x 2), the per-block kernel with the weights in registers (71% vs 50% of HBM for V3's
+// lm_head, bench_ops_cuda on the H200, 2026-12-01).
+constexpr bool linear_nvfp4_x1_persistent(int tiles) { return tiles == 1; }
+
 // K split of the persistent m = 1 kernel (linear_nvfp4_x1_kernel): a block takes units of
 // kLinearWarps / k_split row groups (its warps split their K) in turn, `slots` blocks at once, so
 // the last round of units leaves SMs idle unless the units fill it. The split (1..kLinearWarps)

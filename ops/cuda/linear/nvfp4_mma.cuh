@@ -194,6 +194,51 @@ __device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, u
   }
 }
 
+// The staged-x m = 1 path with the weights in registers instead (linear_nvfp4_mma_kernel's kX1,
+// two-tile tiles only: the lm_heads' 2 x 2, whose grid is thousands of blocks, ran at 71% of HBM
+// this way and at 50% through the ring, bench_ops_cuda on the H200, 2026-12-01). Every thread of
+// the block must call it (a barrier after the staging); pdl_wait() comes after this warp's first
+// weight loads. Steps past s1 add zero products (zero weights and zero B).
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_work_x1_regs(const Nvfp4MmaStage<kTiles, kUnroll>& st, const uint4* xs,
+                                                       int64_t s, int64_t s1, float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    uint32_t b[4][4] = {};
+    if (s + u < s1) nvfp4_mma_x_staged(xs, s + u, b);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<false>(st.w[u][i], st.sc[u][i], b, acc[i]);
+  }
+}
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_stream_x1_regs(const uint8_t* const (&wrow)[kTiles][2],
+                                                         const uint8_t* const (&srow)[kTiles][2], const float* x,
+                                                         uint4* xs, int64_t k_chunks, int64_t s0, int64_t s1,
+                                                         float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  Nvfp4MmaStage<kTiles, kUnroll> a, b;
+  if (s0 < s1) nvfp4_mma_load(wrow, srow, k_chunks, s0, s1, a);
+  pdl_wait();
+  nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
+  __syncthreads();
+  if constexpr (kTiles * kUnroll <= 2) {
+    // Two named buffers, no register copies: b loads while a's mmas run, then the other way round.
+    for (int64_t s = s0; s < s1; s += 2 * kUnroll) {
+      if (s + kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + kUnroll, s1, b);
+      nvfp4_mma_work_x1_regs(a, xs, s, s1, acc);
+      if (s + kUnroll >= s1) break;
+      if (s + 2 * kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + 2 * kUnroll, s1, a);
+      nvfp4_mma_work_x1_regs(b, xs, s + kUnroll, s1, acc);
+    }
+  } else {  // 4 KB per warp in one buffer: two spill at the 128-register cap (ptxas, 2026-12-01)
+    for (int64_t s = s0; s < s1; s += kUnroll) {
+      if (s != s0) nvfp4_mma_load(wrow, srow, k_chunks, s, s1, a);
+      nvfp4_mma_work_x1_regs(a, xs, s, s1, acc);
+    }
+  }
+}
+
 // The weights of the m = 1 path stream through a per-warp ring of shared-memory stages filled by
 // cp.async: a stage is kUnroll k-steps of the warp's tiles, kStages - 1 stages are in flight while
 // one is multiplied, so the bytes in flight per warp are set by shared memory, not by registers
@@ -347,8 +392,9 @@ __device__ __forceinline__ bool linear_nvfp4_split_sum(float (&partial)[kLinearW
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
 // w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x; m = 1 with
-// nvfp4_x1_ok takes linear_nvfp4_x1_kernel below.
-template <int kTiles, int kUnroll>
+// nvfp4_x1_ok takes linear_nvfp4_x1_kernel below at one tile, this kernel with kX1 (x staged,
+// nvfp4_mma_stream_x1_regs) at two.
+template <int kTiles, int kUnroll, bool kX1>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kRowsW = kNvfp4MmaRows * kTiles;
@@ -375,7 +421,12 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
-  nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  if constexpr (kX1) {
+    __shared__ uint4 xs[kNvfp4MmaX1MaxK / 128 * kNvfp4MmaXStepVecs];
+    nvfp4_mma_stream_x1_regs<kTiles, kUnroll>(wrow, srow, p.x, xs, k_chunks, s0, s1, acc);
+  } else {
+    nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  }
   pdl_wait();  // warps without k-steps; y is written below
 
   if (k_split > 1) {  // uniform over the block: every thread reaches the barrier
@@ -475,14 +526,23 @@ int linear_nvfp4_x1_blocks_per_sm(int64_t k) {
 // the SMs hold) of it), grid.y the 8-token tiles.
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8)) {
+  if constexpr (!linear_nvfp4_x1_persistent(kTiles)) {
+    if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8)) {
+      if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll, true>, grid, dim3(kLinearThreads), 0,
+                                     stream, p);
+          e != cudaSuccess)
+        return e;
+      return cudaGetLastError();
+    }
+  } else if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8)) {
     constexpr auto kKernel = linear_nvfp4_x1_kernel<kTiles, kUnroll>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     const size_t smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k);
     if (cudaError_t e = launch_pdl(kKernel, grid, dim3(kLinearThreads), smem, stream, p); e != cudaSuccess) return e;
     return cudaGetLastError();
   }
-  if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
+  if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll, false>, grid, dim3(kLinearThreads), 0,
+                                 stream, p);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();
