@@ -159,10 +159,18 @@ inline bool nvfp4_x1_ok(int64_t k, const void* scale_fp8) {
   return k <= kNvfp4X1MaxK && k % 64 == 0 && (reinterpret_cast<uintptr_t>(scale_fp8) & 3u) == 0;
 }
 
-// Which staged-x m = 1 kernel a tile takes: one tile, the persistent ring kernel; two tiles (the
-// lm_heads' 2 x 2), the per-block kernel with the weights in registers (71% vs 50% of HBM for V3's
-// lm_head, bench_ops_cuda on the H200, 2026-12-01).
-constexpr bool linear_nvfp4_x1_persistent(int tiles) { return tiles == 1; }
+// Which staged-x m = 1 kernel a shape takes (the planner and the launcher ask the same question):
+// the persistent ring kernel at one tile, K <= 8192 and >= 48 MiB of codes, where it measured
+// faster; the per-block kernel with the weights in registers everywhere else. bench_ops_cuda on
+// the H200 (2026-12-01, graph replays, % of the HBM read ceiling, per-block -> persistent): 7168 ->
+// 18432 46.1 -> 51.3, V3 dense gate|up 7168 -> 36864 49.9 -> 57.5; but V3 o_proj (K 16384) 47.4
+// -> 43.4, V3 dense down (K 18432) 46.4 -> 44.1, moonlight's o_proj 17.6 -> 12.5 and dense down
+// 25.9 -> 17.5, and V3's lm_head at two tiles 71.3 -> 49.7.
+constexpr int64_t kNvfp4X1PersistentMinBytes = int64_t(48) << 20;
+constexpr int64_t kNvfp4X1PersistentMaxK = 8192;
+constexpr bool linear_nvfp4_x1_persistent(int tiles, int64_t n, int64_t k) {
+  return tiles == 1 && k <= kNvfp4X1PersistentMaxK && n * (k / 2) >= kNvfp4X1PersistentMinBytes;
+}
 
 // K split of the persistent m = 1 kernel (linear_nvfp4_x1_kernel): a block takes units of
 // kLinearWarps / k_split row groups (its warps split their K) in turn, `slots` blocks at once, so

@@ -128,7 +128,7 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
     const int64_t k_steps = (p.k / 32 + 3) / 4;
     // m = 1 with x staged: a persistent grid of at most `slots` blocks (linear_nvfp4_x1_kernel).
     int64_t slots = 0;
-    if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8) && linear_nvfp4_x1_persistent(t.tiles)) {
+    if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8) && linear_nvfp4_x1_persistent(t.tiles, p.n, p.k)) {
       const int per_sm = find_mma_tile(t.tiles, t.unroll)->x1_blocks_per_sm(p.k);
       if (per_sm < 1) return internal_error("linear: the NVFP4 m = 1 kernel fits no SM at k={} (or a CUDA error)", p.k);
       slots = int64_t(sms > 0 ? sms : 132) * per_sm;

@@ -194,9 +194,8 @@ __device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, u
   }
 }
 
-// The staged-x m = 1 path with the weights in registers instead (linear_nvfp4_mma_kernel's kX1,
-// two-tile tiles only: the lm_heads' 2 x 2, whose grid is thousands of blocks, ran at 71% of HBM
-// this way and at 50% through the ring, bench_ops_cuda on the H200, 2026-12-01). Every thread of
+// The staged-x m = 1 path with the weights in registers instead (linear_nvfp4_mma_kernel's kX1:
+// the shapes where the ring measured slower, config.h's linear_nvfp4_x1_persistent). Every thread of
 // the block must call it (a barrier after the staging); pdl_wait() comes after this warp's first
 // weight loads. Steps past s1 add zero products (zero weights and zero B).
 template <int kTiles, int kUnroll>
@@ -392,8 +391,8 @@ __device__ __forceinline__ bool linear_nvfp4_split_sum(float (&partial)[kLinearW
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
 // w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x; m = 1 with
-// nvfp4_x1_ok takes linear_nvfp4_x1_kernel below at one tile, this kernel with kX1 (x staged,
-// nvfp4_mma_stream_x1_regs) at two.
+// nvfp4_x1_ok takes this kernel with kX1 (x staged, nvfp4_mma_stream_x1_regs) or, for the shapes
+// of linear_nvfp4_x1_persistent, linear_nvfp4_x1_kernel below.
 template <int kTiles, int kUnroll, bool kX1>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
@@ -526,15 +525,15 @@ int linear_nvfp4_x1_blocks_per_sm(int64_t k) {
 // the SMs hold) of it), grid.y the 8-token tiles.
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  if constexpr (!linear_nvfp4_x1_persistent(kTiles)) {
-    if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8)) {
-      if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll, true>, grid, dim3(kLinearThreads), 0,
-                                     stream, p);
-          e != cudaSuccess)
-        return e;
-      return cudaGetLastError();
-    }
-  } else if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8)) {
+  const bool x1 = p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8);
+  if (x1 && !linear_nvfp4_x1_persistent(kTiles, p.n, p.k)) {
+    if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll, true>, grid, dim3(kLinearThreads), 0,
+                                   stream, p);
+        e != cudaSuccess)
+      return e;
+    return cudaGetLastError();
+  }
+  if (x1) {
     constexpr auto kKernel = linear_nvfp4_x1_kernel<kTiles, kUnroll>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     const size_t smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k);
