@@ -157,10 +157,9 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
 //
 // Buffer: k-step s at xs[16 s .. 16 s + 15], [word q][chunk t] (lane (g, t) reads q = 0..3 at
 // 64 q + 16 t: the 4 chunks of a read are 64 contiguous bytes, no bank conflict; every g reads the
-// same). kNvfp4MmaX1MaxK bounds K (36 KB of f16): larger K takes the per-lane path.
-constexpr int kNvfp4MmaXStepVecs = 16;
-constexpr int64_t kNvfp4MmaX1MaxK = 18432;
-static_assert(kNvfp4MmaXStepVecs * sizeof(uint4) == kNvfp4X1StepBytes, "config.h's x bytes per k-step");
+// same). config.h's kNvfp4X1MaxK bounds K (36 KB of f16): larger K takes the per-lane path.
+constexpr int kNvfp4MmaXStepVecs = int(kNvfp4X1StepBytes / sizeof(uint4));
+static_assert(kNvfp4MmaXStepVecs == 16, "a k-step of 128 elements is 16 uint4 of f16 pairs");
 
 // Converts token 0's x (k_chunks chunks of 32) into xs, every thread of the block a share: uint4 v
 // of step s holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
@@ -241,7 +240,7 @@ __device__ __forceinline__ void nvfp4_mma_stream_x1_regs(const uint8_t* const (&
 // The weights of the m = 1 path stream through a per-warp ring of shared-memory stages filled by
 // cp.async: a stage is kUnroll k-steps of the warp's tiles, kStages - 1 stages are in flight while
 // one is multiplied, so the bytes in flight per warp are set by shared memory, not by registers
-// (the register double buffer this replaces kept ~2 KB per warp in flight at ~120 registers). A
+// (nvfp4_mma_stream_x1_regs keeps ~2 KB per warp in flight at ~120 registers). A
 // lane copies exactly the bytes it later reads (its 16 bytes of rows g and g + 8 per tile and
 // step, and the 4 bytes holding its chunk's two e4m3 scales), so its own cp.async.wait_group is
 // the only synchronisation: no barrier, no mbarrier.
@@ -260,7 +259,6 @@ __host__ __device__ constexpr int nvfp4_ring_stages() {
 
 static_assert(sizeof(Nvfp4RingStage<1, 1>) == kNvfp4RingStageBytes && sizeof(Nvfp4RingStage<2, 2>) == 4 * kNvfp4RingStageBytes,
               "config.h's shared-memory arithmetic (nvfp4_x1_smem_bytes) is this layout's");
-static_assert(kNvfp4MmaX1MaxK == kNvfp4X1MaxK, "one bound, restated fmt-free in config.h");
 
 // Issues k-steps [s, s + kUnroll)'s copies into st (steps past s1 are not copied: never read;
 // chunks past k_chunks read as zero) and commits them as one group.
@@ -304,6 +302,39 @@ __device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUn
   }
 }
 
+// A warp's ring over its stages 0 .. total - 1 (issue(J, stage) copies stage J and commits its
+// group): start() puts stages 0 .. kStages - 2 in flight; next(J) issues stage J + kStages - 1
+// into the slot stage J - 1 used (this lane's own reads of it are done), waits for stage J and
+// returns its slot, to be read before the next call. A commit with nothing in it keeps the group
+// count the waits rely on.
+template <int kTiles, int kUnroll>
+struct Nvfp4Ring {
+  static constexpr int kStages = nvfp4_ring_stages<kTiles, kUnroll>();
+  using Stage = Nvfp4RingStage<kTiles, kUnroll>;
+  Stage* ring;
+  int total;
+  int slot = 0, next_slot = kStages - 1;  // ring slots of stage J and of stage J + kStages - 1
+
+  template <class Issue>
+  __device__ __forceinline__ void start(Issue&& issue) {
+#pragma unroll
+    for (int j = 0; j < kStages - 1; ++j) {
+      if (j < total) issue(j, ring[j]);
+      else cp_async_commit();
+    }
+  }
+  template <class Issue>
+  __device__ __forceinline__ const Stage& next(int J, Issue&& issue) {
+    if (J + kStages - 1 < total) issue(J + kStages - 1, ring[next_slot]);
+    else cp_async_commit();
+    cp_async_wait<kStages - 1>();  // stage J's group has landed
+    const Stage& st = ring[slot];
+    slot = slot + 1 == kStages ? 0 : slot + 1;
+    next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;
+    return st;
+  }
+};
+
 // nvfp4_mma_stream for m = 1 with x staged per block and the weights through the warp's ring
 // (above). Every thread of the block must call it (a barrier after the staging); the first
 // kStages - 1 stages' copies go out before pdl_wait() (weights depend on no kernel). Steps past
@@ -315,28 +346,18 @@ __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)
                                                     uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
                                                     int64_t k_chunks, int64_t s0, int64_t s1,
                                                     float (&acc)[kTiles][4]) {
-  constexpr int kStages = nvfp4_ring_stages<kTiles, kUnroll>();
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  const int64_t n = s1 > s0 ? (s1 - s0 + kUnroll - 1) / kUnroll : 0;  // stages of this warp
-#pragma unroll
-  for (int j = 0; j < kStages - 1; ++j) {
-    if (j < n) nvfp4_ring_issue(wrow, srow, k_chunks, s0 + j * kUnroll, s1, ring[j]);
-    else cp_async_commit();  // an empty group: the wait below counts groups
-  }
+  const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages of this warp
+  auto issue = [&](int j, Nvfp4RingStage<kTiles, kUnroll>& st) {
+    nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, st);
+  };
+  Nvfp4Ring<kTiles, kUnroll> r{ring, n};
+  r.start(issue);
   pdl_wait();
   nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
   __syncthreads();
-  int slot = 0, next = kStages - 1;  // ring slots of stage j and of stage j + kStages - 1
-  for (int64_t j = 0; j < n; ++j) {
-    // Stage j + kStages - 1 goes into the slot stage j - 1 used: this lane's own reads of it are done.
-    if (j + kStages - 1 < n) nvfp4_ring_issue(wrow, srow, k_chunks, s0 + (j + kStages - 1) * kUnroll, s1, ring[next]);
-    else cp_async_commit();
-    cp_async_wait<kStages - 1>();  // stage j's group has landed
-    nvfp4_ring_work(ring[slot], xs, s0 + j * kUnroll, s1, acc);
-    slot = slot + 1 == kStages ? 0 : slot + 1;
-    next = next + 1 == kStages ? 0 : next + 1;
-  }
+  for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
 }
 
 // The staged-x path's dynamic shared memory of a block: x at the front, then warp w's ring.
@@ -421,7 +442,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
   if constexpr (kX1) {
-    __shared__ uint4 xs[kNvfp4MmaX1MaxK / 128 * kNvfp4MmaXStepVecs];
+    __shared__ uint4 xs[kNvfp4X1MaxK / 128 * kNvfp4MmaXStepVecs];
     nvfp4_mma_stream_x1_regs<kTiles, kUnroll>(wrow, srow, p.x, xs, k_chunks, s0, s1, acc);
   } else {
     nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
@@ -445,7 +466,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 template <int kTiles, int kUnroll>
 __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     linear_nvfp4_x1_kernel(const __grid_constant__ LinearParams p) {
-  constexpr int kRowsW = kNvfp4MmaRows * kTiles, kStages = nvfp4_ring_stages<kTiles, kUnroll>();
+  constexpr int kRowsW = kNvfp4MmaRows * kTiles;
   using Stage = Nvfp4RingStage<kTiles, kUnroll>;
   extern __shared__ uint4 linear_nvfp4_smem[];  // nvfp4_x1_smem_bytes: x, then the rings
   __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
@@ -478,28 +499,17 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   };
 
   pdl_trigger();
-#pragma unroll
-  for (int j = 0; j < kStages - 1; ++j) {  // weights depend on no kernel: before the wait
-    if (j < total) issue(j, ring[j]);
-    else cp_async_commit();  // an empty group: the waits count groups
-  }
+  Nvfp4Ring<kTiles, kUnroll> r{ring, total};
+  r.start(issue);  // weights depend on no kernel: before the wait
   pdl_wait();
   nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs);
   __syncthreads();
-  int slot = 0, next = kStages - 1, J = 0;  // ring slots of stage J and of stage J + kStages - 1
+  int J = 0;
   for (int u = 0; u < my_units; ++u) {  // uniform over the block
     float acc[kTiles][4];
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    for (int j = 0; j < n; ++j, ++J) {
-      // Stage J + kStages - 1 goes into the slot stage J - 1 used: this lane's own reads of it are done.
-      if (J + kStages - 1 < total) issue(J + kStages - 1, ring[next]);
-      else cp_async_commit();
-      cp_async_wait<kStages - 1>();  // stage J's group has landed
-      nvfp4_ring_work(ring[slot], xs, s0 + int64_t(j) * kUnroll, s1, acc);
-      slot = slot + 1 == kStages ? 0 : slot + 1;
-      next = next + 1 == kStages ? 0 : next + 1;
-    }
+    for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
     bool mine = true;
     if (k_split > 1) {
       mine = linear_nvfp4_split_sum(partial, k_split, acc);
