@@ -11,6 +11,7 @@
 # PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths),
 # PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300),
 # PG_SUITE_SKIP_SPEC=1 (no speculation bench of the embedded model),
+# PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d),
 # PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
@@ -267,6 +268,24 @@ if [ -x "$PEREGRINE" ] && [ -z "${PG_SUITE_SKIP_SPEC:-}" ] && [ "$(left)" -gt 12
     note "spec bench, embedded model, cuda${cost:+, draft cost $cost}: rc=$?  $(grep -iE 'adaptive' "$OUT/spec_tiny.txt" | tail -1)"
   done
   cat "$OUT/spec_tiny.txt" >>"$OUT/bench_model.txt"
+fi
+
+# ---- 5d. kernel durations of the decode graphs (ncu, one metric, every graph node) ---------------
+# PG_SUITE_NCU="NAME:DTYPE:LAYERS ..." (default none): `peregrine bench` under ncu with the graphs
+# profiled node by node (serialised, caches and clocks left alone), a short decode; the CSV goes to
+# logs.tgz, scripts/ncu_step.py turns it into the kernels of one decode step with their durations.
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
+  for b in $PG_SUITE_NCU; do
+    IFS=: read -r name dtype layers <<<"$b"
+    [ "$(left)" -lt 90 ] && { note "ncu $b: skipped (time budget)"; continue; }
+    args=(bench --synthetic "$name" --dtype "$dtype" --decode-tokens 4 --repeats 1 --batches 1 --long-prefill 0)
+    [ "$layers" != 0 ] && args+=(--layers "$layers")
+    timeout $(( $(left) - 60 < 200 ? $(left) - 60 : 200 )) "$NCU" --graph-profiling node --metrics gpu__time_duration.sum \
+      --cache-control none --clock-control none --csv --log-file "$OUT/ncu_${name}_${dtype}_${layers}.csv" \
+      "$PEREGRINE" "${args[@]}" >"$OUT/ncu_${name}_${dtype}_${layers}.log" 2>&1
+    note "ncu $b: rc=$?  $(python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --summary 2>&1 | tail -1)"
+  done
 fi
 
 # ---- 6. compute-sanitizer memcheck over the golden CUDA tests ----------------------------------

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""The kernels of one step from an ncu CSV (gpu_suite.sh section 5d: `peregrine bench` under
+`ncu --graph-profiling node --metrics gpu__time_duration.sum --csv`).
+
+A step starts at an embedding_kernel launch; the bench runs three 1K prefills, then the decode
+steps, so segment 4 (0-based) is the second decode step. Durations are each kernel alone
+(ncu serialises them), so their sum is the step without launch gaps or overlap.
+
+  ncu_step.py FILE.csv [--step N] [--summary]
+"""
+import argparse
+import csv
+import re
+import sys
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        lines = [l for l in f if l.startswith('"')]  # ncu's own messages are not CSV rows
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") == "gpu__time_duration.sum":
+            unit = r.get("Metric Unit", "")
+            v = float(r["Metric Value"].replace(",", ""))
+            us = v / 1e3 if unit in ("nsecond", "ns") else v * 1e3 if unit in ("msecond", "ms") else v
+            yield r["Kernel Name"], us
+
+
+def short(name):
+    name = re.sub(r"\(.*$", "", name)  # drop the argument list
+    name = re.sub(r"^void ", "", name)
+    name = re.sub(r"pg::ops::cuda::", "", name)
+    return name[:90]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--step", type=int, default=4)
+    ap.add_argument("--summary", action="store_true")
+    a = ap.parse_args()
+    ks = list(rows(a.csv))
+    if not ks:
+        sys.exit(f"{a.csv}: no gpu__time_duration rows")
+    starts = [i for i, (n, _) in enumerate(ks) if "embedding_kernel" in n]
+    if a.step >= len(starts):
+        sys.exit(f"{a.csv}: {len(starts)} steps (embedding launches), asked for step {a.step}")
+    lo = starts[a.step]
+    hi = starts[a.step + 1] if a.step + 1 < len(starts) else len(ks)
+    step = ks[lo:hi]
+    total = sum(t for _, t in step)
+    if not a.summary:
+        for i, (n, t) in enumerate(step):
+            print(f"{i:4d} {t:9.2f} us  {short(n)}")
+        agg = {}
+        for n, t in step:
+            c, s = agg.get(short(n), (0, 0.0))
+            agg[short(n)] = (c + 1, s + t)
+        print("\nby kernel (count, total us, share):")
+        for n, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+            print(f"  {c:4d} {s:9.1f} {100 * s / total:5.1f}%  {n}")
+    print(f"step {a.step}: {len(step)} kernels, {total:.1f} us of kernel time (each alone)")
+
+
+if __name__ == "__main__":
+    main()
