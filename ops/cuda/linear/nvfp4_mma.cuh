@@ -307,9 +307,9 @@ __device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUn
 // into the slot stage J - 1 used (this lane's own reads of it are done), waits for stage J and
 // returns its slot, to be read before the next call. A commit with nothing in it keeps the group
 // count the waits rely on.
-template <int kTiles, int kUnroll>
+template <int kTiles, int kUnroll, int kRingStages = nvfp4_ring_stages<kTiles, kUnroll>()>
 struct Nvfp4Ring {
-  static constexpr int kStages = nvfp4_ring_stages<kTiles, kUnroll>();
+  static constexpr int kStages = kRingStages;
   using Stage = Nvfp4RingStage<kTiles, kUnroll>;
   Stage* ring;
   int total;
@@ -340,7 +340,7 @@ struct Nvfp4Ring {
 // kStages - 1 stages' copies go out before pdl_wait() (weights depend on no kernel). Steps past
 // s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's for token 0
 // (adding +0 changes no f32 sum but a -0's sign).
-template <int kTiles, int kUnroll>
+template <int kTiles, int kUnroll, int kStages = nvfp4_ring_stages<kTiles, kUnroll>()>
 __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
                                                     const uint8_t* const (&srow)[kTiles][2], const float* x,
                                                     uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
@@ -352,7 +352,7 @@ __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)
   auto issue = [&](int j, Nvfp4RingStage<kTiles, kUnroll>& st) {
     nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, st);
   };
-  Nvfp4Ring<kTiles, kUnroll> r{ring, n};
+  Nvfp4Ring<kTiles, kUnroll, kStages> r{ring, n};
   r.start(issue);
   pdl_wait();
   nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
@@ -361,10 +361,10 @@ __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)
 }
 
 // The staged-x path's dynamic shared memory of a block: x at the front, then warp w's ring.
-template <int kTiles, int kUnroll>
+template <int kTiles, int kUnroll, int kStages = nvfp4_ring_stages<kTiles, kUnroll>()>
 __device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k) {
   return reinterpret_cast<Nvfp4RingStage<kTiles, kUnroll>*>(smem + (k / 32 + 3) / 4 * kNvfp4MmaXStepVecs) +
-         (threadIdx.x / kWarpSize) * nvfp4_ring_stages<kTiles, kUnroll>();
+         (threadIdx.x / kWarpSize) * kStages;
 }
 
 // The d fragments' output: row g + 8 (j / 2) of tile i, token 2t + j % 2 (m = 1: token 0 only,

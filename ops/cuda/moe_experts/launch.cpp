@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 
 #include "ops/cuda/common/cuda_check.h"
@@ -69,8 +70,24 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
   return moe_workspace_layout(m, top_k, n_shared, n_experts, inter).total;
 }
 
+// PEREGRINE_MOE_NVFP4_TILES="TxU,TxU" (gate_up, down: 16-row tiles x k-steps per warp), read once:
+// a sweep of the NVFP4 expert kernels' tiles inside a model benchmark, without a rebuild. Unset,
+// malformed or not instantiated: the defaults (an uninstantiated pair fails the launch instead).
+namespace {
+MoeNvfp4Variant moe_nvfp4_variant_from_env() {
+  static const MoeNvfp4Variant v = [] {
+    MoeNvfp4Variant r;
+    const char* e = std::getenv("PEREGRINE_MOE_NVFP4_TILES");
+    if (e && std::sscanf(e, "%dx%d,%dx%d", &r.gate_up_tiles, &r.gate_up_unroll, &r.down_tiles, &r.down_unroll) != 4)
+      r = MoeNvfp4Variant{};
+    return r;
+  }();
+  return v;
+}
+}  // namespace
+
 Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  return moe_experts_variant(a, MoeNvfp4Variant{}, workspace, workspace_bytes, stream);
+  return moe_experts_variant(a, moe_nvfp4_variant_from_env(), workspace, workspace_bytes, stream);
 }
 
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace, size_t workspace_bytes,
