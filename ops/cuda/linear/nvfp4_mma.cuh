@@ -161,16 +161,21 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
 constexpr int kNvfp4MmaXStepVecs = int(kNvfp4X1StepBytes / sizeof(uint4));
 static_assert(kNvfp4MmaXStepVecs == 16, "a k-step of 128 elements is 16 uint4 of f16 pairs");
 
-// Converts token 0's x (k_chunks chunks of 32) into xs, every thread of the block a share: uint4 v
-// of step s holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
+// Converts `rows` rows of x (row r at x + r * x_stride, k_chunks chunks of 32 each) into xs, row r
+// at xs + r * k_steps * kNvfp4MmaXStepVecs, every thread of the block a share: uint4 v of step s
+// holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
 // k_chunks. Reads x: after pdl_wait.
-__device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {
-  for (int64_t i = threadIdx.x; i < k_steps * kNvfp4MmaXStepVecs; i += blockDim.x) {
-    const int v = int(i % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
-    const int64_t c = i / kNvfp4MmaXStepVecs * 4 + t;
+__device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x_stride, int rows, int64_t k_chunks,
+                                                       int64_t k_steps, uint4* xs) {
+  const int64_t per_row = k_steps * kNvfp4MmaXStepVecs;
+  for (int64_t i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
+    const int64_t r = i / per_row, j = i % per_row;
+    const int v = int(j % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
+    const int64_t c = j / kNvfp4MmaXStepVecs * 4 + t;
     uint4 o = make_uint4(0, 0, 0, 0);
     if (c < k_chunks) {
-      const float4 lo = ld_act4(x + c * 32 + 8 * q), hi = ld_act4(x + c * 32 + 8 * q + 4);
+      const float* xc = x + r * x_stride + c * 32 + 8 * q;
+      const float4 lo = ld_act4(xc), hi = ld_act4(xc + 4);
       o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
       o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
       o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
@@ -178,6 +183,9 @@ __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t 
     }
     xs[i] = o;
   }
+}
+__device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {
+  nvfp4_mma_stage_x_rows(x, 0, 1, k_chunks, k_steps, xs);
 }
 
 // Step s's B fragments from the staged x.
@@ -194,9 +202,10 @@ __device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, u
 }
 
 // The staged-x m = 1 path with the weights in registers instead (linear_nvfp4_mma_kernel's kX1:
-// the shapes where the ring measured slower, config.h's linear_nvfp4_x1_persistent). Every thread of
-// the block must call it (a barrier after the staging); pdl_wait() comes after this warp's first
-// weight loads. Steps past s1 add zero products (zero weights and zero B).
+// the shapes where the ring measured slower, config.h's linear_nvfp4_x1_persistent; the NVFP4 MoE
+// down at m = 1). Every thread of the block must call it: pdl_wait() comes after this warp's first
+// weight loads, then stage_x() (every thread a share of the block's staged x), then a barrier; xs
+// is this warp's staged row. Steps past s1 add zero products (zero weights and zero B).
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_mma_work_x1_regs(const Nvfp4MmaStage<kTiles, kUnroll>& st, const uint4* xs,
                                                        int64_t s, int64_t s1, float (&acc)[kTiles][4]) {
@@ -208,17 +217,17 @@ __device__ __forceinline__ void nvfp4_mma_work_x1_regs(const Nvfp4MmaStage<kTile
     for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<false>(st.w[u][i], st.sc[u][i], b, acc[i]);
   }
 }
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_mma_stream_x1_regs(const uint8_t* const (&wrow)[kTiles][2],
-                                                         const uint8_t* const (&srow)[kTiles][2], const float* x,
-                                                         uint4* xs, int64_t k_chunks, int64_t s0, int64_t s1,
-                                                         float (&acc)[kTiles][4]) {
+template <int kTiles, int kUnroll, class StageX>
+__device__ __forceinline__ void nvfp4_mma_stream_staged_regs(const uint8_t* const (&wrow)[kTiles][2],
+                                                             const uint8_t* const (&srow)[kTiles][2],
+                                                             StageX&& stage_x, const uint4* xs, int64_t k_chunks,
+                                                             int64_t s0, int64_t s1, float (&acc)[kTiles][4]) {
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   Nvfp4MmaStage<kTiles, kUnroll> a, b;
   if (s0 < s1) nvfp4_mma_load(wrow, srow, k_chunks, s0, s1, a);
   pdl_wait();
-  nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
+  stage_x();
   __syncthreads();
   if constexpr (kTiles * kUnroll <= 2) {
     // Two named buffers, no register copies: b loads while a's mmas run, then the other way round.
@@ -235,6 +244,15 @@ __device__ __forceinline__ void nvfp4_mma_stream_x1_regs(const uint8_t* const (&
       nvfp4_mma_work_x1_regs(a, xs, s, s1, acc);
     }
   }
+}
+// Token 0's x staged for the whole block (the linear kernel's m = 1 path).
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_mma_stream_x1_regs(const uint8_t* const (&wrow)[kTiles][2],
+                                                         const uint8_t* const (&srow)[kTiles][2], const float* x,
+                                                         uint4* xs, int64_t k_chunks, int64_t s0, int64_t s1,
+                                                         float (&acc)[kTiles][4]) {
+  nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
+      wrow, srow, [&] { nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs); }, xs, k_chunks, s0, s1, acc);
 }
 
 // The weights of the m = 1 path stream through a per-warp ring of shared-memory stages filled by

@@ -140,11 +140,15 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 
 // m = 1 (p.direct), as moe_down_direct_kernel: grid x = hidden row tiles of 16 x kTiles rows, a
 // block of n_slots x k_split warps (moe_nvfp4_down_direct_split), one warp per (slot, K slice) with
-// h row `slot` as the mma's only real column (lanes g = 0): 16-row tiles leave few warps (a dense
-// MLP's single slot: hidden / 16), so K is split. The first weight loads go out before the wait
-// for h (PDL); the partial sums meet in shared memory: each slot's K slices, then the slots in the
-// contract's order.
-template <int kTiles, int kUnroll>
+// h row `slot` as the mma's only real column: 16-row tiles leave few warps (a dense MLP's single
+// slot: hidden / 16), so K is split. The first weight loads go out before the wait for h (PDL);
+// the partial sums meet in shared memory: each slot's K slices, then the slots in the contract's
+// order. kStaged (moe_nvfp4_down_staged_bytes fits): the block first stages every slot's h row as
+// f16 B fragments in shared memory, as the linear kernel stages x (every lane reads its step's
+// fragments with 4 shared loads; the per-lane path below costs lanes g > 0 its x-load and
+// conversion instructions too: 375 warp instructions per KB of weights at moonlight's shape, ncu,
+// 2026-12-01). Same f16 values in the same slots, same sums: the same bits.
+template <int kTiles, int kUnroll, bool kStaged>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kNvfp4MmaRows * kTiles;
@@ -167,9 +171,17 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int64_t k_chunks = p.inter / 32, k_steps = valid ? (k_chunks + 3) / 4 : 0;
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
   const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
-  const float* xrow = g == 0 ? p.plan.h + int64_t(slot) * p.inter : nullptr;
   float acc[kTiles][4];
-  nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  if constexpr (kStaged) {
+    extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
+    const int64_t all_steps = (k_chunks + 3) / 4;
+    nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
+        wrow, srow, [&] { nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, down_nvfp4_hs); },
+        down_nvfp4_hs + slot * all_steps * kNvfp4MmaXStepVecs, k_chunks, s0, s1, acc);
+  } else {
+    const float* xrow = g == 0 ? p.plan.h + int64_t(slot) * p.inter : nullptr;
+    nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  }
   pdl_wait();  // warps without k-steps; y is written below
   const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
   if (t == 0) {  // d0 / d2: rows g / g + 8, token 0
@@ -372,8 +384,14 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, cudaStream_t stream) {
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int64_t rows_per_block = int64_t(kNvfp4MmaRows) * kTiles;
   const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
-  return launch_pdl(moe_down_direct_nvfp4_kernel<kTiles, kUnroll>, grid, dim3(unsigned(n_slots * k_split * kWarpSize)),
-                    0, stream, p);
+  const dim3 block(unsigned(n_slots * k_split * kWarpSize));
+  const size_t hs = moe_nvfp4_down_staged_bytes(n_slots, p.inter);
+  if (hs <= kMoeNvfp4DownStagedMaxBytes) {
+    constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, true>;
+    if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+    return launch_pdl(kKernel, grid, block, hs, stream, p);
+  }
+  return launch_pdl(moe_down_direct_nvfp4_kernel<kTiles, kUnroll, false>, grid, block, 0, stream, p);
 }
 
 template <int kUnroll>

@@ -30,6 +30,13 @@ constexpr int moe_nvfp4_gate_up_ring_stages(int tiles, int unroll) {
 }
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
 inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
+// down at m = 1: shared memory of the slots' staged h rows (f16 B fragments, whole k-steps), and
+// the most the staged kernel takes (moonlight 8 slots x 1408: 22.5 KB; V3 9 x 2048: 36 KB; the
+// dense MLPs' single slot of 11264 / 18432: 22.5 / 36 KB); more falls back to per-lane h loads.
+inline size_t moe_nvfp4_down_staged_bytes(int n_slots, int64_t inter) {
+  return size_t(n_slots) * size_t((inter / 32 + 3) / 4) * size_t(kNvfp4X1StepBytes);
+}
+constexpr size_t kMoeNvfp4DownStagedMaxBytes = size_t(64) << 10;
 
 // down planned: warps of a block splitting K (1, 2, 4, 8): grow while the 16-row tiles give fewer
 // than 16 warps per SM of a 132-SM H200 (a fixed count: kernel and launcher must agree without a
