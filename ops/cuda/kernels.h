@@ -44,9 +44,6 @@ cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
 // at a time; the last block to finish routes (counter: zero between launches, reset by that block).
 constexpr int kRouterThreads = 256;  // = kLinearThreads: k_split divides its 8 warps, as linear's
 constexpr int kRouterTokenTile = 4;
-// Router weight chunks (16 bytes) each lane loads before using the first: at one token a lane of
-// moonlight's f32 router (64 x 2048, k_split 2) has 8, V3's (256 x 7168) 28 / k_split.
-constexpr int kRouterChunksInFlight = 8;
 constexpr int64_t kRouterMaxTokens = 64;  // decode-sized steps; the tiles re-read W from L1/L2
 struct MoeRouterParams {
   const float* x = nullptr;   // [m, k] f32, row stride x_stride; 16-byte aligned rows

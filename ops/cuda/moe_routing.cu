@@ -154,37 +154,23 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
     float acc[kT];
 #pragma unroll
     for (int i = 0; i < kT; ++i) acc[i] = 0.0f;
-    // kRouterChunksInFlight chunks per lane are loaded before the first is used, so a lane's chunks
-    // of its row slice cost one memory round trip, not one each (a chunk per iteration: moonlight's
-    // router took 10.3 us alone, ncu, 2026-12-01). Same chunks, same order: the same bits.
-    for (int64_t cb = c_begin + lane; valid && cb < c_end; cb += kRouterChunksInFlight * kWarpSize) {
-      uint4 wv[kRouterChunksInFlight];
+    for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) {
+      float wf[kVec];
+      unpack_chunk<F>(ld_stream(wrow + c * kLinearVecBytes), wf);
 #pragma unroll
-      for (int u = 0; u < kRouterChunksInFlight; ++u) {
-        const int64_t c = cb + int64_t(u) * kWarpSize;
-        wv[u] = c < c_end ? ld_stream(wrow + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
-      }
+      for (int i = 0; i < kT; ++i) {
+        if (i < tv) {
+          const float* xp = p.x + int64_t(t0 + i) * p.x_stride + c * kVec;
+          float xf[kVec];
 #pragma unroll
-      for (int u = 0; u < kRouterChunksInFlight; ++u) {
-        const int64_t c = cb + int64_t(u) * kWarpSize;
-        if (c >= c_end) continue;
-        float wf[kVec];
-        unpack_chunk<F>(wv[u], wf);
-#pragma unroll
-        for (int i = 0; i < kT; ++i) {
-          if (i < tv) {
-            const float* xp = p.x + int64_t(t0 + i) * p.x_stride + c * kVec;
-            float xf[kVec];
-#pragma unroll
-            for (int q = 0; q < kVec / 4; ++q) {
-              const float4 v = ld_act4(xp + 4 * q);
-              xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
-            }
-            float d = 0.0f;
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) d = fmaf(wf[e], xf[e], d);
-            acc[i] += d;
+          for (int q = 0; q < kVec / 4; ++q) {
+            const float4 v = ld_act4(xp + 4 * q);
+            xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
           }
+          float d = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) d = fmaf(wf[e], xf[e], d);
+          acc[i] += d;
         }
       }
     }

@@ -147,11 +147,9 @@ constexpr int64_t kNvfp4RingStageBytes = 1280;
 constexpr int kNvfp4RingStages(int tiles, int unroll) { return tiles * unroll == 1 ? 4 : 2; }
 
 // Dynamic shared memory of a staged-x block of `warps` warps: x, then the warps' rings.
-// `stages`: the ring's depth where a kernel chooses its own (0: kNvfp4RingStages).
-inline size_t nvfp4_x1_smem_bytes(int tiles, int unroll, int warps, int64_t k, int stages = 0) {
+inline size_t nvfp4_x1_smem_bytes(int tiles, int unroll, int warps, int64_t k) {
   return size_t((k / 32 + 3) / 4 * kNvfp4X1StepBytes) +
-         size_t(warps) * size_t(stages > 0 ? stages : kNvfp4RingStages(tiles, unroll)) *
-             size_t(kNvfp4RingStageBytes * tiles * unroll);
+         size_t(warps) * size_t(kNvfp4RingStages(tiles, unroll)) * size_t(kNvfp4RingStageBytes * tiles * unroll);
 }
 
 // The staged-x path's conditions beyond m = 1: K fits the buffer, and whole 4-byte scale copies

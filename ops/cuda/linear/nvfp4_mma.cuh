@@ -164,24 +164,33 @@ static_assert(kNvfp4MmaXStepVecs == 16, "a k-step of 128 elements is 16 uint4 of
 // Converts `rows` rows of x (row r at x + r * x_stride, k_chunks chunks of 32 each) into xs, row r
 // at xs + r * k_steps * kNvfp4MmaXStepVecs, every thread of the block a share: uint4 v of step s
 // holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
-// k_chunks. Reads x: after pdl_wait.
+// k_chunks. A thread issues the loads of kNvfp4StageBatch of its items before converting any (one
+// L2 round trip per batch: V3's 9 staged h rows of 2048 are 8 items per thread of a 9-warp block).
+// Reads x: after pdl_wait.
+constexpr int kNvfp4StageBatch = 4;
 __device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x_stride, int rows, int64_t k_chunks,
                                                        int64_t k_steps, uint4* xs) {
-  const int64_t per_row = k_steps * kNvfp4MmaXStepVecs;
-  for (int64_t i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
-    const int64_t r = i / per_row, j = i % per_row;
-    const int v = int(j % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
-    const int64_t c = j / kNvfp4MmaXStepVecs * 4 + t;
-    uint4 o = make_uint4(0, 0, 0, 0);
-    if (c < k_chunks) {
-      const float* xc = x + r * x_stride + c * 32 + 8 * q;
-      const float4 lo = ld_act4(xc), hi = ld_act4(xc + 4);
-      o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
-      o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
-      o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
-      o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
+  const int per_row = int(k_steps) * kNvfp4MmaXStepVecs, total = rows * per_row;
+  for (int i0 = int(threadIdx.x); i0 < total; i0 += kNvfp4StageBatch * int(blockDim.x)) {
+    float4 lo[kNvfp4StageBatch], hi[kNvfp4StageBatch];
+#pragma unroll
+    for (int b = 0; b < kNvfp4StageBatch; ++b) {
+      const int i = i0 + b * int(blockDim.x), r = i / per_row, j = i % per_row;
+      const int v = j % kNvfp4MmaXStepVecs, q = v / 4, t = v % 4;
+      const int64_t c = int64_t(j / kNvfp4MmaXStepVecs) * 4 + t;
+      lo[b] = hi[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i < total && c < k_chunks) {
+        const float* xc = x + r * x_stride + c * 32 + 8 * q;
+        lo[b] = ld_act4(xc), hi[b] = ld_act4(xc + 4);
+      }
     }
-    xs[i] = o;
+#pragma unroll
+    for (int b = 0; b < kNvfp4StageBatch; ++b) {
+      const int i = i0 + b * int(blockDim.x);
+      if (i < total)
+        xs[i] = make_uint4(f32x2_to_f16x2_sat(lo[b].x, hi[b].x), f32x2_to_f16x2_sat(lo[b].y, hi[b].y),
+                           f32x2_to_f16x2_sat(lo[b].z, hi[b].z), f32x2_to_f16x2_sat(lo[b].w, hi[b].w));
+    }
   }
 }
 __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {
@@ -325,9 +334,9 @@ __device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUn
 // into the slot stage J - 1 used (this lane's own reads of it are done), waits for stage J and
 // returns its slot, to be read before the next call. A commit with nothing in it keeps the group
 // count the waits rely on.
-template <int kTiles, int kUnroll, int kRingStages = nvfp4_ring_stages<kTiles, kUnroll>()>
+template <int kTiles, int kUnroll>
 struct Nvfp4Ring {
-  static constexpr int kStages = kRingStages;
+  static constexpr int kStages = nvfp4_ring_stages<kTiles, kUnroll>();
   using Stage = Nvfp4RingStage<kTiles, kUnroll>;
   Stage* ring;
   int total;
@@ -358,7 +367,7 @@ struct Nvfp4Ring {
 // kStages - 1 stages' copies go out before pdl_wait() (weights depend on no kernel). Steps past
 // s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's for token 0
 // (adding +0 changes no f32 sum but a -0's sign).
-template <int kTiles, int kUnroll, int kStages = nvfp4_ring_stages<kTiles, kUnroll>()>
+template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
                                                     const uint8_t* const (&srow)[kTiles][2], const float* x,
                                                     uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
@@ -370,7 +379,7 @@ __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)
   auto issue = [&](int j, Nvfp4RingStage<kTiles, kUnroll>& st) {
     nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, st);
   };
-  Nvfp4Ring<kTiles, kUnroll, kStages> r{ring, n};
+  Nvfp4Ring<kTiles, kUnroll> r{ring, n};
   r.start(issue);
   pdl_wait();
   nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
@@ -379,10 +388,10 @@ __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)
 }
 
 // The staged-x path's dynamic shared memory of a block: x at the front, then warp w's ring.
-template <int kTiles, int kUnroll, int kStages = nvfp4_ring_stages<kTiles, kUnroll>()>
+template <int kTiles, int kUnroll>
 __device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k) {
   return reinterpret_cast<Nvfp4RingStage<kTiles, kUnroll>*>(smem + (k / 32 + 3) / 4 * kNvfp4MmaXStepVecs) +
-         (threadIdx.x / kWarpSize) * kStages;
+         (threadIdx.x / kWarpSize) * nvfp4_ring_stages<kTiles, kUnroll>();
 }
 
 // The d fragments' output: row g + 8 (j / 2) of tile i, token 2t + j % 2 (m = 1: token 0 only,

@@ -104,10 +104,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     float acc[kTiles][4];
     if constexpr (kX1) {  // one pass (m = 1: a slot has one pair), token 0
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // nvfp4_x1_smem_bytes
-      constexpr int kStages = moe_nvfp4_gate_up_ring_stages(kTiles, kUnroll);
-      nvfp4_mma_stream_x1<kTiles, kUnroll, kStages>(
-          wrow, srow, p.x, gate_up_nvfp4_smem, nvfp4_x1_ring<kTiles, kUnroll, kStages>(gate_up_nvfp4_smem, p.hidden),
-          k_chunks, 0, j0 < p.inter ? k_steps : 0, acc);
+      nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, gate_up_nvfp4_smem,
+                                           nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden), k_chunks, 0,
+                                           j0 < p.inter ? k_steps : 0, acc);
       if (j0 >= p.inter) return;
     } else {
       const float* xrow = nullptr;  // lane g: pair q + g
@@ -370,9 +369,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
   if (p.direct && nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
     constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    const size_t smem =
-        nvfp4_x1_smem_bytes(kTiles, kUnroll, kMoeWarps, p.hidden, moe_nvfp4_gate_up_ring_stages(kTiles, kUnroll));
-    kKernel<<<grid, kMoeThreads, smem, stream>>>(p);
+    kKernel<<<grid, kMoeThreads, nvfp4_x1_smem_bytes(kTiles, kUnroll, kMoeWarps, p.hidden), stream>>>(p);
     return cudaGetLastError();
   }
   moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false><<<grid, kMoeThreads, 0, stream>>>(p);

@@ -20,14 +20,6 @@ constexpr int kMoeNvfp4TokTile = 32;
 // V3 (inter 2048, 9 slots): 2304 warps of 56 k-steps at 1 tile; moonlight (1408, 8 slots) 1408
 // warps of 16. Not yet swept on the H200 (bench_ops_cuda's moe rows with variants).
 inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
-// gate_up at m = 1 (x staged, weights through each warp's ring): stages of that ring. The linear
-// kernels' two stages of two k-steps left one stage in flight while the other was multiplied:
-// moonlight's gate_up (8 slots x 16 k-steps per warp) took 17.3 us alone for 26 MB (ncu,
-// 2026-12-01). Four keep three in flight: 80 KB of rings per 8-warp block, two blocks per SM.
-// Larger tiles keep the linear kernels' depth (four stages of four steps spilled, ptxas).
-constexpr int moe_nvfp4_gate_up_ring_stages(int tiles, int unroll) {
-  return tiles * unroll <= 2 ? 4 : kNvfp4RingStages(tiles, unroll);
-}
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
 inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
 // down at m = 1: shared memory of the slots' staged h rows (f16 B fragments, whole k-steps), and
