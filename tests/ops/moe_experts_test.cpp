@@ -369,6 +369,22 @@ void run_case(const MoeCase& c) {
       const std::vector<float> again = to_host(dy);
       EXPECT_EQ(0, std::memcmp(again.data(), y_gpu.data(), again.size() * sizeof(float))) << "run-to-run difference";
     }
+    // NVFP4 at m = 1 on the tensor cores: the down kernel with every slot's h staged per block
+    // (MoeNvfp4Variant::down_staged, off by default) must give the per-lane path's bits.
+    if (m == 1 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0) {
+      for (int staged : {0, 1}) {
+        SCOPED_TRACE(staged ? "down staged" : "down per lane");
+        cuda::MoeNvfp4Variant v;
+        v.down_staged = staged;
+        if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));  // y += ... starts from y0 again
+        else PG_ASSERT_OK(dy.fill_bytes(0xff));
+        PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
+        ASSERT_TRUE(sync_ok());
+        const std::vector<float> yv = to_host(dy);
+        EXPECT_EQ(0, std::memcmp(yv.data(), y_gpu.data(), yv.size() * sizeof(float)))
+            << "the m = 1 down differs from the default launch's bits";
+      }
+    }
     // m = 2..8 take the direct multi path (bf16 / fp8 / f32, and NVFP4 on the f16 tensor cores):
     // each token's output must have the bits it has when the token runs alone (m = 1, the direct
     // path): the same dot products in the same order (NVFP4: the token as any of the mma's 8

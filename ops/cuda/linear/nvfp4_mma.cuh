@@ -164,33 +164,25 @@ static_assert(kNvfp4MmaXStepVecs == 16, "a k-step of 128 elements is 16 uint4 of
 // Converts `rows` rows of x (row r at x + r * x_stride, k_chunks chunks of 32 each) into xs, row r
 // at xs + r * k_steps * kNvfp4MmaXStepVecs, every thread of the block a share: uint4 v of step s
 // holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
-// k_chunks. A thread issues the loads of kNvfp4StageBatch of its items before converting any (one
-// L2 round trip per batch: V3's 9 staged h rows of 2048 are 8 items per thread of a 9-warp block).
-// Reads x: after pdl_wait.
-constexpr int kNvfp4StageBatch = 4;
+// k_chunks. Reads x: after pdl_wait. (A thread's items are serial L2 round trips: V3's 9 h rows of
+// 2048 for the MoE down are 8 per thread; see docs/decode-status.md.)
 __device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x_stride, int rows, int64_t k_chunks,
                                                        int64_t k_steps, uint4* xs) {
-  const int per_row = int(k_steps) * kNvfp4MmaXStepVecs, total = rows * per_row;
-  for (int i0 = int(threadIdx.x); i0 < total; i0 += kNvfp4StageBatch * int(blockDim.x)) {
-    float4 lo[kNvfp4StageBatch], hi[kNvfp4StageBatch];
-#pragma unroll
-    for (int b = 0; b < kNvfp4StageBatch; ++b) {
-      const int i = i0 + b * int(blockDim.x), r = i / per_row, j = i % per_row;
-      const int v = j % kNvfp4MmaXStepVecs, q = v / 4, t = v % 4;
-      const int64_t c = int64_t(j / kNvfp4MmaXStepVecs) * 4 + t;
-      lo[b] = hi[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (i < total && c < k_chunks) {
-        const float* xc = x + r * x_stride + c * 32 + 8 * q;
-        lo[b] = ld_act4(xc), hi[b] = ld_act4(xc + 4);
-      }
+  const int64_t per_row = k_steps * kNvfp4MmaXStepVecs;
+  for (int64_t i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
+    const int64_t r = i / per_row, j = i % per_row;
+    const int v = int(j % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
+    const int64_t c = j / kNvfp4MmaXStepVecs * 4 + t;
+    uint4 o = make_uint4(0, 0, 0, 0);
+    if (c < k_chunks) {
+      const float* xc = x + r * x_stride + c * 32 + 8 * q;
+      const float4 lo = ld_act4(xc), hi = ld_act4(xc + 4);
+      o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
+      o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
+      o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
+      o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
     }
-#pragma unroll
-    for (int b = 0; b < kNvfp4StageBatch; ++b) {
-      const int i = i0 + b * int(blockDim.x);
-      if (i < total)
-        xs[i] = make_uint4(f32x2_to_f16x2_sat(lo[b].x, hi[b].x), f32x2_to_f16x2_sat(lo[b].y, hi[b].y),
-                           f32x2_to_f16x2_sat(lo[b].z, hi[b].z), f32x2_to_f16x2_sat(lo[b].w, hi[b].w));
-    }
+    xs[i] = o;
   }
 }
 __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {

@@ -71,8 +71,9 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 }
 
 // PEREGRINE_MOE_NVFP4_TILES="TxU,TxU" (gate_up, down: 16-row tiles x k-steps per warp), read once:
-// a sweep of the NVFP4 expert kernels' tiles inside a model benchmark, without a rebuild. Unset,
-// malformed or not instantiated: the defaults (an uninstantiated pair fails the launch instead).
+// a sweep of the NVFP4 expert kernels' tiles inside a model benchmark, without a rebuild. Unset or
+// malformed: the defaults; a pair not instantiated fails the launch. The staged m = 1 down:
+// PEREGRINE_MOE_NVFP4_DOWN_STAGED=1.
 namespace {
 MoeNvfp4Variant moe_nvfp4_variant_from_env() {
   static const MoeNvfp4Variant v = [] {
@@ -80,6 +81,8 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     const char* e = std::getenv("PEREGRINE_MOE_NVFP4_TILES");
     if (e && std::sscanf(e, "%dx%d,%dx%d", &r.gate_up_tiles, &r.gate_up_unroll, &r.down_tiles, &r.down_unroll) != 4)
       r = MoeNvfp4Variant{};
+    const char* st = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_STAGED");
+    r.down_staged = st && st[0] == '1' ? 1 : 0;
     return r;
   }();
   return v;
@@ -161,7 +164,8 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     Nvfp4MmaTile t = moe_nvfp4_down_tile();
     if (v.down_tiles) t.tiles = v.down_tiles;
     if (v.down_unroll) t.unroll = v.down_unroll;
-    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, stream));
+    const bool staged = v.down_staged < 0 ? moe_nvfp4_variant_from_env().down_staged == 1 : v.down_staged == 1;
+    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, staged, stream));
   } else {
     PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), dn_vec, m_tile, stream));
   }

@@ -142,11 +142,15 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 // h row `slot` as the mma's only real column: 16-row tiles leave few warps (a dense MLP's single
 // slot: hidden / 16), so K is split. The first weight loads go out before the wait for h (PDL);
 // the partial sums meet in shared memory: each slot's K slices, then the slots in the contract's
-// order. kStaged (moe_nvfp4_down_staged_bytes fits): the block first stages every slot's h row as
-// f16 B fragments in shared memory, as the linear kernel stages x (every lane reads its step's
-// fragments with 4 shared loads; the per-lane path below costs lanes g > 0 its x-load and
-// conversion instructions too: 375 warp instructions per KB of weights at moonlight's shape, ncu,
-// 2026-12-01). Same f16 values in the same slots, same sums: the same bits.
+// order. kStaged: the block first stages every slot's h row as f16 B fragments in shared memory,
+// as the linear kernel stages x (every lane reads its step's fragments with 4 shared loads; the
+// per-lane path costs lanes g > 0 its x-load and conversion instructions too: 375 warp
+// instructions per KB of weights at moonlight's MoE shape, ncu, 2026-12-01). Same f16 values in
+// the same slots, same sums: the same bits. Measured (H200, 2026-12-01, d759236, staged for every
+// m = 1 down): moonlight's dense down 21.1 -> 17.5 us (ncu, locked clocks; 4.3M -> 3.0M
+// instructions), but V3 nvfp4's MoE op 118.6 -> 132.9 us eager, whose 9 h rows are 8 serial L2
+// round trips per thread before the first mma. So it is off unless asked for
+// (MoeNvfp4Variant::down_staged, PEREGRINE_MOE_NVFP4_DOWN_STAGED=1).
 template <int kTiles, int kUnroll, bool kStaged>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
@@ -377,13 +381,13 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 }
 
 template <int kTiles, int kUnroll>
-cudaError_t down_direct_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int64_t rows_per_block = int64_t(kNvfp4MmaRows) * kTiles;
   const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
   const dim3 block(unsigned(n_slots * k_split * kWarpSize));
   const size_t hs = moe_nvfp4_down_staged_bytes(n_slots, p.inter);
-  if (hs <= kMoeNvfp4DownStagedMaxBytes) {
+  if (staged && hs <= kMoeNvfp4DownStagedMaxBytes) {
     constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, true>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     return launch_pdl(kKernel, grid, block, hs, stream, p);
@@ -427,13 +431,13 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile til
   return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream) {
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, cudaStream_t stream) {
   if (p.direct) {
     switch (tile.tiles * 16 + tile.unroll) {
-      case 16 + 1: return down_direct_launch<1, 1>(p, stream);
-      case 16 + 2: return down_direct_launch<1, 2>(p, stream);
-      case 16 + 4: return down_direct_launch<1, 4>(p, stream);
-      case 32 + 1: return down_direct_launch<2, 1>(p, stream);  // 2 x 2 spilled (ptxas, 2026-12-01)
+      case 16 + 1: return down_direct_launch<1, 1>(p, staged, stream);
+      case 16 + 2: return down_direct_launch<1, 2>(p, staged, stream);
+      case 16 + 4: return down_direct_launch<1, 4>(p, staged, stream);
+      case 32 + 1: return down_direct_launch<2, 1>(p, staged, stream);  // 2 x 2 spilled (ptxas, 2026-12-01)
     }
     return cudaErrorInvalidValue;
   }

@@ -22,9 +22,10 @@ constexpr int kMoeNvfp4TokTile = 32;
 inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
 inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
-// down at m = 1: shared memory of the slots' staged h rows (f16 B fragments, whole k-steps), and
-// the most the staged kernel takes (moonlight 8 slots x 1408: 22.5 KB; V3 9 x 2048: 36 KB; the
-// dense MLPs' single slot of 11264 / 18432: 22.5 / 36 KB); more falls back to per-lane h loads.
+// down at m = 1 with h staged (moe_down_direct_nvfp4_kernel's kStaged; off unless asked for, see
+// launch_moe_down_nvfp4): shared memory of the slots' staged h rows (f16 B fragments, whole
+// k-steps), and the most the staged kernel takes (moonlight 8 slots x 1408: 22.5 KB; V3 9 x 2048:
+// 36 KB; the dense MLPs' single slot of 11264 / 18432: 22.5 / 36 KB).
 inline size_t moe_nvfp4_down_staged_bytes(int n_slots, int64_t inter) {
   return size_t(n_slots) * size_t((inter / 32 + 3) / 4) * size_t(kNvfp4X1StepBytes);
 }
@@ -44,8 +45,9 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 // Each launches with the tile given (instantiated: tiles 1 with unroll 1, 2, 4; tiles 2 with
 // unroll 1, 2); cudaErrorInvalidValue for another.
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream);
-// p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled); else the
-// planned one (one warp walks the active experts; tiles 1, unroll 1 or 2).
-cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream);
+// p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
+// staged per block when `staged` and moe_nvfp4_down_staged_bytes fits; else the planned one (one
+// warp walks the active experts; tiles 1, unroll 1 or 2).
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda
