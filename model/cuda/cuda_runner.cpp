@@ -194,10 +194,12 @@ struct CudaRunner::Impl {
   std::vector<std::pair<std::string, cudaEvent_t>>* prof = nullptr;
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
   // fused_norms (decode-sized steps): whether a projection of W at m rows takes linear_norm (the
-  // GEMV lin() would launch, f32 activations: not NVFP4's f16 tensor-core path), and the two forms.
-  bool fuse_norm(const Matrix& W, int64_t m) const {
-    return opt.fused_norms && m <= cu::kLinearNormMaxRows && !prefill_path(m) &&
-           (W.format != ops::WeightFormat::kNvfp4 || opt.exact);
+  // GEMV lin() would launch), and the two forms. NVFP4 outside exact mode (the f16 tensor-core
+  // GEMV): only the input norm at one token, where linear_norm has that kernel (`in`).
+  bool fuse_norm(const Matrix& W, int64_t m, bool in = false) const {
+    if (!opt.fused_norms || m > cu::kLinearNormMaxRows || prefill_path(m)) return false;
+    if (W.format != ops::WeightFormat::kNvfp4 || opt.exact) return true;
+    return in && m == 1 && cu::linear_norm_nvfp4_in_fits(W);
   }
   // y = (rmsnorm(x_) * wt) · Wᵀ, x_ rows of stride xs.
   Status norm_lin(const float* x_, const float* wt, const Matrix& W, float* y, int64_t m, int64_t xs = 0);
@@ -477,7 +479,8 @@ Status CudaRunner::Impl::norm(const float* x_, const float* wt, float* y, int64_
 
 Status CudaRunner::Impl::norm_lin(const float* x_, const float* wt, const Matrix& W, float* y, int64_t m, int64_t xs) {
   ops::LinearNormArgs a;
-  a.lin.x = x_, a.lin.w = &W, a.lin.y = y, a.lin.m = m, a.lin.x_stride = xs, a.lin.f16_activations = false;
+  a.lin.x = x_, a.lin.w = &W, a.lin.y = y, a.lin.m = m, a.lin.x_stride = xs;
+  a.lin.f16_activations = W.format == ops::WeightFormat::kNvfp4 && !opt.exact;  // as lin(): NVFP4's tensor cores
   a.in_norm = wt, a.eps = float(cfg.rms_norm_eps);
   return cu::linear_norm(a, nullptr, stream);
 }
@@ -498,7 +501,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   float* pool = cache_layer(cache_layer_idx);
 
   // fused_norms: input_norm inside the [q_a | kv_a] GEMV (a is not written).
-  const bool fuse_in = A.q_kv_a.data && fuse_norm(A.q_kv_a, T) && cu::linear_norm_in_pays(T, H);
+  const bool fuse_in = A.q_kv_a.data && fuse_norm(A.q_kv_a, T, /*in=*/true) && cu::linear_norm_in_pays(T, H);
   if (!fuse_in) {
     PG_TRY(norm(x, L.input_norm, a, T, H));  // a [T, H]
     PG_TRY(mark("input_norm"));
@@ -518,7 +521,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     }
     kv_in = qkv + first, kv_row = first + D;
     // q_a_norm inside q_b's GEMV (qkv's q_a part stays raw).
-    if (A.has_q_lora && fuse_norm(A.q_b, T) && cu::linear_norm_in_pays(T, first)) {
+    if (A.has_q_lora && fuse_norm(A.q_b, T, /*in=*/true) && cu::linear_norm_in_pays(T, first)) {
       PG_TRY(norm_lin(qkv, A.q_a_norm, A.q_b, q, T, first + D));  // [T, nh * qk]
       PG_TRY(mark("q_a_norm+q_b_proj"));
     } else if (A.has_q_lora) {

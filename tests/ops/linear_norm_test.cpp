@@ -43,6 +43,13 @@ double inv_rel_tol(int64_t n) {
   const double n_cpu = std::ceil(double(n) / 16) + 4, n_gpu = std::ceil(double(n) / 256) + 13;
   return 0.5 * kLambda * (std::sqrt(n_cpu) + std::sqrt(n_gpu)) * kF32Unit + 2 * kF32Unit;
 }
+// NVFP4 in_norm at one token with f16 activations (the default, LinearArgs::f16_activations) takes
+// linear's tensor-core kernel where cuda::linear_norm_nvfp4_in_fits: the normalized x is rounded to
+// f16 (relative 2^-11, 2^-25 absolute below f16's normal range: + 2^-11 a + 2^-25 sum_k |w_k|) and
+// the mma's f32 accumulation truncates (linear_test.cpp's mma_accum_bound replaces the GPU chain).
+constexpr double kF16Unit = 1.0 / 2048;
+constexpr double kF16SubnormalAbs = 0x1p-25;
+double mma_accum_rel_tol(int64_t k) { return (17 * std::ceil(double(k) / 16) + 16) * 0x1p-23; }
 double gemv_rel_tol(WeightFormat f, int64_t k) {
   const bool fp4 = f == WeightFormat::kNvfp4;
   const double n_cpu = std::ceil(double(k) / 16) + 6 + (fp4 ? 2 : 0);
@@ -72,6 +79,8 @@ const NormCase kCases[] = {
     {"moonlight_o_proj_bf16", false, kBF16, 1, 2048, 2048, 0, 0, true},
     {"moonlight_o_proj_bf16_m5", false, kBF16, 5, 2048, 2048, 0, 0, true},
     {"moonlight_q_kv_a_nvfp4", true, kFp4, 1, 3648, 2048},
+    {"v3_q_a_kv_a_nvfp4", true, kFp4, 1, 2112, 7168},
+    {"v3_q_b_nvfp4_strided", true, kFp4, 1, 24576, 1536, 576},
     {"moonlight_q_kv_a_nvfp4_m3", true, kFp4, 3, 3648, 2048},
     {"moonlight_q_kv_a_nvfp4_m8", true, kFp4, 8, 3648, 2048},
     {"moonlight_o_proj_nvfp4", false, kFp4, 1, 2048, 2048, 0, 0, true},
@@ -149,11 +158,14 @@ TEST_P(LinearNormCuda, MatchesCpu) {
     const double inv = 1.0 / std::sqrt(ss / double(c.k) + 1e-6);
     for (int64_t j = 0; j < c.k; ++j) xn[size_t(i * c.k + j)] = float(gh[j] * (xi[j] * inv));
   }
-  std::vector<double> absdot(size_t(c.m * c.n));
+  std::vector<double> absdot(size_t(c.m * c.n)), absw(size_t(c.n));
   ThreadPool::global().parallel_for(c.n, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(size_t(c.k));
     for (int64_t r = r0; r < r1; ++r) {
       matrix_row_to_f32(hw.w, r, row.data());
+      double sw = 0;
+      for (int64_t j = 0; j < c.k; ++j) sw += std::fabs(double(row[size_t(j)]));
+      absw[size_t(r)] = sw;
       for (int64_t i = 0; i < c.m; ++i) {
         double s = 0;
         for (int64_t j = 0; j < c.k; ++j) s += std::fabs(double(xn[size_t(i * c.k + j)]) * row[size_t(j)]);
@@ -185,7 +197,12 @@ TEST_P(LinearNormCuda, MatchesCpu) {
   }
   const std::vector<float> y_gpu = to_host(dy), z_gpu = to_host(dz);
 
-  const double d_inv = inv_rel_tol(c.in ? c.k : c.n), d_gemv = gemv_rel_tol(c.format, c.k);
+  // The tensor-core path (x' rounded to f16), as linear_norm chooses it.
+  const bool f16 = c.in && c.m == 1 && !c.misalign && ha.lin.f16_activations && cuda::linear_norm_nvfp4_in_fits(dw.w);
+  const double d_inv = inv_rel_tol(c.in ? c.k : c.n);
+  const double d_gemv = f16 ? (kLambda * std::sqrt(std::ceil(double(c.k) / 16) + 8) * kF32Unit + mma_accum_rel_tol(c.k)) *
+                                      (1 + 2 * kF16Unit) + kF16Unit
+                            : gemv_rel_tol(c.format, c.k);
   std::vector<float> got_y, ref_y, got_z, ref_z;
   std::vector<double> tol_y, tol_z;
   int64_t gap_touched = 0;
@@ -196,6 +213,7 @@ TEST_P(LinearNormCuda, MatchesCpu) {
       const size_t o = size_t(y_off + i * ys + r);
       const double a = absdot[size_t(i * c.n + r)];
       double tr = (d_gemv + (c.in ? d_inv + 2 * kF32Unit : 0.0)) * a;
+      if (f16) tr += kF16SubnormalAbs * absw[size_t(r)];
       if (c.accumulate) tr += 2 * kF32Unit * (std::fabs(double(y0[o])) + a);
       t[size_t(r)] = tr;
       got_y.push_back(y_gpu[o]), ref_y.push_back(y_cpu[o]), tol_y.push_back(tr);
@@ -221,8 +239,8 @@ TEST_P(LinearNormCuda, MatchesCpu) {
   EXPECT_EQ(dy_.over_tol, 0) << "y: " << dy_.summary();
   EXPECT_GE(dy_.cosine, kMinCosine) << "y: " << dy_.summary();
   EXPECT_EQ(gap_touched, 0) << "elements between rows were written";
-  std::printf("[ lin_norm ] %-28s %s m=%lld n=%-6lld k=%-6lld y: %s\n", c.name, c.in ? "in " : "out", (long long)c.m,
-              (long long)c.n, (long long)c.k, dy_.summary().c_str());
+  std::printf("[ lin_norm ] %-28s %s%s m=%lld n=%-6lld k=%-6lld y: %s\n", c.name, c.in ? "in " : "out",
+              f16 ? " (f16 tensor cores)" : "", (long long)c.m, (long long)c.n, (long long)c.k, dy_.summary().c_str());
   if (!c.in) {
     const Diff dz_ = compare(got_z.data(), ref_z.data(), int64_t(got_z.size()), [&](int64_t e) { return tol_z[size_t(e)]; });
     EXPECT_EQ(dz_.non_finite, 0) << "y_normed: unwritten or non-finite: " << dz_.summary();

@@ -124,7 +124,7 @@ struct Nvfp4MmaTile {
 
 // Default tile: 2 tiles x 2 steps (4 KB in flight per warp, 64 KB per SM at 16 warps) where the
 // grid has the warps for it, else 1 tile x 4 steps (the same bytes in flight on half the rows per
-// warp) or, at m = 1, 1 tile x 2 steps double-buffered (nvfp4_mma_stream_x1_regs: the next 2 steps'
+// warp) or, at m = 1, 1 tile x 2 steps double-buffered (nvfp4_mma_stream_staged_regs: the next 2 steps'
 // loads in flight during the mmas). H200 sweep (bench_ops_cuda, 2026-12-01, 57caff3, m = 1, the
 // heuristic's k_split): 7168->18432 1 x 2 43.7 us vs 1 x 4 45.4; V3 o_proj 16384->7168 39.3 vs
 // 41.9; V3 q_a+kv_a 14.3 vs 15.3; lm_heads keep 2 x 2 (V3 172 us, 65.6% of HBM).

@@ -164,26 +164,32 @@ static_assert(kNvfp4MmaXStepVecs == 16, "a k-step of 128 elements is 16 uint4 of
 // Converts `rows` rows of x (row r at x + r * x_stride, k_chunks chunks of 32 each) into xs, row r
 // at xs + r * k_steps * kNvfp4MmaXStepVecs, every thread of the block a share: uint4 v of step s
 // holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
-// k_chunks. Reads x: after pdl_wait. (A thread's items are serial L2 round trips: V3's 9 h rows of
-// 2048 for the MoE down are 8 per thread; see docs/decode-status.md.)
+// k_chunks. norm_w (linear_norm's in_norm, one row): x' = norm_w[k] * (x[k] * inv) is staged
+// instead, ops::cpu::rmsnorm's expression. Reads x: after pdl_wait. (A thread's items are serial L2
+// round trips: V3's 9 h rows of 2048 for the MoE down are 9 per thread; docs/decode-status.md.)
 __device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x_stride, int rows, int64_t k_chunks,
-                                                       int64_t k_steps, uint4* xs) {
-  const int64_t per_row = k_steps * kNvfp4MmaXStepVecs;
-  for (int64_t i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
-    const int64_t r = i / per_row, j = i % per_row;
-    const int v = int(j % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
-    const int64_t c = j / kNvfp4MmaXStepVecs * 4 + t;
-    uint4 o = make_uint4(0, 0, 0, 0);
-    if (c < k_chunks) {
-      const float* xc = x + r * x_stride + c * 32 + 8 * q;
-      const float4 lo = ld_act4(xc), hi = ld_act4(xc + 4);
-      o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
-      o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
-      o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
-      o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
+                                                       int64_t k_steps, uint4* xs, const float* norm_w = nullptr,
+                                                       float inv = 1.0f) {
+  for (int r = 0; r < rows; ++r)
+    for (int64_t i = threadIdx.x; i < k_steps * kNvfp4MmaXStepVecs; i += blockDim.x) {
+      const int v = int(i % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
+      const int64_t c = i / kNvfp4MmaXStepVecs * 4 + t;
+      uint4 o = make_uint4(0, 0, 0, 0);
+      if (c < k_chunks) {
+        const float* xc = x + r * x_stride + c * 32 + 8 * q;
+        float4 lo = ld_act4(xc), hi = ld_act4(xc + 4);
+        if (norm_w) {
+          const float4 wl = ld_f4(norm_w + c * 32 + 8 * q), wh = ld_f4(norm_w + c * 32 + 8 * q + 4);
+          lo = make_float4(wl.x * (lo.x * inv), wl.y * (lo.y * inv), wl.z * (lo.z * inv), wl.w * (lo.w * inv));
+          hi = make_float4(wh.x * (hi.x * inv), wh.y * (hi.y * inv), wh.z * (hi.z * inv), wh.w * (hi.w * inv));
+        }
+        o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
+        o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
+        o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
+        o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
+      }
+      xs[r * k_steps * kNvfp4MmaXStepVecs + i] = o;
     }
-    xs[i] = o;
-  }
 }
 __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {
   nvfp4_mma_stage_x_rows(x, 0, 1, k_chunks, k_steps, xs);
@@ -246,20 +252,11 @@ __device__ __forceinline__ void nvfp4_mma_stream_staged_regs(const uint8_t* cons
     }
   }
 }
-// Token 0's x staged for the whole block (the linear kernel's m = 1 path).
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_mma_stream_x1_regs(const uint8_t* const (&wrow)[kTiles][2],
-                                                         const uint8_t* const (&srow)[kTiles][2], const float* x,
-                                                         uint4* xs, int64_t k_chunks, int64_t s0, int64_t s1,
-                                                         float (&acc)[kTiles][4]) {
-  nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
-      wrow, srow, [&] { nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs); }, xs, k_chunks, s0, s1, acc);
-}
 
 // The weights of the m = 1 path stream through a per-warp ring of shared-memory stages filled by
 // cp.async: a stage is kUnroll k-steps of the warp's tiles, kStages - 1 stages are in flight while
 // one is multiplied, so the bytes in flight per warp are set by shared memory, not by registers
-// (nvfp4_mma_stream_x1_regs keeps ~2 KB per warp in flight at ~120 registers). A
+// (nvfp4_mma_stream_staged_regs keeps ~2 KB per warp in flight at ~120 registers). A
 // lane copies exactly the bytes it later reads (its 16 bytes of rows g and g + 8 per tile and
 // step, and the 4 bytes holding its chunk's two e4m3 scales), so its own cp.async.wait_group is
 // the only synchronisation: no barrier, no mbarrier.
@@ -431,11 +428,12 @@ __device__ __forceinline__ bool linear_nvfp4_split_sum(float (&partial)[kLinearW
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
 // w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x; m = 1 with
-// nvfp4_x1_ok takes this kernel with kX1 (x staged, nvfp4_mma_stream_x1_regs) or, for the shapes
+// nvfp4_x1_ok takes this kernel with kX1 (x staged, nvfp4_mma_stream_staged_regs) or, for the shapes
 // of linear_nvfp4_x1_persistent, linear_nvfp4_x1_kernel below.
-template <int kTiles, int kUnroll, bool kX1>
-__global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
-    linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
+// The kernel's body; kX1: stage_x(xs, k_chunks, k_steps) fills the block's staged x (every thread
+// calls it, after pdl_wait; linear_norm's NVFP4 in_norm kernel normalizes x there).
+template <int kTiles, int kUnroll, bool kX1, class StageX>
+__device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, StageX&& stage_x) {
   constexpr int kRowsW = kNvfp4MmaRows * kTiles;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4;
   const int k_split = p.k_split, kpart = warp % k_split;
@@ -462,7 +460,8 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   float acc[kTiles][4];
   if constexpr (kX1) {
     __shared__ uint4 xs[kNvfp4X1MaxK / 128 * kNvfp4MmaXStepVecs];
-    nvfp4_mma_stream_x1_regs<kTiles, kUnroll>(wrow, srow, p.x, xs, k_chunks, s0, s1, acc);
+    nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
+        wrow, srow, [&] { stage_x(xs, k_chunks, k_steps); }, xs, k_chunks, s0, s1, acc);
   } else {
     nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
   }
@@ -473,6 +472,12 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     if (!linear_nvfp4_split_sum(partial, k_split, acc)) return;
   }
   linear_nvfp4_store(p, row0, m0, m_valid, acc);
+}
+template <int kTiles, int kUnroll, bool kX1>
+__global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
+    linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
+  linear_nvfp4_mma_body<kTiles, kUnroll, kX1>(
+      p, [&](uint4* xs, int64_t k_chunks, int64_t k_steps) { nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs); });
 }
 
 // m = 1 with nvfp4_x1_ok: a persistent grid (at most the blocks the SMs hold at once) whose
