@@ -195,11 +195,11 @@ struct CudaRunner::Impl {
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
   // fused_norms (decode-sized steps): whether a projection of W at m rows takes linear_norm (the
   // GEMV lin() would launch), and the two forms. NVFP4 outside exact mode (the f16 tensor-core
-  // GEMV): only the input norm at one token, where linear_norm has that kernel (`in`).
-  bool fuse_norm(const Matrix& W, int64_t m, bool in = false) const {
+  // GEMV): at one token, where linear_norm has that kernel.
+  bool fuse_norm(const Matrix& W, int64_t m) const {
     if (!opt.fused_norms || m > cu::kLinearNormMaxRows || prefill_path(m)) return false;
     if (W.format != ops::WeightFormat::kNvfp4 || opt.exact) return true;
-    return in && m == 1 && cu::linear_norm_nvfp4_in_fits(W);
+    return m == 1 && cu::linear_norm_nvfp4_fits(W);
   }
   // y = (rmsnorm(x_) * wt) · Wᵀ, x_ rows of stride xs.
   Status norm_lin(const float* x_, const float* wt, const Matrix& W, float* y, int64_t m, int64_t xs = 0);
@@ -488,7 +488,8 @@ Status CudaRunner::Impl::norm_lin(const float* x_, const float* wt, const Matrix
 Status CudaRunner::Impl::lin_acc_norm(const float* x_, const Matrix& W, float* y, const float* wt, float* y_normed,
                                       int64_t m) {
   ops::LinearNormArgs a;
-  a.lin.x = x_, a.lin.w = &W, a.lin.y = y, a.lin.m = m, a.lin.accumulate = true, a.lin.f16_activations = false;
+  a.lin.x = x_, a.lin.w = &W, a.lin.y = y, a.lin.m = m, a.lin.accumulate = true;
+  a.lin.f16_activations = W.format == ops::WeightFormat::kNvfp4 && !opt.exact;  // as lin(): NVFP4's tensor cores
   a.out_norm = wt, a.y_normed = y_normed, a.eps = float(cfg.rms_norm_eps);
   return cu::linear_norm(a, norm_counter, stream);
 }
@@ -501,7 +502,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   float* pool = cache_layer(cache_layer_idx);
 
   // fused_norms: input_norm inside the [q_a | kv_a] GEMV (a is not written).
-  const bool fuse_in = A.q_kv_a.data && fuse_norm(A.q_kv_a, T, /*in=*/true) && cu::linear_norm_in_pays(T, H);
+  const bool fuse_in = A.q_kv_a.data && fuse_norm(A.q_kv_a, T) && cu::linear_norm_in_pays(T, H);
   if (!fuse_in) {
     PG_TRY(norm(x, L.input_norm, a, T, H));  // a [T, H]
     PG_TRY(mark("input_norm"));
@@ -521,7 +522,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     }
     kv_in = qkv + first, kv_row = first + D;
     // q_a_norm inside q_b's GEMV (qkv's q_a part stays raw).
-    if (A.has_q_lora && fuse_norm(A.q_b, T, /*in=*/true) && cu::linear_norm_in_pays(T, first)) {
+    if (A.has_q_lora && fuse_norm(A.q_b, T) && cu::linear_norm_in_pays(T, first)) {
       PG_TRY(norm_lin(qkv, A.q_a_norm, A.q_b, q, T, first + D));  // [T, nh * qk]
       PG_TRY(mark("q_a_norm+q_b_proj"));
     } else if (A.has_q_lora) {

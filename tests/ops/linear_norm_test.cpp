@@ -43,10 +43,11 @@ double inv_rel_tol(int64_t n) {
   const double n_cpu = std::ceil(double(n) / 16) + 4, n_gpu = std::ceil(double(n) / 256) + 13;
   return 0.5 * kLambda * (std::sqrt(n_cpu) + std::sqrt(n_gpu)) * kF32Unit + 2 * kF32Unit;
 }
-// NVFP4 in_norm at one token with f16 activations (the default, LinearArgs::f16_activations) takes
-// linear's tensor-core kernel where cuda::linear_norm_nvfp4_in_fits: the normalized x is rounded to
-// f16 (relative 2^-11, 2^-25 absolute below f16's normal range: + 2^-11 a + 2^-25 sum_k |w_k|) and
-// the mma's f32 accumulation truncates (linear_test.cpp's mma_accum_bound replaces the GPU chain).
+// NVFP4 at one token with f16 activations (the default, LinearArgs::f16_activations) takes
+// linear's tensor-core kernel where cuda::linear_norm_nvfp4_fits: the GEMV's x (in_norm: the
+// normalized x) is rounded to f16 (relative 2^-11, 2^-25 absolute below f16's normal range:
+// + 2^-11 a + 2^-25 sum_k |w_k|) and the mma's f32 accumulation truncates (linear_test.cpp's
+// mma_accum_bound replaces the GPU chain).
 constexpr double kF16Unit = 1.0 / 2048;
 constexpr double kF16SubnormalAbs = 0x1p-25;
 double mma_accum_rel_tol(int64_t k) { return (17 * std::ceil(double(k) / 16) + 16) * 0x1p-23; }
@@ -84,6 +85,7 @@ const NormCase kCases[] = {
     {"moonlight_q_kv_a_nvfp4_m3", true, kFp4, 3, 3648, 2048},
     {"moonlight_q_kv_a_nvfp4_m8", true, kFp4, 8, 3648, 2048},
     {"moonlight_o_proj_nvfp4", false, kFp4, 1, 2048, 2048, 0, 0, true},
+    {"v3_o_proj_nvfp4", false, kFp4, 1, 7168, 16384, 0, 0, true},
     {"moonlight_q_kv_a_f32", true, kF32, 1, 3648, 2048},
     {"moonlight_o_proj_f32_m4", false, kF32, 4, 2048, 2048, 0, 0, true},
     // DeepSeek-V3: input_norm -> [q_a | kv_a] (1536 + 576), q_a_norm -> q_b on the strided q_a
@@ -198,7 +200,7 @@ TEST_P(LinearNormCuda, MatchesCpu) {
   const std::vector<float> y_gpu = to_host(dy), z_gpu = to_host(dz);
 
   // The tensor-core path (x' rounded to f16), as linear_norm chooses it.
-  const bool f16 = c.in && c.m == 1 && !c.misalign && ha.lin.f16_activations && cuda::linear_norm_nvfp4_in_fits(dw.w);
+  const bool f16 = c.m == 1 && !c.misalign && ha.lin.f16_activations && cuda::linear_norm_nvfp4_fits(dw.w);
   const double d_inv = inv_rel_tol(c.in ? c.k : c.n);
   const double d_gemv = f16 ? (kLambda * std::sqrt(std::ceil(double(c.k) / 16) + 8) * kF32Unit + mma_accum_rel_tol(c.k)) *
                                       (1 + 2 * kF16Unit) + kF16Unit

@@ -431,9 +431,10 @@ __device__ __forceinline__ bool linear_nvfp4_split_sum(float (&partial)[kLinearW
 // nvfp4_x1_ok takes this kernel with kX1 (x staged, nvfp4_mma_stream_staged_regs) or, for the shapes
 // of linear_nvfp4_x1_persistent, linear_nvfp4_x1_kernel below.
 // The kernel's body; kX1: stage_x(xs, k_chunks, k_steps) fills the block's staged x (every thread
-// calls it, after pdl_wait; linear_norm's NVFP4 in_norm kernel normalizes x there).
-template <int kTiles, int kUnroll, bool kX1, class StageX>
-__device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, StageX&& stage_x) {
+// calls it, after pdl_wait; linear_norm's NVFP4 in_norm kernel normalizes x there). end(): every
+// thread, after this block's stores (linear_norm's out_norm epilogue).
+template <int kTiles, int kUnroll, bool kX1, class StageX, class End>
+__device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, StageX&& stage_x, End&& end) {
   constexpr int kRowsW = kNvfp4MmaRows * kTiles;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4;
   const int k_split = p.k_split, kpart = warp % k_split;
@@ -467,17 +468,20 @@ __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, Sta
   }
   pdl_wait();  // warps without k-steps; y is written below
 
+  bool mine = true;
   if (k_split > 1) {  // uniform over the block: every thread reaches the barrier
     __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
-    if (!linear_nvfp4_split_sum(partial, k_split, acc)) return;
+    mine = linear_nvfp4_split_sum(partial, k_split, acc);
   }
-  linear_nvfp4_store(p, row0, m0, m_valid, acc);
+  if (mine) linear_nvfp4_store(p, row0, m0, m_valid, acc);
+  end();
 }
 template <int kTiles, int kUnroll, bool kX1>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
   linear_nvfp4_mma_body<kTiles, kUnroll, kX1>(
-      p, [&](uint4* xs, int64_t k_chunks, int64_t k_steps) { nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs); });
+      p, [&](uint4* xs, int64_t k_chunks, int64_t k_steps) { nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs); },
+      [] {});
 }
 
 // m = 1 with nvfp4_x1_ok: a persistent grid (at most the blocks the SMs hold at once) whose

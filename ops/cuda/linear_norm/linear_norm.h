@@ -13,19 +13,20 @@ namespace pg::ops::cuda {
 
 // Up to kLinearNormMaxRows rows (unsupported above: launch rmsnorm and linear). The GEMV is
 // ops::cuda::linear's at the same tile and k_split, with f32 activations whatever
-// lin.f16_activations says, except NVFP4 in_norm at one token with f16 activations where
-// linear_norm_nvfp4_in_fits(W) and x / in_norm are 16-byte aligned: linear's staged-x tensor-core
-// kernel with the normalized x staged (x' rounded to f16, as linear rounds x). in_norm: y's sums
+// lin.f16_activations says, except NVFP4 at one token with f16 activations where
+// linear_norm_nvfp4_fits(W) and the normalized rows and norm weight are 16-byte aligned: linear's
+// staged-x tensor-core kernel, with the normalized x staged (in_norm: x' rounded to f16, as linear
+// rounds x) or its last block normalizing y (out_norm). in_norm: y's sums
 // are linear's on x normalized by ops::cpu::rmsnorm's expression; the inverse RMS differs from the
 // CPU's only by the sum of squares' order. counter (out_norm only): one device uint32, zero before
 // the first launch (cudaMemset once); every launch leaves it zero, so it serves any sequence of
 // launches and graph replays on one stream.
 Status linear_norm(const LinearNormArgs& a, unsigned* counter, cudaStream_t stream);
 
-// Whether an NVFP4 W's in_norm at one token takes the tensor-core kernel (W's shape and scales
-// only; x and in_norm must also be 16-byte aligned): linear would take its per-block staged-x
-// kernel at kLinearNormNvfp4Tile (not the persistent one) and the scales allow the staged path.
-// The runner fuses an NVFP4 projection's input norm only then.
-bool linear_norm_nvfp4_in_fits(const Matrix& w);
+// Whether an NVFP4 W's norm at one token takes the tensor-core kernel (W's shape and scales only;
+// the normalized rows and the norm weight must also be 16-byte aligned): linear would take its
+// per-block staged-x kernel at kLinearNormNvfp4Tile (not the persistent one) and the scales allow
+// the staged path. The runner fuses an NVFP4 projection's norm only then.
+bool linear_norm_nvfp4_fits(const Matrix& w);
 
 }  // namespace pg::ops::cuda

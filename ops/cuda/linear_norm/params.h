@@ -63,11 +63,12 @@ struct LinearNormParams {
 template <LinearWeight F, int kMTile, int kRows, int kUnroll, LinearNormMode kMode>
 cudaError_t launch_linear_norm_vec(const LinearNormParams& p, dim3 grid, cudaStream_t stream);
 
-// NVFP4 with f16 activations at one token, in_norm only: linear's staged-x tensor-core kernel
-// (linear/nvfp4_mma.cuh) at its m = 1 tile of 1 x 2 steps, x' = in_norm * (x * inv) staged in place
-// of x. Grid and k_split as linear_plan gives them (linear_norm/instantiations/in_norm_nvfp4.cu).
+// NVFP4 with f16 activations at one token: linear's staged-x tensor-core kernel (linear/nvfp4_mma.cuh)
+// at its m = 1 tile of 1 x 2 steps, x' = in_norm * (x * inv) staged in place of x (kIn) or the
+// out_norm epilogue after it (kOut). Grid and k_split as linear_plan gives them
+// (linear_norm/instantiations/nvfp4_x1.cu).
 constexpr Nvfp4MmaTile kLinearNormNvfp4Tile{1, 2};
-cudaError_t launch_linear_norm_nvfp4_x1(const LinearNormParams& p, dim3 grid, cudaStream_t stream);
+cudaError_t launch_linear_norm_nvfp4_x1(LinearNormMode mode, const LinearNormParams& p, dim3 grid, cudaStream_t stream);
 
 // Scalar path (any shape and alignment): one warp per output row (linear_norm/scalar.cu).
 cudaError_t launch_linear_norm_scalar(LinearWeight f, LinearNormMode mode, const LinearNormParams& p,
