@@ -5,12 +5,14 @@
 // step costs per draft depth against their bytes bound. Table on stdout, JSON on request.
 #include "cli/cuda_bench.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -229,6 +231,10 @@ int run_cuda_bench(const CudaBenchOptions& o) {
   // ---- decode, batch 1, after the prompt (the prefill above left its KV in blocks 0..) ----
   const std::vector<int32_t> table1 = blocks_from(0, o.context + o.decode_tokens + 1);
   const std::vector<int32_t> dec_tokens = random_tokens(o.decode_tokens);
+  // PEREGRINE_PROFILE_DECODE=1: a profiler started with --profile-from-start off (ncu, section 5d of
+  // scripts/gpu_suite.sh) sees these decode steps only, not the prefills' thousands of kernels.
+  const bool profile_decode = std::getenv("PEREGRINE_PROFILE_DECODE") != nullptr;
+  if (profile_decode) cudaProfilerStart();
   auto decode1 = time_ms(s, o.repeats, [&]() -> Status {
     for (int64_t i = 0; i < o.decode_tokens; ++i) {
       SeqStep st{std::span(&dec_tokens[size_t(i)], 1), o.context + i, table1, false};
@@ -236,6 +242,7 @@ int run_cuda_bench(const CudaBenchOptions& o) {
     }
     return ok_status();
   });
+  if (profile_decode) cudaProfilerStop();
   if (!decode1.ok()) return fail(decode1.status());
   const double step_ms = *decode1 / double(o.decode_tokens);
   const int64_t mid_ctx = o.context + o.decode_tokens / 2;

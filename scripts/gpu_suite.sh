@@ -272,8 +272,10 @@ fi
 
 # ---- 5d. kernel durations of the decode graphs (ncu, one metric, every graph node) ---------------
 # PG_SUITE_NCU="NAME:DTYPE:LAYERS ..." (default none): `peregrine bench` under ncu with the graphs
-# profiled node by node (serialised, caches and clocks left alone), a short decode; the CSV goes to
-# logs.tgz, scripts/ncu_step.py turns it into the kernels of one decode step with their durations.
+# profiled node by node (serialised, caches and clocks left alone), its decode steps only
+# (PEREGRINE_PROFILE_DECODE=1 with --profile-from-start off: a 27-layer NVFP4 prefill under ncu
+# took > 200 s); the CSV goes to logs.tgz, scripts/ncu_step.py turns it into the kernels of one
+# decode step with their durations.
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
   for b in $PG_SUITE_NCU; do
@@ -281,9 +283,10 @@ if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
     [ "$(left)" -lt 90 ] && { note "ncu $b: skipped (time budget)"; continue; }
     args=(bench --synthetic "$name" --dtype "$dtype" --decode-tokens 4 --repeats 1 --batches 1 --long-prefill 0)
     [ "$layers" != 0 ] && args+=(--layers "$layers")
-    timeout $(( $(left) - 60 < 200 ? $(left) - 60 : 200 )) "$NCU" --graph-profiling node --metrics gpu__time_duration.sum \
-      --cache-control none --clock-control none --csv --log-file "$OUT/ncu_${name}_${dtype}_${layers}.csv" \
-      "$PEREGRINE" "${args[@]}" >"$OUT/ncu_${name}_${dtype}_${layers}.log" 2>&1
+    PEREGRINE_PROFILE_DECODE=1 timeout $(( $(left) - 60 < 200 ? $(left) - 60 : 200 )) "$NCU" --profile-from-start off \
+      --graph-profiling node --metrics gpu__time_duration.sum --cache-control none --clock-control none --csv \
+      --log-file "$OUT/ncu_${name}_${dtype}_${layers}.csv" "$PEREGRINE" "${args[@]}" \
+      >"$OUT/ncu_${name}_${dtype}_${layers}.log" 2>&1
     note "ncu $b: rc=$?  $(python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --summary 2>&1 | tail -1)"
   done
 fi

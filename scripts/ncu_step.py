@@ -2,12 +2,15 @@
 """The kernels of one step from an ncu CSV (gpu_suite.sh section 5d: `peregrine bench` under
 `ncu --graph-profiling node --metrics gpu__time_duration.sum --csv`).
 
-A step starts at an embedding_kernel launch; the bench runs three 1K prefills, then the decode
-steps, so segment 4 (0-based) is the second decode step. Durations are each kernel alone
-(ncu serialises them), so their sum is the step without launch gaps or overlap.
+A step starts at an embedding_kernel launch. The bench runs prefills (thousands of kernels each)
+before its decode steps, which all have the same kernel count: by default the last segment of the
+most common length is taken (a steady decode step); --step N takes segment N (0-based) instead.
+Durations are each kernel alone (ncu serialises them), so their sum is the step without launch
+gaps or overlap.
 
   ncu_step.py FILE.csv [--step N] [--summary]
 """
+import collections
 import argparse
 import csv
 import re
@@ -35,17 +38,24 @@ def short(name):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
-    ap.add_argument("--step", type=int, default=4)
+    ap.add_argument("--step", type=int, default=-1)
     ap.add_argument("--summary", action="store_true")
     a = ap.parse_args()
     ks = list(rows(a.csv))
     if not ks:
         sys.exit(f"{a.csv}: no gpu__time_duration rows")
     starts = [i for i, (n, _) in enumerate(ks) if "embedding_kernel" in n]
-    if a.step >= len(starts):
-        sys.exit(f"{a.csv}: {len(starts)} steps (embedding launches), asked for step {a.step}")
-    lo = starts[a.step]
-    hi = starts[a.step + 1] if a.step + 1 < len(starts) else len(ks)
+    if not starts:
+        sys.exit(f"{a.csv}: no embedding_kernel launch, no step to cut")
+    bounds = [(lo, starts[j + 1] if j + 1 < len(starts) else len(ks)) for j, lo in enumerate(starts)]
+    step_no = a.step
+    if step_no < 0:  # the last segment of the most common length (ties: the shorter)
+        counts = collections.Counter(hi - lo for lo, hi in bounds)
+        n = min(counts, key=lambda L: (-counts[L], L))
+        step_no = max(j for j, (lo, hi) in enumerate(bounds) if hi - lo == n)
+    if step_no >= len(bounds):
+        sys.exit(f"{a.csv}: {len(bounds)} steps (embedding launches), asked for step {step_no}")
+    lo, hi = bounds[step_no]
     step = ks[lo:hi]
     total = sum(t for _, t in step)
     if not a.summary:
@@ -58,7 +68,7 @@ def main():
         print("\nby kernel (count, total us, share):")
         for n, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
             print(f"  {c:4d} {s:9.1f} {100 * s / total:5.1f}%  {n}")
-    print(f"step {a.step}: {len(step)} kernels, {total:.1f} us of kernel time (each alone)")
+    print(f"step {step_no}: {len(step)} kernels, {total:.1f} us of kernel time (each alone)")
 
 
 if __name__ == "__main__":
