@@ -360,29 +360,45 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
   };
   constexpr int kMoeRoutings = 8;
   std::vector<MoeResult> out;
+  // NVFP4 (f16 tensor cores): the default kernels, and at one token the down with h staged per
+  // block (MoeNvfp4Variant::down_staged, off by default: its measurements in nvfp4_kernel.cu).
   for (const MoeShape& sh : {MoeShape{"moe moonlight 64+2e top6", WeightFormat::kBF16, 64, 2, 6, 2048, 1408},
                              MoeShape{"moe moonlight 64+2e top6", WeightFormat::kFp8Block, 64, 2, 6, 2048, 1408},
-                             MoeShape{"moe v3 256+1e top8", WeightFormat::kFp8Block, 256, 1, 8, 7168, 2048}}) {
-    const bool fp8 = sh.format == WeightFormat::kFp8Block;
-    const int64_t n_all = sh.n_experts + sh.n_shared, eb = fp8 ? 1 : 2, blk = 128;
+                             MoeShape{"moe v3 256+1e top8", WeightFormat::kFp8Block, 256, 1, 8, 7168, 2048},
+                             MoeShape{"moe moonlight 64+2e top6", WeightFormat::kNvfp4, 64, 2, 6, 2048, 1408},
+                             MoeShape{"moe v3 256+1e top8", WeightFormat::kNvfp4, 256, 1, 8, 7168, 2048}}) {
+    const bool fp8 = sh.format == WeightFormat::kFp8Block, fp4 = sh.format == WeightFormat::kNvfp4;
+    const int64_t n_all = sh.n_experts + sh.n_shared, eb = fp8 || fp4 ? 1 : 2, blk = 128;
     Matrix gu{sh.format, n_all * 2 * sh.inter, sh.hidden, nullptr, nullptr, blk, blk};
     Matrix dn{sh.format, n_all * sh.hidden, sh.inter, nullptr, nullptr, blk, blk};
-    auto gw = cu::DeviceBuffer<uint8_t>::create(size_t(gu.rows * gu.cols * eb));
-    auto dw = cu::DeviceBuffer<uint8_t>::create(size_t(dn.rows * dn.cols * eb));
-    const size_t gsn = fp8 ? size_t(gu.rows / blk * gu.scale_cols()) : 1, dsn = fp8 ? size_t(dn.rows / blk * dn.scale_cols()) : 1;
-    auto gs = cu::DeviceBuffer<float>::create(gsn), ds = cu::DeviceBuffer<float>::create(dsn);
+    // Bytes of codes (NVFP4: two per byte) and scales (fp8: f32 per 128 x 128; NVFP4: e4m3 per 16).
+    auto code_bytes = [&](const Matrix& w) { return size_t(w.rows * w.cols * eb / (fp4 ? 2 : 1)); };
+    auto scale_count = [&](const Matrix& w) {
+      return fp8 ? size_t(w.rows / blk * w.scale_cols()) : fp4 ? size_t(w.rows * (w.cols / 16)) : size_t(1);
+    };
+    auto gw = cu::DeviceBuffer<uint8_t>::create(code_bytes(gu));
+    auto dw = cu::DeviceBuffer<uint8_t>::create(code_bytes(dn));
+    const size_t gsn = scale_count(gu), dsn = scale_count(dn);
+    auto gs = cu::DeviceBuffer<float>::create(fp8 ? gsn : 1), ds = cu::DeviceBuffer<float>::create(fp8 ? dsn : 1);
+    auto gs8 = cu::DeviceBuffer<uint8_t>::create(fp4 ? gsn : 1), ds8 = cu::DeviceBuffer<uint8_t>::create(fp4 ? dsn : 1);
     BENCH_CHECK(gw.status());
     BENCH_CHECK(dw.status());
     BENCH_CHECK(gs.status());
     BENCH_CHECK(ds.status());
+    BENCH_CHECK(gs8.status());
+    BENCH_CHECK(ds8.status());
     BENCH_CHECK(cuda_status(cudaMemset(gw->data(), 0x38, gw->size()), "fill"));
     BENCH_CHECK(cuda_status(cudaMemset(dw->data(), 0x38, dw->size()), "fill"));
-    BENCH_CHECK(cuda_status(cudaMemset(gs->data(), 0, gsn * 4), "fill"));
-    BENCH_CHECK(cuda_status(cudaMemset(ds->data(), 0, dsn * 4), "fill"));
+    BENCH_CHECK(cuda_status(cudaMemset(gs->data(), 0, gs->size() * 4), "fill"));
+    BENCH_CHECK(cuda_status(cudaMemset(ds->data(), 0, ds->size() * 4), "fill"));
+    BENCH_CHECK(cuda_status(launch_fill(gs8->data(), gs8->size(), FillKind::kE4m3Scale, 8, s), "fill"));
+    BENCH_CHECK(cuda_status(launch_fill(ds8->data(), ds8->size(), FillKind::kE4m3Scale, 8, s), "fill"));
     gu.data = gw->data(), dn.data = dw->data();
     if (fp8) gu.scale_inv = gs->data(), dn.scale_inv = ds->data();
-    const double expert_bytes = double(3 * sh.inter * sh.hidden * eb) +
-                                (fp8 ? 4.0 * double(3 * (sh.inter / blk) * (sh.hidden / blk)) : 0.0);
+    if (fp4) gu.scale_fp8 = gs8->data(), dn.scale_fp8 = ds8->data(), gu.scale_2 = dn.scale_2 = 0.01f;
+    const double expert_bytes = fp4 ? 3.0 * double(sh.inter * sh.hidden) * (0.5 + 1.0 / 16)
+                                    : double(3 * sh.inter * sh.hidden * eb) +
+                                          (fp8 ? 4.0 * double(3 * (sh.inter / blk) * (sh.hidden / blk)) : 0.0);
     for (int64_t m = 1; m <= 8; ++m) {
       std::mt19937 rng(uint32_t(1000 + m));
       std::vector<int32_t> idx(size_t(kMoeRoutings * m * sh.top_k));
@@ -418,16 +434,23 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
       ops::MoeExpertsArgs a;
       a.x = x->data(), a.y = y->data(), a.gate_up = &gu, a.down = &dn, a.m = m, a.hidden = sh.hidden;
       a.inter = sh.inter, a.n_experts = sh.n_experts, a.top_k = sh.top_k, a.n_shared = sh.n_shared;
-      MoeResult res{std::string(sh.name) + (fp8 ? " fp8" : " bf16"), m, distinct + double(sh.n_shared), 0, 0, 0, 0, 0};
-      res.bytes = res.experts * expert_bytes;
-      time_kernel(s, [&](int i) {
-        const int r = i % kMoeRoutings;
-        a.expert_idx = didx->data() + r * m * sh.top_k, a.expert_weight = dwts->data() + r * m * sh.top_k;
-        return cu::moe_experts(a, ws->data(), ws->size(), s);
-      }, res.us, res.us_graph);
-      res.pct = 100.0 * res.bytes / (res.us * 1e3) / ceiling_gbps;
-      res.pct_graph = 100.0 * res.bytes / (res.us_graph * 1e3) / ceiling_gbps;
-      out.push_back(res);
+      a.f16_activations = true;
+      for (int staged : {0, 1}) {
+        if (staged && (!fp4 || m != 1)) continue;
+        cu::MoeNvfp4Variant v;
+        v.down_staged = staged;
+        MoeResult res{std::string(sh.name) + " " + fmt_name(sh.format) + (staged ? " down staged" : ""), m,
+                      distinct + double(sh.n_shared), 0, 0, 0, 0, 0};
+        res.bytes = res.experts * expert_bytes;
+        time_kernel(s, [&](int i) {
+          const int r = i % kMoeRoutings;
+          a.expert_idx = didx->data() + r * m * sh.top_k, a.expert_weight = dwts->data() + r * m * sh.top_k;
+          return cu::moe_experts_variant(a, v, ws->data(), ws->size(), s);
+        }, res.us, res.us_graph);
+        res.pct = 100.0 * res.bytes / (res.us * 1e3) / ceiling_gbps;
+        res.pct_graph = 100.0 * res.bytes / (res.us_graph * 1e3) / ceiling_gbps;
+        out.push_back(res);
+      }
     }
   }
   return out;
