@@ -435,7 +435,7 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
       a.x = x->data(), a.y = y->data(), a.gate_up = &gu, a.down = &dn, a.m = m, a.hidden = sh.hidden;
       a.inter = sh.inter, a.n_experts = sh.n_experts, a.top_k = sh.top_k, a.n_shared = sh.n_shared;
       a.f16_activations = true;
-      for (int staged : {0, 1}) {
+      for (bool staged : {false, true}) {
         if (staged && (!fp4 || m != 1)) continue;
         cu::MoeNvfp4Variant v;
         v.down_staged = staged;

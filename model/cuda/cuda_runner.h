@@ -64,10 +64,10 @@ struct CudaRunnerOptions {
   // rows): two to three launches fewer per layer, each where it pays (linear_norm_in_pays /
   // _out_pays in ops/cuda/linear_norm/params.h: moonlight at 1..8 tokens, V3's hidden-size norms
   // at 1..2). NVFP4 projections outside exact mode (the f16 tensor-core GEMV): at one token
-  // (linear_norm_nvfp4_fits; not yet run on a GPU, 2026-12-01). Off: its GPU
-  // tests and goldens pass (H200, 2026-12-01, 9d5def8), but moonlight
-  // bf16 decode ran 6% slower with it (372.6 vs 396.0 tok/s; layers 85.5 / 92.8 vs 81.0 / 86.5 us:
-  // the fused GEMVs lose more than the launches save). PEREGRINE_FUSED_NORMS=0 / =1 overrides.
+  // (linear_norm_nvfp4_fits; not yet run on a GPU, 2026-12-01). Off: its GPU tests and goldens
+  // pass (H200, 2026-12-01, 9d5def8), but moonlight bf16 decode ran 6% slower with it (372.6 vs
+  // 396.0 tok/s; layers 85.5 / 92.8 vs 81.0 / 86.5 us: the fused GEMVs lose more than the
+  // launches save). PEREGRINE_FUSED_NORMS=0 / =1 overrides.
   bool fused_norms = false;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };

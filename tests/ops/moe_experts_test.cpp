@@ -372,7 +372,7 @@ void run_case(const MoeCase& c) {
     // NVFP4 at m = 1 on the tensor cores: the down kernel with every slot's h staged per block
     // (MoeNvfp4Variant::down_staged, off by default) must give the per-lane path's bits.
     if (m == 1 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0) {
-      for (int staged : {0, 1}) {
+      for (bool staged : {false, true}) {
         SCOPED_TRACE(staged ? "down staged" : "down per lane");
         cuda::MoeNvfp4Variant v;
         v.down_staged = staged;

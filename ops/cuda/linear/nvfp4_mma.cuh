@@ -429,10 +429,10 @@ __device__ __forceinline__ bool linear_nvfp4_split_sum(float (&partial)[kLinearW
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
 // w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x; m = 1 with
 // nvfp4_x1_ok takes this kernel with kX1 (x staged, nvfp4_mma_stream_staged_regs) or, for the shapes
-// of linear_nvfp4_x1_persistent, linear_nvfp4_x1_kernel below.
-// The kernel's body; kX1: stage_x(xs, k_chunks, k_steps) fills the block's staged x (every thread
-// calls it, after pdl_wait; linear_norm's NVFP4 in_norm kernel normalizes x there). end(): every
-// thread, after this block's stores (linear_norm's out_norm epilogue).
+// of linear_nvfp4_x1_persistent, linear_nvfp4_x1_kernel below. The body is shared with
+// linear_norm's NVFP4 kernels: kX1's stage_x(xs, k_chunks, k_steps) fills the block's staged x
+// (every thread, after pdl_wait; in_norm normalizes x there), end() runs on every thread after
+// the block's stores (out_norm's epilogue).
 template <int kTiles, int kUnroll, bool kX1, class StageX, class End>
 __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, StageX&& stage_x, End&& end) {
   constexpr int kRowsW = kNvfp4MmaRows * kTiles;
@@ -564,24 +564,16 @@ int linear_nvfp4_x1_blocks_per_sm(int64_t k) {
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
   const bool x1 = p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8);
-  if (x1 && !linear_nvfp4_x1_persistent(kTiles, p.n, p.k)) {
-    if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll, true>, grid, dim3(kLinearThreads), 0,
-                                   stream, p);
-        e != cudaSuccess)
-      return e;
-    return cudaGetLastError();
+  const bool persistent = x1 && linear_nvfp4_x1_persistent(kTiles, p.n, p.k);
+  auto kernel = persistent ? linear_nvfp4_x1_kernel<kTiles, kUnroll>
+                : x1       ? linear_nvfp4_mma_kernel<kTiles, kUnroll, true>
+                           : linear_nvfp4_mma_kernel<kTiles, kUnroll, false>;
+  size_t smem = 0;
+  if (persistent) {
+    if (cudaError_t e = raise_smem_limit_once<linear_nvfp4_x1_kernel<kTiles, kUnroll>>(); e != cudaSuccess) return e;
+    smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k);
   }
-  if (x1) {
-    constexpr auto kKernel = linear_nvfp4_x1_kernel<kTiles, kUnroll>;
-    if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    const size_t smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k);
-    if (cudaError_t e = launch_pdl(kKernel, grid, dim3(kLinearThreads), smem, stream, p); e != cudaSuccess) return e;
-    return cudaGetLastError();
-  }
-  if (cudaError_t e = launch_pdl(linear_nvfp4_mma_kernel<kTiles, kUnroll, false>, grid, dim3(kLinearThreads), 0,
-                                 stream, p);
-      e != cudaSuccess)
-    return e;
+  if (cudaError_t e = launch_pdl(kernel, grid, dim3(kLinearThreads), smem, stream, p); e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 

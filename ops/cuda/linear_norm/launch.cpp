@@ -59,22 +59,6 @@ Status linear_norm(const LinearNormArgs& a, unsigned* counter, cudaStream_t stre
   const LinearWeight f = to_kernel_format(a.lin.w->format);
   LinearNormParams p;
   p.lin = linear_params(a.lin);
-  // NVFP4 on the tensor cores at one token (linear's staged-x kernel): in_norm needs x and the
-  // weight 16-byte aligned (float4 loads), out_norm the rows and its weight (norm_vec4).
-  const bool out_vec4 = p.lin.n % 4 == 0 && aligned16(a.lin.y) && aligned16(a.y_normed) && aligned16(a.out_norm);
-  if (a.lin.f16_activations && a.lin.m == 1 && linear_norm_nvfp4_fits(*a.lin.w) && linear_vector_path_ok(f, p.lin) &&
-      (mode == LinearNormMode::kIn ? aligned16(a.lin.x) && aligned16(a.in_norm) : out_vec4)) {
-    PG_ASSIGN_OR_RETURN(const LinearPlan plan, linear_plan(a.lin));
-    if (!plan.nvfp4_mma || plan.tile.rows_per_warp != kNvfp4MmaRows * kLinearNormNvfp4Tile.tiles ||
-        plan.tile.unroll != kLinearNormNvfp4Tile.unroll || plan.blocks > INT32_MAX)
-      return internal_error("linear_norm: linear's NVFP4 plan ({} rows x {} steps) is not the fused kernel's tile",
-                            plan.tile.rows_per_warp, plan.tile.unroll);
-    p.in_norm = a.in_norm, p.out_norm = a.out_norm, p.y_normed = a.y_normed, p.counter = counter, p.eps = a.eps;
-    p.y_normed_stride = a.y_normed_stride ? a.y_normed_stride : p.lin.n;
-    p.norm_vec4 = true, p.lin.k_split = plan.k_split;
-    PG_CUDA_TRY(launch_linear_norm_nvfp4_x1(mode, p, dim3(unsigned(plan.blocks), 1), stream));
-    return ok_status();
-  }
   p.in_norm = a.in_norm, p.out_norm = a.out_norm, p.y_normed = a.y_normed, p.counter = counter, p.eps = a.eps;
   p.y_normed_stride = a.y_normed_stride ? a.y_normed_stride : p.lin.n;
   if (mode == LinearNormMode::kIn)
@@ -82,6 +66,18 @@ Status linear_norm(const LinearNormArgs& a, unsigned* counter, cudaStream_t stre
   else
     p.norm_vec4 = p.lin.n % 4 == 0 && p.lin.y_stride % 4 == 0 && p.y_normed_stride % 4 == 0 && aligned16(p.lin.y) &&
                   aligned16(a.y_normed) && aligned16(a.out_norm);
+  // NVFP4 on the tensor cores at one token (linear's staged-x kernel; the norms in float4).
+  if (a.lin.f16_activations && a.lin.m == 1 && p.norm_vec4 && linear_norm_nvfp4_fits(*a.lin.w) &&
+      linear_vector_path_ok(f, p.lin)) {
+    PG_ASSIGN_OR_RETURN(const LinearPlan plan, linear_plan(a.lin));
+    if (!plan.nvfp4_mma || plan.tile.rows_per_warp != kNvfp4MmaRows * kLinearNormNvfp4Tile.tiles ||
+        plan.tile.unroll != kLinearNormNvfp4Tile.unroll || plan.blocks > INT32_MAX)
+      return internal_error("linear_norm: linear's NVFP4 plan ({} rows x {} steps) is not the fused kernel's tile",
+                            plan.tile.rows_per_warp, plan.tile.unroll);
+    p.lin.k_split = plan.k_split;
+    PG_CUDA_TRY(launch_linear_norm_nvfp4_x1(mode, p, dim3(unsigned(plan.blocks), 1), stream));
+    return ok_status();
+  }
   // kIn's vector kernel reads the norm weight in float4 next to x.
   if (!linear_vector_path_ok(f, p.lin) || (mode == LinearNormMode::kIn && !p.norm_vec4)) {
     PG_CUDA_TRY(launch_linear_norm_scalar(f, mode, p, stream));

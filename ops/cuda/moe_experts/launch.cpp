@@ -82,7 +82,7 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     if (e && std::sscanf(e, "%dx%d,%dx%d", &r.gate_up_tiles, &r.gate_up_unroll, &r.down_tiles, &r.down_unroll) != 4)
       r = MoeNvfp4Variant{};
     const char* st = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_STAGED");
-    r.down_staged = st && st[0] == '1' ? 1 : 0;
+    r.down_staged = st && st[0] == '1';
     return r;
   }();
   return v;
@@ -164,8 +164,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     Nvfp4MmaTile t = moe_nvfp4_down_tile();
     if (v.down_tiles) t.tiles = v.down_tiles;
     if (v.down_unroll) t.unroll = v.down_unroll;
-    const bool staged = v.down_staged < 0 ? moe_nvfp4_variant_from_env().down_staged == 1 : v.down_staged == 1;
-    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, staged, stream));
+    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, stream));
   } else {
     PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), dn_vec, m_tile, stream));
   }

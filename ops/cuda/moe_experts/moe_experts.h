@@ -34,9 +34,9 @@ bool moe_direct_multi_enabled();
 // (the direct down not 2 x 2, the planned down 1 x 1 and 1 x 2 only).
 struct MoeNvfp4Variant {
   int gate_up_tiles = 0, gate_up_unroll = 0, down_tiles = 0, down_unroll = 0;
-  // m = 1 down with every slot's h staged per block (nvfp4_kernel.cu): -1 as the environment says
-  // (PEREGRINE_MOE_NVFP4_DOWN_STAGED=1: on; else off), 0 off, 1 on.
-  int down_staged = -1;
+  // m = 1 down with every slot's h staged per block (nvfp4_kernel.cu; moe_experts() sets it from
+  // PEREGRINE_MOE_NVFP4_DOWN_STAGED=1).
+  bool down_staged = false;
 };
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);
