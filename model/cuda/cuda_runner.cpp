@@ -831,6 +831,7 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
     if (v == "cuda") opt.decode_attention = cu::MlaCores::kCuda;
     if (v == "auto") opt.decode_attention = cu::MlaCores::kAuto;
     if (v == "tensor") opt.decode_attention = cu::MlaCores::kTensor;
+    if (v == "twopass") opt.decode_attention = cu::MlaCores::kCudaTwoPass;
   }
   flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
   return opt;
@@ -888,8 +889,9 @@ std::string CudaRunner::describe() const {
   return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{})", p.name, n_blocks_, block_size_, graphs,
                      m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "",
                      m.opt.exact || m.opt.decode_attention == cu::MlaCores::kAuto ? ""
-                     : m.opt.decode_attention == cu::MlaCores::kTensor ? ", tensor-core decode attention"
-                                                                        : ", CUDA-core decode attention");
+                     : m.opt.decode_attention == cu::MlaCores::kTensor      ? ", tensor-core decode attention"
+                     : m.opt.decode_attention == cu::MlaCores::kCudaTwoPass ? ", two-pass decode attention"
+                                                                             : ", CUDA-core split-KV decode attention");
 }
 
 CudaGraphCounts CudaRunner::graph_counts() const { return impl_->counts; }

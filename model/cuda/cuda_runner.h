@@ -52,11 +52,12 @@ struct CudaRunnerOptions {
   // moonlight 5.6K -> 36.9K tok/s on the H200 (2026-12-01, a8ec2b8). Off: the CUDA-core kernel
   // (for measuring what the bf16 attention costs in accuracy). PEREGRINE_PREFILL_ATTENTION=0 / =1 overrides.
   bool tensor_core_attention = true;
-  // The other steps (decode, verify, short prefill): which cores run the split-KV attention.
-  // kAuto (ops::cuda::mla_cores_for): the tensor cores (bf16 mmas on split f32 operands, near-f32
-  // results, so the CPU reference needs no emulation) where they win, at V3's 128 heads, verify
-  // steps and batches; the CUDA cores' f32 FMAs at moonlight's batch 1 (12.9 vs 17.3 us at 1K).
-  // Exact mode: always the CUDA cores. PEREGRINE_DECODE_ATTENTION=cuda / auto / tensor overrides.
+  // The other steps (decode, verify, short prefill): which attention kernel. kAuto
+  // (ops::cuda::mla_cores_for): the two-pass kernels where they fit (<= 16 heads, m x heads <=
+  // 64: moonlight's batch 1 and verify steps); else the split-KV kernel on the tensor cores (bf16
+  // mmas on split f32 operands, near-f32 results, so the CPU reference needs no emulation) where
+  // it wins, at V3's 128 heads and batches, or on the CUDA cores' f32 FMAs. Exact mode: always the
+  // CUDA-core split-KV kernel. PEREGRINE_DECODE_ATTENTION=cuda / auto / tensor / twopass overrides.
   ops::cuda::MlaCores decode_attention = ops::cuda::MlaCores::kAuto;
   // Decode-sized steps (<= 8 tokens) fold the layer's RMSNorms into the projections next to them
   // (ops/linear_norm.h): input_norm into q_kv_a's GEMV (each block normalizes x as it loads it),
@@ -108,7 +109,7 @@ class CudaRunner final : public ModelRunner {
   static Result<std::unique_ptr<CudaRunner>> create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt);
   // The options a runner created with `opt` uses: the environment's overrides applied
   // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS: 1 on, 0 off;
-  // PEREGRINE_DECODE_ATTENTION: cuda, auto or tensor).
+  // PEREGRINE_DECODE_ATTENTION: cuda, auto, tensor or twopass).
   static CudaRunnerOptions effective_options(CudaRunnerOptions opt);
   // Random weights at cfg's shapes, made on the GPU (no checkpoint): for benchmarks.
   static Result<std::unique_ptr<CudaRunner>> synthetic(const ModelConfig& cfg, SyntheticDtype dtype, uint64_t seed,

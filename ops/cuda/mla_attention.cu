@@ -15,47 +15,6 @@ namespace {
 
 using namespace mla;
 
-__device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-
-__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
-  acc = fmaf(a.x, b.x, acc);
-  acc = fmaf(a.y, b.y, acc);
-  acc = fmaf(a.z, b.z, acc);
-  return fmaf(a.w, b.w, acc);
-}
-
-// Stages Q rows [q_lat | q_pe | 0 ...] of heads h0 .. h0 + kHeads (zeros past n_heads) into
-// sQ [kHeads][dp] with cp.async; only the 4 x d4 columns the score loop reads are written.
-template <int kHeads>
-__device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, int64_t t, int64_t h0) {
-  const int R = p.kv_lora_rank;
-  if (p.vec_q) {  // R, P multiples of 4: a float4 is all q_lat or all q_pe
-    const int r4 = R / 4, n = kHeads * p.d4;
-    for (int i = threadIdx.x; i < n; i += kMlaThreads) {
-      const int hh = i / p.d4, f = i % p.d4;
-      const int64_t h = h0 + hh;
-      const bool valid = h < p.n_heads;
-      const float* src = p.q_lat;
-      if (valid)
-        src = f < r4 ? p.q_lat + t * p.q_lat_row_stride + h * p.q_lat_head_stride + 4 * f
-                     : p.q_pe + t * p.q_pe_row_stride + h * p.q_pe_head_stride + 4 * (f - r4);
-      cp_async16(sQ + hh * p.dp + 4 * f, src, valid);
-    }
-  } else {
-    const int w = 4 * p.d4, n = kHeads * w;
-    for (int i = threadIdx.x; i < n; i += kMlaThreads) {
-      const int hh = i / w, c = i % w;
-      const int64_t h = h0 + hh;
-      const bool valid = h < p.n_heads && c < p.d;
-      const float* src = p.q_lat;
-      if (valid)
-        src = c < R ? p.q_lat + t * p.q_lat_row_stride + h * p.q_lat_head_stride + c
-                    : p.q_pe + t * p.q_pe_row_stride + h * p.q_pe_head_stride + (c - R);
-      cp_async4(sQ + hh * p.dp + c, src, valid);
-    }
-  }
-}
-
 // One block = (token t, head group g, split s), placed by mla_block_place (mla_attention_common.cuh).
 template <int kHeads>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {

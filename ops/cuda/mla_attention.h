@@ -14,18 +14,21 @@
 
 namespace pg::ops::cuda {
 
-// Which cores compute the scores and the weighted sum: f32 FMAs on the CUDA cores, or the bf16
-// tensor cores with each f32 operand split into a bf16 pair (three products per multiply, ~2^-16
-// relative per product; mla_attention_params.h). Both plan, combine and validate alike. kAuto:
-// mla_cores_for's choice by shape.
-enum class MlaCores { kCuda, kTensor, kAuto };
+// Which kernel computes the scores and the weighted sum: the split-KV kernel on the CUDA cores
+// (f32 FMAs) or on the bf16 tensor cores (each f32 operand split into a bf16 pair: three products
+// per multiply, ~2^-16 relative per product), both with the fused combine; or the two-pass
+// kernels on the CUDA cores (scores, then softmax · V merged in clusters; n_heads <= 16 and
+// m x n_heads <= 64, else the launcher takes kAuto's split-KV choice). mla_attention_params.h
+// has their plans. kAuto: mla_cores_for's choice by shape.
+enum class MlaCores { kCuda, kTensor, kAuto, kCudaTwoPass };
 
-// kAuto's choice: the tensor cores wherever the CUDA-core plan also puts 16 heads in a block
-// (m x n_heads > kMlaSmallHeadWork: V3's 128 heads, verify steps, batches); below that the
-// CUDA-core kernel's 8-head blocks double the blocks and win. H200 (2026-12-01, a1bd8ef), us per
-// launch at 1K context, CUDA / tensor cores: moonlight batch 1 12.9 / 17.3, moonlight verify of 4
-// 20.4 / 19.0, batch 8 25.1 / 22.8; V3 batch 1 25.2 / 22.8, verify of 4 62.0 / 53.9; at 32K
-// moonlight batch 1 74.4 / 62.9, V3 401 / 338.
+// kAuto's choice: two passes where they fit (moonlight's batch 1 and verify steps); else the
+// tensor cores wherever the CUDA-core plan also puts 16 heads in a block (m x n_heads >
+// kMlaSmallHeadWork: V3's 128 heads, batches); below that the CUDA-core kernel's 8-head blocks
+// double the blocks and win. H200 (2026-12-01, a1bd8ef), us per launch at 1K context, CUDA /
+// tensor cores: moonlight batch 1 12.9 / 17.3, moonlight verify of 4 20.4 / 19.0, batch 8 25.1 /
+// 22.8; V3 batch 1 25.2 / 22.8, verify of 4 62.0 / 53.9; at 32K moonlight batch 1 74.4 / 62.9, V3
+// 401 / 338.
 MlaCores mla_cores_for(int64_t m, int64_t n_heads);
 
 // Floats of scratch the launcher needs for m tokens whose ctx_len are all <= max_ctx (0 when

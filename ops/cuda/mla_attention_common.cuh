@@ -89,26 +89,28 @@ __device__ __forceinline__ int block_of(const MlaAttentionParams& p, int pos) {
   return p.block_shift >= 0 ? pos >> p.block_shift : pos / p.block_size;
 }
 
-// The physical blocks of a chunk's rows [c0, min(c0 + kMlaChunkRows, end)): lane l gets the table
-// entry of logical block c0 / block_size + l, for the blocks the chunk touches (<= 32: a chunk is
-// 32 rows), 0 elsewhere. One load per chunk, issued a chunk ahead by the kernels (a load per
+// The physical blocks of a chunk's rows [c0, min(c0 + kRows, end)): lane l gets the table entry
+// of logical block c0 / block_size + l, for the blocks the chunk touches (<= 32: a chunk is at
+// most 32 rows), 0 elsewhere. One load per chunk, issued a chunk ahead by the kernels (a load per
 // staged row before: no measurable difference on the H200, 12.9 us either way at moonlight 1K).
+template <int kRows = kMlaChunkRows>
 __device__ __forceinline__ int32_t chunk_blocks(const MlaAttentionParams& p, const int32_t* table, int c0, int end) {
+  static_assert(kRows <= kWarpSize, "a lane per touched block");
   const int lane = threadIdx.x % kWarpSize;
-  const int last = (c0 + kMlaChunkRows < end ? c0 + kMlaChunkRows : end) - 1;
+  const int last = (c0 + kRows < end ? c0 + kRows : end) - 1;
   const int b = block_of(p, c0) + lane;
   return c0 < end && b <= block_of(p, last) ? table[b] : 0;
 }
 
-// Stages cache rows [c0, c0 + kMlaChunkRows) of one sequence into dst ([kMlaChunkRows][dp]),
-// columns [0, width) (a multiple of 4, >= D); rows at or past `end` and columns past D become
-// zeros. `blocks`: chunk_blocks(c0) of this lane. Warp w takes rows w, w + 8, ...; lanes walk
-// the row.
+// Stages cache rows [c0, c0 + kRows) of one sequence into dst ([kRows][dp]), columns [0, width)
+// (a multiple of 4, >= D); rows at or past `end` and columns past D become zeros. `blocks`:
+// chunk_blocks<kRows>(c0) of this lane. Warp w takes rows w, w + 8, ...; lanes walk the row.
+template <int kRows = kMlaChunkRows>
 __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, int32_t blocks, int c0, int end,
                                            int width) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int first = block_of(p, c0);
-  for (int j = warp; j < kMlaChunkRows; j += kMlaWarps) {
+  for (int j = warp; j < kRows; j += kMlaWarps) {
     const int pos = c0 + j;
     const bool valid = pos < end;
     const int lb = block_of(p, pos);
@@ -126,6 +128,47 @@ __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* d
         const bool ok = valid && e < p.d;
         cp_async4(row + e, ok ? src + e : p.kv, ok);
       }
+    }
+  }
+}
+
+__device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+// Stages Q rows [q_lat | q_pe | 0 ...] of heads h0 .. h0 + kHeads (zeros past n_heads) into
+// sQ [kHeads][dp] with cp.async; only the 4 x d4 columns the score loop reads are written.
+template <int kHeads>
+__device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, int64_t t, int64_t h0) {
+  const int R = p.kv_lora_rank;
+  if (p.vec_q) {  // R, P multiples of 4: a float4 is all q_lat or all q_pe
+    const int r4 = R / 4, n = kHeads * p.d4;
+    for (int i = threadIdx.x; i < n; i += kMlaThreads) {
+      const int hh = i / p.d4, f = i % p.d4;
+      const int64_t h = h0 + hh;
+      const bool valid = h < p.n_heads;
+      const float* src = p.q_lat;
+      if (valid)
+        src = f < r4 ? p.q_lat + t * p.q_lat_row_stride + h * p.q_lat_head_stride + 4 * f
+                     : p.q_pe + t * p.q_pe_row_stride + h * p.q_pe_head_stride + 4 * (f - r4);
+      cp_async16(sQ + hh * p.dp + 4 * f, src, valid);
+    }
+  } else {
+    const int w = 4 * p.d4, n = kHeads * w;
+    for (int i = threadIdx.x; i < n; i += kMlaThreads) {
+      const int hh = i / w, c = i % w;
+      const int64_t h = h0 + hh;
+      const bool valid = h < p.n_heads && c < p.d;
+      const float* src = p.q_lat;
+      if (valid)
+        src = c < R ? p.q_lat + t * p.q_lat_row_stride + h * p.q_lat_head_stride + c
+                    : p.q_pe + t * p.q_pe_row_stride + h * p.q_pe_head_stride + (c - R);
+      cp_async4(sQ + hh * p.dp + c, src, valid);
     }
   }
 }

@@ -2,6 +2,7 @@
 // and launches through launch_mla_attention. Host C++ (no nvcc).
 #include "ops/cuda/mla_attention.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -23,15 +24,21 @@ MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
 
 }  // namespace
 
-MlaCores mla_cores_for(int64_t m, int64_t n_heads) {
+// The split-KV kernels' choice by shape (kAuto without the two passes).
+MlaCores split_kv_cores_for(int64_t m, int64_t n_heads) {
   return m * n_heads > kMlaSmallHeadWork ? MlaCores::kTensor : MlaCores::kCuda;
+}
+
+MlaCores mla_cores_for(int64_t m, int64_t n_heads) {
+  return mla_two_pass_fits(m, n_heads) ? MlaCores::kCudaTwoPass : split_kv_cores_for(m, n_heads);
 }
 
 size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx) {
   if (m <= 0 || n_heads <= 0 || kv_lora_rank <= 0) return 0;
-  const size_t cuda_cores = mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kCuda), m, kv_lora_rank);
-  const size_t tensor = mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kTensor), m, kv_lora_rank);
-  return cuda_cores > tensor ? cuda_cores : tensor;
+  size_t n = mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kCuda), m, kv_lora_rank);
+  n = std::max(n, mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kTensor), m, kv_lora_rank));
+  if (mla_two_pass_fits(m, n_heads) && max_ctx > 0) n = std::max(n, mla_tp_workspace_floats(m, max_ctx));
+  return n;
 }
 
 Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, cudaStream_t stream) {
@@ -44,6 +51,7 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
                      cudaStream_t stream, MlaCores cores) {
   if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads);
+  if (cores == MlaCores::kCudaTwoPass && !mla_two_pass_fits(a.m, a.n_heads)) cores = split_kv_cores_for(a.m, a.n_heads);
   // ops::validate reads ctx_len[t] on the host; here ctx_len is device memory, so validate the
   // shape with m = 0 and check the pointers and the bound here.
   MlaAttentionArgs shape = a;
@@ -64,7 +72,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
     return unsupported("mla_attention (CUDA): kv_lora_rank {} > {}", a.kv_lora_rank, kMlaMaxRank);
   if (!std::isfinite(a.softmax_scale)) return invalid_argument("mla_attention: softmax_scale {}", a.softmax_scale);
 
-  const bool tc = cores == MlaCores::kTensor;
+  const bool tc = cores == MlaCores::kTensor, two_pass = cores == MlaCores::kCudaTwoPass;
   const MlaPlan plan = plan_for(a.m, a.n_heads, max_ctx, cores);
   MlaAttentionParams p;
   p.q_lat = a.q_lat, p.q_pe = a.q_pe, p.kv = a.kv, p.block_tables = a.block_tables;
@@ -86,7 +94,9 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
       return unsupported("mla_attention (tensor cores): kv_lora_rank + rope_dim = {} > {}", d, kMlaTcMaxDk);
   }
   p.head_groups = int(plan.head_groups), p.n_splits = int(plan.n_splits), p.n_combiners = plan.n_combiners;
-  const size_t smem = (tc ? mla_tc_smem_floats(p.dk, p.dp, p.n_splits) : mla_smem_floats(plan.heads, p.dp, p.n_splits)) *
+  const size_t smem = (two_pass ? std::max(mla_tp_scores_smem_floats(p.dp), kMlaTpPvSmemFloats)
+                       : tc     ? mla_tc_smem_floats(p.dk, p.dp, p.n_splits)
+                                : mla_smem_floats(plan.heads, p.dp, p.n_splits)) *
                       sizeof(float);
   if (smem > kMaxSmemBytes)
     return unsupported("mla_attention (CUDA): kv_lora_rank + rope_dim = {} needs {} bytes of shared memory", d, smem);
@@ -94,7 +104,16 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
     return unsupported("mla_attention (CUDA): {} tokens x {} heads is too large a grid", a.m, a.n_heads);
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
 
-  if (plan.n_splits > 1) {
+  if (two_pass) {
+    const size_t need = mla_tp_workspace_floats(a.m, max_ctx);
+    if (!workspace || workspace_floats < need)
+      return invalid_argument("mla_attention: workspace of {} floats, {} needed (m={}, max_ctx={})", workspace_floats,
+                              need, a.m, max_ctx);
+    p.ws_s = workspace + kMlaCounterSlots;
+    p.s_rows = int(max_ctx);
+    p.tp_blocks = mla_tp_blocks(a.m, current_device_props().sm_count);
+    p.tp_slices = int(mla_ceil_div(a.kv_lora_rank, kMlaTpCols));
+  } else if (plan.n_splits > 1) {
     const size_t need = mla_workspace_floats(plan, a.m, a.kv_lora_rank);
     if (!workspace || workspace_floats < need)
       return invalid_argument("mla_attention: workspace of {} floats, {} needed (m={}, max_ctx={})", workspace_floats,
@@ -108,7 +127,9 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
             p.q_lat_row_stride % 4 == 0 && p.q_lat_head_stride % 4 == 0 && p.q_pe_row_stride % 4 == 0 &&
             p.q_pe_head_stride % 4 == 0;
   p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!p.ws_o || aligned16(p.ws_o));
-  PG_CUDA_TRY(tc ? launch_mla_attention_tc(p, stream) : launch_mla_attention(p, plan.heads, stream));
+  PG_CUDA_TRY(two_pass ? launch_mla_attention_two_pass(p, stream)
+              : tc     ? launch_mla_attention_tc(p, stream)
+                       : launch_mla_attention(p, plan.heads, stream));
   return ok_status();
 }
 

@@ -147,6 +147,11 @@ struct MlaAttentionParams {
   bool vec_kv = false;      // D % 4 == 0 and kv 16-byte aligned: 16-byte cp.async, else 4-byte
   bool vec_q = false;       // R, P and the q strides % 4 == 0, q pointers 16-byte aligned
   bool vec_out = false;     // R % 4 == 0 and o_lat / ws 16-byte aligned: float4 stores
+  // The two-pass kernels (mla_attention_two_pass.cu): scores [m][s_rows][kMlaTpHeads] f32 in the
+  // workspace (after the counters), s_rows = the host's context bound; tp_blocks pass-1 blocks
+  // per token, tp_slices pass-2 column slices of kMlaTpCols.
+  float* ws_s = nullptr;
+  int s_rows = 0, tp_blocks = 0, tp_slices = 0;
 };
 
 // Shared memory floats of one block: sQ [heads][dp] | work | sRed [8 warps][heads][32] |
@@ -196,5 +201,50 @@ __host__ __device__ inline size_t mla_tc_smem_floats(int dk, int dp, int n_split
          size_t(kMlaTcHeads) * kMlaTcSStride + 3 * size_t(kMlaTcHeads) + 1;
 }
 cudaError_t launch_mla_attention_tc(const MlaAttentionParams& p, cudaStream_t stream);
+
+// ---- The two-pass kernels (mla_attention_two_pass.cu) ----------------------------------------
+// For few heads and few tokens (moonlight's 16 heads at batch 1 and in verify steps) the split-KV
+// kernels' partials outweigh the rows they summarize (a split of 32 rows x 576 f32 reads 74 KB
+// and writes 16 x 512 f32 = 32 KB, then the combine re-reads them), and their per-block chain
+// (stage, score, softmax, P·V, publish, ticket, spin, combine) is the step's latency. Two passes
+// instead, each one round trip of loads:
+//   pass 1: tp_blocks blocks per token split its rows; each stages Q (all heads) and its rows in
+//           tiles of kMlaTpTileRows and writes the scaled scores S [row][16 heads] (log2 units);
+//   pass 2: per (token, column slice of kMlaTpCols latent columns) a cluster of kMlaTpRanks blocks
+//           splits the rows; each stages S and V[rows][slice] in chunks of kMlaTpChunkRows, keeps
+//           an online softmax per head, and the cluster merges its ranks' (max, sum, o) through
+//           distributed shared memory: no global partials, no atomics, no spin.
+// The cache is read twice (scores: all D columns; values: the R latent ones), from L2 at short
+// contexts. Launched as a PDL pair: pass 2 stages its first chunk of V while pass 1 runs.
+constexpr int kMlaTpHeads = 16;         // heads per token (n_heads <= 16); the S row stride
+constexpr int kMlaTpTileRows = 16;      // pass 1: rows per staged tile (4 row quads)
+constexpr int kMlaTpColSlices = 16;     // pass 1: lanes that split D (a half-warp)
+constexpr int kMlaTpCols = 32;          // pass 2: latent columns per block (8 quads)
+constexpr int kMlaTpRanks = 8;          // pass 2: blocks of one cluster, splitting the rows
+constexpr int kMlaTpChunkRows = 128;    // pass 2: rows per staged chunk (8 row phases x 16)
+constexpr int kMlaTpSStride = 20;       // pass 2: sS row stride (floats): 8 rows, 32 banks
+constexpr int kMlaTpVStride = 36;       // pass 2: sV row stride (floats): 8 rows, 32 banks
+constexpr int64_t kMlaTpMaxHeadWork = 64;  // m x n_heads up to this (n_heads <= 16): two passes
+
+// Whether the two-pass kernels take m tokens of n_heads heads.
+inline bool mla_two_pass_fits(int64_t m, int64_t n_heads) {
+  return m > 0 && n_heads > 0 && n_heads <= kMlaTpHeads && m * n_heads <= kMlaTpMaxHeadWork;
+}
+// Pass-1 blocks per token: one wave over the SMs.
+inline int mla_tp_blocks(int64_t m, int sm_count) {
+  const int64_t sms = sm_count > 0 ? sm_count : kMlaDefaultSmCount, b = sms / (m > 0 ? m : 1);
+  return int(b > 1 ? b : 1);
+}
+// Workspace floats: the counters' slots (kept in place for the other kernels), then S.
+inline size_t mla_tp_workspace_floats(int64_t m, int64_t max_ctx) {
+  return size_t(kMlaCounterSlots) + size_t(m) * size_t(max_ctx) * kMlaTpHeads;
+}
+// Shared memory floats: pass 1 sQ [16][dp] | 2 tiles [16][dp]; pass 2 two chunks of sS [128][20]
+// and sV [128][36] | sRedMax [8 warps][16] | sM, sAlpha [16] | sO [16][32] | sL [16].
+inline size_t mla_tp_scores_smem_floats(int dp) { return size_t(kMlaTpHeads + 2 * kMlaTpTileRows) * size_t(dp); }
+constexpr size_t kMlaTpPvSmemFloats = 2 * size_t(kMlaTpChunkRows) * (kMlaTpSStride + kMlaTpVStride) +
+                                      size_t(kMlaWarps) * kMlaTpHeads + 2 * kMlaTpHeads +
+                                      size_t(kMlaTpHeads) * kMlaTpCols + kMlaTpHeads;
+cudaError_t launch_mla_attention_two_pass(const MlaAttentionParams& p, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

@@ -11,10 +11,11 @@
 namespace pg::ops::cuda {
 
 // The logits are ops::cuda::linear's bits and the routing ops::cuda::moe_routing's (the same
-// sums in the same order). counter: one device uint32, zero before the first launch (cudaMemset
-// once); every launch leaves it zero, so it serves any sequence of launches and graph replays
-// on one stream. The one-launch path takes f32 / bf16 routers on linear's vector path and up to
-// kRouterMaxTokens tokens; other cases launch linear, then moe_routing (counter unused).
+// sums in the same order). The one-launch path (one thread-block cluster) takes f32 / bf16
+// routers on linear's vector path, up to kRouterMaxTokens tokens and logits that fit rank 0's
+// shared memory (moe_router_smem_bytes <= kRouterMaxSmemBytes); other cases launch linear, then
+// moe_routing. counter: no longer used (the cluster barrier replaced the last-block counter);
+// kept so callers need no change, and may be null.
 Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream);
 
 // The routing kernel's Params of a validated MoeRoutingArgs (cuda_ops.cpp), shared by both launchers.

@@ -12,14 +12,15 @@
 
 namespace pg::ops::cuda {
 
-Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream) {
+Status moe_router(const MoeRouterArgs& a, unsigned* /*counter: unused since the cluster launch*/, cudaStream_t stream) {
   PG_TRY(validate(a));
   const MoeRoutingArgs& r = a.routing;
   if (r.m == 0) return ok_status();
   LinearArgs la;
   la.x = a.x, la.w = a.router, la.y = a.logits, la.m = r.m, la.x_stride = a.x_stride;
   const WeightFormat wf = a.router->format;
-  bool fused = counter && r.m <= kRouterMaxTokens && r.n_experts <= kRoutingMaxExperts && r.n_group <= kRoutingMaxGroups &&
+  bool fused = r.m <= kRouterMaxTokens && r.n_experts <= kRoutingMaxExperts && r.n_group <= kRoutingMaxGroups &&
+               moe_router_smem_bytes(r.m, r.n_experts) <= kRouterMaxSmemBytes &&
                (wf == WeightFormat::kF32 || wf == WeightFormat::kBF16);
   LinearPlan plan;
   if (fused) {
@@ -31,7 +32,7 @@ Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream
     return moe_routing(r, stream);
   }
   MoeRouterParams p;
-  p.x = a.x, p.w = a.router->data, p.logits = a.logits, p.counter = counter;
+  p.x = a.x, p.w = a.router->data, p.logits = a.logits;
   p.m = int(r.m), p.n = a.router->rows, p.k = a.router->cols, p.x_stride = a.x_stride ? a.x_stride : a.router->cols;
   p.k_split = plan.k_split;
   p.routing = moe_routing_params(r);

@@ -4,8 +4,9 @@
 // speculative verify (consecutive positions of one sequence), a causal prefill of 300 tokens,
 // graph bounds (max_ctx above every context), q_lat / q_pe read at strides (q_pe in place inside
 // q [m, n_heads, nope + rope]) and a captured graph replayed at other contexts (the fused
-// combine's counters return to zero after every launch). Every CUDA case runs on both kernels:
-// the CUDA cores' f32 FMAs and the tensor cores' split-bf16 mmas (cuda::MlaCores).
+// combine's counters return to zero after every launch). Every CUDA case runs on each kernel
+// (cuda::MlaCores): the split-KV kernel on the CUDA cores' f32 FMAs and on the tensor cores'
+// split-bf16 mmas, and the two-pass kernels (f32 FMAs) where they take the shape.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -228,7 +229,14 @@ void expect_close(const char* what, const std::vector<float>& got, const std::ve
   std::printf("[ mla_attn ] %-34s %s\n", what, d.summary().c_str());
 }
 
-const char* cores_name(cuda::MlaCores c) { return c == cuda::MlaCores::kTensor ? "tc" : "cc"; }
+const char* cores_name(cuda::MlaCores c) {
+  return c == cuda::MlaCores::kTensor ? "tc" : c == cuda::MlaCores::kCudaTwoPass ? "tp" : "cc";
+}
+// The two-pass kernels take <= 16 heads and m x n_heads <= 64 (else the launcher falls back to
+// a split-KV kernel, which its own instantiation already tests).
+bool skip_two_pass(cuda::MlaCores c, const MlaAttentionArgs& a) {
+  return c == cuda::MlaCores::kCudaTwoPass && !cuda::mla_two_pass_fits(a.m, a.n_heads);
+}
 
 class MlaAttentionCuda : public ::testing::TestWithParam<std::tuple<MlaCase, cuda::MlaCores>> {};
 
@@ -236,6 +244,7 @@ TEST_P(MlaAttentionCuda, MatchesCpu) {
   PG_REQUIRE_CUDA();
   const auto& [c, cores] = GetParam();
   const HostData h = make_data(c);
+  if (skip_two_pass(cores, h.args)) GTEST_SKIP() << c.name << ": outside the two-pass kernels' shapes";
   const std::vector<float> ref = cpu_reference(h);
   const std::vector<double> tol = tolerances(h.args, cores);
   DeviceData d = upload_case(h, h.max_ctx);
@@ -316,7 +325,8 @@ const MlaCase kCases[] = {
 
 INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionCuda,
                          ::testing::Combine(::testing::ValuesIn(kCases),
-                                            ::testing::Values(cuda::MlaCores::kCuda, cuda::MlaCores::kTensor)),
+                                            ::testing::Values(cuda::MlaCores::kCuda, cuda::MlaCores::kTensor,
+                                                              cuda::MlaCores::kCudaTwoPass)),
                          [](const ::testing::TestParamInfo<std::tuple<MlaCase, cuda::MlaCores>>& i) {
                            return std::string(std::get<0>(i.param).name) + "_" + cores_name(std::get<1>(i.param));
                          });
@@ -357,7 +367,7 @@ TEST_P(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cores, MlaAttentionCudaGraph,
-                         ::testing::Values(cuda::MlaCores::kCuda, cuda::MlaCores::kTensor),
+                         ::testing::Values(cuda::MlaCores::kCuda, cuda::MlaCores::kTensor, cuda::MlaCores::kCudaTwoPass),
                          [](const ::testing::TestParamInfo<cuda::MlaCores>& i) { return std::string(cores_name(i.param)); });
 
 // Bad arguments come back as a Status naming the problem, before anything touches the device.
@@ -476,13 +486,21 @@ TEST(MlaAttentionPlan, Invariants) {
   const cuda::MlaPlan moon_tc = cuda::mla_plan(1, 16, 1024, 132, true);
   EXPECT_EQ(moon_tc.head_groups, 1);
   EXPECT_EQ(moon_tc.n_splits, 32);
-  // kAuto: the CUDA cores only where their plan has 8-head blocks (moonlight's batch 1).
-  EXPECT_EQ(cuda::mla_cores_for(1, 16), cuda::MlaCores::kCuda);
-  EXPECT_EQ(cuda::mla_cores_for(2, 16), cuda::MlaCores::kCuda);
-  EXPECT_EQ(cuda::mla_cores_for(4, 16), cuda::MlaCores::kTensor);
+  // kAuto: two passes up to 64 head-tokens of <= 16 heads (moonlight's batch 1 and verify of 4);
+  // beyond, the split-KV kernel on the CUDA cores only where its plan has 8-head blocks.
+  EXPECT_EQ(cuda::mla_cores_for(1, 16), cuda::MlaCores::kCudaTwoPass);
+  EXPECT_EQ(cuda::mla_cores_for(4, 16), cuda::MlaCores::kCudaTwoPass);
+  EXPECT_EQ(cuda::mla_cores_for(5, 16), cuda::MlaCores::kTensor);
   EXPECT_EQ(cuda::mla_cores_for(8, 16), cuda::MlaCores::kTensor);
   EXPECT_EQ(cuda::mla_cores_for(1, 128), cuda::MlaCores::kTensor);
-  EXPECT_EQ(cuda::mla_cores_for(3, 4), cuda::MlaCores::kCuda);
+  EXPECT_EQ(cuda::mla_cores_for(3, 4), cuda::MlaCores::kCudaTwoPass);
+  EXPECT_EQ(cuda::mla_cores_for(1, 17), cuda::MlaCores::kCuda);
+  // Two passes: a wave of score blocks; the workspace holds the scores after the counters.
+  EXPECT_EQ(cuda::mla_tp_blocks(1, 132), 132);
+  EXPECT_EQ(cuda::mla_tp_blocks(4, 132), 33);
+  EXPECT_EQ(cuda::mla_tp_blocks(200, 132), 1);
+  EXPECT_GE(cuda::mla_attention_workspace_floats(1, 16, 512, 4096),
+            size_t(cuda::kMlaCounterSlots) + 4096 * size_t(cuda::kMlaTpHeads));
   // The tensor-core kernel's staged rows: 8 (mod 32) floats, room for every k step.
   for (int d : {14, 33, 40, 576, 704}) {
     const int dk = cuda::mla_tc_dk(d), dp = cuda::mla_tc_row_stride(dk);
@@ -495,7 +513,7 @@ TEST(MlaAttentionPlan, Invariants) {
 
 // Not a check: decode latency at the real shapes for the record (the lead's GPU run prints it).
 // Timed as in the decode step: kLaunches launches captured in one CUDA graph (no host overhead),
-// on both kernels: batch 1, a verify step of 4 tokens of one sequence (q = 4) and batch 8 (8
+// on each kernel: batch 1, a verify step of 4 tokens of one sequence (q = 4) and batch 8 (8
 // sequences of ctx rows each), block_size 64; ctx 1024 at m = 1 is the per-layer budget's
 // reference point (moonlight <= 6 us, V3 <= 12 us).
 TEST(MlaAttentionCudaTiming, Decode) {
@@ -509,7 +527,8 @@ TEST(MlaAttentionCudaTiming, Decode) {
   for (const Shape& sh : {Shape{"batch 1", 1, 1}, Shape{"verify 4", 1, 4}, Shape{"batch 8", 8, 1}}) {
     for (int64_t heads : {kMoonH, kV3H}) {
       for (int64_t ctx : {1024, 4096, 32768}) {
-        for (cuda::MlaCores cores : {cuda::MlaCores::kCuda, cuda::MlaCores::kTensor}) {
+        for (cuda::MlaCores cores : {cuda::MlaCores::kCuda, cuda::MlaCores::kTensor, cuda::MlaCores::kCudaTwoPass}) {
+          if (cores == cuda::MlaCores::kCudaTwoPass && !cuda::mla_two_pass_fits(sh.n_seqs * sh.q, heads)) continue;
           MlaCase c{"timing", heads, kR, kP, 64, std::vector<Seq>(size_t(sh.n_seqs), Seq{ctx, sh.q})};
           HostData h = make_data(c);
           DeviceData d = upload_case(h, ctx);

@@ -1,7 +1,8 @@
 // ops::cuda::moe_routing against ops::cpu::moe_routing: DeepSeek-V3 (noaux_tc, 8 groups keep 4),
 // moonlight, Kimi-K2, V2-Lite (softmax greedy), V2 (group-limited greedy), the kernel's limits,
 // and tie-heavy logits on a coarse grid, where only the tie order decides. Indices: exact.
-// moe_router (router GEMV + routing in one launch) against ops::cuda::linear + moe_routing: bit for bit.
+// moe_router (router GEMV + routing in one cluster launch) against ops::cuda::linear + moe_routing:
+// bit for bit; and its experts against ops::cpu::moe_routing on the same logits.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -149,9 +150,12 @@ TEST(MoeRoutingCudaArgs, OverTheKernelLimitsIsUnsupportedNotACrash) {
 
 // ---------------------------------------------------------------------------------------------
 // moe_router: the fused launch against cuda::linear then cuda::moe_routing, bit for bit (logits,
-// indices, weights), launched three times in a row (the last-block counter must reset), with
-// outputs poisoned first. Cases past the fused path's limits (m > 64, a scalar-path router) take
-// the two launches and must agree too.
+// indices, weights), launched three times in a row (a graph replays it so), with outputs poisoned
+// first, and its experts against cpu::moe_routing on those logits (indices exact, weights within
+// kWeightMaxRel). No counter: the cluster launch needs none. Moonlight and DeepSeek-V3 at m = 1,
+// 2, 4 and 64 (k_split 2 to 8; one pass of rows per block, or several); cases past the fused
+// path's limits (m > 64, logits over rank 0's shared memory, a scalar-path router)
+// take the two launches and must agree too.
 struct RouterCase {
   const char* name;
   WeightFormat format;
@@ -162,15 +166,23 @@ void PrintTo(const RouterCase& c, std::ostream* os) { *os << c.name; }
 
 const RouterCase kRouterCases[] = {
     {"moonlight_bf16_m1", WeightFormat::kBF16, 1, 2048, 0, {"", 1, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
+    {"moonlight_bf16_m2", WeightFormat::kBF16, 2, 2048, 0, {"", 2, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
     {"moonlight_bf16_m3", WeightFormat::kBF16, 3, 2048, 0, {"", 3, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
+    {"moonlight_bf16_m4", WeightFormat::kBF16, 4, 2048, 0, {"", 4, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
     {"moonlight_bf16_m8", WeightFormat::kBF16, 8, 2048, 0, {"", 8, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
     {"moonlight_f32_m5_strided", WeightFormat::kF32, 5, 2048, 8, {"", 5, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
     {"moonlight_bf16_m64", WeightFormat::kBF16, 64, 2048, 0, {"", 64, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
     {"moonlight_bf16_m65_unfused", WeightFormat::kBF16, 65, 2048, 0, {"", 65, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
     {"v3_bf16_m1", WeightFormat::kBF16, 1, 7168, 0, {"", 1, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f}},
+    {"v3_bf16_m2", WeightFormat::kBF16, 2, 7168, 0, {"", 2, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f}},
+    {"v3_bf16_m4", WeightFormat::kBF16, 4, 7168, 0, {"", 4, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f}},
     {"v3_f32_m7", WeightFormat::kF32, 7, 7168, 0, {"", 7, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f}},
+    {"v3_bf16_m64", WeightFormat::kBF16, 64, 7168, 0, {"", 64, 256, 8, 8, 4, kSig, kNoAux, true, 2.5f}},
     {"kimi_k2_bf16_m2", WeightFormat::kBF16, 2, 7168, 0, {"", 2, 384, 8, 1, 1, kSig, kNoAux, true, 2.827f}},
     {"v2_group_limited_f32_m4", WeightFormat::kF32, 4, 5120, 0, {"", 4, 160, 6, 8, 3, kSoft, kGroupGreedy, false, 16.0f}},
+    // 1024 experts: m = 39 is the most that fits rank 0's shared memory (224 KB of 226; m = 40: 228).
+    {"limits_bf16_m39", WeightFormat::kBF16, 39, 1024, 0, {"", 39, 1024, 16, 32, 8, kSig, kNoAux, true, 2.0f}},
+    {"limits_bf16_m40_unfused", WeightFormat::kBF16, 40, 1024, 0, {"", 40, 1024, 16, 32, 8, kSig, kNoAux, true, 2.0f}},
     {"tiny_f32_scalar_unfused", WeightFormat::kF32, 3, 52, 0, {"", 3, 8, 3, 2, 1, kSig, kNoAux, true, 1.0f}},
 };
 
@@ -191,7 +203,6 @@ TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {
   auto dwb = to_device(wb);
   const Matrix w{c.format, E, c.hidden,
                  c.format == WeightFormat::kBF16 ? static_cast<const void*>(dwb.data()) : static_cast<const void*>(dwf.data())};
-  auto dcounter = to_device(std::vector<uint32_t>(4, 0));
 
   struct Out {
     std::vector<float> logits, weight;
@@ -207,7 +218,7 @@ TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {
     if (fused) {
       MoeRouterArgs a;
       a.x = dx.data(), a.x_stride = xs, a.router = &w, a.logits = dl.data(), a.routing = r;
-      PG_ASSERT_OK(cuda::moe_router(a, dcounter.data(), nullptr));
+      PG_ASSERT_OK(cuda::moe_router(a, /*counter=*/nullptr, nullptr));
     } else {
       LinearArgs la;
       la.x = dx.data(), la.x_stride = xs, la.w = &w, la.y = dl.data(), la.m = c.m;
@@ -226,11 +237,23 @@ TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {
     ASSERT_EQ(std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "logits differ";
     EXPECT_EQ(got.idx, ref.idx);
     EXPECT_EQ(std::memcmp(got.weight.data(), ref.weight.data(), ref.weight.size() * 4), 0) << "weights differ";
-    EXPECT_EQ(to_host(dcounter), std::vector<uint32_t>(4, 0)) << "the counter was not reset";
   }
   int64_t poison = 0;
   for (float v : ref.logits) poison += is_poison(v);
   EXPECT_EQ(poison, 0);
+
+  // The CPU definition on the same logits: the same experts, weights within kWeightMaxRel (exp).
+  std::vector<int32_t> idx_cpu(ref.idx.size(), -1);
+  std::vector<float> w_cpu(ref.weight.size());
+  MoeRoutingArgs h = args_of(c.routing);
+  h.m = c.m, h.logits = ref.logits.data(), h.bias = c.routing.method == kNoAux ? bias.data() : nullptr;
+  h.expert_idx = idx_cpu.data(), h.expert_weight = w_cpu.data();
+  cpu::moe_routing(h);
+  EXPECT_EQ(ref.idx, idx_cpu) << "experts differ from cpu::moe_routing";
+  const Diff d = compare(ref.weight.data(), w_cpu.data(), int64_t(w_cpu.size()),
+                         [&](int64_t i) { return kWeightMaxRel * std::fabs(double(w_cpu[size_t(i)])); });
+  EXPECT_EQ(d.non_finite, 0) << d.summary();
+  EXPECT_EQ(d.over_tol, 0) << d.summary();
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouterCuda, ::testing::ValuesIn(kRouterCases),
