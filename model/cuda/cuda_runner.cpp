@@ -101,8 +101,7 @@ struct CudaRunner::Impl {
         *o_lat = nullptr, *o = nullptr, *router_logits = nullptr, *expert_w = nullptr, *hidden_all = nullptr,
         *hidden = nullptr, *normed = nullptr, *logits = nullptr, *cat = nullptr, *qkv = nullptr;
   int32_t* expert_idx = nullptr;
-  unsigned* router_counter = nullptr;  // moe_router's last-block counter (zero between launches)
-  unsigned* norm_counter = nullptr;    // linear_norm's (out_norm) last-block counter, likewise
+  unsigned* norm_counter = nullptr;  // linear_norm's (out_norm) last-block counter (zero between launches)
   float* mla_ws = nullptr;
   size_t mla_ws_floats = 0;
   void* moe_ws = nullptr;
@@ -285,11 +284,6 @@ Status CudaRunner::Impl::init_buffers() {
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(size_t(Tm * K) * 4));
     expert_idx = static_cast<int32_t*>(v);
-  }
-  {
-    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
-    router_counter = static_cast<unsigned*>(v);
-    PG_CUDA_TRY(cudaMemset(router_counter, 0, 16));
   }
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
@@ -622,7 +616,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     // bf16 rounding of its input), then the routing, in one launch (decode-sized T).
     ops::MoeRouterArgs ro;
     ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;
-    PG_TRY(cu::moe_router(ro, router_counter, stream));
+    PG_TRY(cu::moe_router(ro, stream));
     PG_TRY(mark("router"));
     if (routing_rec) {
       const int64_t K = c.num_experts_per_tok;

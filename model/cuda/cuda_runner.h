@@ -53,11 +53,12 @@ struct CudaRunnerOptions {
   // (for measuring what the bf16 attention costs in accuracy). PEREGRINE_PREFILL_ATTENTION=0 / =1 overrides.
   bool tensor_core_attention = true;
   // The other steps (decode, verify, short prefill): which attention kernel. kAuto
-  // (ops::cuda::mla_cores_for): the two-pass kernels where they fit (<= 16 heads, m x heads <=
-  // 64: moonlight's batch 1 and verify steps); else the split-KV kernel on the tensor cores (bf16
-  // mmas on split f32 operands, near-f32 results, so the CPU reference needs no emulation) where
-  // it wins, at V3's 128 heads and batches, or on the CUDA cores' f32 FMAs. Exact mode: always the
-  // CUDA-core split-KV kernel. PEREGRINE_DECODE_ATTENTION=cuda / auto / tensor / twopass overrides.
+  // (ops::cuda::mla_cores_for): the split-KV kernel on the tensor cores (bf16 mmas on split f32
+  // operands, near-f32 results, so the CPU reference needs no emulation) where it wins, at V3's
+  // 128 heads, verify steps and batches; on the CUDA cores' f32 FMAs at moonlight's batch 1 (12.9
+  // vs 17.4 us at 1K). Exact mode: always the CUDA cores. PEREGRINE_DECODE_ATTENTION=cuda / auto
+  // / tensor / twopass overrides (twopass: the two-pass kernels where they fit, faster only at
+  // contexts up to ~1K: ops/cuda/mla_attention.h).
   ops::cuda::MlaCores decode_attention = ops::cuda::MlaCores::kAuto;
   // Decode-sized steps (<= 8 tokens) fold the layer's RMSNorms into the projections next to them
   // (ops/linear_norm.h): input_norm into q_kv_a's GEMV (each block normalizes x as it loads it),

@@ -16,19 +16,20 @@ namespace pg::ops::cuda {
 
 // Which kernel computes the scores and the weighted sum: the split-KV kernel on the CUDA cores
 // (f32 FMAs) or on the bf16 tensor cores (each f32 operand split into a bf16 pair: three products
-// per multiply, ~2^-16 relative per product), both with the fused combine; or the two-pass
-// kernels on the CUDA cores (scores, then softmax · V merged in clusters; n_heads <= 16 and
-// m x n_heads <= 64, else the launcher takes kAuto's split-KV choice). mla_attention_params.h
-// has their plans. kAuto: mla_cores_for's choice by shape.
+// per multiply, ~2^-16 relative per product), both with the fused combine; or, on request only,
+// the two-pass kernels on the CUDA cores (scores, then softmax · V merged in clusters; n_heads <=
+// 16 and m x n_heads <= 64, else the launcher takes kAuto's choice). mla_attention_params.h has
+// their plans. kAuto: mla_cores_for's choice by shape.
 enum class MlaCores { kCuda, kTensor, kAuto, kCudaTwoPass };
 
-// kAuto's choice: two passes where they fit (moonlight's batch 1 and verify steps); else the
-// tensor cores wherever the CUDA-core plan also puts 16 heads in a block (m x n_heads >
-// kMlaSmallHeadWork: V3's 128 heads, batches); below that the CUDA-core kernel's 8-head blocks
-// double the blocks and win. H200 (2026-12-01, a1bd8ef), us per launch at 1K context, CUDA /
-// tensor cores: moonlight batch 1 12.9 / 17.3, moonlight verify of 4 20.4 / 19.0, batch 8 25.1 /
-// 22.8; V3 batch 1 25.2 / 22.8, verify of 4 62.0 / 53.9; at 32K moonlight batch 1 74.4 / 62.9, V3
-// 401 / 338.
+// kAuto's choice: the tensor cores wherever the CUDA-core plan also puts 16 heads in a block
+// (m x n_heads > kMlaSmallHeadWork: V3's 128 heads, verify steps, batches); below that the
+// CUDA-core kernel's 8-head blocks double the blocks and win. H200, us per launch in a graph,
+// CUDA cores / tensor cores / two passes (2026-12-01, 5063ad0): moonlight batch 1 at 1K 12.9 /
+// 17.4 / 12.2, at 4K 19.7 / 26.4 / 25.2, at 32K 74.2 / 64.4 / 162.0; moonlight verify of 4 at 1K
+// 20.3 / 19.1 / 25.2; batch 8 at 1K 24.8 / 22.7; V3 batch 1 at 1K 25.2 / 22.9, verify of 4 61.9 /
+// 54.1. The two passes win only at short contexts and lose badly at long ones, and a decode
+// graph serves every context up to max_model_len: kAuto never takes them.
 MlaCores mla_cores_for(int64_t m, int64_t n_heads);
 
 // Floats of scratch the launcher needs for m tokens whose ctx_len are all <= max_ctx (0 when

@@ -24,13 +24,8 @@ MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
 
 }  // namespace
 
-// The split-KV kernels' choice by shape (kAuto without the two passes).
-MlaCores split_kv_cores_for(int64_t m, int64_t n_heads) {
-  return m * n_heads > kMlaSmallHeadWork ? MlaCores::kTensor : MlaCores::kCuda;
-}
-
 MlaCores mla_cores_for(int64_t m, int64_t n_heads) {
-  return mla_two_pass_fits(m, n_heads) ? MlaCores::kCudaTwoPass : split_kv_cores_for(m, n_heads);
+  return m * n_heads > kMlaSmallHeadWork ? MlaCores::kTensor : MlaCores::kCuda;
 }
 
 size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx) {
@@ -51,7 +46,7 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
                      cudaStream_t stream, MlaCores cores) {
   if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads);
-  if (cores == MlaCores::kCudaTwoPass && !mla_two_pass_fits(a.m, a.n_heads)) cores = split_kv_cores_for(a.m, a.n_heads);
+  if (cores == MlaCores::kCudaTwoPass && !mla_two_pass_fits(a.m, a.n_heads)) cores = mla_cores_for(a.m, a.n_heads);
   // ops::validate reads ctx_len[t] on the host; here ctx_len is device memory, so validate the
   // shape with m = 0 and check the pointers and the bound here.
   MlaAttentionArgs shape = a;

@@ -216,6 +216,11 @@ cudaError_t launch_mla_attention_tc(const MlaAttentionParams& p, cudaStream_t st
 //           distributed shared memory: no global partials, no atomics, no spin.
 // The cache is read twice (scores: all D columns; values: the R latent ones), from L2 at short
 // contexts. Launched as a PDL pair: pass 2 stages its first chunk of V while pass 1 runs.
+// Measured (H200, 5063ad0, moonlight batch 1): 12.2 us at 1K vs the split-KV kernel's 12.9, but
+// 25.2 vs 19.7 at 4K and 162 vs 74 at 32K: each pass is still a chain of dependent round trips
+// (ctx_len, table, rows; then S), and pass 2 walks a rank's rows in serial chunks of 128 with
+// three barriers each. So it runs only on request (PEREGRINE_DECODE_ATTENTION=twopass); what it
+// shows is that at 1K the attention's ~12 us is latency, not work, in either design.
 constexpr int kMlaTpHeads = 16;         // heads per token (n_heads <= 16); the S row stride
 constexpr int kMlaTpTileRows = 16;      // pass 1: rows per staged tile (4 row quads)
 constexpr int kMlaTpColSlices = 16;     // pass 1: lanes that split D (a half-warp)

@@ -14,9 +14,8 @@ namespace pg::ops::cuda {
 // sums in the same order). The one-launch path (one thread-block cluster) takes f32 / bf16
 // routers on linear's vector path, up to kRouterMaxTokens tokens and logits that fit rank 0's
 // shared memory (moe_router_smem_bytes <= kRouterMaxSmemBytes); other cases launch linear, then
-// moe_routing. counter: no longer used (the cluster barrier replaced the last-block counter);
-// kept so callers need no change, and may be null.
-Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream);
+// moe_routing. Stateless: the cluster barrier needs no counter between launches.
+Status moe_router(const MoeRouterArgs& a, cudaStream_t stream);
 
 // The routing kernel's Params of a validated MoeRoutingArgs (cuda_ops.cpp), shared by both launchers.
 MoeRoutingParams moe_routing_params(const MoeRoutingArgs& a);

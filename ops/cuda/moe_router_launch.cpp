@@ -12,7 +12,7 @@
 
 namespace pg::ops::cuda {
 
-Status moe_router(const MoeRouterArgs& a, unsigned* /*counter: unused since the cluster launch*/, cudaStream_t stream) {
+Status moe_router(const MoeRouterArgs& a, cudaStream_t stream) {
   PG_TRY(validate(a));
   const MoeRoutingArgs& r = a.routing;
   if (r.m == 0) return ok_status();

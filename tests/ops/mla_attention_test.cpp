@@ -486,15 +486,14 @@ TEST(MlaAttentionPlan, Invariants) {
   const cuda::MlaPlan moon_tc = cuda::mla_plan(1, 16, 1024, 132, true);
   EXPECT_EQ(moon_tc.head_groups, 1);
   EXPECT_EQ(moon_tc.n_splits, 32);
-  // kAuto: two passes up to 64 head-tokens of <= 16 heads (moonlight's batch 1 and verify of 4);
-  // beyond, the split-KV kernel on the CUDA cores only where its plan has 8-head blocks.
-  EXPECT_EQ(cuda::mla_cores_for(1, 16), cuda::MlaCores::kCudaTwoPass);
-  EXPECT_EQ(cuda::mla_cores_for(4, 16), cuda::MlaCores::kCudaTwoPass);
-  EXPECT_EQ(cuda::mla_cores_for(5, 16), cuda::MlaCores::kTensor);
+  // kAuto: the CUDA cores only where their plan has 8-head blocks (moonlight's batch 1); never
+  // the two passes (slower past ~1K rows: mla_attention.h).
+  EXPECT_EQ(cuda::mla_cores_for(1, 16), cuda::MlaCores::kCuda);
+  EXPECT_EQ(cuda::mla_cores_for(2, 16), cuda::MlaCores::kCuda);
+  EXPECT_EQ(cuda::mla_cores_for(4, 16), cuda::MlaCores::kTensor);
   EXPECT_EQ(cuda::mla_cores_for(8, 16), cuda::MlaCores::kTensor);
   EXPECT_EQ(cuda::mla_cores_for(1, 128), cuda::MlaCores::kTensor);
-  EXPECT_EQ(cuda::mla_cores_for(3, 4), cuda::MlaCores::kCudaTwoPass);
-  EXPECT_EQ(cuda::mla_cores_for(1, 17), cuda::MlaCores::kCuda);
+  EXPECT_EQ(cuda::mla_cores_for(3, 4), cuda::MlaCores::kCuda);
   // Two passes: a wave of score blocks; the workspace holds the scores after the counters.
   EXPECT_EQ(cuda::mla_tp_blocks(1, 132), 132);
   EXPECT_EQ(cuda::mla_tp_blocks(4, 132), 33);

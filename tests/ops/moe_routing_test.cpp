@@ -218,7 +218,7 @@ TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {
     if (fused) {
       MoeRouterArgs a;
       a.x = dx.data(), a.x_stride = xs, a.router = &w, a.logits = dl.data(), a.routing = r;
-      PG_ASSERT_OK(cuda::moe_router(a, /*counter=*/nullptr, nullptr));
+      PG_ASSERT_OK(cuda::moe_router(a, nullptr));
     } else {
       LinearArgs la;
       la.x = dx.data(), la.x_stride = xs, la.w = &w, la.y = dl.data(), la.m = c.m;
