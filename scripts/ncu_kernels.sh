@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Full ncu profiles (`--set full`) of chosen kernels inside a decode step of `peregrine bench
+# --synthetic`: the kernels as the CUDA graph runs them (node by node), the decode steps only
+# (PEREGRINE_PROFILE_DECODE=1), one launch of each. For the H200 run, after scripts/gpu_suite.sh
+# has built build-gpu/ (same LD_LIBRARY_PATH); writes one details page per kernel to OUT_DIR.
+#   usage: scripts/ncu_kernels.sh OUT_DIR NAME DTYPE LAYERS KERNEL_REGEX [KERNEL_REGEX ...]
+#   e.g.   scripts/ncu_kernels.sh $OUT/ncu moonlight-16b-a3b nvfp4 0 moe_router_kernel mla_prep_kernel
+# LAUNCH_SKIP (default 40): launches of the kernel skipped first (past the first layers and step).
+set -uo pipefail
+OUT=${1:?usage: scripts/ncu_kernels.sh OUT_DIR NAME DTYPE LAYERS KERNEL_REGEX ...}
+NAME=${2:?} DTYPE=${3:?} LAYERS=${4:?}
+shift 4
+mkdir -p "$OUT"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PEREGRINE=${PEREGRINE:-$ROOT/build-gpu/peregrine}
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+[ -x "$PEREGRINE" ] && [ -n "$NCU" ] || { echo "ncu_kernels: need $PEREGRINE and ncu"; exit 1; }
+args=(bench --synthetic "$NAME" --dtype "$DTYPE" --decode-tokens 4 --repeats 1 --batches 1 --long-prefill 0)
+[ "$LAYERS" != 0 ] && args+=(--layers "$LAYERS")
+for k in "$@"; do
+  rep="$OUT/${k//[^A-Za-z0-9_]/_}"
+  PEREGRINE_PROFILE_DECODE=1 timeout 240 "$NCU" --profile-from-start off --graph-profiling node \
+    -k "regex:$k" --launch-skip "${LAUNCH_SKIP:-40}" --launch-count 1 --set full -f -o "$rep" \
+    "$PEREGRINE" "${args[@]}" >"$rep.log" 2>&1
+  echo "ncu $k: rc=$?"
+  "$NCU" --import "$rep.ncu-rep" --page details >"$rep.txt" 2>&1
+  # The lines that say where the time goes, for the run's output.
+  grep -E "^  [a-z_].*\(|Duration|Elapsed Cycles|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Block Size|Grid Size|Dynamic Shared" "$rep.txt" | head -24
+done
