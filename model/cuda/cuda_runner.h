@@ -66,11 +66,17 @@ struct CudaRunnerOptions {
   // rows): two to three launches fewer per layer, each where it pays (linear_norm_in_pays /
   // _out_pays in ops/cuda/linear_norm/params.h: moonlight at 1..8 tokens, V3's hidden-size norms
   // at 1..2). NVFP4 projections outside exact mode (the f16 tensor-core GEMV): at one token
-  // (linear_norm_nvfp4_fits; not yet run on a GPU, 2026-12-01). Off: its GPU tests and goldens
+  // (linear_norm_nvfp4_fits; H200 2026-12-01, 1a5e892: moonlight nvfp4 468.9 vs 491.5 tok/s
+  // without). Off: its GPU tests and goldens
   // pass (H200, 2026-12-01, 9d5def8), but moonlight bf16 decode ran 6% slower with it (372.6 vs
   // 396.0 tok/s; layers 85.5 / 92.8 vs 81.0 / 86.5 us: the fused GEMVs lose more than the
   // launches save). PEREGRINE_FUSED_NORMS=0 / =1 overrides.
   bool fused_norms = false;
+  // MoE layers at decode sizes (<= kRouterTokenTile tokens): post_norm folds into the router's
+  // cluster (ops/moe_router.h's in_norm; every block computes the inverse RMS, writes its slice of
+  // the normalized rows for the experts): one launch fewer per MoE layer. Where fused_norms
+  // already folds post_norm into o_proj, that stays. PEREGRINE_ROUTER_NORM=0 / =1 overrides.
+  bool router_norm = true;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 
@@ -109,7 +115,7 @@ class CudaRunner final : public ModelRunner {
   // Uploads the weights of a loaded (memory-mapped) checkpoint.
   static Result<std::unique_ptr<CudaRunner>> create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt);
   // The options a runner created with `opt` uses: the environment's overrides applied
-  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS: 1 on, 0 off;
+  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS, PEREGRINE_ROUTER_NORM: 1 on, 0 off;
   // PEREGRINE_DECODE_ATTENTION: cuda, auto, tensor or twopass).
   static CudaRunnerOptions effective_options(CudaRunnerOptions opt);
   // Random weights at cfg's shapes, made on the GPU (no checkpoint): for benchmarks.

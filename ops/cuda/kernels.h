@@ -71,6 +71,12 @@ struct MoeRouterParams {
   int64_t n = 0, k = 0, x_stride = 0;
   int k_split = 1;            // linear_plan's for the same args
   MoeRoutingParams routing;
+  // The post-attention RMSNorm folded in (m <= kRouterTokenTile): x is the residual stream, the
+  // GEMV reads in_norm * (x * inv), and the blocks write those values to x_normed [m, k].
+  const float* in_norm = nullptr;
+  float eps = 0.0f;
+  float* x_normed = nullptr;
+  bool norm_vec4 = false;     // k % 4 == 0 and x, x_stride 16-byte aligned: float4 sums of squares
 };
 cudaError_t launch_moe_router(LinearWeight f, const MoeRouterParams& p, cudaStream_t stream);
 

@@ -14,7 +14,9 @@ namespace pg::ops::cuda {
 // sums in the same order). The one-launch path (one thread-block cluster) takes f32 / bf16
 // routers on linear's vector path, up to kRouterMaxTokens tokens and logits that fit rank 0's
 // shared memory (moe_router_smem_bytes <= kRouterMaxSmemBytes); other cases launch linear, then
-// moe_routing. Stateless: the cluster barrier needs no counter between launches.
+// moe_routing. With in_norm, the norm folds into the one-launch path up to kRouterTokenTile
+// tokens (every block computes the inverse RMS); else rmsnorm runs first as its own launch.
+// Stateless: the cluster barrier needs no counter between launches.
 Status moe_router(const MoeRouterArgs& a, cudaStream_t stream);
 
 // The routing kernel's Params of a validated MoeRoutingArgs (cuda_ops.cpp), shared by both launchers.

@@ -16,6 +16,7 @@
 #include "ops/cuda/config.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/linear/kernel.cuh"  // unpack_chunk: one 16-byte chunk of W -> f32
+#include "ops/cuda/linear_norm/norm.cuh"  // rms_inv_rows: the folded RMSNorm's inverse RMS
 
 namespace pg::ops::cuda {
 namespace {
@@ -162,6 +163,8 @@ __global__ void __launch_bounds__(kRouterThreads, 1) moe_router_kernel(const __g
   constexpr int kRows = kRouterRowsPerWarp, kUnroll = kRouterUnroll, kOut = kT * kRows;
   static_assert(kOut <= kWarpSize, "one lane per (token, row) output of the warp");
   __shared__ float partial[kWarps][kOut];
+  __shared__ float norm_scratch[kLinearWarps][kLinearNormMaxRows];  // rms_inv_rows' warp sums
+  static_assert(kRouterThreads == kLinearThreads && kT <= kLinearNormMaxRows, "rms_inv_rows' block and rows");
   extern __shared__ float smem[];  // moe_router_smem_bytes; only rank 0's is read
   float* s_logits = smem;                          // [m, n] f32: every block's logits
   float* s_bias = s_logits + int64_t(p.m) * p.n;   // [n] f32 (noaux_tc)
@@ -189,6 +192,19 @@ __global__ void __launch_bounds__(kRouterThreads, 1) moe_router_kernel(const __g
   cluster.barrier_wait(std::move(started));
   pdl_wait();  // x comes from the kernel before
   float* const rank0_logits = cluster.map_shared_rank(s_logits, 0);
+
+  // The folded RMSNorm: every block computes the tokens' inverse RMS (one fixed order: the same
+  // bits in every block) and writes its slice of x' = in_norm * (x * inv) for the experts.
+  float inv[kT] = {};
+  if (p.in_norm) {
+    rms_inv_rows<kT, false>(p.x, p.x_stride, p.m, p.k, p.eps, p.norm_vec4, inv, norm_scratch);
+    const int64_t slice = (p.k + gridDim.x - 1) / gridDim.x, j_begin = int64_t(blockIdx.x) * slice;
+    const int64_t j_end = min(p.k, j_begin + slice);
+#pragma unroll
+    for (int i = 0; i < kT; ++i)  // p.m <= kT here (the launcher's condition)
+      for (int64_t j = j_begin + threadIdx.x; i < p.m && j < j_end; j += kRouterThreads)
+        p.x_normed[int64_t(i) * p.k + j] = p.in_norm[j] * (ld_act(p.x + int64_t(i) * p.x_stride + j) * inv[i]);
+  }
 
   for (int64_t j0 = 0; j0 < passes; j0 += kRows) {
     const uint8_t* wrow[kRows];
@@ -231,6 +247,15 @@ __global__ void __launch_bounds__(kRouterThreads, 1) moe_router_kernel(const __g
               for (int q = 0; q < kVec / 4; ++q) {
                 const float4 v = ld_act4(xp + 4 * q);
                 xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
+              }
+              if (p.in_norm) {  // ops::cpu::rmsnorm's y_j, as written to x_normed above
+#pragma unroll
+                for (int q = 0; q < kVec / 4; ++q) {
+                  const float4 g = ld_f4(p.in_norm + cc * kVec + 4 * q);
+                  const float gf[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+                  for (int e = 0; e < 4; ++e) xf[4 * q + e] = gf[e] * (xf[4 * q + e] * inv[i]);
+                }
               }
 #pragma unroll
               for (int r = 0; r < kRows; ++r) {

@@ -28,6 +28,7 @@ namespace {
 // terms by a few ulps (rounding flips random-walk). 64 ulps bounds that with room; an actual
 // bug (a wrong expert, a missed normalisation) is off by far more.
 constexpr double kWeightMaxRel = 64 * kF32Unit;
+constexpr double kLambda = 10.0;  // Higham & Mary's probabilistic rounding bound (linear_test.cpp)
 
 struct RoutingCase {
   const char* name;
@@ -254,6 +255,86 @@ TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {
                          [&](int64_t i) { return kWeightMaxRel * std::fabs(double(w_cpu[size_t(i)])); });
   EXPECT_EQ(d.non_finite, 0) << d.summary();
   EXPECT_EQ(d.over_tol, 0) << d.summary();
+}
+
+// The post-attention RMSNorm folded into the router (in_norm): x is the residual stream. The
+// normalized rows it writes match cpu::rmsnorm within the reordered sum of squares (Higham &
+// Mary's probabilistic bound, lambda = 10: lambda sqrt(n) u on the sum, half of it through the
+// sqrt, on both sides, plus 4u for the division, sqrt and two products), and routing those rows
+// without the fold gives the same bits: the fold computes x' as the rows it writes. m <= 4 folds
+// into the cluster launch; larger m (and the unfused cases) run rmsnorm first, and must agree too.
+TEST_P(MoeRouterCuda, FoldedNormAsNormThenRouter) {
+  PG_REQUIRE_CUDA();
+  const RouterCase& c = GetParam();
+  const uint64_t seed = seed_of(c.name) + 7;
+  const int64_t E = c.routing.n_experts, xs = c.hidden + c.x_pad, K = c.routing.top_k;
+  std::vector<float> x(static_cast<size_t>(c.m * xs)), wf(static_cast<size_t>(E * c.hidden)), bias(static_cast<size_t>(E));
+  std::vector<float> nw(static_cast<size_t>(c.hidden));
+  parallel_fill(x, [&](uint64_t i) { return 3.0f * uniform_pm1(seed, i); });
+  parallel_fill(wf, [&](uint64_t i) { return 0.05f * uniform_pm1(seed + 1, i); });
+  parallel_fill(bias, [&](uint64_t i) { return 0.1f * uniform_pm1(seed + 2, i); });
+  parallel_fill(nw, [&](uint64_t i) { return 1.0f + 0.5f * uniform_pm1(seed + 3, i); });
+  std::vector<uint16_t> wb(wf.size());
+  for (size_t i = 0; i < wb.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+  auto dx = to_device(x), db = to_device(bias), dwf = to_device(wf), dnw = to_device(nw);
+  auto dwb = to_device(wb);
+  const Matrix w{c.format, E, c.hidden,
+                 c.format == WeightFormat::kBF16 ? static_cast<const void*>(dwb.data()) : static_cast<const void*>(dwf.data())};
+  auto dxn = poisoned<float>(size_t(c.m * c.hidden));
+  struct Out {
+    std::vector<float> logits, weight;
+    std::vector<int32_t> idx;
+  };
+  auto run = [&](bool fold, Out& o) {
+    auto dl = poisoned<float>(size_t(c.m * E));
+    auto dw = poisoned<float>(size_t(c.m * K));
+    auto di = poisoned<int32_t>(size_t(c.m * K));
+    MoeRoutingArgs r = args_of(c.routing);
+    r.m = c.m, r.logits = dl.data(), r.bias = c.routing.method == kNoAux ? db.data() : nullptr;
+    r.expert_idx = di.data(), r.expert_weight = dw.data();
+    MoeRouterArgs a;
+    a.router = &w, a.logits = dl.data(), a.routing = r;
+    if (fold) {
+      a.x = dx.data(), a.x_stride = xs, a.in_norm = dnw.data(), a.eps = 1e-6f, a.x_normed = dxn.data();
+    } else {
+      a.x = dxn.data();  // the rows the folded run wrote
+    }
+    PG_ASSERT_OK(cuda::moe_router(a, nullptr));
+    ASSERT_TRUE(sync_ok());
+    o.logits = to_host(dl), o.weight = to_host(dw), o.idx = to_host(di);
+  };
+  Out folded, plain;
+  run(true, folded);
+  const std::vector<float> xn = to_host(dxn);
+  run(false, plain);
+  ASSERT_EQ(std::memcmp(folded.logits.data(), plain.logits.data(), plain.logits.size() * 4), 0) << "logits differ";
+  EXPECT_EQ(folded.idx, plain.idx);
+  EXPECT_EQ(std::memcmp(folded.weight.data(), plain.weight.data(), plain.weight.size() * 4), 0) << "weights differ";
+  EXPECT_EQ(to_host(dx), x) << "the residual stream was written";
+
+  std::vector<float> xn_cpu(xn.size());
+  RmsNormArgs n;
+  n.x = x.data(), n.x_stride = xs, n.weight = nw.data(), n.y = xn_cpu.data(), n.m = c.m, n.n = c.hidden, n.eps = 1e-6f;
+  cpu::rmsnorm(n);
+  const double rel = kLambda * std::sqrt(double(c.hidden)) * kF32Unit + 4 * kF32Unit;
+  const Diff d = compare(xn.data(), xn_cpu.data(), int64_t(xn.size()),
+                         [&](int64_t i) { return rel * std::fabs(double(xn_cpu[size_t(i)])); });
+  EXPECT_EQ(d.non_finite, 0) << "unwritten normalized rows: " << d.summary();
+  EXPECT_EQ(d.over_tol, 0) << d.summary();
+}
+
+// The fold needs an output apart from x (its blocks read x while others write): a Status, not a race.
+TEST(MoeRouterCudaArgs, FoldedNormRejectsOutputAliasingX) {
+  float x[4] = {}, logits[2] = {}, wgt[2] = {}, nw[4] = {};
+  int32_t idx[2] = {};
+  const Matrix w{WeightFormat::kF32, 2, 4, x};
+  MoeRouterArgs a;
+  a.x = x, a.router = &w, a.logits = logits, a.in_norm = nw, a.x_normed = x;
+  a.routing.m = 1, a.routing.n_experts = 2, a.routing.top_k = 1, a.routing.n_group = 1, a.routing.topk_group = 1;
+  a.routing.logits = logits, a.routing.expert_idx = idx, a.routing.expert_weight = wgt, a.routing.bias = nw;
+  const Status s = cuda::moe_router(a, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.to_string().find("x_normed"), std::string::npos) << s.to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouterCuda, ::testing::ValuesIn(kRouterCases),
