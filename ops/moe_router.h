@@ -16,16 +16,9 @@ struct MoeRouterArgs {
   const Matrix* router = nullptr;   // [n_experts, hidden] (gate.weight)
   float* logits = nullptr;          // [m, n_experts] f32: written, then routed
   MoeRoutingArgs routing;           // routing.logits == logits
-  // Optional, the post-attention RMSNorm folded in: with in_norm set, x is the residual stream
-  // and the router reads x' = in_norm * (x * inv_rms(x)) (ops/rmsnorm.h's expression), which it
-  // also writes to x_normed [m, hidden] (row stride hidden; not x) for the experts.
-  const float* in_norm = nullptr;   // [hidden] f32
-  float eps = 1e-6f;
-  float* x_normed = nullptr;
 };
 
-// The routing contract, a router of [routing.n_experts, hidden], routing.logits == logits, and
-// with in_norm an x_normed that is not x.
+// The routing contract, a router of [routing.n_experts, hidden], and routing.logits == logits.
 Status validate(const MoeRouterArgs& a);
 
 }  // namespace pg::ops

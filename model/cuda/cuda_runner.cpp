@@ -101,7 +101,8 @@ struct CudaRunner::Impl {
         *o_lat = nullptr, *o = nullptr, *router_logits = nullptr, *expert_w = nullptr, *hidden_all = nullptr,
         *hidden = nullptr, *normed = nullptr, *logits = nullptr, *cat = nullptr, *qkv = nullptr;
   int32_t* expert_idx = nullptr;
-  unsigned* norm_counter = nullptr;  // linear_norm's (out_norm) last-block counter (zero between launches)
+  unsigned* router_counter = nullptr;  // moe_router's last-block counter (zero between launches)
+  unsigned* norm_counter = nullptr;    // linear_norm's (out_norm) last-block counter, likewise
   float* mla_ws = nullptr;
   size_t mla_ws_floats = 0;
   void* moe_ws = nullptr;
@@ -284,6 +285,11 @@ Status CudaRunner::Impl::init_buffers() {
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(size_t(Tm * K) * 4));
     expert_idx = static_cast<int32_t*>(v);
+  }
+  {
+    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
+    router_counter = static_cast<unsigned*>(v);
+    PG_CUDA_TRY(cudaMemset(router_counter, 0, 16));
   }
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
@@ -587,18 +593,14 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
   PG_TRY(heads(uv));
   PG_TRY(mark("w_uv"));
-  bool router_norm = false;  // post_norm folded into the router (it reads x, writes a)
   if (fuse_norm(A.o, T) && cu::linear_norm_out_pays(T, H)) {  // residual += o_proj(o); a = post_norm(residual), by o_proj's last block
     PG_TRY(lin_acc_norm(o, A.o, x, L.post_norm, a, T));
     PG_TRY(mark("o_proj+post_norm"));
   } else {
     PG_TRY(lin(o, A.o, x, T, /*acc=*/true));  // residual += o_proj(o)
     PG_TRY(mark("o_proj"));
-    router_norm = L.is_moe && opt.router_norm && T <= cu::kRouterTokenTile && !prefill_path(T);
-    if (!router_norm) {
-      PG_TRY(norm(x, L.post_norm, a, T, H));
-      PG_TRY(mark("post_norm"));
-    }
+    PG_TRY(norm(x, L.post_norm, a, T, H));
+    PG_TRY(mark("post_norm"));
   }
   ops::MoeExpertsArgs me;
   me.x = a, me.y = x, me.m = T, me.hidden = H, me.accumulate = true;  // residual += mlp(a)
@@ -620,9 +622,8 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     // bf16 rounding of its input), then the routing, in one launch (decode-sized T).
     ops::MoeRouterArgs ro;
     ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;
-    if (router_norm) ro.x = x, ro.in_norm = L.post_norm, ro.eps = float(cfg.rms_norm_eps), ro.x_normed = a;
-    PG_TRY(cu::moe_router(ro, stream));
-    PG_TRY(mark(router_norm ? "post_norm+router" : "router"));
+    PG_TRY(cu::moe_router(ro, router_counter, stream));
+    PG_TRY(mark("router"));
     if (routing_rec) {
       const int64_t K = c.num_experts_per_tok;
       PG_CUDA_TRY(cudaMemcpyAsync(routing_rec + cache_layer_idx * Tm * K, expert_idx, size_t(T * K) * 4,
@@ -833,7 +834,6 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
     if (v == "twopass") opt.decode_attention = cu::MlaCores::kCudaTwoPass;
   }
   flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
-  flag("PEREGRINE_ROUTER_NORM", opt.router_norm);
   return opt;
 }
 
@@ -886,9 +886,8 @@ std::string CudaRunner::describe() const {
     graphs = fmt::format("on: {} decode, {} verify, {} draft, {} draft-chain captured{}", m.counts.decode,
                          m.counts.verify, m.counts.draft, m.counts.chain,
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
-  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{}{})", p.name, n_blocks_, block_size_, graphs,
+  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{})", p.name, n_blocks_, block_size_, graphs,
                      m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "",
-                     m.opt.router_norm ? "" : ", post_norm not in the router",
                      m.opt.exact || m.opt.decode_attention == cu::MlaCores::kAuto ? ""
                      : m.opt.decode_attention == cu::MlaCores::kTensor      ? ", tensor-core decode attention"
                      : m.opt.decode_attention == cu::MlaCores::kCudaTwoPass ? ", two-pass decode attention"

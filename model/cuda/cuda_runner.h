@@ -72,11 +72,6 @@ struct CudaRunnerOptions {
   // 396.0 tok/s; layers 85.5 / 92.8 vs 81.0 / 86.5 us: the fused GEMVs lose more than the
   // launches save). PEREGRINE_FUSED_NORMS=0 / =1 overrides.
   bool fused_norms = false;
-  // MoE layers at decode sizes (<= kRouterTokenTile tokens): post_norm folds into the router's
-  // cluster (ops/moe_router.h's in_norm; every block computes the inverse RMS, writes its slice of
-  // the normalized rows for the experts): one launch fewer per MoE layer. Where fused_norms
-  // already folds post_norm into o_proj, that stays. PEREGRINE_ROUTER_NORM=0 / =1 overrides.
-  bool router_norm = true;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 
@@ -115,7 +110,7 @@ class CudaRunner final : public ModelRunner {
   // Uploads the weights of a loaded (memory-mapped) checkpoint.
   static Result<std::unique_ptr<CudaRunner>> create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt);
   // The options a runner created with `opt` uses: the environment's overrides applied
-  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS, PEREGRINE_ROUTER_NORM: 1 on, 0 off;
+  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS: 1 on, 0 off;
   // PEREGRINE_DECODE_ATTENTION: cuda, auto, tensor or twopass).
   static CudaRunnerOptions effective_options(CudaRunnerOptions opt);
   // Random weights at cfg's shapes, made on the GPU (no checkpoint): for benchmarks.

@@ -5,7 +5,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
 #include <cstdint>
 
 #include "ops/cuda/linear/config.h"  // LinearWeight: the fmt-free weight formats
@@ -41,42 +40,20 @@ struct MoeRoutingParams {
 cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
 
 // moe_router: the router GEMV (f32 | bf16 weights, linear's vector path) and moe_routing in one
-// launch of one thread-block cluster (moe_routing.cu): every block writes its rows' logits to
-// `logits` and into cluster rank 0's shared memory; after one cluster barrier rank 0 routes.
-// Blocks: one per kRouterThreads / 32 / k_split rows, at most the largest cluster the device
-// schedules (cudaOccupancyMaxPotentialClusterSize, capped at kRouterMaxClusterBlocks); the
-// blocks then loop over the rows in passes.
+// launch (moe_routing.cu). kRouterThreads / 32 / k_split rows per block; tokens kRouterTokenTile
+// at a time; the last block to finish routes (counter: zero between launches, reset by that block).
 constexpr int kRouterThreads = 256;  // = kLinearThreads: k_split divides its 8 warps, as linear's
 constexpr int kRouterTokenTile = 4;
-// A warp streams kRouterRowsPerWarp of its rows at once, kRouterUnroll 16-byte chunks each: 16
-// loads in flight per lane, 64 KB per SM at 8 warps (2x Little's law's ~32 KB per SM, as
-// linear/config.h derives). DeepSeek-V3 (256 x 7168 bf16, k_split 4, 16 blocks): 8 rows per warp,
-// 2 passes of 4 rows x 2 steps. Not yet measured on the H200.
-constexpr int kRouterRowsPerWarp = 4;
-constexpr int kRouterUnroll = 4;
-constexpr int kRouterMaxClusterBlocks = 16;  // Hopper's non-portable cluster maximum
 constexpr int64_t kRouterMaxTokens = 64;  // decode-sized steps; the tiles re-read W from L1/L2
-// Dynamic shared memory: 227 KB per sm_90 block less 1 KB for the static partial sums (512 B).
-constexpr size_t kRouterMaxSmemBytes = 226 * 1024;
-// Rank 0's dynamic shared memory, f32: the logits [m, n], the bias [n] and route_token's [2 n]
-// scratch for each of kRouterThreads / 32 warps (every block has the same size).
-constexpr size_t moe_router_smem_bytes(int64_t m, int64_t n) {
-  return sizeof(float) * size_t(n) * size_t(m + 1 + 2 * (kRouterThreads / 32));
-}
 struct MoeRouterParams {
   const float* x = nullptr;   // [m, k] f32, row stride x_stride; 16-byte aligned rows
   const void* w = nullptr;    // [n, k] f32 | bf16, 16-byte aligned, k a whole number of 16-byte chunks
   float* logits = nullptr;    // [m, n] f32 (= routing.logits)
+  unsigned* counter = nullptr;
   int m = 0;
   int64_t n = 0, k = 0, x_stride = 0;
   int k_split = 1;            // linear_plan's for the same args
   MoeRoutingParams routing;
-  // The post-attention RMSNorm folded in (m <= kRouterTokenTile): x is the residual stream, the
-  // GEMV reads in_norm * (x * inv), and the blocks write those values to x_normed [m, k].
-  const float* in_norm = nullptr;
-  float eps = 0.0f;
-  float* x_normed = nullptr;
-  bool norm_vec4 = false;     // k % 4 == 0 and x, x_stride 16-byte aligned: float4 sums of squares
 };
 cudaError_t launch_moe_router(LinearWeight f, const MoeRouterParams& p, cudaStream_t stream);
 

@@ -1,7 +1,6 @@
 // ops::cuda::moe_router: validates, asks linear_plan for the k_split linear() would use (the
 // logits' summation order), and launches the fused kernel (moe_routing.cu) or the two ops.
 #include <climits>
-#include <cstdint>
 
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/weight_format.h"
@@ -13,43 +12,29 @@
 
 namespace pg::ops::cuda {
 
-Status moe_router(const MoeRouterArgs& a, cudaStream_t stream) {
+Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream) {
   PG_TRY(validate(a));
   const MoeRoutingArgs& r = a.routing;
   if (r.m == 0) return ok_status();
   LinearArgs la;
   la.x = a.x, la.w = a.router, la.y = a.logits, la.m = r.m, la.x_stride = a.x_stride;
   const WeightFormat wf = a.router->format;
-  bool fused = r.m <= kRouterMaxTokens && r.n_experts <= kRoutingMaxExperts && r.n_group <= kRoutingMaxGroups &&
-               moe_router_smem_bytes(r.m, r.n_experts) <= kRouterMaxSmemBytes &&
+  bool fused = counter && r.m <= kRouterMaxTokens && r.n_experts <= kRoutingMaxExperts && r.n_group <= kRoutingMaxGroups &&
                (wf == WeightFormat::kF32 || wf == WeightFormat::kBF16);
   LinearPlan plan;
   if (fused) {
     PG_ASSIGN_OR_RETURN(plan, linear_plan(la));
     fused = plan.vector_path && (kRouterThreads / 32) % plan.k_split == 0;
   }
-  // The norm folds into the fused kernel up to one token tile; else it is its own launch first.
-  const bool fold_norm = a.in_norm && fused && r.m <= kRouterTokenTile;
-  if (a.in_norm && !fold_norm) {
-    RmsNormArgs n;
-    n.x = a.x, n.x_stride = a.x_stride, n.weight = a.in_norm, n.y = a.x_normed, n.m = r.m, n.n = a.router->cols;
-    n.eps = a.eps;
-    PG_TRY(rmsnorm(n, stream));
-    la.x = a.x_normed, la.x_stride = 0;
-  }
   if (!fused) {
     PG_TRY(linear(la, stream));
     return moe_routing(r, stream);
   }
   MoeRouterParams p;
-  p.x = la.x, p.w = a.router->data, p.logits = a.logits;
-  p.m = int(r.m), p.n = a.router->rows, p.k = a.router->cols, p.x_stride = la.x_stride ? la.x_stride : a.router->cols;
+  p.x = a.x, p.w = a.router->data, p.logits = a.logits, p.counter = counter;
+  p.m = int(r.m), p.n = a.router->rows, p.k = a.router->cols, p.x_stride = a.x_stride ? a.x_stride : a.router->cols;
   p.k_split = plan.k_split;
   p.routing = moe_routing_params(r);
-  if (fold_norm) {
-    p.in_norm = a.in_norm, p.eps = a.eps, p.x_normed = a.x_normed;
-    p.norm_vec4 = p.k % 4 == 0 && p.x_stride % 4 == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15u) == 0;
-  }
   PG_CUDA_TRY(launch_moe_router(wf == WeightFormat::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16, p, stream));
   return ok_status();
 }
