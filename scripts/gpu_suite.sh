@@ -288,6 +288,8 @@ if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
       --log-file "$OUT/ncu_${name}_${dtype}_${layers}.csv" "$PEREGRINE" "${args[@]}" \
       >"$OUT/ncu_${name}_${dtype}_${layers}.log" 2>&1
     note "ncu $b: rc=$?  $(python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --summary 2>&1 | tail -1)"
+    # The step by kernel (count, total us, share) into the summary: the table the run exists for.
+    python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" 2>&1 | sed -n '/by kernel/,$p' | head -16 >>"$SUMMARY"
   done
 fi
 

@@ -2,7 +2,8 @@
 # Full ncu profiles (`--set full`) of chosen kernels inside a decode step of `peregrine bench
 # --synthetic`: the kernels as the CUDA graph runs them (node by node), the decode steps only
 # (PEREGRINE_PROFILE_DECODE=1), one launch of each. For the H200 run, after scripts/gpu_suite.sh
-# has built build-gpu/ (same LD_LIBRARY_PATH); writes one details page per kernel to OUT_DIR.
+# has built build-gpu/ (same LD_LIBRARY_PATH); one details page and report per kernel, packed into
+# OUT_DIR/ncu_kernels.tgz at the end (the device tool returns at most 8 files).
 #   usage: scripts/ncu_kernels.sh OUT_DIR NAME DTYPE LAYERS KERNEL_REGEX [KERNEL_REGEX ...]
 #   e.g.   scripts/ncu_kernels.sh $OUT/ncu moonlight-16b-a3b nvfp4 0 moe_router_kernel mla_prep_kernel
 # LAUNCH_SKIP (default 40): launches of the kernel skipped first (past the first layers and step).
@@ -27,3 +28,5 @@ for k in "$@"; do
   # The lines that say where the time goes, for the run's output.
   grep -E "^  [a-z_].*\(|Duration|Elapsed Cycles|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Block Size|Grid Size|Dynamic Shared" "$rep.txt" | head -24
 done
+(cd "$OUT" && tar czf ncu_kernels.tgz --remove-files ./*.txt ./*.log ./*.ncu-rep 2>/dev/null)
+echo "ncu_kernels: $OUT/ncu_kernels.tgz"
