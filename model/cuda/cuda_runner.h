@@ -66,11 +66,10 @@ struct CudaRunnerOptions {
   // rows): two to three launches fewer per layer, each where it pays (linear_norm_in_pays /
   // _out_pays in ops/cuda/linear_norm/params.h: moonlight at 1..8 tokens, V3's hidden-size norms
   // at 1..2). NVFP4 projections outside exact mode (the f16 tensor-core GEMV): at one token
-  // (linear_norm_nvfp4_fits; H200 2026-12-01, 1a5e892: moonlight nvfp4 468.9 vs 491.5 tok/s
-  // without). Off: its GPU tests and goldens
-  // pass (H200, 2026-12-01, 9d5def8), but moonlight bf16 decode ran 6% slower with it (372.6 vs
-  // 396.0 tok/s; layers 85.5 / 92.8 vs 81.0 / 86.5 us: the fused GEMVs lose more than the
-  // launches save). PEREGRINE_FUSED_NORMS=0 / =1 overrides.
+  // (linear_norm_nvfp4_fits). Off: its GPU tests and goldens pass (H200, 2026-12-01, 9d5def8 and
+  // 1a5e892), but decode ran slower with it: moonlight bf16 6% (372.6 vs 396.0 tok/s; layers
+  // 85.5 / 92.8 vs 81.0 / 86.5 us: the fused GEMVs lose more than the launches save), moonlight
+  // nvfp4 4.6% (468.9 vs 491.5). PEREGRINE_FUSED_NORMS=0 / =1 overrides.
   bool fused_norms = false;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };

@@ -99,20 +99,19 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
     return unsupported("mla_attention (CUDA): {} tokens x {} heads is too large a grid", a.m, a.n_heads);
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
 
+  // Workspace: the two passes' scores, or the split plan's partials (none for one split).
+  const size_t need = two_pass            ? mla_tp_workspace_floats(a.m, max_ctx)
+                      : plan.n_splits > 1 ? mla_workspace_floats(plan, a.m, a.kv_lora_rank)
+                                          : 0;
+  if (need && (!workspace || workspace_floats < need))
+    return invalid_argument("mla_attention: workspace of {} floats, {} needed (m={}, max_ctx={})", workspace_floats,
+                            need, a.m, max_ctx);
   if (two_pass) {
-    const size_t need = mla_tp_workspace_floats(a.m, max_ctx);
-    if (!workspace || workspace_floats < need)
-      return invalid_argument("mla_attention: workspace of {} floats, {} needed (m={}, max_ctx={})", workspace_floats,
-                              need, a.m, max_ctx);
     p.ws_s = workspace + kMlaCounterSlots;
     p.s_rows = int(max_ctx);
     p.tp_blocks = mla_tp_blocks(a.m, current_device_props().sm_count);
     p.tp_slices = int(mla_ceil_div(a.kv_lora_rank, kMlaTpCols));
-  } else if (plan.n_splits > 1) {
-    const size_t need = mla_workspace_floats(plan, a.m, a.kv_lora_rank);
-    if (!workspace || workspace_floats < need)
-      return invalid_argument("mla_attention: workspace of {} floats, {} needed (m={}, max_ctx={})", workspace_floats,
-                              need, a.m, max_ctx);
+  } else if (need) {
     p.counters = reinterpret_cast<unsigned*>(workspace);
     p.ws_o = workspace + kMlaCounterSlots;
     p.ws_ml = p.ws_o + a.m * plan.head_groups * plan.n_splits * plan.heads * a.kv_lora_rank;
