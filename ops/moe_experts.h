@@ -40,6 +40,11 @@ struct MoeExpertsArgs {
   // inter for down; aligned); the CPU definition ignores it. false: exact f32 activations
   // (CudaRunnerOptions::exact).
   bool f16_activations = true;
+  // CUDA, a launch-order promise of the caller: the kernel just before in the stream is the MoE
+  // router (ops::cuda::moe_router), which lets its dependents launch only after x is complete. At
+  // decode sizes the CUDA path may then start the shared experts before the routing is done
+  // (gate_up under PDL; PEREGRINE_MOE_GATE_UP_PDL). Ignored elsewhere.
+  bool after_router = false;
 };
 
 // Shapes, pointers and, for FP8 block weights, that every expert's rows start on a scale-row

@@ -116,8 +116,8 @@ __device__ void route_token(const MoeRoutingParams& p, int t, float* s_warp) {
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const __grid_constant__ MoeRoutingParams p) {
   extern __shared__ float smem[];
-  pdl_trigger();
   pdl_wait();  // the router logits come from the kernel before
+  pdl_trigger();  // after the wait: gate_up's shared-expert blocks (PDL) read x at once
   const int warp = threadIdx.x / kWarpSize;
   const int t = blockIdx.x * kWarps + warp;
   if (t >= p.m) return;  // whole warps only; no block-wide barrier below
@@ -145,9 +145,11 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   const int64_t c_begin = kpart * per_part, c_end = min(k_chunks, c_begin + per_part);
   const uint8_t* wrow = static_cast<const uint8_t*>(p.w) + (valid ? row : 0) * p.k * linear_elem_bytes(F);
 
-  pdl_trigger();
   for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) prefetch_l2(wrow + c * kLinearVecBytes);
   pdl_wait();  // x comes from the kernel before
+  // After the wait, so x is complete when a dependent launches: gate_up under PDL
+  // (MoeExpertsParams::gate_up_pdl) starts its shared experts on it before the routing is done.
+  pdl_trigger();
 
   for (int t0 = 0; t0 < p.m; t0 += kT) {
     const int tv = min(kT, p.m - t0);

@@ -355,13 +355,14 @@ struct Nvfp4Ring {
 // (above). Every thread of the block must call it (a barrier after the staging); the first
 // kStages - 1 stages' copies go out before pdl_wait() (weights depend on no kernel). Steps past
 // s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's for token 0
-// (adding +0 changes no f32 sum but a -0's sign).
+// (adding +0 changes no f32 sum but a -0's sign). wait = false (block-uniform): x is known complete
+// without waiting for the kernel before (the MoE gate_up's shared experts under PDL).
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
                                                     const uint8_t* const (&srow)[kTiles][2], const float* x,
                                                     uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
                                                     int64_t k_chunks, int64_t s0, int64_t s1,
-                                                    float (&acc)[kTiles][4]) {
+                                                    float (&acc)[kTiles][4], bool wait = true) {
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages of this warp
@@ -370,7 +371,7 @@ __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)
   };
   Nvfp4Ring<kTiles, kUnroll> r{ring, n};
   r.start(issue);
-  pdl_wait();
+  if (wait) pdl_wait();
   nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
   __syncthreads();
   for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);

@@ -253,10 +253,14 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   int lo, hi;
   int64_t h_base = 0;  // shared: h row of token 0
   uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
-  // m = 1: slot s is pair s; the down kernel (PDL) may launch at once. gate_up itself is an
-  // ordinary launch, so the routing is complete and down may read expert_idx before its own wait.
-  // (Measured 2026-12-01: PDL on gate_up and mla_attention too, with an early trigger in down,
-  // took V3 bf16 decode from 523 to 487 tok/s; without any PDL it ran 531.)
+  // m = 1: slot s is pair s; the down kernel (PDL) may launch once every block has triggered, and
+  // it reads expert_idx before its own wait. Routed slots read the routing: under PDL
+  // (p.gate_up_pdl) they wait for the router first and trigger only then, so down still launches
+  // after the routing is complete; shared slots read only x, complete before the router triggered.
+  // An ordinary launch makes the wait a no-op. (Measured 2026-12-01: PDL on gate_up and
+  // mla_attention too, with an early trigger in down and no shared-first start, took V3 bf16
+  // decode from 523 to 487 tok/s; without any PDL it ran 531.)
+  if (!shared) pdl_wait();
   if (p.direct || p.direct_multi) pdl_trigger();
   if (!shared && p.direct) {
     expert = p.expert_idx[slot];
@@ -591,7 +595,9 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kMoeWarps * moe_gate_up_tile(F, kVec, kM).rows;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
-  moe_gate_up_kernel<F, kVec, kM><<<grid, kMoeThreads, 0, stream>>>(p);
+  if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_kernel<F, kVec, kM>, grid, dim3(kMoeThreads), 0, stream, p);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 

@@ -66,6 +66,16 @@ bool moe_direct_multi_enabled() {
   return on;
 }
 
+// gate_up under PDL after the router (MoeExpertsParams::gate_up_pdl) unless
+// PEREGRINE_MOE_GATE_UP_PDL=0.
+bool moe_gate_up_pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_MOE_GATE_UP_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
 size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, int64_t n_experts, int64_t inter) {
   return moe_workspace_layout(m, top_k, n_shared, n_experts, inter).total;
 }
@@ -150,6 +160,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   p.direct_multi = moe_direct_multi_enabled() && !p.direct && (!nvfp4 || (gu_mma && dn_mma)) &&
                    moe_direct_multi_fits(a.m, a.top_k, a.n_shared);
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
+  p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi) && moe_gate_up_pdl_enabled();
   const int m_tile = moe_m_tile(a.m);
   if (!p.direct && !p.direct_multi) PG_CUDA_TRY(launch_moe_plan(p, stream));
   if (gu_mma) {

@@ -28,6 +28,9 @@ Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_by
 
 // Whether m = 2..8 take the direct multi path (on unless PEREGRINE_MOE_DIRECT_MULTI=0; read once).
 bool moe_direct_multi_enabled();
+// Whether gate_up starts under PDL after the router (MoeExpertsArgs::after_router; on unless
+// PEREGRINE_MOE_GATE_UP_PDL=0; read once).
+bool moe_gate_up_pdl_enabled();
 
 // The NVFP4 tensor-core kernels' tiles (moe_experts/nvfp4_params.h) for the benchmark's sweep;
 // 0 fields take the defaults. Instantiated: tiles 1 x unroll 1, 2, 4 and tiles 2 x unroll 1, 2

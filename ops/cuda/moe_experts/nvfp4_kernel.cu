@@ -61,7 +61,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   int lo, hi;
   int64_t h_base = 0;  // shared: h row of token 0
   uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
-  if (p.direct || p.direct_multi) pdl_trigger();  // as moe_gate_up_kernel: down (PDL) may launch at once
+  // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch.
+  if (!shared) pdl_wait();
+  if (p.direct || p.direct_multi) pdl_trigger();
   if (!shared && p.direct) {
     expert = p.expert_idx[slot];
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
@@ -106,7 +108,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // nvfp4_x1_smem_bytes
       nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, gate_up_nvfp4_smem,
                                            nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden), k_chunks, 0,
-                                           j0 < p.inter ? k_steps : 0, acc);
+                                           j0 < p.inter ? k_steps : 0, acc, /*wait=*/!shared);
       if (j0 >= p.inter) return;
     } else {
       const float* xrow = nullptr;  // lane g: pair q + g
@@ -373,10 +375,16 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
   if (p.direct && nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
     constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    kKernel<<<grid, kMoeThreads, nvfp4_x1_smem_bytes(kTiles, kUnroll, kMoeWarps, p.hidden), stream>>>(p);
+    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kMoeThreads),
+                                      nvfp4_x1_smem_bytes(kTiles, kUnroll, kMoeWarps, p.hidden), stream, p);
+        e != cudaSuccess)
+      return e;
     return cudaGetLastError();
   }
-  moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false><<<grid, kMoeThreads, 0, stream>>>(p);
+  if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false>, grid,
+                                    dim3(kMoeThreads), 0, stream, p);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 

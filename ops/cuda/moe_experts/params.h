@@ -80,6 +80,10 @@ struct MoeExpertsParams {
   // m * top_k + s * m + t. down is moe_down_multi_kernel, launched with PDL.
   bool direct_multi = false;
   int multi_groups = 1;  // direct multi: row tiles per down block (moe_down_multi_groups)
+  // Direct or direct multi: gate_up is launched with PDL right after the router (no plan kernel
+  // between). Its shared-expert blocks start at once (the router passes its own pdl_wait before it
+  // triggers, so x is complete); the routed blocks wait for the routing, then trigger down.
+  bool gate_up_pdl = false;
 };
 
 // Groups the m * top_k pairs by expert (one block; ids outside [0, n_experts) are dropped).

@@ -1,0 +1,152 @@
+// The decode MoE launch chain under Programmatic Dependent Launch: a GEMV writes x (it lets its
+// dependents launch before it is done), moe_router routes on x, moe_experts follows with
+// after_router, so gate_up starts its shared experts before the routing is complete
+// (MoeExpertsParams::gate_up_pdl). Its output must have the bits of the same chain with
+// after_router off (gate_up an ordinary launch), on every repetition, with x poisoned before each
+// chain: a shared-expert block that read x before the GEMV finished, or a routed block (or down)
+// that read the routing before the router finished, gives NaNs or other experts. bf16 experts
+// (moe_experts/kernel.cu) and NVFP4 experts (the tensor-core kernels, m = 1 with the staged-x ring),
+// m = 1 (direct) and m = 3 (direct multi).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/moe_experts/moe_experts.h"
+#include "ops/cuda/moe_router.h"
+#include "tests/ops/test_util.h"
+
+namespace pg::ops::test {
+namespace {
+
+struct PdlCase {
+  const char* name;
+  WeightFormat format;
+  int64_t m;
+};
+void PrintTo(const PdlCase& c, std::ostream* os) { *os << c.name; }
+
+// Moonlight's routing (sigmoid, noaux_tc, one group, top 6 normalised) at a smaller width.
+constexpr int64_t kExperts = 16, kShared = 2, kTopK = 6, kHidden = 1024, kInter = 512;
+constexpr int kReps = 20;
+
+class MoeLayerPdlCuda : public ::testing::TestWithParam<PdlCase> {};
+
+TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
+  PG_REQUIRE_CUDA();
+  const PdlCase& c = GetParam();
+  const uint64_t seed = seed_of(c.name);
+  const int64_t H = kHidden, I = kInter, E = kExperts, S = kShared, M = c.m, n_stack = E + S;
+
+  // The producer GEMV (bf16 [H, H]) and the router (bf16 [E, H]).
+  std::vector<float> x0(static_cast<size_t>(M * H)), bias(static_cast<size_t>(E));
+  parallel_fill(x0, [&](uint64_t i) { return uniform_pm1(seed, i); });
+  parallel_fill(bias, [&](uint64_t i) { return 0.1f * uniform_pm1(seed + 1, i); });
+  std::vector<uint16_t> wp(static_cast<size_t>(H * H)), wr(static_cast<size_t>(E * H));
+  for (size_t i = 0; i < wp.size(); ++i) wp[i] = f32_to_bf16(0.04f * uniform_pm1(seed + 2, i));
+  for (size_t i = 0; i < wr.size(); ++i) wr[i] = f32_to_bf16(0.05f * uniform_pm1(seed + 3, i));
+  auto dx0 = to_device(x0), dbias = to_device(bias);
+  auto dwp = to_device(wp), dwr = to_device(wr);
+  const Matrix producer{WeightFormat::kBF16, H, H, dwp.data()};
+  const Matrix router{WeightFormat::kBF16, E, H, dwr.data()};
+
+  // The expert stacks: bf16 values, or NVFP4 codes with e4m3 block scales in [2^-3, 2^0].
+  const int64_t gu_rows = n_stack * 2 * I, dn_rows = n_stack * H;
+  cuda::DeviceBuffer<uint16_t> gu16, dn16;
+  cuda::DeviceBuffer<uint8_t> gu4, dn4, gus, dns;
+  Matrix gate_up, down;
+  if (c.format == WeightFormat::kBF16) {
+    std::vector<uint16_t> g(static_cast<size_t>(gu_rows * H)), d(static_cast<size_t>(dn_rows * I));
+    for (size_t i = 0; i < g.size(); ++i) g[i] = f32_to_bf16(0.04f * uniform_pm1(seed + 4, i));
+    for (size_t i = 0; i < d.size(); ++i) d[i] = f32_to_bf16(0.05f * uniform_pm1(seed + 5, i));
+    gu16 = to_device(g), dn16 = to_device(d);
+    gate_up = Matrix{WeightFormat::kBF16, gu_rows, H, gu16.data()};
+    down = Matrix{WeightFormat::kBF16, dn_rows, I, dn16.data()};
+  } else {
+    auto codes = [&](int64_t n, uint64_t s) {
+      std::vector<uint8_t> v(static_cast<size_t>(n));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(splitmix64(s + i) & 0xff);
+      return v;
+    };
+    auto scales = [&](int64_t n, uint64_t s) {  // e4m3 exponent field 4..7, any mantissa
+      std::vector<uint8_t> v(static_cast<size_t>(n));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(0x20 + (splitmix64(s + i) & 0x1f));
+      return v;
+    };
+    gu4 = to_device(codes(gu_rows * H / 2, seed + 6)), dn4 = to_device(codes(dn_rows * I / 2, seed + 7));
+    gus = to_device(scales(gu_rows * H / 16, seed + 8)), dns = to_device(scales(dn_rows * I / 16, seed + 9));
+    gate_up = Matrix{WeightFormat::kNvfp4, gu_rows, H, gu4.data()};
+    gate_up.scale_fp8 = gus.data(), gate_up.scale_2 = 0.02f;
+    down = Matrix{WeightFormat::kNvfp4, dn_rows, I, dn4.data()};
+    down.scale_fp8 = dns.data(), down.scale_2 = 0.02f;
+  }
+
+  auto dx = poisoned<float>(size_t(M * H));
+  auto dlogits = poisoned<float>(size_t(M * E));
+  auto didx = poisoned<int32_t>(size_t(M * kTopK));
+  auto dw = poisoned<float>(size_t(M * kTopK));
+  auto dy = poisoned<float>(size_t(M * H));
+  auto dcounter = to_device(std::vector<uint32_t>(4, 0));
+  auto dws = poisoned<uint8_t>(cuda::moe_experts_workspace_bytes(M, kTopK, S, E, I) + 256);
+  void* ws = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(dws.data()) + 255) / 256 * 256);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+
+  auto chain = [&](bool after_router, std::vector<float>& y) {
+    ASSERT_EQ(cudaMemsetAsync(dx.data(), 0xff, size_t(M * H) * 4, stream), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(dy.data(), 0, size_t(M * H) * 4, stream), cudaSuccess);
+    LinearArgs la;
+    la.x = dx0.data(), la.w = &producer, la.y = dx.data(), la.m = M;
+    PG_ASSERT_OK(cuda::linear(la, stream));
+    MoeRoutingArgs r;
+    r.logits = dlogits.data(), r.bias = dbias.data(), r.expert_idx = didx.data(), r.expert_weight = dw.data();
+    r.m = M, r.n_experts = E, r.top_k = kTopK, r.n_group = 1, r.topk_group = 1;
+    r.scoring = MoeScoring::kSigmoid, r.method = MoeTopk::kNoAuxTc, r.norm_topk_prob = true;
+    r.routed_scaling_factor = 2.446f;
+    MoeRouterArgs ro;
+    ro.x = dx.data(), ro.router = &router, ro.logits = dlogits.data(), ro.routing = r;
+    PG_ASSERT_OK(cuda::moe_router(ro, dcounter.data(), stream));
+    MoeExpertsArgs me;
+    me.x = dx.data(), me.y = dy.data(), me.m = M, me.hidden = H, me.inter = I, me.accumulate = true;
+    me.gate_up = &gate_up, me.down = &down, me.n_experts = E, me.n_shared = S, me.top_k = kTopK;
+    me.expert_idx = didx.data(), me.expert_weight = dw.data(), me.after_router = after_router;
+    PG_ASSERT_OK(cuda::moe_experts(me, ws, cuda::moe_experts_workspace_bytes(M, kTopK, S, E, I), stream));
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    y = to_host(dy);
+  };
+
+  std::vector<float> ref;
+  chain(false, ref);
+  int64_t nan = 0;
+  for (float v : ref) nan += std::isnan(v);
+  ASSERT_EQ(nan, 0) << "the ordinary chain's output has NaNs";
+  for (int rep = 0; rep < kReps; ++rep) {
+    SCOPED_TRACE("repetition " + std::to_string(rep));
+    std::vector<float> got;
+    chain(true, got);
+    ASSERT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+        << "gate_up under PDL differs from the ordinary chain";
+  }
+  std::printf("[ moe pdl  ] %-16s m=%lld: %d chains, same bits (gate_up PDL %s)\n", c.name, (long long)M, kReps,
+              cuda::moe_gate_up_pdl_enabled() ? "on" : "off: PEREGRINE_MOE_GATE_UP_PDL=0");
+  cudaStreamDestroy(stream);
+}
+
+const PdlCase kPdlCases[] = {
+    {"bf16_m1", WeightFormat::kBF16, 1},
+    {"bf16_m3", WeightFormat::kBF16, 3},
+    {"nvfp4_m1", WeightFormat::kNvfp4, 1},
+    {"nvfp4_m3", WeightFormat::kNvfp4, 3},
+};
+
+INSTANTIATE_TEST_SUITE_P(Chains, MoeLayerPdlCuda, ::testing::ValuesIn(kPdlCases),
+                         [](const ::testing::TestParamInfo<PdlCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace pg::ops::test
