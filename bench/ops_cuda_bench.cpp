@@ -361,7 +361,8 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
   constexpr int kMoeRoutings = 8;
   std::vector<MoeResult> out;
   // NVFP4 (f16 tensor cores): the default kernels, and at one token the down with h staged per
-  // block (MoeNvfp4Variant::down_staged, off by default: its measurements in nvfp4_kernel.cu).
+  // block (MoeNvfp4Variant::down_staged, off by default: its measurements in nvfp4_kernel.cu) and
+  // with the block's weights prefetched during gate_up (down_prefetch).
   for (const MoeShape& sh : {MoeShape{"moe moonlight 64+2e top6", WeightFormat::kBF16, 64, 2, 6, 2048, 1408},
                              MoeShape{"moe moonlight 64+2e top6", WeightFormat::kFp8Block, 64, 2, 6, 2048, 1408},
                              MoeShape{"moe v3 256+1e top8", WeightFormat::kFp8Block, 256, 1, 8, 7168, 2048},
@@ -435,11 +436,13 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
       a.x = x->data(), a.y = y->data(), a.gate_up = &gu, a.down = &dn, a.m = m, a.hidden = sh.hidden;
       a.inter = sh.inter, a.n_experts = sh.n_experts, a.top_k = sh.top_k, a.n_shared = sh.n_shared;
       a.f16_activations = true;
-      for (bool staged : {false, true}) {
-        if (staged && (!fp4 || m != 1)) continue;
+      for (int variant : {0, 1, 2}) {  // NVFP4 at m = 1: the down per lane, staged, prefetched
+        if (variant && (!fp4 || m != 1)) continue;
         cu::MoeNvfp4Variant v;
-        v.down_staged = staged;
-        MoeResult res{std::string(sh.name) + " " + fmt_name(sh.format) + (staged ? " down staged" : ""), m,
+        v.down_staged = variant == 1;
+        v.down_prefetch = variant == 2;
+        const char* tag = variant == 1 ? " down staged" : variant == 2 ? " down prefetch" : "";
+        MoeResult res{std::string(sh.name) + " " + fmt_name(sh.format) + tag, m,
                       distinct + double(sh.n_shared), 0, 0, 0, 0, 0};
         res.bytes = res.experts * expert_bytes;
         time_kernel(s, [&](int i) {

@@ -370,12 +370,14 @@ void run_case(const MoeCase& c) {
       EXPECT_EQ(0, std::memcmp(again.data(), y_gpu.data(), again.size() * sizeof(float))) << "run-to-run difference";
     }
     // NVFP4 at m = 1 on the tensor cores: the down kernel with every slot's h staged per block
-    // (MoeNvfp4Variant::down_staged, off by default) must give the per-lane path's bits.
+    // (MoeNvfp4Variant::down_staged) and the one with the block's weights prefetched to shared
+    // memory (down_prefetch) must give the per-lane path's bits.
     if (m == 1 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0) {
-      for (bool staged : {false, true}) {
-        SCOPED_TRACE(staged ? "down staged" : "down per lane");
+      for (int variant : {0, 1, 2}) {
+        SCOPED_TRACE(variant == 0 ? "down per lane" : variant == 1 ? "down staged" : "down prefetch");
         cuda::MoeNvfp4Variant v;
-        v.down_staged = staged;
+        v.down_staged = variant == 1;
+        v.down_prefetch = variant == 2;
         if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));  // y += ... starts from y0 again
         else PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));

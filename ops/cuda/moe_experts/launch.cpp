@@ -93,6 +93,8 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
       r = MoeNvfp4Variant{};
     const char* st = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_STAGED");
     r.down_staged = st && st[0] == '1';
+    const char* pf = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_PREFETCH");
+    r.down_prefetch = pf && pf[0] == '1';
     return r;
   }();
   return v;
@@ -175,7 +177,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     Nvfp4MmaTile t = moe_nvfp4_down_tile();
     if (v.down_tiles) t.tiles = v.down_tiles;
     if (v.down_unroll) t.unroll = v.down_unroll;
-    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, stream));
+    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, v.down_prefetch, stream));
   } else {
     PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), dn_vec, m_tile, stream));
   }

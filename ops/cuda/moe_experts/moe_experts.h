@@ -40,6 +40,9 @@ struct MoeNvfp4Variant {
   // m = 1 down with every slot's h staged per block (nvfp4_kernel.cu; moe_experts() sets it from
   // PEREGRINE_MOE_NVFP4_DOWN_STAGED=1).
   bool down_staged = false;
+  // m = 1 down with the block's weights copied to shared memory before it waits for gate_up
+  // (nvfp4_kernel.cu; PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=1). Takes precedence over down_staged.
+  bool down_prefetch = false;
 };
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);

@@ -214,6 +214,110 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   }
 }
 
+// Every slot's h row (rows rows of `inter` floats from h) as f16 B fragments in xs, row r at
+// xs + r * all_steps * kNvfp4MmaXStepVecs: the layout and values of nvfp4_mma_stage_x_rows, but a
+// thread issues the loads of kBatch of its items before it converts any, so its share costs one
+// L2 round trip per kBatch items instead of one per row (V3's 9 rows of 2048: 8 items a thread).
+__device__ __forceinline__ void moe_stage_h_rows(const float* h, int64_t inter, int rows, int64_t k_chunks,
+                                                 int64_t all_steps, uint4* xs) {
+  constexpr int kBatch = 4;
+  const int64_t per_row = all_steps * kNvfp4MmaXStepVecs, total = rows * per_row;
+  for (int64_t i0 = threadIdx.x; i0 < total; i0 += kBatch * int64_t(blockDim.x)) {
+    float4 lo[kBatch], hi[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t i = i0 + b * int64_t(blockDim.x), r = i / per_row, j = i % per_row;
+      const int v = int(j % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
+      const int64_t c = j / kNvfp4MmaXStepVecs * 4 + t;
+      lo[b] = hi[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i < total && c < k_chunks) {
+        const float* xc = h + r * inter + c * 32 + 8 * q;
+        lo[b] = ld_act4(xc), hi[b] = ld_act4(xc + 4);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t i = i0 + b * int64_t(blockDim.x);
+      if (i < total)
+        xs[i] = make_uint4(f32x2_to_f16x2_sat(lo[b].x, hi[b].x), f32x2_to_f16x2_sat(lo[b].y, hi[b].y),
+                           f32x2_to_f16x2_sat(lo[b].z, hi[b].z), f32x2_to_f16x2_sat(lo[b].w, hi[b].w));
+    }
+  }
+}
+
+// m = 1 (p.direct) with every weight byte of the block copied to shared memory before the wait
+// for h: the grid, warps, K slices and sums of moe_down_direct_nvfp4_kernel, but each warp's
+// k-steps go out as cp.async stages into its own region (moe_nvfp4_down_prefetch_bytes) at once,
+// then pdl_wait, then every slot's h is staged (moe_stage_h_rows) and the mmas read both from
+// shared memory. Launched with PDL after gate_up, whose routed blocks let it launch once the
+// routing is complete: its blocks take the SMs gate_up leaves room on and fetch their 100-200 KB
+// while gate_up runs, so after gate_up only h, the mmas and the sums remain. Same f16 values in
+// the same mma slots, same sums as the per-lane kernel: the same bits.
+template <int kTiles, int kUnroll>
+__global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
+    moe_down_direct_nvfp4_prefetch_kernel(const __grid_constant__ MoeExpertsParams p) {
+  using Stage = Nvfp4RingStage<kTiles, kUnroll>;
+  constexpr int kR = kNvfp4MmaRows * kTiles;
+  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
+  extern __shared__ uint4 down_prefetch_smem[];     // [warps][stages] Stage, then the staged h
+  const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int slot = warp / k_split, kpart = warp % k_split;
+  const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
+  const int64_t row0 = int64_t(blockIdx.x) * kR;
+  const uint8_t* wrow[kTiles][2];
+  const uint8_t* srow[kTiles][2];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = (valid ? expert : 0) * p.hidden + min(row0 + kNvfp4MmaRows * i + g + 8 * h, int64_t(p.hidden) - 1);
+      wrow[i][h] = codes_row(p.down, row, p.inter);
+      srow[i][h] = scales_row(p.down, row);
+    }
+  const int64_t k_chunks = p.inter / 32, all_steps = (k_chunks + 3) / 4, k_steps = valid ? all_steps : 0;
+  const int64_t per_part = (k_steps + k_split - 1) / k_split;
+  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+  const int stages = moe_nvfp4_down_prefetch_stages(all_steps, k_split, kUnroll);
+  Stage* ring = reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(warp) * stages;
+  uint4* xs = reinterpret_cast<uint4*>(reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(blockDim.x / kWarpSize) * stages);
+  const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;
+  for (int j = 0; j < n; ++j) nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j]);
+  pdl_wait();  // h comes from gate_up
+  moe_stage_h_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
+  cp_async_wait_all();
+  __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
+  float acc[kTiles][4];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
+  for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc);
+  const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
+  if (t == 0) {  // d0 / d2: rows g / g + 8, token 0
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = kNvfp4MmaRows * i + g + 8 * h;
+        const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);
+        s_part[rank * k_split + kpart][r] = valid ? wgt * (acc[i][2 * h] * scale_2_of(p.down, row)) : 0.0f;
+      }
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  const int64_t row = row0 + r;
+  if (r < kR && row < p.hidden) {
+    float v = 0.0f;
+    for (int k = 0; k < n_slots; ++k) {  // slots by rank; each slot's K slices first
+      float d = s_part[k * k_split][r];
+      for (int kp = 1; kp < k_split; ++kp) d += s_part[k * k_split + kp][r];
+      v += d;
+    }
+    float* yp = p.y + row;
+    *yp = p.accumulate ? *yp + v : v;
+  }
+}
+
 // 2 <= m <= kMoeDirectMaxTokens (p.direct_multi), as moe_down_multi_kernel with the m = 1 kernel's
 // arithmetic: grid x = hidden row tiles of 16 rows, a block of kMoeDirectMaxSlots warps. Every
 // warp derives the step's distinct routed experts from expert_idx (warp_routing) and takes the
@@ -389,11 +493,19 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 }
 
 template <int kTiles, int kUnroll>
-cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
+cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool prefetch, cudaStream_t stream) {
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int64_t rows_per_block = int64_t(kNvfp4MmaRows) * kTiles;
   const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
   const dim3 block(unsigned(n_slots * k_split * kWarpSize));
+  const size_t pb = moe_nvfp4_down_prefetch_bytes(n_slots, p.inter, kTiles, kUnroll);
+  if (prefetch && pb <= kMoeNvfp4DownPrefetchMaxBytes) {
+    static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
+                  "moe_nvfp4_down_prefetch_bytes counts the ring's stage size");
+    constexpr auto kKernel = moe_down_direct_nvfp4_prefetch_kernel<kTiles, kUnroll>;
+    if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+    return launch_pdl(kKernel, grid, block, pb, stream, p);
+  }
   const size_t hs = moe_nvfp4_down_staged_bytes(n_slots, p.inter);
   if (staged && hs <= kMoeNvfp4DownStagedMaxBytes) {
     constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, true>;
@@ -439,13 +551,14 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile til
   return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, cudaStream_t stream) {
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, bool prefetch,
+                                  cudaStream_t stream) {
   if (p.direct) {
     switch (tile.tiles * 16 + tile.unroll) {
-      case 16 + 1: return down_direct_launch<1, 1>(p, staged, stream);
-      case 16 + 2: return down_direct_launch<1, 2>(p, staged, stream);
-      case 16 + 4: return down_direct_launch<1, 4>(p, staged, stream);
-      case 32 + 1: return down_direct_launch<2, 1>(p, staged, stream);  // 2 x 2 spilled (ptxas, 2026-12-01)
+      case 16 + 1: return down_direct_launch<1, 1>(p, staged, prefetch, stream);
+      case 16 + 2: return down_direct_launch<1, 2>(p, staged, prefetch, stream);
+      case 16 + 4: return down_direct_launch<1, 4>(p, staged, prefetch, stream);
+      case 32 + 1: return down_direct_launch<2, 1>(p, staged, prefetch, stream);  // 2 x 2 spilled (ptxas, 2026-12-01)
     }
     return cudaErrorInvalidValue;
   }

@@ -30,6 +30,22 @@ inline size_t moe_nvfp4_down_staged_bytes(int n_slots, int64_t inter) {
   return size_t(n_slots) * size_t((inter / 32 + 3) / 4) * size_t(kNvfp4X1StepBytes);
 }
 constexpr size_t kMoeNvfp4DownStagedMaxBytes = size_t(64) << 10;
+// down at m = 1 with the block's weights prefetched (moe_down_direct_nvfp4_prefetch_kernel): ring
+// stages of kUnroll k-steps per warp (a warp's K slice, rounded up), for every (slot, K slice)
+// warp, then the staged h rows. Moonlight's MoE (8 slots x 2 slices of 6 steps, 1408): 120 KB +
+// 22.5 KB; V3's (9 x 1 x 16 steps, 2048): 180 + 36 KB; the dense MLPs' (1 x 8 slices, 11264 /
+// 18432): 120 + 22.5 / 180 + 36 KB. Past the most a block may have, the per-lane kernel runs.
+__host__ __device__ constexpr int moe_nvfp4_down_prefetch_stages(int64_t all_steps, int k_split, int unroll) {
+  return int(((all_steps + k_split - 1) / k_split + unroll - 1) / unroll);
+}
+inline size_t moe_nvfp4_down_prefetch_bytes(int n_slots, int64_t inter, int tiles, int unroll) {
+  const int k_split = moe_nvfp4_down_direct_split(n_slots);
+  const int64_t all_steps = (inter / 32 + 3) / 4;
+  return size_t(n_slots) * size_t(k_split) * size_t(moe_nvfp4_down_prefetch_stages(all_steps, k_split, unroll)) *
+             size_t(tiles) * size_t(unroll) * size_t(kNvfp4RingStageBytes) +
+         moe_nvfp4_down_staged_bytes(n_slots, inter);
+}
+constexpr size_t kMoeNvfp4DownPrefetchMaxBytes = size_t(226) << 10;  // 227 KB less s_part's 1 KB
 
 // down planned: warps of a block splitting K (1, 2, 4, 8): grow while the 16-row tiles give fewer
 // than 16 warps per SM of a 132-SM H200 (a fixed count: kernel and launcher must agree without a
@@ -46,8 +62,10 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 // unroll 1, 2); cudaErrorInvalidValue for another.
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
-// staged per block when `staged` and moe_nvfp4_down_staged_bytes fits; else the planned one (one
-// warp walks the active experts; tiles 1, unroll 1 or 2).
-cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, cudaStream_t stream);
+// staged per block when `staged` and moe_nvfp4_down_staged_bytes fits, or the weights prefetched
+// (moe_down_direct_nvfp4_prefetch_kernel) when `prefetch` and moe_nvfp4_down_prefetch_bytes fits;
+// else the planned one (one warp walks the active experts; tiles 1, unroll 1 or 2).
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, bool prefetch,
+                                  cudaStream_t stream);
 
 }  // namespace pg::ops::cuda
