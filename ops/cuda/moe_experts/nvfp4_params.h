@@ -34,7 +34,8 @@ constexpr size_t kMoeNvfp4DownStagedMaxBytes = size_t(64) << 10;
 // stages of kUnroll k-steps per warp (a warp's K slice, rounded up), for every (slot, K slice)
 // warp, then the staged h rows. Moonlight's MoE (8 slots x 2 slices of 6 steps, 1408): 120 KB +
 // 22.5 KB; V3's (9 x 1 x 16 steps, 2048): 180 + 36 KB; the dense MLPs' (1 x 8 slices, 11264 /
-// 18432): 120 + 22.5 / 180 + 36 KB. Past the most a block may have, the per-lane kernel runs.
+// 18432): 120 + 22.5 / 180 + 36 KB. Past the most a block may have, or with K % 64 != 0 (the ring
+// copies a lane's scales as one aligned 4-byte word), the per-lane kernel runs.
 __host__ __device__ constexpr int moe_nvfp4_down_prefetch_stages(int64_t all_steps, int k_split, int unroll) {
   return int(((all_steps + k_split - 1) / k_split + unroll - 1) / unroll);
 }
