@@ -360,9 +360,9 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
   };
   constexpr int kMoeRoutings = 8;
   std::vector<MoeResult> out;
-  // NVFP4 (f16 tensor cores): the default kernels, and at one token the down with h staged per
-  // block (MoeNvfp4Variant::down_staged, off by default: its measurements in nvfp4_kernel.cu) and
-  // with the block's weights prefetched during gate_up (down_prefetch).
+  // NVFP4 (f16 tensor cores): the default kernels (gate_up at 4 warps per block, the down
+  // prefetching its weights at one token), gate_up at 8 warps, and at one token the down per lane
+  // and with h staged per block (MoeNvfp4Variant::down_staged, off by default).
   for (const MoeShape& sh : {MoeShape{"moe moonlight 64+2e top6", WeightFormat::kBF16, 64, 2, 6, 2048, 1408},
                              MoeShape{"moe moonlight 64+2e top6", WeightFormat::kFp8Block, 64, 2, 6, 2048, 1408},
                              MoeShape{"moe v3 256+1e top8", WeightFormat::kFp8Block, 256, 1, 8, 7168, 2048},
@@ -436,12 +436,15 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
       a.x = x->data(), a.y = y->data(), a.gate_up = &gu, a.down = &dn, a.m = m, a.hidden = sh.hidden;
       a.inter = sh.inter, a.n_experts = sh.n_experts, a.top_k = sh.top_k, a.n_shared = sh.n_shared;
       a.f16_activations = true;
-      for (int variant : {0, 1, 2}) {  // NVFP4 at m = 1: the down per lane, staged, prefetched
-        if (variant && (!fp4 || m != 1)) continue;
+      // NVFP4: the defaults, gate_up at 8 warps per block; at m = 1 the down per lane, staged.
+      for (int variant : {0, 1, 2, 3}) {
+        if (variant && !fp4) continue;
+        if ((variant == 2 || variant == 3) && m != 1) continue;
         cu::MoeNvfp4Variant v;
-        v.down_staged = variant == 1;
-        v.down_prefetch = variant == 2;
-        const char* tag = variant == 1 ? " down staged" : variant == 2 ? " down prefetch" : "";
+        v.down_prefetch = variant == 0;  // the default (where the grid fits)
+        v.gate_up_warps = variant == 1 ? 8 : 0;
+        v.down_staged = variant == 3;
+        const char* tag = variant == 1 ? " gate_up 8 warps" : variant == 2 ? " down per lane" : variant == 3 ? " down staged" : "";
         MoeResult res{std::string(sh.name) + " " + fmt_name(sh.format) + tag, m,
                       distinct + double(sh.n_shared), 0, 0, 0, 0, 0};
         res.bytes = res.experts * expert_bytes;

@@ -43,7 +43,7 @@ struct MoeExpertsArgs {
   // CUDA, a launch-order promise of the caller: the kernel just before in the stream is the MoE
   // router (ops::cuda::moe_router), which lets its dependents launch only after x is complete. At
   // decode sizes the CUDA path may then start the shared experts before the routing is done
-  // (gate_up under PDL; PEREGRINE_MOE_GATE_UP_PDL). Ignored elsewhere.
+  // (gate_up under PDL, with PEREGRINE_MOE_GATE_UP_PDL=1). Ignored elsewhere.
   bool after_router = false;
 };
 

@@ -371,13 +371,18 @@ void run_case(const MoeCase& c) {
     }
     // NVFP4 at m = 1 on the tensor cores: the down kernel with every slot's h staged per block
     // (MoeNvfp4Variant::down_staged) and the one with the block's weights prefetched to shared
-    // memory (down_prefetch) must give the per-lane path's bits.
+    // memory (down_prefetch; the default where its grid fits) must give the per-lane path's bits;
+    // so must gate_up at 8 warps per block instead of the default 4.
     if (m == 1 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0) {
-      for (int variant : {0, 1, 2}) {
-        SCOPED_TRACE(variant == 0 ? "down per lane" : variant == 1 ? "down staged" : "down prefetch");
+      for (int variant : {0, 1, 2, 3}) {
+        SCOPED_TRACE(variant == 0   ? "down per lane"
+                     : variant == 1 ? "down staged"
+                     : variant == 2 ? "down prefetch"
+                                    : "gate_up 8 warps");
         cuda::MoeNvfp4Variant v;
         v.down_staged = variant == 1;
         v.down_prefetch = variant == 2;
+        v.gate_up_warps = variant == 3 ? 8 : 0;
         if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));  // y += ... starts from y0 again
         else PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
@@ -386,6 +391,18 @@ void run_case(const MoeCase& c) {
         EXPECT_EQ(0, std::memcmp(yv.data(), y_gpu.data(), yv.size() * sizeof(float)))
             << "the m = 1 down differs from the default launch's bits";
       }
+    }
+    // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block gives the default's bits.
+    if (m >= 2 && m <= 8 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0 &&
+        !c.accumulate) {
+      cuda::MoeNvfp4Variant v;
+      v.gate_up_warps = 8;
+      PG_ASSERT_OK(dy.fill_bytes(0xff));
+      PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
+      ASSERT_TRUE(sync_ok());
+      const std::vector<float> yv = to_host(dy);
+      EXPECT_EQ(0, std::memcmp(yv.data(), y_gpu.data(), yv.size() * sizeof(float)))
+          << "gate_up at 8 warps per block differs from the default's bits";
     }
     // m = 2..8 take the direct multi path (bf16 / fp8 / f32, and NVFP4 on the f16 tensor cores):
     // each token's output must have the bits it has when the token runs alone (m = 1, the direct

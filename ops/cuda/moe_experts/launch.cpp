@@ -66,12 +66,15 @@ bool moe_direct_multi_enabled() {
   return on;
 }
 
-// gate_up under PDL after the router (MoeExpertsParams::gate_up_pdl) unless
-// PEREGRINE_MOE_GATE_UP_PDL=0.
+// gate_up under PDL after the router (MoeExpertsParams::gate_up_pdl) with
+// PEREGRINE_MOE_GATE_UP_PDL=1. Off by default: measured (H200, 2026-12-01, 2224e11, one call)
+// moonlight nvfp4 491.1 / 492.8 tok/s with it, 494.3 without; V3 nvfp4 4 layers 732.3 vs 736.0,
+// its MoE layer 249.8 vs 243.6 us. Starting the shared experts during the router buys nothing
+// while the routed blocks' latency sets the kernel's end.
 bool moe_gate_up_pdl_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_MOE_GATE_UP_PDL");
-    return !(v && v[0] == '0');
+    return v && v[0] == '1';
   }();
   return on;
 }
@@ -80,21 +83,25 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
   return moe_workspace_layout(m, top_k, n_shared, n_experts, inter).total;
 }
 
-// PEREGRINE_MOE_NVFP4_TILES="TxU,TxU" (gate_up, down: 16-row tiles x k-steps per warp), read once:
+// PEREGRINE_MOE_NVFP4_TILES="TxU,TxU" (gate_up, down: 16-row tiles x k-steps per warp; "TxU" sets
+// gate_up's alone), read once:
 // a sweep of the NVFP4 expert kernels' tiles inside a model benchmark, without a rebuild. Unset or
 // malformed: the defaults; a pair not instantiated fails the launch. The staged m = 1 down:
-// PEREGRINE_MOE_NVFP4_DOWN_STAGED=1.
+// PEREGRINE_MOE_NVFP4_DOWN_STAGED=1; the prefetching one off: PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0;
+// gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8.
 namespace {
 MoeNvfp4Variant moe_nvfp4_variant_from_env() {
   static const MoeNvfp4Variant v = [] {
     MoeNvfp4Variant r;
     const char* e = std::getenv("PEREGRINE_MOE_NVFP4_TILES");
-    if (e && std::sscanf(e, "%dx%d,%dx%d", &r.gate_up_tiles, &r.gate_up_unroll, &r.down_tiles, &r.down_unroll) != 4)
-      r = MoeNvfp4Variant{};
+    const int got = e ? std::sscanf(e, "%dx%d,%dx%d", &r.gate_up_tiles, &r.gate_up_unroll, &r.down_tiles, &r.down_unroll) : 0;
+    if (got != 4 && got != 2) r = MoeNvfp4Variant{};  // "TxU" alone: gate_up's tile only
     const char* st = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_STAGED");
     r.down_staged = st && st[0] == '1';
     const char* pf = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_PREFETCH");
-    r.down_prefetch = pf && pf[0] == '1';
+    r.down_prefetch = !(pf && pf[0] == '0');
+    const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
+    r.gate_up_warps = gw ? std::atoi(gw) : 0;
     return r;
   }();
   return v;
@@ -169,7 +176,9 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     Nvfp4MmaTile t = moe_nvfp4_gate_up_tile();
     if (v.gate_up_tiles) t.tiles = v.gate_up_tiles;
     if (v.gate_up_unroll) t.unroll = v.gate_up_unroll;
-    PG_CUDA_TRY(launch_moe_gate_up_nvfp4(p, t, stream));
+    const bool four_ok = t.tiles == 1 && (t.unroll == 2 || t.unroll == 4);  // the 4-warp instantiations
+    const int warps = v.gate_up_warps ? v.gate_up_warps : four_ok ? kMoeNvfp4GateUpWarps : kMoeWarps;
+    PG_CUDA_TRY(launch_moe_gate_up_nvfp4(p, t, warps, stream));
   } else {
     PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), gu_vec, m_tile, stream));
   }

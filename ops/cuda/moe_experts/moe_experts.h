@@ -28,8 +28,8 @@ Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_by
 
 // Whether m = 2..8 take the direct multi path (on unless PEREGRINE_MOE_DIRECT_MULTI=0; read once).
 bool moe_direct_multi_enabled();
-// Whether gate_up starts under PDL after the router (MoeExpertsArgs::after_router; on unless
-// PEREGRINE_MOE_GATE_UP_PDL=0; read once).
+// Whether gate_up starts under PDL after the router (MoeExpertsArgs::after_router; off unless
+// PEREGRINE_MOE_GATE_UP_PDL=1; read once).
 bool moe_gate_up_pdl_enabled();
 
 // The NVFP4 tensor-core kernels' tiles (moe_experts/nvfp4_params.h) for the benchmark's sweep;
@@ -41,8 +41,12 @@ struct MoeNvfp4Variant {
   // PEREGRINE_MOE_NVFP4_DOWN_STAGED=1).
   bool down_staged = false;
   // m = 1 down with the block's weights copied to shared memory before it waits for gate_up
-  // (nvfp4_kernel.cu; PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=1). Takes precedence over down_staged.
+  // (nvfp4_kernel.cu; where the grid fits one block per SM). Takes precedence over down_staged.
+  // moe_experts() sets it unless PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0.
   bool down_prefetch = false;
+  // gate_up's warps per block: 0 the default (nvfp4_params.h's kMoeNvfp4GateUpWarps), else 4 or 8
+  // (moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_WARPS).
+  int gate_up_warps = 0;
 };
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);

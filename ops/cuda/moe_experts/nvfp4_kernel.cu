@@ -6,6 +6,7 @@
 // h is rounded to f16 as down reads it. The CPU definition is ops::cpu::moe_experts.
 #include <cuda_runtime.h>
 
+#include "ops/cuda/common/device.h"
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/smem_limit.cuh"
 #include "ops/cuda/common/vec.cuh"
@@ -43,15 +44,16 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
   }
 }
 
-// Grid: x = inter row tiles (kMoeWarps x 8 x kTiles rows per block), y = expert slot (max_active
+// Grid: x = inter row tiles (kWarps x 8 x kTiles rows per block), y = expert slot (max_active
 // routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
 // (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass. kX1: m = 1
 // (p.direct) and nvfp4_x1_ok: the block's warps share the token's x, staged once per block as f16
 // B fragments, and the weights stream through each warp's shared-memory ring (nvfp4_mma_stream_x1;
-// the same sums in the same order).
-template <int kTiles, int kUnroll, bool kX1>
-__global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
+// the same sums in the same order). kWarps: warps per block (moe_nvfp4_gate_up_warps), the same
+// registers per thread at any count.
+template <int kTiles, int kUnroll, bool kX1, int kWarps>
+__global__ void __launch_bounds__(kWarps * kWarpSize, kMoeMinBlocksPerSm * kMoeWarps / kWarps)
     moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kJ = 8 * kTiles;  // inter rows per warp
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
@@ -82,7 +84,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     expert = p.n_experts + s, lo = 0, hi = p.m;
     h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
   }
-  const int64_t j0 = (int64_t(blockIdx.x) * kMoeWarps + warp) * kJ;
+  const int64_t j0 = (int64_t(blockIdx.x) * kWarps + warp) * kJ;
   // kX1: warps past inter stay for the block's barrier (staging x) with no k-steps, write nothing.
   if (!kX1 && j0 >= p.inter) return;
 
@@ -471,22 +473,22 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   }
 }
 
-template <int kTiles, int kUnroll>
+template <int kTiles, int kUnroll, int kWarps = kMoeWarps>
 cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
-  constexpr int kRowsPerBlock = kMoeWarps * 8 * kTiles;
+  constexpr int kRowsPerBlock = kWarps * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
   if (p.direct && nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
-    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true>;
+    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kMoeThreads),
-                                      nvfp4_x1_smem_bytes(kTiles, kUnroll, kMoeWarps, p.hidden), stream, p);
+    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize),
+                                      nvfp4_x1_smem_bytes(kTiles, kUnroll, kWarps, p.hidden), stream, p);
         e != cudaSuccess)
       return e;
     return cudaGetLastError();
   }
-  if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false>, grid,
-                                    dim3(kMoeThreads), 0, stream, p);
+  if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false, kWarps>, grid,
+                                    dim3(kWarps * kWarpSize), 0, stream, p);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();
@@ -501,7 +503,7 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool pref
   const size_t pb = moe_nvfp4_down_prefetch_bytes(n_slots, p.inter, kTiles, kUnroll);
   // The ring copies a lane's two scales as one 4-byte word: 4-byte aligned scale rows (K % 64 == 0).
   if (prefetch && pb <= kMoeNvfp4DownPrefetchMaxBytes && nvfp4_x1_ok(p.inter, p.down.scale_fp8) &&
-      p.down.scale_fp8_cols % 4 == 0) {
+      p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_down_prefetch_bytes counts the ring's stage size");
     constexpr auto kKernel = moe_down_direct_nvfp4_prefetch_kernel<kTiles, kUnroll>;
@@ -541,8 +543,14 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream) {
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
+  if (warps == 4) {  // instantiated for one tile, unroll 2 (the default) and 4
+    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, stream);
+    if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, stream);
+    return cudaErrorInvalidValue;
+  }
+  if (warps != kMoeWarps) return cudaErrorInvalidValue;
   switch (tile.tiles * 16 + tile.unroll) {
     case 16 + 1: return gate_up_launch<1, 1>(p, stream);
     case 16 + 2: return gate_up_launch<1, 2>(p, stream);

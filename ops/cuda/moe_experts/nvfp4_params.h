@@ -20,6 +20,13 @@ constexpr int kMoeNvfp4TokTile = 32;
 // V3 (inter 2048, 9 slots): 2304 warps of 56 k-steps at 1 tile; moonlight (1408, 8 slots) 1408
 // warps of 16. Not yet swept on the H200 (bench_ops_cuda's moe rows with variants).
 inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
+// gate_up's warps per block at the default tile: 4, so the grid's blocks spread evenly over the
+// SMs. Moonlight at one token has 8 slots x 22 blocks of 8 warps = 176 blocks on 132 SMs: 44 SMs
+// stream two blocks' weights (295 KB) while 88 stream one, and the kernel lasts as long as the
+// busiest SM; with 4 warps, 352 blocks are at most 3 per SM (221 KB) for an average of 197 KB.
+// V3: 9 x 32 = 288 blocks, more than the 264 that fit at once (2 per SM), become 576 of which 5
+// fit per SM (same registers per thread). PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=8 for the old grid.
+constexpr int kMoeNvfp4GateUpWarps = 4;
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
 inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
 // down at m = 1 with h staged (moe_down_direct_nvfp4_kernel's kStaged; off unless asked for, see
@@ -30,7 +37,9 @@ inline size_t moe_nvfp4_down_staged_bytes(int n_slots, int64_t inter) {
   return size_t(n_slots) * size_t((inter / 32 + 3) / 4) * size_t(kNvfp4X1StepBytes);
 }
 constexpr size_t kMoeNvfp4DownStagedMaxBytes = size_t(64) << 10;
-// down at m = 1 with the block's weights prefetched (moe_down_direct_nvfp4_prefetch_kernel): ring
+// down at m = 1 with the block's weights prefetched (moe_down_direct_nvfp4_prefetch_kernel; when
+// the grid has no more blocks than the device has SMs, so every block can fetch while gate_up
+// runs: moonlight's 128, not V3's 448, measured 2.4% slower with it at 2224e11): ring
 // stages of kUnroll k-steps per warp (a warp's K slice, rounded up), for every (slot, K slice)
 // warp, then the staged h rows. Moonlight's MoE (8 slots x 2 slices of 6 steps, 1408): 120 KB +
 // 22.5 KB; V3's (9 x 1 x 16 steps, 2048): 180 + 36 KB; the dense MLPs' (1 x 8 slices, 11264 /
@@ -61,7 +70,8 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 
 // Each launches with the tile given (instantiated: tiles 1 with unroll 1, 2, 4; tiles 2 with
 // unroll 1, 2); cudaErrorInvalidValue for another.
-cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, cudaStream_t stream);
+// warps: per block, 8 (kMoeWarps) or, at one tile with unroll 2 or 4, 4 (kMoeNvfp4GateUpWarps).
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
 // staged per block when `staged` and moe_nvfp4_down_staged_bytes fits, or the weights prefetched
 // (moe_down_direct_nvfp4_prefetch_kernel) when `prefetch` and moe_nvfp4_down_prefetch_bytes fits;
