@@ -26,6 +26,10 @@ inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
 // busiest SM; with 4 warps, 352 blocks are at most 3 per SM (221 KB) for an average of 197 KB.
 // V3: 9 x 32 = 288 blocks, more than the 264 that fit at once (2 per SM), become 576 of which 5
 // fit per SM (same registers per thread). PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=8 for the old grid.
+// Measured (H200, 2026-12-01, 78ccd4d, one call, down prefetch on): moonlight nvfp4 521.2 vs 501.1
+// tok/s at 8 warps; gate_up under ncu 14.7 vs 17.5 us a launch; V3 nvfp4 4 layers 757.9 vs 735.6,
+// its MoE layer 235.6 vs 242.8 us; verify steps at k = 1 / 2 / 3 2.767 / 3.406 / 3.723 ms vs
+// 2.809 / 3.488 / 3.805. Unroll 4 at 4 warps (TILES=1x4): 511.3.
 constexpr int kMoeNvfp4GateUpWarps = 4;
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
 inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
@@ -39,7 +43,8 @@ inline size_t moe_nvfp4_down_staged_bytes(int n_slots, int64_t inter) {
 constexpr size_t kMoeNvfp4DownStagedMaxBytes = size_t(64) << 10;
 // down at m = 1 with the block's weights prefetched (moe_down_direct_nvfp4_prefetch_kernel; when
 // the grid has no more blocks than the device has SMs, so every block can fetch while gate_up
-// runs: moonlight's 128, not V3's 448, measured 2.4% slower with it at 2224e11): ring
+// runs: moonlight's 128, not V3's 448, measured 1.6% slower with it at 2224e11). Moonlight nvfp4
+// (H200, 2026-12-01, 78ccd4d): 521.2 tok/s with it, 512.9 without (8-warp gate_up: 501.1 / 493.5): ring
 // stages of kUnroll k-steps per warp (a warp's K slice, rounded up), for every (slot, K slice)
 // warp, then the staged h rows. Moonlight's MoE (8 slots x 2 slices of 6 steps, 1408): 120 KB +
 // 22.5 KB; V3's (9 x 1 x 16 steps, 2048): 180 + 36 KB; the dense MLPs' (1 x 8 slices, 11264 /
