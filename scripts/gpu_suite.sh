@@ -227,6 +227,9 @@ BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:fp8:
 if [ -x "$PEREGRINE" ]; then
   for b in $BENCHES; do
     IFS=: read -r name dtype layers spec extra <<<"$b"
+    # The environment is the fifth field: a VAR=VAL in the fourth would be read as the spec flag and
+    # set nothing (session 10's first call measured such an "A/B" of identical runs).
+    case "$spec" in ""|spec|attn) ;; *) note "bench $b: skipped (fourth field '$spec' is not spec|attn|empty; environment goes in the fifth: NAME:DTYPE:LAYERS::VAR=VAL)"; continue ;; esac
     [ "$(left)" -lt 60 ] && { note "bench $b: skipped (time budget)"; continue; }
     args=(bench --synthetic "$name" --dtype "$dtype")
     [ "$layers" != 0 ] && args+=(--layers "$layers")
