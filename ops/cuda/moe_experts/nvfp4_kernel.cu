@@ -141,81 +141,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMoeMinBlocksPerSm * kMoeW
   }
 }
 
-// m = 1 (p.direct), as moe_down_direct_kernel: grid x = hidden row tiles of 16 x kTiles rows, a
-// block of n_slots x k_split warps (moe_nvfp4_down_direct_split), one warp per (slot, K slice) with
-// h row `slot` as the mma's only real column: 16-row tiles leave few warps (a dense MLP's single
-// slot: hidden / 16), so K is split. The first weight loads go out before the wait for h (PDL);
-// the partial sums meet in shared memory: each slot's K slices, then the slots in the contract's
-// order. kStaged: the block first stages every slot's h row as f16 B fragments in shared memory,
-// as the linear kernel stages x (every lane reads its step's fragments with 4 shared loads; the
-// per-lane path costs lanes g > 0 its x-load and conversion instructions too: 375 warp
-// instructions per KB of weights at moonlight's MoE shape, ncu, 2026-12-01). Same f16 values in
-// the same slots, same sums: the same bits. Measured (H200, 2026-12-01, d759236, staged for every
-// m = 1 down): moonlight's dense down 21.1 -> 17.5 us (ncu, locked clocks; 4.3M -> 3.0M
-// instructions), but V3 nvfp4's MoE op 118.6 -> 132.9 us eager, whose 9 h rows are 8 serial L2
-// round trips per thread before the first mma. So it is off unless asked for
-// (MoeNvfp4Variant::down_staged, PEREGRINE_MOE_NVFP4_DOWN_STAGED=1).
-template <int kTiles, int kUnroll, bool kStaged>
-__global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
-    moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
-  constexpr int kR = kNvfp4MmaRows * kTiles;
-  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
-  const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
-  const int slot = warp / k_split, kpart = warp % k_split;
-  const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
-  const int64_t row0 = int64_t(blockIdx.x) * kR;
-  const uint8_t* wrow[kTiles][2];
-  const uint8_t* srow[kTiles][2];
-#pragma unroll
-  for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = (valid ? expert : 0) * p.hidden + min(row0 + kNvfp4MmaRows * i + g + 8 * h, int64_t(p.hidden) - 1);
-      wrow[i][h] = codes_row(p.down, row, p.inter);
-      srow[i][h] = scales_row(p.down, row);
-    }
-  const int64_t k_chunks = p.inter / 32, k_steps = valid ? (k_chunks + 3) / 4 : 0;
-  const int64_t per_part = (k_steps + k_split - 1) / k_split;
-  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
-  float acc[kTiles][4];
-  if constexpr (kStaged) {
-    extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
-    const int64_t all_steps = (k_chunks + 3) / 4;
-    nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
-        wrow, srow, [&] { nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, down_nvfp4_hs); },
-        down_nvfp4_hs + slot * all_steps * kNvfp4MmaXStepVecs, k_chunks, s0, s1, acc);
-  } else {
-    const float* xrow = g == 0 ? p.plan.h + int64_t(slot) * p.inter : nullptr;
-    nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
-  }
-  pdl_wait();  // warps without k-steps; y is written below
-  const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
-  if (t == 0) {  // d0 / d2: rows g / g + 8, token 0
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = kNvfp4MmaRows * i + g + 8 * h;
-        const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);
-        s_part[rank * k_split + kpart][r] = valid ? wgt * (acc[i][2 * h] * scale_2_of(p.down, row)) : 0.0f;
-      }
-  }
-  __syncthreads();
-  const int r = threadIdx.x;
-  const int64_t row = row0 + r;
-  if (r < kR && row < p.hidden) {
-    float v = 0.0f;
-    for (int k = 0; k < n_slots; ++k) {  // slots by rank; each slot's K slices first
-      float d = s_part[k * k_split][r];
-      for (int kp = 1; kp < k_split; ++kp) d += s_part[k * k_split + kp][r];
-      v += d;
-    }
-    float* yp = p.y + row;
-    *yp = p.accumulate ? *yp + v : v;
-  }
-}
-
 // Every slot's h row (rows rows of `inter` floats from h) as f16 B fragments in xs, row r at
 // xs + r * all_steps * kNvfp4MmaXStepVecs: the layout and values of nvfp4_mma_stage_x_rows, but a
 // thread issues the loads of kBatch of its items before it converts any, so its share costs one
@@ -247,21 +172,37 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* h, int64_t inter, 
   }
 }
 
-// m = 1 (p.direct) with every weight byte of the block copied to shared memory before the wait
-// for h: the grid, warps, K slices and sums of moe_down_direct_nvfp4_kernel, but each warp's
-// k-steps go out as cp.async stages into its own region (moe_nvfp4_down_prefetch_bytes) at once,
-// then pdl_wait, then every slot's h is staged (moe_stage_h_rows) and the mmas read both from
-// shared memory. Launched with PDL after gate_up, whose routed blocks let it launch once the
-// routing is complete: its blocks take the SMs gate_up leaves room on and fetch their 100-200 KB
-// while gate_up runs, so after gate_up only h, the mmas and the sums remain. Same f16 values in
-// the same mma slots, same sums as the per-lane kernel: the same bits.
-template <int kTiles, int kUnroll>
+// How the m = 1 down feeds its mmas (moe_down_direct_nvfp4_kernel's kMode): h per lane from L2,
+// h staged per block, or h staged and the block's weights prefetched to shared memory.
+enum class MoeDownMode { kPerLane, kStaged, kPrefetch };
+
+// m = 1 (p.direct), as moe_down_direct_kernel: grid x = hidden row tiles of 16 x kTiles rows, a
+// block of n_slots x k_split warps (moe_nvfp4_down_direct_split), one warp per (slot, K slice) with
+// h row `slot` as the mma's only real column: 16-row tiles leave few warps (a dense MLP's single
+// slot: hidden / 16), so K is split. The first weight loads go out before the wait for h (PDL);
+// the partial sums meet in shared memory: each slot's K slices, then the slots in the contract's
+// order. kPerLane: lane (0, t) of a warp reads its slot's h from L2 at every k-step. kStaged: the
+// block first stages every slot's h row as f16 B fragments in shared memory,
+// as the linear kernel stages x (every lane reads its step's fragments with 4 shared loads; the
+// per-lane path costs lanes g > 0 its x-load and conversion instructions too: 375 warp
+// instructions per KB of weights at moonlight's MoE shape, ncu, 2026-12-01). Same f16 values in
+// the same slots, same sums: the same bits. Measured (H200, 2026-12-01, d759236, staged for every
+// m = 1 down): moonlight's dense down 21.1 -> 17.5 us (ncu, locked clocks; 4.3M -> 3.0M
+// instructions), but V3 nvfp4's MoE op 118.6 -> 132.9 us eager, whose 9 h rows are 8 serial L2
+// round trips per thread before the first mma. So it is off unless asked for
+// (MoeNvfp4Variant::down_staged, PEREGRINE_MOE_NVFP4_DOWN_STAGED=1). kPrefetch: every weight byte of
+// the block goes to shared memory before the wait for h: each warp's k-steps are issued at once as
+// cp.async stages into its own region (moe_nvfp4_down_prefetch_bytes), then pdl_wait, then every
+// slot's h is staged (moe_stage_h_rows) and the mmas read both from shared memory. Launched with PDL
+// after gate_up, whose routed blocks let it launch once the routing is complete, its blocks take the
+// SMs gate_up leaves room on and fetch their 100-200 KB while gate_up runs; after gate_up only h,
+// the mmas and the sums remain. The default where the grid fits one block per SM (down_direct_launch).
+// All three modes: the same f16 values in the same mma slots, the same sums, the same bits.
+template <int kTiles, int kUnroll, MoeDownMode kMode>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
-    moe_down_direct_nvfp4_prefetch_kernel(const __grid_constant__ MoeExpertsParams p) {
-  using Stage = Nvfp4RingStage<kTiles, kUnroll>;
+    moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kNvfp4MmaRows * kTiles;
   __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
-  extern __shared__ uint4 down_prefetch_smem[];     // [warps][stages] Stage, then the staged h
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
   const int slot = warp / k_split, kpart = warp % k_split;
@@ -277,23 +218,39 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       wrow[i][h] = codes_row(p.down, row, p.inter);
       srow[i][h] = scales_row(p.down, row);
     }
-  const int64_t k_chunks = p.inter / 32, all_steps = (k_chunks + 3) / 4, k_steps = valid ? all_steps : 0;
+  const int64_t k_chunks = p.inter / 32, k_steps = valid ? (k_chunks + 3) / 4 : 0;
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
   const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
-  const int stages = moe_nvfp4_down_prefetch_stages(all_steps, k_split, kUnroll);
-  Stage* ring = reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(warp) * stages;
-  uint4* xs = reinterpret_cast<uint4*>(reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(blockDim.x / kWarpSize) * stages);
-  const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;
-  for (int j = 0; j < n; ++j) nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j]);
-  pdl_wait();  // h comes from gate_up
-  moe_stage_h_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
-  cp_async_wait_all();
-  __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
+  const int64_t all_steps = (k_chunks + 3) / 4;  // the staged h's k-steps per row (every slot's)
   float acc[kTiles][4];
+  if constexpr (kMode == MoeDownMode::kPrefetch) {
+    using Stage = Nvfp4RingStage<kTiles, kUnroll>;
+    extern __shared__ uint4 down_prefetch_smem[];  // [warps][stages] Stage, then the staged h
+    const int stages = moe_nvfp4_down_prefetch_stages(all_steps, k_split, kUnroll);
+    Stage* ring = reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(warp) * stages;
+    uint4* xs = reinterpret_cast<uint4*>(reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(blockDim.x / kWarpSize) * stages);
+    const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;
+    for (int j = 0; j < n; ++j) nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j]);
+    pdl_wait();  // h comes from gate_up
+    moe_stage_h_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
+    cp_async_wait_all();
+    __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
 #pragma unroll
-  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
-  for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc);
+    for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
+    for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc);
+  } else {
+    if constexpr (kMode == MoeDownMode::kStaged) {
+      extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
+      nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
+          wrow, srow, [&] { nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, down_nvfp4_hs); },
+          down_nvfp4_hs + slot * all_steps * kNvfp4MmaXStepVecs, k_chunks, s0, s1, acc);
+    } else {
+      const float* xrow = g == 0 ? p.plan.h + int64_t(slot) * p.inter : nullptr;
+      nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+    }
+    pdl_wait();  // warps without k-steps; y is written below
+  }
   const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
   if (t == 0) {  // d0 / d2: rows g / g + 8, token 0
 #pragma unroll
@@ -506,17 +463,17 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool pref
       p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_down_prefetch_bytes counts the ring's stage size");
-    constexpr auto kKernel = moe_down_direct_nvfp4_prefetch_kernel<kTiles, kUnroll>;
+    constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPrefetch>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     return launch_pdl(kKernel, grid, block, pb, stream, p);
   }
   const size_t hs = moe_nvfp4_down_staged_bytes(n_slots, p.inter);
   if (staged && hs <= kMoeNvfp4DownStagedMaxBytes) {
-    constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, true>;
+    constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kStaged>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     return launch_pdl(kKernel, grid, block, hs, stream, p);
   }
-  return launch_pdl(moe_down_direct_nvfp4_kernel<kTiles, kUnroll, false>, grid, block, 0, stream, p);
+  return launch_pdl(moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPerLane>, grid, block, 0, stream, p);
 }
 
 template <int kUnroll>

@@ -33,7 +33,7 @@ inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
 constexpr int kMoeNvfp4GateUpWarps = 4;
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
 inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
-// down at m = 1 with h staged (moe_down_direct_nvfp4_kernel's kStaged; off unless asked for, see
+// down at m = 1 with h staged (moe_down_direct_nvfp4_kernel's kStaged mode; off unless asked for, see
 // launch_moe_down_nvfp4): shared memory of the slots' staged h rows (f16 B fragments, whole
 // k-steps), and the most the staged kernel takes (moonlight 8 slots x 1408: 22.5 KB; V3 9 x 2048:
 // 36 KB; the dense MLPs' single slot of 11264 / 18432: 22.5 / 36 KB).
@@ -41,7 +41,7 @@ inline size_t moe_nvfp4_down_staged_bytes(int n_slots, int64_t inter) {
   return size_t(n_slots) * size_t((inter / 32 + 3) / 4) * size_t(kNvfp4X1StepBytes);
 }
 constexpr size_t kMoeNvfp4DownStagedMaxBytes = size_t(64) << 10;
-// down at m = 1 with the block's weights prefetched (moe_down_direct_nvfp4_prefetch_kernel; when
+// down at m = 1 with the block's weights prefetched (moe_down_direct_nvfp4_kernel's kPrefetch mode; when
 // the grid has no more blocks than the device has SMs, so every block can fetch while gate_up
 // runs: moonlight's 128, not V3's 448, measured 1.6% slower with it at 2224e11). Moonlight nvfp4
 // (H200, 2026-12-01, 78ccd4d): 521.2 tok/s with it, 512.9 without (8-warp gate_up: 501.1 / 493.5): ring
@@ -79,7 +79,7 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
 // staged per block when `staged` and moe_nvfp4_down_staged_bytes fits, or the weights prefetched
-// (moe_down_direct_nvfp4_prefetch_kernel) when `prefetch` and moe_nvfp4_down_prefetch_bytes fits;
+// (the kPrefetch mode) when `prefetch` and moe_nvfp4_down_prefetch_bytes fits;
 // else the planned one (one warp walks the active experts; tiles 1, unroll 1 or 2).
 cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, bool prefetch,
                                   cudaStream_t stream);
