@@ -42,8 +42,8 @@ struct MoeExpertsArgs {
   bool f16_activations = true;
   // CUDA, a launch-order promise of the caller: the kernel just before in the stream is the MoE
   // router (ops::cuda::moe_router), which lets its dependents launch only after x is complete. At
-  // decode sizes the CUDA path may then start the shared experts before the routing is done
-  // (gate_up under PDL, with PEREGRINE_MOE_GATE_UP_PDL=1). Ignored elsewhere.
+  // decode sizes the CUDA path then starts gate_up under PDL, its shared experts before the routing
+  // is done (the CUDA runner promises it with PEREGRINE_MOE_GATE_UP_PDL=1). Ignored elsewhere.
   bool after_router = false;
 };
 

@@ -66,7 +66,7 @@ bool moe_direct_multi_enabled() {
   return on;
 }
 
-// gate_up under PDL after the router (MoeExpertsParams::gate_up_pdl) with
+// Whether the CUDA runner asks for gate_up under PDL after the router (MoeExpertsArgs::after_router):
 // PEREGRINE_MOE_GATE_UP_PDL=1. Off by default: measured (H200, 2026-12-01, 2224e11, one call)
 // moonlight nvfp4 491.1 / 492.8 tok/s with it, 494.3 without; V3 nvfp4 4 layers 732.3 vs 736.0,
 // its MoE layer 249.8 vs 243.6 us. Starting the shared experts during the router buys nothing
@@ -117,6 +117,9 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   if (a.gate_up) PG_TRY(check_kernel_format(*a.gate_up, "moe_experts", /*nvfp4_ok=*/true));
   if (a.down) PG_TRY(check_kernel_format(*a.down, "moe_experts", /*nvfp4_ok=*/true));
   PG_TRY(validate(a));
+  if (v.gate_up_warps != 0 && v.gate_up_warps != 4 && v.gate_up_warps != kMoeWarps)
+    return invalid_argument("moe_experts: gate_up at {} warps per block (PEREGRINE_MOE_NVFP4_GATE_UP_WARPS): 4 or {}",
+                            v.gate_up_warps, kMoeWarps);
   if (a.m == 0) return ok_status();
   // The kernels index pairs, tokens and rows in 32-bit ints and launch a fixed grid.
   const int64_t n_pairs = a.m * (a.top_k + a.n_shared), max_active = std::min(a.n_experts, a.m * a.top_k);
@@ -169,7 +172,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   p.direct_multi = moe_direct_multi_enabled() && !p.direct && (!nvfp4 || (gu_mma && dn_mma)) &&
                    moe_direct_multi_fits(a.m, a.top_k, a.n_shared);
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
-  p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi) && moe_gate_up_pdl_enabled();
+  p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
   const int m_tile = moe_m_tile(a.m);
   if (!p.direct && !p.direct_multi) PG_CUDA_TRY(launch_moe_plan(p, stream));
   if (gu_mma) {
