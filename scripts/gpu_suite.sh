@@ -274,7 +274,7 @@ if [ -x "$PEREGRINE" ] && [ -z "${PG_SUITE_SKIP_SPEC:-}" ] && [ "$(left)" -gt 12
 fi
 
 # ---- 5d. kernel durations of the decode graphs (ncu, one metric, every graph node) ---------------
-# PG_SUITE_NCU="NAME:DTYPE:LAYERS ..." (default none): `peregrine bench` under ncu with the graphs
+# PG_SUITE_NCU="NAME:DTYPE:LAYERS[:spec] ..." (default none): `peregrine bench` under ncu with the graphs
 # profiled node by node (serialised, caches and clocks left alone), its decode steps only
 # (PEREGRINE_PROFILE_DECODE=1 with --profile-from-start off: a 27-layer NVFP4 prefill under ncu
 # took > 200 s); the CSV goes to logs.tgz, scripts/ncu_step.py turns it into the kernels of one
@@ -282,17 +282,23 @@ fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
   for b in $PG_SUITE_NCU; do
-    IFS=: read -r name dtype layers <<<"$b"
+    IFS=: read -r name dtype layers spec <<<"$b"
     [ "$(left)" -lt 90 ] && { note "ncu $b: skipped (time budget)"; continue; }
     args=(bench --synthetic "$name" --dtype "$dtype" --decode-tokens 4 --repeats 1 --batches 1 --long-prefill 0)
     [ "$layers" != 0 ] && args+=(--layers "$layers")
+    # NAME:DTYPE:LAYERS:spec: also two replays of the k = 1 and k = 3 verify graphs (steps 4-5, 6-7).
+    [ "${spec:-}" = spec ] && args+=(--speculative-tokens 1,3)
     PEREGRINE_PROFILE_DECODE=1 timeout $(( $(left) - 60 < 200 ? $(left) - 60 : 200 )) "$NCU" --profile-from-start off \
       --graph-profiling node --metrics gpu__time_duration.sum --cache-control none --clock-control none --csv \
       --log-file "$OUT/ncu_${name}_${dtype}_${layers}.csv" "$PEREGRINE" "${args[@]}" \
       >"$OUT/ncu_${name}_${dtype}_${layers}.log" 2>&1
     note "ncu $b: rc=$?  $(python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --summary 2>&1 | tail -1)"
     # The step by kernel (count, total us, share) into the summary: the table the run exists for.
-    python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" 2>&1 | sed -n '/by kernel/,$p' | head -16 >>"$SUMMARY"
+    if [ "${spec:-}" = spec ]; then  # the last decode step next to the second replay of each verify graph
+      python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --compare 3,5,7 2>&1 | head -24 >>"$SUMMARY"
+    else
+      python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" 2>&1 | sed -n '/by kernel/,$p' | head -16 >>"$SUMMARY"
+    fi
   done
 fi
 

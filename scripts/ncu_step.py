@@ -8,7 +8,10 @@ most common length is taken (a steady decode step); --step N takes segment N (0-
 Durations are each kernel alone (ncu serialises them), so their sum is the step without launch
 gaps or overlap.
 
-  ncu_step.py FILE.csv [--step N] [--summary]
+With --compare N,M,... the kernels of several steps side by side instead (total us per kernel name;
+e.g. a decode step next to verify steps, whose graphs the bench replays after its decode steps).
+
+  ncu_step.py FILE.csv [--step N] [--summary] [--compare N,M,...]
 """
 import collections
 import argparse
@@ -35,11 +38,33 @@ def short(name):
     return name[:90]
 
 
+def compare(ks, bounds, steps, path):
+    bad = [n for n in steps if n >= len(bounds)]
+    if bad:
+        sys.exit(f"{path}: {len(bounds)} steps (embedding launches), asked for {bad}")
+    cols = []
+    for n in steps:
+        lo, hi = bounds[n]
+        agg = {}
+        for name, t in ks[lo:hi]:
+            c, s = agg.get(short(name), (0, 0.0))
+            agg[short(name)] = (c + 1, s + t)
+        cols.append(agg)
+    names = sorted({k for c in cols for k in c}, key=lambda k: -max(c.get(k, (0, 0.0))[1] for c in cols))
+    print("by kernel, steps " + " | ".join(str(n) for n in steps) + " (count x, total us):")
+    for k in names:
+        cells = [f"{c[k][0]:4d}x {c[k][1]:8.1f}" if k in c else f"{'-':>14}" for c in cols]
+        print("  " + " | ".join(cells) + f"  {k[:70]}")
+    totals = [sum(t for _, t in ks[bounds[n][0]:bounds[n][1]]) for n in steps]
+    print("  " + " | ".join(f"{'total':>5} {t:8.1f}" for t in totals) + "  (kernel time, each alone)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--step", type=int, default=-1)
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--compare", default="")
     a = ap.parse_args()
     ks = list(rows(a.csv))
     if not ks:
@@ -48,6 +73,9 @@ def main():
     if not starts:
         sys.exit(f"{a.csv}: no embedding_kernel launch, no step to cut")
     bounds = [(lo, starts[j + 1] if j + 1 < len(starts) else len(ks)) for j, lo in enumerate(starts)]
+    if a.compare:
+        compare(ks, bounds, [int(x) for x in a.compare.split(",")], a.csv)
+        return
     step_no = a.step
     if step_no < 0:  # the last segment of the most common length (ties: the shorter)
         counts = collections.Counter(hi - lo for lo, hi in bounds)
