@@ -392,17 +392,22 @@ void run_case(const MoeCase& c) {
             << "the m = 1 down differs from the default launch's bits";
       }
     }
-    // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block gives the default's bits.
+    // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block, and with x read per lane
+    // instead of staged per block, gives the default's bits.
     if (m >= 2 && m <= 8 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0 &&
         !c.accumulate) {
-      cuda::MoeNvfp4Variant v;
-      v.gate_up_warps = 8;
-      PG_ASSERT_OK(dy.fill_bytes(0xff));
-      PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
-      ASSERT_TRUE(sync_ok());
-      const std::vector<float> yv = to_host(dy);
-      EXPECT_EQ(0, std::memcmp(yv.data(), y_gpu.data(), yv.size() * sizeof(float)))
-          << "gate_up at 8 warps per block differs from the default's bits";
+      for (int variant : {0, 1}) {
+        SCOPED_TRACE(variant == 0 ? "gate_up 8 warps, x staged" : "gate_up x per lane");
+        cuda::MoeNvfp4Variant v;
+        v.gate_up_warps = variant == 0 ? 8 : 0;
+        v.gate_up_multi_staged = variant == 0;
+        PG_ASSERT_OK(dy.fill_bytes(0xff));
+        PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
+        ASSERT_TRUE(sync_ok());
+        const std::vector<float> yv = to_host(dy);
+        EXPECT_EQ(0, std::memcmp(yv.data(), y_gpu.data(), yv.size() * sizeof(float)))
+            << "the gate_up variant differs from the default's bits";
+      }
     }
     // m = 2..8 take the direct multi path (bf16 / fp8 / f32, and NVFP4 on the f16 tensor cores):
     // each token's output must have the bits it has when the token runs alone (m = 1, the direct

@@ -351,18 +351,20 @@ struct Nvfp4Ring {
   }
 };
 
-// nvfp4_mma_stream for m = 1 with x staged per block and the weights through the warp's ring
-// (above). Every thread of the block must call it (a barrier after the staging); the first
-// kStages - 1 stages' copies go out before pdl_wait() (weights depend on no kernel). Steps past
-// s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's for token 0
-// (adding +0 changes no f32 sum but a -0's sign). wait = false (block-uniform): x is known complete
-// without waiting for the kernel before (the MoE gate_up's shared experts under PDL).
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
-                                                    const uint8_t* const (&srow)[kTiles][2], const float* x,
-                                                    uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
-                                                    int64_t k_chunks, int64_t s0, int64_t s1,
-                                                    float (&acc)[kTiles][4], bool wait = true) {
+// nvfp4_mma_stream with x staged per block and the weights through the warp's ring (above).
+// Every thread of the block must call it: the first kStages - 1 stages' copies go out before
+// pdl_wait() (weights depend on no kernel), then stage_x() (every thread a share of the block's
+// staged rows), a barrier, and the mmas, whose B fragments this lane reads from xs, its column's
+// staged row (m = 1: the block's one row; the MoE gate_up at 2..8 tokens: its pair's token). Steps
+// past s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's (adding +0
+// changes no f32 sum but a -0's sign). wait = false (block-uniform): x is known complete without
+// waiting for the kernel before (the MoE gate_up's shared experts under PDL).
+template <int kTiles, int kUnroll, class StageX>
+__device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wrow)[kTiles][2],
+                                                      const uint8_t* const (&srow)[kTiles][2], StageX&& stage_x,
+                                                      const uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
+                                                      int64_t k_chunks, int64_t s0, int64_t s1,
+                                                      float (&acc)[kTiles][4], bool wait = true) {
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages of this warp
@@ -372,15 +374,28 @@ __device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)
   Nvfp4Ring<kTiles, kUnroll> r{ring, n};
   r.start(issue);
   if (wait) pdl_wait();
-  nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs);
+  stage_x();
   __syncthreads();
   for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
 }
 
-// The staged-x path's dynamic shared memory of a block: x at the front, then warp w's ring.
+// m = 1: token 0's x (the whole K) staged as the block's one row.
 template <int kTiles, int kUnroll>
-__device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k) {
-  return reinterpret_cast<Nvfp4RingStage<kTiles, kUnroll>*>(smem + (k / 32 + 3) / 4 * kNvfp4MmaXStepVecs) +
+__device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
+                                                    const uint8_t* const (&srow)[kTiles][2], const float* x,
+                                                    uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
+                                                    int64_t k_chunks, int64_t s0, int64_t s1,
+                                                    float (&acc)[kTiles][4], bool wait = true) {
+  nvfp4_mma_stream_ring<kTiles, kUnroll>(
+      wrow, srow, [&] { nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs); }, xs, ring, k_chunks, s0, s1,
+      acc, wait);
+}
+
+// The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front
+// (nvfp4_x1_smem_bytes: one), then warp w's ring.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k, int rows = 1) {
+  return reinterpret_cast<Nvfp4RingStage<kTiles, kUnroll>*>(smem + rows * ((k / 32 + 3) / 4 * kNvfp4MmaXStepVecs)) +
          (threadIdx.x / kWarpSize) * nvfp4_ring_stages<kTiles, kUnroll>();
 }
 

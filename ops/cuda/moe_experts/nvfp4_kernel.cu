@@ -44,16 +44,53 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
   }
 }
 
+// `rows` rows of `row_len` floats at src (the down: every slot's h row; gate_up: the step's x
+// rows) as f16 B fragments in xs, row r at xs + r * all_steps * kNvfp4MmaXStepVecs: the layout and
+// values of nvfp4_mma_stage_x_rows, but a thread issues the loads of kBatch of its items before it
+// converts any, so its share costs one L2 round trip per kBatch items instead of one per row (V3's
+// 9 h rows of 2048: 8 items a thread).
+__device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_len, int rows, int64_t k_chunks,
+                                                 int64_t all_steps, uint4* xs) {
+  constexpr int kBatch = 4;
+  const int64_t per_row = all_steps * kNvfp4MmaXStepVecs, total = rows * per_row;
+  for (int64_t i0 = threadIdx.x; i0 < total; i0 += kBatch * int64_t(blockDim.x)) {
+    float4 lo[kBatch], hi[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t i = i0 + b * int64_t(blockDim.x), r = i / per_row, j = i % per_row;
+      const int v = int(j % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
+      const int64_t c = j / kNvfp4MmaXStepVecs * 4 + t;
+      lo[b] = hi[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i < total && c < k_chunks) {
+        const float* xc = src + r * row_len + c * 32 + 8 * q;
+        lo[b] = ld_act4(xc), hi[b] = ld_act4(xc + 4);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t i = i0 + b * int64_t(blockDim.x);
+      if (i < total)
+        xs[i] = make_uint4(f32x2_to_f16x2_sat(lo[b].x, hi[b].x), f32x2_to_f16x2_sat(lo[b].y, hi[b].y),
+                           f32x2_to_f16x2_sat(lo[b].z, hi[b].z), f32x2_to_f16x2_sat(lo[b].w, hi[b].w));
+    }
+  }
+}
+
 // Grid: x = inter row tiles (kWarps x 8 x kTiles rows per block), y = expert slot (max_active
 // routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
-// (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass. kX1: m = 1
-// (p.direct) and nvfp4_x1_ok: the block's warps share the token's x, staged once per block as f16
-// B fragments, and the weights stream through each warp's shared-memory ring (nvfp4_mma_stream_x1;
-// the same sums in the same order). kWarps: warps per block (moe_nvfp4_gate_up_warps), the same
-// registers per thread at any count.
-template <int kTiles, int kUnroll, bool kX1, int kWarps>
-__global__ void __launch_bounds__(kWarps * kWarpSize, kMoeMinBlocksPerSm * kMoeWarps / kWarps)
+// (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass. kStagedX: m = 1
+// (p.direct) or 2..8 (p.direct_multi), nvfp4_x1_ok: the step's x rows (m of them) are staged once
+// per block as f16 B fragments (moe_nvfp4_gate_up_staged_bytes), lane g reads its pair's token
+// row, and the weights stream through each warp's shared-memory ring (nvfp4_mma_stream_ring; the
+// same f16 values in the same mma slots, the same sums in the same order as the per-lane path).
+// A slot has at most m <= 8 pairs, one pass of the mma's 8 columns. Per lane (!kStagedX), lane g
+// reads its pair's x from L2 at every k-step, in line with its weight loads. kWarps: warps per
+// block (moe_nvfp4_gate_up_warps). Staged at 4 warps: 5 blocks per SM (88 registers, no spill;
+// 104 at 4): moonlight's 2-token grid of 14 slots x 44 blocks is 616 blocks, one wave at 5 per SM
+// (1.17 waves at 4).
+template <int kTiles, int kUnroll, bool kStagedX, int kWarps>
+__global__ void __launch_bounds__(kWarps * kWarpSize, kStagedX && kWarps == 4 ? 5 : kMoeMinBlocksPerSm * kMoeWarps / kWarps)
     moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kJ = 8 * kTiles;  // inter rows per warp
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
@@ -85,8 +122,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMoeMinBlocksPerSm * kMoeW
     h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
   }
   const int64_t j0 = (int64_t(blockIdx.x) * kWarps + warp) * kJ;
-  // kX1: warps past inter stay for the block's barrier (staging x) with no k-steps, write nothing.
-  if (!kX1 && j0 >= p.inter) return;
+  // kStagedX: warps past inter stay for the block's barrier (staging x) with no k-steps, write nothing.
+  if (!kStagedX && j0 >= p.inter) return;
 
   const uint8_t* wrow[kTiles][2];
   const uint8_t* srow[kTiles][2];
@@ -106,23 +143,28 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMoeMinBlocksPerSm * kMoeW
   for (int q = lo + int(blockIdx.z) * kNvfp4MmaTokens; q < hi; q += int(gridDim.z) * kNvfp4MmaTokens) {
     const int m_valid = min(kNvfp4MmaTokens, hi - q);
     float acc[kTiles][4];
-    if constexpr (kX1) {  // one pass (m = 1: a slot has one pair), token 0
-      extern __shared__ uint4 gate_up_nvfp4_smem[];  // nvfp4_x1_smem_bytes
-      nvfp4_mma_stream_x1<kTiles, kUnroll>(wrow, srow, p.x, gate_up_nvfp4_smem,
-                                           nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden), k_chunks, 0,
-                                           j0 < p.inter ? k_steps : 0, acc, /*wait=*/!shared);
+    // Lane g's column: pair q + g's token (past the slot's pairs: token 0, a column never written).
+    int64_t token = 0;
+    if (g < m_valid) {
+      const int pi = q + g;
+      token = p.direct         ? 0
+              : shared         ? pi
+              : p.direct_multi ? nth_set_bit(pairs, pi) / p.top_k
+                               : p.plan.pair_flat[pi] / p.top_k;
+    }
+    if constexpr (kStagedX) {  // one pass: m <= kMoeDirectMaxTokens (the direct paths) pairs per slot
+      static_assert(kMoeDirectMaxTokens <= kNvfp4MmaTokens, "a direct slot's pairs fit one pass");
+      extern __shared__ uint4 gate_up_nvfp4_smem[];  // moe_nvfp4_gate_up_staged_bytes: m rows of x, then the rings
+      const int rows = p.direct ? 1 : p.m;
+      const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
+      nvfp4_mma_stream_ring<kTiles, kUnroll>(
+          wrow, srow, [&] { moe_stage_h_rows(p.x, p.hidden, rows, k_chunks, k_steps, gate_up_nvfp4_smem); },
+          gate_up_nvfp4_smem + token * row_vecs, nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden, rows),
+          k_chunks, 0, j0 < p.inter ? k_steps : 0, acc, /*wait=*/!shared);
       if (j0 >= p.inter) return;
     } else {
-      const float* xrow = nullptr;  // lane g: pair q + g
-      if (g < m_valid) {
-        const int pi = q + g;
-        const int64_t token = p.direct         ? 0
-                              : shared         ? pi
-                              : p.direct_multi ? nth_set_bit(pairs, pi) / p.top_k
-                                               : p.plan.pair_flat[pi] / p.top_k;
-        xrow = p.x + token * p.hidden;
-      }
-      nvfp4_mma_stream<kTiles, kUnroll, false>(wrow, srow, xrow, k_chunks, 0, k_steps, acc);
+      nvfp4_mma_stream<kTiles, kUnroll, false>(wrow, srow, g < m_valid ? p.x + token * p.hidden : nullptr, k_chunks,
+                                               0, k_steps, acc);
     }
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
@@ -138,37 +180,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMoeMinBlocksPerSm * kMoeW
           p.plan.h[h_row * p.inter + j] = silu(gate) * up;
         }
       }
-  }
-}
-
-// Every slot's h row (rows rows of `inter` floats from h) as f16 B fragments in xs, row r at
-// xs + r * all_steps * kNvfp4MmaXStepVecs: the layout and values of nvfp4_mma_stage_x_rows, but a
-// thread issues the loads of kBatch of its items before it converts any, so its share costs one
-// L2 round trip per kBatch items instead of one per row (V3's 9 rows of 2048: 8 items a thread).
-__device__ __forceinline__ void moe_stage_h_rows(const float* h, int64_t inter, int rows, int64_t k_chunks,
-                                                 int64_t all_steps, uint4* xs) {
-  constexpr int kBatch = 4;
-  const int64_t per_row = all_steps * kNvfp4MmaXStepVecs, total = rows * per_row;
-  for (int64_t i0 = threadIdx.x; i0 < total; i0 += kBatch * int64_t(blockDim.x)) {
-    float4 lo[kBatch], hi[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int64_t i = i0 + b * int64_t(blockDim.x), r = i / per_row, j = i % per_row;
-      const int v = int(j % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
-      const int64_t c = j / kNvfp4MmaXStepVecs * 4 + t;
-      lo[b] = hi[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (i < total && c < k_chunks) {
-        const float* xc = h + r * inter + c * 32 + 8 * q;
-        lo[b] = ld_act4(xc), hi[b] = ld_act4(xc + 4);
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int64_t i = i0 + b * int64_t(blockDim.x);
-      if (i < total)
-        xs[i] = make_uint4(f32x2_to_f16x2_sat(lo[b].x, hi[b].x), f32x2_to_f16x2_sat(lo[b].y, hi[b].y),
-                           f32x2_to_f16x2_sat(lo[b].z, hi[b].z), f32x2_to_f16x2_sat(lo[b].w, hi[b].w));
-    }
   }
 }
 
@@ -431,15 +442,20 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 }
 
 template <int kTiles, int kUnroll, int kWarps = kMoeWarps>
-cudaError_t gate_up_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
-  if (p.direct && nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
+  // x staged per block: m = 1 always; 2..8 tokens where the m rows leave room for 4 blocks per SM.
+  const int rows = p.direct ? 1 : p.m;
+  const size_t smem = moe_nvfp4_gate_up_staged_bytes(rows, p.hidden, kWarps, kTiles, kUnroll);
+  if ((p.direct || (p.direct_multi && multi_staged && smem <= kMoeNvfp4GateUpMultiStagedMaxBytes)) &&
+      nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
+    static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
+                  "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
     constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize),
-                                      nvfp4_x1_smem_bytes(kTiles, kUnroll, kWarps, p.hidden), stream, p);
+    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize), smem, stream, p);
         e != cudaSuccess)
       return e;
     return cudaGetLastError();
@@ -500,20 +516,21 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, cudaStream_t stream) {
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, bool multi_staged,
+                                     cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
   if (warps == 4) {  // instantiated for one tile, unroll 2 (the default) and 4
-    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, stream);
-    if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, stream);
+    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, multi_staged, stream);
+    if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, multi_staged, stream);
     return cudaErrorInvalidValue;
   }
   if (warps != kMoeWarps) return cudaErrorInvalidValue;
   switch (tile.tiles * 16 + tile.unroll) {
-    case 16 + 1: return gate_up_launch<1, 1>(p, stream);
-    case 16 + 2: return gate_up_launch<1, 2>(p, stream);
-    case 16 + 4: return gate_up_launch<1, 4>(p, stream);
-    case 32 + 1: return gate_up_launch<2, 1>(p, stream);
-    case 32 + 2: return gate_up_launch<2, 2>(p, stream);
+    case 16 + 1: return gate_up_launch<1, 1>(p, multi_staged, stream);
+    case 16 + 2: return gate_up_launch<1, 2>(p, multi_staged, stream);
+    case 16 + 4: return gate_up_launch<1, 4>(p, multi_staged, stream);
+    case 32 + 1: return gate_up_launch<2, 1>(p, multi_staged, stream);
+    case 32 + 2: return gate_up_launch<2, 2>(p, multi_staged, stream);
   }
   return cudaErrorInvalidValue;
 }

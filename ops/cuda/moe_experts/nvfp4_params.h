@@ -31,6 +31,16 @@ inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
 // its MoE layer 235.6 vs 242.8 us; verify steps at k = 1 / 2 / 3 2.767 / 3.406 / 3.723 ms vs
 // 2.809 / 3.488 / 3.805. Unroll 4 at 4 warps (TILES=1x4): 511.3.
 constexpr int kMoeNvfp4GateUpWarps = 4;
+// gate_up with x staged per block (moe_gate_up_nvfp4_kernel's kStagedX): `rows` rows of K as f16 B
+// fragments (m = 1: one; 2..8 tokens: m), then each warp's ring. At 2..8 tokens it is taken where
+// the block fits 4 times in an SM's 227 KB (as many as its registers allow at 4 warps): moonlight
+// (K 2048, 4 warps) 4 KB a row + 20 KB of rings, every m; V3 (7168) 14 KB a row, m <= 2. Past that
+// (or PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0), lane g reads its token's x from L2 at every k-step.
+inline size_t moe_nvfp4_gate_up_staged_bytes(int rows, int64_t k, int warps, int tiles, int unroll) {
+  return size_t(rows) * size_t((k / 32 + 3) / 4 * kNvfp4X1StepBytes) +
+         size_t(warps) * size_t(kNvfp4RingStages(tiles, unroll)) * size_t(kNvfp4RingStageBytes * tiles * unroll);
+}
+constexpr size_t kMoeNvfp4GateUpMultiStagedMaxBytes = size_t(55) << 10;
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
 inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
 // down at m = 1 with h staged (moe_down_direct_nvfp4_kernel's kStaged mode; off unless asked for, see
@@ -76,7 +86,9 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 // Each launches with the tile given (instantiated: tiles 1 with unroll 1, 2, 4; tiles 2 with
 // unroll 1, 2); cudaErrorInvalidValue for another.
 // warps: per block, 8 (kMoeWarps) or, at one tile with unroll 2 or 4, 4 (kMoeNvfp4GateUpWarps).
-cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, cudaStream_t stream);
+// multi_staged: 2..8 tokens (p.direct_multi) with x staged per block where it fits (above).
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, bool multi_staged,
+                                     cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
 // staged per block when `staged` and moe_nvfp4_down_staged_bytes fits, or the weights prefetched
 // (the kPrefetch mode) when `prefetch` and moe_nvfp4_down_prefetch_bytes fits;
