@@ -286,7 +286,7 @@ if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
     [ "$(left)" -lt 90 ] && { note "ncu $b: skipped (time budget)"; continue; }
     args=(bench --synthetic "$name" --dtype "$dtype" --decode-tokens 4 --repeats 1 --batches 1 --long-prefill 0)
     [ "$layers" != 0 ] && args+=(--layers "$layers")
-    # NAME:DTYPE:LAYERS:spec: also two replays of the k = 1 and k = 3 verify graphs (steps 4-5, 6-7).
+    # NAME:DTYPE:LAYERS:spec: also two replays of the k = 1 and k = 3 verify graphs (the last 4 steps).
     [ "${spec:-}" = spec ] && args+=(--speculative-tokens 1,3)
     PEREGRINE_PROFILE_DECODE=1 timeout $(( $(left) - 60 < 200 ? $(left) - 60 : 200 )) "$NCU" --profile-from-start off \
       --graph-profiling node --metrics gpu__time_duration.sum --cache-control none --clock-control none --csv \
@@ -295,7 +295,7 @@ if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
     note "ncu $b: rc=$?  $(python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --summary 2>&1 | tail -1)"
     # The step by kernel (count, total us, share) into the summary: the table the run exists for.
     if [ "${spec:-}" = spec ]; then  # the last decode step next to the second replay of each verify graph
-      python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --compare 3,5,7 2>&1 | head -24 >>"$SUMMARY"
+      python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --compare=-5,-3,-1 2>&1 | head -24 >>"$SUMMARY"
     else
       python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" 2>&1 | sed -n '/by kernel/,$p' | head -16 >>"$SUMMARY"
     fi

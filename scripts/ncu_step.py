@@ -9,7 +9,8 @@ Durations are each kernel alone (ncu serialises them), so their sum is the step 
 gaps or overlap.
 
 With --compare N,M,... the kernels of several steps side by side instead (total us per kernel name;
-e.g. a decode step next to verify steps, whose graphs the bench replays after its decode steps).
+negative N counts from the last step: e.g. --compare=-5,-3,-1 for the last decode step and the second replays
+of the two verify graphs the bench profiles after its decode steps).
 
   ncu_step.py FILE.csv [--step N] [--summary] [--compare N,M,...]
 """
@@ -74,7 +75,7 @@ def main():
         sys.exit(f"{a.csv}: no embedding_kernel launch, no step to cut")
     bounds = [(lo, starts[j + 1] if j + 1 < len(starts) else len(ks)) for j, lo in enumerate(starts)]
     if a.compare:
-        compare(ks, bounds, [int(x) for x in a.compare.split(",")], a.csv)
+        compare(ks, bounds, [int(x) % len(bounds) if int(x) < 0 else int(x) for x in a.compare.split(",")], a.csv)
         return
     step_no = a.step
     if step_no < 0:  # the last segment of the most common length (ties: the shorter)

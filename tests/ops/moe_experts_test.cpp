@@ -392,15 +392,19 @@ void run_case(const MoeCase& c) {
             << "the m = 1 down differs from the default launch's bits";
       }
     }
-    // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block, and with x read per lane
-    // instead of staged per block, gives the default's bits.
+    // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block, gate_up with x read per
+    // lane instead of staged per block, and the down without its rings (h per lane) give the
+    // default's bits.
     if (m >= 2 && m <= 8 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0 &&
         !c.accumulate) {
-      for (int variant : {0, 1}) {
-        SCOPED_TRACE(variant == 0 ? "gate_up 8 warps, x staged" : "gate_up x per lane");
+      for (int variant : {0, 1, 2}) {
+        SCOPED_TRACE(variant == 0   ? "gate_up 8 warps, x staged, down rings"
+                     : variant == 1 ? "gate_up x per lane, down rings"
+                                    : "gate_up x staged, down h per lane");
         cuda::MoeNvfp4Variant v;
         v.gate_up_warps = variant == 0 ? 8 : 0;
-        v.gate_up_multi_staged = variant == 0;
+        v.gate_up_multi_staged = variant != 1;
+        v.down_multi_ring = variant != 2;
         PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
         ASSERT_TRUE(sync_ok());

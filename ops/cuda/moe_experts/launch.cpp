@@ -89,7 +89,8 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // malformed: the defaults; a pair not instantiated fails the launch. The staged m = 1 down:
 // PEREGRINE_MOE_NVFP4_DOWN_STAGED=1; the prefetching one off: PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0;
 // gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8; gate_up at 2..8 tokens with x read
-// per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0.
+// per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
+// without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0.
 namespace {
 MoeNvfp4Variant moe_nvfp4_variant_from_env() {
   static const MoeNvfp4Variant v = [] {
@@ -103,6 +104,8 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.down_prefetch = !(pf && pf[0] == '0');
     const char* ms = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED");
     r.gate_up_multi_staged = !(ms && ms[0] == '0');
+    const char* mr = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING");
+    r.down_multi_ring = !(mr && mr[0] == '0');
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
     r.gate_up_warps = gw ? std::atoi(gw) : 0;
     return r;
@@ -192,7 +195,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     Nvfp4MmaTile t = moe_nvfp4_down_tile();
     if (v.down_tiles) t.tiles = v.down_tiles;
     if (v.down_unroll) t.unroll = v.down_unroll;
-    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, v.down_prefetch, stream));
+    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, v.down_prefetch, v.down_multi_ring, stream));
   } else {
     PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), dn_vec, m_tile, stream));
   }

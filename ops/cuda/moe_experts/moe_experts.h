@@ -51,6 +51,10 @@ struct MoeNvfp4Variant {
   // weights through each warp's ring, where it fits (nvfp4_params.h); moe_experts() sets it unless
   // PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0.
   bool gate_up_multi_staged = false;
+  // down at 2..8 tokens with each warp's tasks streamed through a cp.async ring and h staged per
+  // block, where it fits (nvfp4_params.h); moe_experts() sets it unless
+  // PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0.
+  bool down_multi_ring = false;
 };
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);

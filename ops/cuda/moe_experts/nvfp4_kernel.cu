@@ -299,7 +299,15 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 // kernel's order (a pair's K slices first, then the pairs by (expert id, slot), then the shared
 // experts), so a token's output has the bits it has alone. Launched with PDL after gate_up: a
 // warp issues its first task's weight loads, then waits for h.
-template <int kUnroll>
+//
+// kRing (moe_nvfp4_down_multi_ring_bytes): a warp's tasks are one stream of k-steps through its
+// cp.async ring of kMoeNvfp4DownMultiRingStages slots, so the next task's weights are in flight
+// while this one multiplies (per lane, a task's loads wait for the task before it: at 2 tokens
+// moonlight's 27 tasks on 16 warps are two rounds of round trips); the first slots go out before
+// the wait for h, then the block stages every h row as f16 B fragments (moe_stage_h_rows) and
+// lane g reads its pair's row from shared memory. One pass per task (m <= 8 pairs). The same f16
+// values in the same mma slots, the same sums: the same bits.
+template <int kUnroll, bool kRing>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_multi_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kNvfp4MmaRows, kWarps = kMoeDirectMaxSlots;
@@ -317,21 +325,58 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int64_t row0 = int64_t(blockIdx.x) * kR;
   const int64_t k_chunks = p.inter / 32, k_steps = (k_chunks + 3) / 4;
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
-  for (int task = warp; task < n_tasks; task += kWarps) {  // warp-uniform: slot_expert's shuffles see every lane
-    const int slot = task / k_split, kpart = task % k_split;
-    const auto [expert, pairs, n_pairs, h_base, shared] = moe_multi_slot(p, w, slot, n_distinct);
-    const uint8_t* wrow[1][2];
-    const uint8_t* srow[1][2];
-    float s2[2];
-    down_tile_rows(p, expert, row0, g, wrow, srow, s2);
-    const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
-    for (int q = 0; q < n_pairs; q += kNvfp4MmaTokens) {
-      const int m_valid = min(kNvfp4MmaTokens, n_pairs - q);
-      // Column c of this pass: pair q + c's h row (routed: its flat index).
-      auto h_row = [&](int c) { return shared ? h_base + q + c : nth_set_bit(pairs, q + c); };
-      const float* xrow = g < m_valid ? p.plan.h + int64_t(h_row(g)) * p.inter : nullptr;
-      float acc[1][4];
-      nvfp4_mma_stream<1, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+  if constexpr (kRing) {
+    static_assert(kMoeDirectMaxTokens <= kNvfp4MmaTokens, "a task's pairs fit one pass");
+    constexpr int kStages = kMoeNvfp4DownMultiRingStages(kUnroll);
+    using Stage = Nvfp4RingStage<1, kUnroll>;
+    extern __shared__ uint4 down_multi_smem[];  // [n_h] staged h rows, then [warps][kStages] Stage
+    const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
+    uint4* xs = down_multi_smem;
+    Stage* ring = reinterpret_cast<Stage*>(down_multi_smem + n_h * row_vecs) + warp * kStages;
+    auto steps_of = [&](int task, int64_t& s0, int64_t& s1) {
+      s0 = min(k_steps, (task % k_split) * per_part), s1 = min(k_steps, s0 + per_part);
+      return int((s1 - s0 + kUnroll - 1) / kUnroll);  // its ring stages
+    };
+    int total = 0;
+    for (int task = warp; task < n_tasks; task += kWarps) {
+      int64_t s0, s1;
+      total += steps_of(task, s0, s1);
+    }
+    // The issuing cursor runs kStages - 1 stages ahead of the multiplying loop, over the same tasks.
+    int c_task = warp - kWarps, c_left = 0;
+    int64_t c_s, c_s1 = 0;
+    const uint8_t* cw[1][2];
+    const uint8_t* cs[1][2];
+    auto issue = [&](int, Stage& st) {  // warp-uniform (moe_multi_slot's shuffles)
+      while (c_left == 0) {
+        c_task += kWarps;
+        c_left = steps_of(c_task, c_s, c_s1);
+        float s2[2];
+        down_tile_rows(p, moe_multi_slot(p, w, c_task / k_split, n_distinct).expert, row0, g, cw, cs, s2);
+      }
+      nvfp4_ring_issue(cw, cs, k_chunks, c_s, c_s1, st);
+      c_s += kUnroll, --c_left;
+    };
+    Nvfp4Ring<1, kUnroll, kStages> r{ring, total};
+    r.start(issue);
+    pdl_wait();  // h comes from gate_up
+    moe_stage_h_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
+    __syncthreads();
+    int J = 0;
+    for (int task = warp; task < n_tasks; task += kWarps) {
+      const int slot = task / k_split, kpart = task % k_split;
+      const auto [expert, pairs, n_pairs, h_base, shared] = moe_multi_slot(p, w, slot, n_distinct);
+      const uint8_t* wrow[1][2];
+      const uint8_t* srow[1][2];
+      float s2[2];
+      down_tile_rows(p, expert, row0, g, wrow, srow, s2);
+      int64_t s0, s1;
+      const int n = steps_of(task, s0, s1);
+      const int m_valid = n_pairs;  // <= 8: one pass
+      auto h_row = [&](int c) { return shared ? h_base + c : nth_set_bit(pairs, c); };
+      const uint4* xl = xs + h_row(g < m_valid ? g : 0) * row_vecs;  // past the pairs: a column never written
+      float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+      for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xl, s0 + int64_t(j) * kUnroll, s1, acc);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
         const int c = 2 * t + j % 2;
@@ -339,6 +384,33 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
           const int hr = h_row(c);
           const float wgt = shared ? 1.0f : p.expert_weight[hr];
           s_part[kpart * n_h + hr][g + 8 * (j / 2)] = wgt * (acc[0][j] * s2[j / 2]);
+        }
+      }
+    }
+  } else {  // h per lane from L2
+    for (int task = warp; task < n_tasks; task += kWarps) {  // warp-uniform: slot_expert's shuffles see every lane
+      const int slot = task / k_split, kpart = task % k_split;
+      const auto [expert, pairs, n_pairs, h_base, shared] = moe_multi_slot(p, w, slot, n_distinct);
+      const uint8_t* wrow[1][2];
+      const uint8_t* srow[1][2];
+      float s2[2];
+      down_tile_rows(p, expert, row0, g, wrow, srow, s2);
+      const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+      for (int q = 0; q < n_pairs; q += kNvfp4MmaTokens) {
+        const int m_valid = min(kNvfp4MmaTokens, n_pairs - q);
+        // Column c of this pass: pair q + c's h row (routed: its flat index).
+        auto h_row = [&](int c) { return shared ? h_base + q + c : nth_set_bit(pairs, q + c); };
+        const float* xrow = g < m_valid ? p.plan.h + int64_t(h_row(g)) * p.inter : nullptr;
+        float acc[1][4];
+        nvfp4_mma_stream<1, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
+          const int c = 2 * t + j % 2;
+          if (c < m_valid) {
+            const int hr = h_row(c);
+            const float wgt = shared ? 1.0f : p.expert_weight[hr];
+            s_part[kpart * n_h + hr][g + 8 * (j / 2)] = wgt * (acc[0][j] * s2[j / 2]);
+          }
         }
       }
     }
@@ -493,9 +565,22 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool pref
 }
 
 template <int kUnroll>
-cudaError_t down_multi_launch(const MoeExpertsParams& p, cudaStream_t stream) {
+cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, cudaStream_t stream) {
   const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows - 1) / kNvfp4MmaRows));
-  return launch_pdl(moe_down_multi_nvfp4_kernel<kUnroll>, grid, dim3(kMoeDirectMaxSlots * kWarpSize), 0, stream, p);
+  const dim3 block(kMoeDirectMaxSlots * kWarpSize);
+  if constexpr (kMoeNvfp4DownMultiRingStages(kUnroll) >= 2) {
+    const size_t rb = moe_nvfp4_down_multi_ring_bytes(p.m * (p.top_k + p.n_shared), p.inter, kUnroll);
+    // One block per SM (its ring and h take most of the SM's shared memory); 4-byte scale words.
+    if (ring && rb <= kMoeNvfp4DownMultiRingMaxBytes && nvfp4_x1_ok(p.inter, p.down.scale_fp8) &&
+        p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
+      static_assert(sizeof(Nvfp4RingStage<1, kUnroll>) == size_t(kUnroll) * kNvfp4RingStageBytes,
+                    "moe_nvfp4_down_multi_ring_bytes counts the ring's stage size");
+      constexpr auto kKernel = moe_down_multi_nvfp4_kernel<kUnroll, true>;
+      if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+      return launch_pdl(kKernel, grid, block, rb, stream, p);
+    }
+  }
+  return launch_pdl(moe_down_multi_nvfp4_kernel<kUnroll, false>, grid, block, 0, stream, p);
 }
 
 template <int kUnroll>
@@ -536,7 +621,7 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile til
 }
 
 cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, bool prefetch,
-                                  cudaStream_t stream) {
+                                  bool multi_ring, cudaStream_t stream) {
   if (p.direct) {
     switch (tile.tiles * 16 + tile.unroll) {
       case 16 + 1: return down_direct_launch<1, 1>(p, staged, prefetch, stream);
@@ -549,9 +634,9 @@ cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, 
   if (tile.tiles != 1) return cudaErrorInvalidValue;
   if (p.direct_multi) {
     switch (tile.unroll) {
-      case 1: return down_multi_launch<1>(p, stream);
-      case 2: return down_multi_launch<2>(p, stream);
-      case 4: return down_multi_launch<4>(p, stream);
+      case 1: return down_multi_launch<1>(p, multi_ring, stream);
+      case 2: return down_multi_launch<2>(p, multi_ring, stream);
+      case 4: return down_multi_launch<4>(p, multi_ring, stream);
     }
     return cudaErrorInvalidValue;
   }

@@ -72,6 +72,21 @@ inline size_t moe_nvfp4_down_prefetch_bytes(int n_slots, int64_t inter, int tile
 }
 constexpr size_t kMoeNvfp4DownPrefetchMaxBytes = size_t(226) << 10;  // 227 KB less s_part's 1 KB
 
+// down at 2..8 tokens through per-warp rings (moe_down_multi_nvfp4_kernel's kRing): every h row
+// of the step staged as f16 B fragments (m x (top_k + n_shared) rows of K = inter), then 16 warps'
+// rings of kMoeNvfp4DownMultiRingStages stages of `unroll` k-steps (unroll 1: 6 stages, 7.5 KB a
+// warp; 2: 3 stages, 7.5 KB; 4: none). Taken where the grid fits one block per SM and this fits
+// beside the kernel's 8.25 KB of static shared memory: moonlight (16 x 8 h rows of 1408 at 2
+// tokens: 45 KB + 120 KB) up to 4 tokens; not V3 (448 blocks). Else, or with
+// PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0, each lane reads its pair's h from L2 at every k-step.
+__host__ __device__ constexpr int kMoeNvfp4DownMultiRingStages(int unroll) { return unroll == 1 ? 6 : unroll == 2 ? 3 : 0; }
+inline size_t moe_nvfp4_down_multi_ring_bytes(int64_t n_h, int64_t inter, int unroll) {
+  return size_t(n_h) * size_t((inter / 32 + 3) / 4 * kNvfp4X1StepBytes) +
+         size_t(kMoeDirectMaxSlots) * size_t(kMoeNvfp4DownMultiRingStages(unroll)) * size_t(unroll) *
+             size_t(kNvfp4RingStageBytes);
+}
+constexpr size_t kMoeNvfp4DownMultiRingMaxBytes = size_t(227 << 10) - 8448;  // less s_part and s_order
+
 // down planned: warps of a block splitting K (1, 2, 4, 8): grow while the 16-row tiles give fewer
 // than 16 warps per SM of a 132-SM H200 (a fixed count: kernel and launcher must agree without a
 // parameter) and every slice keeps >= 1 k-step. V3 (7168 x 2048): 448 tiles, split 8 (2 steps
@@ -93,7 +108,9 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile til
 // staged per block when `staged` and moe_nvfp4_down_staged_bytes fits, or the weights prefetched
 // (the kPrefetch mode) when `prefetch` and moe_nvfp4_down_prefetch_bytes fits;
 // else the planned one (one warp walks the active experts; tiles 1, unroll 1 or 2).
+// p.direct_multi: the multi kernel, through rings where moe_nvfp4_down_multi_ring_bytes fits and
+// multi_ring.
 cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, bool prefetch,
-                                  cudaStream_t stream);
+                                  bool multi_ring, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda
