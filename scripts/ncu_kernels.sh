@@ -7,6 +7,8 @@
 #   usage: scripts/ncu_kernels.sh OUT_DIR NAME DTYPE LAYERS KERNEL_REGEX [KERNEL_REGEX ...]
 #   e.g.   scripts/ncu_kernels.sh $OUT/ncu moonlight-16b-a3b nvfp4 0 moe_router_kernel mla_prep_kernel
 # LAUNCH_SKIP (default 40): launches of the kernel skipped first (past the first layers and step).
+# SPEC=K: also --speculative-tokens K, so the verify graph's kernels are profiled too (the bench
+# replays it twice under the profiler after the decode steps: 8 steps of 27 MoE layers at moonlight).
 set -uo pipefail
 OUT=${1:?usage: scripts/ncu_kernels.sh OUT_DIR NAME DTYPE LAYERS KERNEL_REGEX ...}
 NAME=${2:?} DTYPE=${3:?} LAYERS=${4:?}
@@ -18,6 +20,7 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 [ -x "$PEREGRINE" ] && [ -n "$NCU" ] || { echo "ncu_kernels: need $PEREGRINE and ncu"; exit 1; }
 args=(bench --synthetic "$NAME" --dtype "$DTYPE" --decode-tokens 4 --repeats 1 --batches 1 --long-prefill 0)
 [ "$LAYERS" != 0 ] && args+=(--layers "$LAYERS")
+[ -n "${SPEC:-}" ] && args+=(--speculative-tokens "$SPEC")
 for k in "$@"; do
   rep="$OUT/${k//[^A-Za-z0-9_]/_}"
   PEREGRINE_PROFILE_DECODE=1 timeout 240 "$NCU" --profile-from-start off --graph-profiling node \
