@@ -134,7 +134,7 @@ inline Nvfp4MmaTile linear_nvfp4_mma_tile(int64_t n, int64_t m, int sm_count) {
   return m == 1 ? Nvfp4MmaTile{1, 2} : Nvfp4MmaTile{1, 4};
 }
 
-// ---- NVFP4 at m = 1 through shared memory (nvfp4_mma.cuh: nvfp4_mma_stream_x1, linear_nvfp4_x1_kernel) ----
+// ---- NVFP4 at m = 1 through shared memory (nvfp4_mma.cuh: nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel) ----
 // Token 0's x is staged once per block as f16 (kNvfp4X1StepBytes per k-step of 128, K up to
 // kNvfp4X1MaxK) and each warp's weights stream through a ring of stages (kNvfp4RingStageBytes per
 // k-step and 16-row tile: 32 lanes x (2 rows x 16 code bytes + 2 x 4 scale bytes)).

@@ -276,27 +276,65 @@ __host__ __device__ constexpr int nvfp4_ring_stages() {
 static_assert(sizeof(Nvfp4RingStage<1, 1>) == kNvfp4RingStageBytes && sizeof(Nvfp4RingStage<2, 2>) == 4 * kNvfp4RingStageBytes,
               "config.h's shared-memory arithmetic (nvfp4_x1_smem_bytes) is this layout's");
 
+// A lane's copy sources: row g of tile 0 (codes and e4m3 scales) and the offsets of the lane's
+// other rows (rows g + 8h of tile i) from it, rows of one matrix (< 2 GB apart). Built once per
+// stream, so a stage's copies cost an add per row rather than each row's address again (measured
+// under ncu, 2026-12-01: rebuilt from the kernel's parameters, a stage's issue took 112
+// instructions for 8 copies, 19% of the MoE gate_up's).
+template <int kTiles>
+struct Nvfp4RingSrc {
+  const uint8_t* w;
+  const uint8_t* sc;
+  int32_t dw[kTiles][2], ds[kTiles][2];
+};
+template <int kTiles>
+__device__ __forceinline__ Nvfp4RingSrc<kTiles> nvfp4_ring_src(const uint8_t* const (&wrow)[kTiles][2],
+                                                               const uint8_t* const (&srow)[kTiles][2]) {
+  Nvfp4RingSrc<kTiles> r;
+  r.w = wrow[0][0], r.sc = srow[0][0];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r.dw[i][h] = int32_t(wrow[i][h] - r.w), r.ds[i][h] = int32_t(srow[i][h] - r.sc);
+      if (i + h > 0) asm volatile("" : "+r"(r.dw[i][h]), "+r"(r.ds[i][h]));
+    }
+  // Opaque to the compiler, so it keeps these 4 + 2 x (2 kTiles - 1) registers instead of
+  // rebuilding the rows' addresses from the kernel's parameters at every stage.
+  asm volatile("" : "+l"(r.w), "+l"(r.sc));
+  return r;
+}
+
 // Issues k-steps [s, s + kUnroll)'s copies into st (steps past s1 are not copied: never read;
-// chunks past k_chunks read as zero) and commits them as one group.
+// chunks past k_chunks read as zero, from the row's last chunk's address) and commits them as one
+// group.
 template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_ring_issue(const uint8_t* const (&wrow)[kTiles][2],
-                                                 const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
+__device__ __forceinline__ void nvfp4_ring_issue(const Nvfp4RingSrc<kTiles>& src, int64_t k_chunks, int64_t s,
                                                  int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st) {
   const int lane = threadIdx.x % kWarpSize, t = lane % 4;
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     if (s + u >= s1) break;  // warp-uniform
-    const int64_t c = (s + u) * 4 + t;
-    const bool ok = c < k_chunks;
+    const int c = int(s + u) * 4 + t, last = int(k_chunks) - 1;
+    const bool ok = c <= last;
+    const int cc = min(c, last);
+    const uint8_t* w = src.w + cc * kLinearVecBytes;
+    const uint8_t* sc = src.sc + 2 * (cc & ~1);  // the chunk pair's 4 scale bytes (k_chunks is even)
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        cp_async16(&st.w[u][i][h][lane], ok ? wrow[i][h] + c * kLinearVecBytes : wrow[i][h], ok);
-        cp_async4(&st.sc[u][i][h][lane], ok ? srow[i][h] + 8 * (s + u) + 4 * (t / 2) : srow[i][h], ok);
+        cp_async16(&st.w[u][i][h][lane], w + src.dw[i][h], ok);
+        cp_async4(&st.sc[u][i][h][lane], sc + src.ds[i][h], ok);
       }
   }
   cp_async_commit();
+}
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_ring_issue(const uint8_t* const (&wrow)[kTiles][2],
+                                                 const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
+                                                 int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st) {
+  nvfp4_ring_issue(nvfp4_ring_src(wrow, srow), k_chunks, s, s1, st);
 }
 
 // The mmas of k-steps [s, min(s + kUnroll, s1)) from stage st and the staged x.
@@ -369,8 +407,9 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages of this warp
+  const Nvfp4RingSrc<kTiles> src = nvfp4_ring_src(wrow, srow);
   auto issue = [&](int j, Nvfp4RingStage<kTiles, kUnroll>& st) {
-    nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, st);
+    nvfp4_ring_issue(src, k_chunks, s0 + int64_t(j) * kUnroll, s1, st);
   };
   Nvfp4Ring<kTiles, kUnroll> r{ring, n};
   r.start(issue);
@@ -378,18 +417,6 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
   stage_x();
   __syncthreads();
   for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
-}
-
-// m = 1: token 0's x (the whole K) staged as the block's one row.
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_mma_stream_x1(const uint8_t* const (&wrow)[kTiles][2],
-                                                    const uint8_t* const (&srow)[kTiles][2], const float* x,
-                                                    uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
-                                                    int64_t k_chunks, int64_t s0, int64_t s1,
-                                                    float (&acc)[kTiles][4], bool wait = true) {
-  nvfp4_mma_stream_ring<kTiles, kUnroll>(
-      wrow, srow, [&] { nvfp4_mma_stage_x_block(x, k_chunks, (k_chunks + 3) / 4, xs); }, xs, ring, k_chunks, s0, s1,
-      acc, wait);
 }
 
 // The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front
