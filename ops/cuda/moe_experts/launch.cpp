@@ -90,7 +90,8 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // PEREGRINE_MOE_NVFP4_DOWN_STAGED=1; the prefetching one off: PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0;
 // gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8; gate_up at 2..8 tokens with x read
 // per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
-// without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0.
+// without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; at most N staged gate_up blocks per SM:
+// PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N.
 namespace {
 MoeNvfp4Variant moe_nvfp4_variant_from_env() {
   static const MoeNvfp4Variant v = [] {
@@ -106,6 +107,8 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.gate_up_multi_staged = !(ms && ms[0] == '0');
     const char* mr = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING");
     r.down_multi_ring = !(mr && mr[0] == '0');
+    const char* bs = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM");
+    r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : 0;
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
     r.gate_up_warps = gw ? std::atoi(gw) : 0;
     return r;
@@ -187,7 +190,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     if (v.gate_up_unroll) t.unroll = v.gate_up_unroll;
     const bool four_ok = t.tiles == 1 && (t.unroll == 2 || t.unroll == 4);  // the 4-warp instantiations
     const int warps = v.gate_up_warps ? v.gate_up_warps : four_ok ? kMoeNvfp4GateUpWarps : kMoeWarps;
-    PG_CUDA_TRY(launch_moe_gate_up_nvfp4(p, t, warps, v.gate_up_multi_staged, stream));
+    PG_CUDA_TRY(launch_moe_gate_up_nvfp4(p, t, warps, v.gate_up_multi_staged, v.gate_up_blocks_per_sm, stream));
   } else {
     PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), gu_vec, m_tile, stream));
   }

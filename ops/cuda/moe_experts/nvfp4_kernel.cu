@@ -6,6 +6,8 @@
 // h is rounded to f16 as down reads it. The CPU definition is ops::cpu::moe_experts.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/smem_limit.cuh"
@@ -519,15 +521,25 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 }
 
 template <int kTiles, int kUnroll, int kWarps = kMoeWarps>
-cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, cudaStream_t stream) {
+cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
   // x staged per block: m = 1 always; 2..8 tokens where the m rows leave room for 4 blocks per SM.
   const int rows = p.direct ? 1 : p.m;
-  const size_t smem = moe_nvfp4_gate_up_staged_bytes(rows, p.hidden, kWarps, kTiles, kUnroll);
+  size_t smem = moe_nvfp4_gate_up_staged_bytes(rows, p.hidden, kWarps, kTiles, kUnroll);
   if ((p.direct || (p.direct_multi && multi_staged && smem <= kMoeNvfp4GateUpMultiStagedMaxBytes)) &&
       nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
+    if (blocks_per_sm > 0) {  // pad the shared memory so that at most blocks_per_sm blocks fit an SM
+      static const int per_sm = [] {
+        int d = 0, v = 0;
+        return cudaGetDevice(&d) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, d) == cudaSuccess
+                   ? v
+                   : 0;
+      }();
+      if (per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
+    }
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
     constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps>;
@@ -607,20 +619,20 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, bool multi_staged,
-                                     cudaStream_t stream) {
+                                     int blocks_per_sm, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
   if (warps == 4) {  // instantiated for one tile, unroll 2 (the default) and 4
-    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, multi_staged, stream);
-    if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, multi_staged, stream);
+    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, multi_staged, blocks_per_sm, stream);
+    if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, multi_staged, blocks_per_sm, stream);
     return cudaErrorInvalidValue;
   }
   if (warps != kMoeWarps) return cudaErrorInvalidValue;
   switch (tile.tiles * 16 + tile.unroll) {
-    case 16 + 1: return gate_up_launch<1, 1>(p, multi_staged, stream);
-    case 16 + 2: return gate_up_launch<1, 2>(p, multi_staged, stream);
-    case 16 + 4: return gate_up_launch<1, 4>(p, multi_staged, stream);
-    case 32 + 1: return gate_up_launch<2, 1>(p, multi_staged, stream);
-    case 32 + 2: return gate_up_launch<2, 2>(p, multi_staged, stream);
+    case 16 + 1: return gate_up_launch<1, 1>(p, multi_staged, blocks_per_sm, stream);
+    case 16 + 2: return gate_up_launch<1, 2>(p, multi_staged, blocks_per_sm, stream);
+    case 16 + 4: return gate_up_launch<1, 4>(p, multi_staged, blocks_per_sm, stream);
+    case 32 + 1: return gate_up_launch<2, 1>(p, multi_staged, blocks_per_sm, stream);
+    case 32 + 2: return gate_up_launch<2, 2>(p, multi_staged, blocks_per_sm, stream);
   }
   return cudaErrorInvalidValue;
 }
