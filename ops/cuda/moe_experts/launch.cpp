@@ -91,7 +91,7 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8; gate_up at 2..8 tokens with x read
 // per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; at most N staged gate_up blocks per SM:
-// PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N.
+// PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token).
 namespace {
 MoeNvfp4Variant moe_nvfp4_variant_from_env() {
   static const MoeNvfp4Variant v = [] {
@@ -108,7 +108,7 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     const char* mr = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING");
     r.down_multi_ring = !(mr && mr[0] == '0');
     const char* bs = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM");
-    r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : 0;
+    r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : -1;
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
     r.gate_up_warps = gw ? std::atoi(gw) : 0;
     return r;

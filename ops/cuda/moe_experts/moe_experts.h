@@ -55,8 +55,9 @@ struct MoeNvfp4Variant {
   // block, where it fits (nvfp4_params.h); moe_experts() sets it unless
   // PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0.
   bool down_multi_ring = false;
-  // > 0: at most this many staged gate_up blocks per SM (PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM).
-  int gate_up_blocks_per_sm = 0;
+  // Staged gate_up blocks per SM at most: > 0 that many, < 0 the one-token grid's ceil(blocks / SMs)
+  // (the default), 0 no cap (nvfp4_params.h; moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM).
+  int gate_up_blocks_per_sm = -1;
 };
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);

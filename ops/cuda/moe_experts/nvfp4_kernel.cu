@@ -530,6 +530,15 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
   size_t smem = moe_nvfp4_gate_up_staged_bytes(rows, p.hidden, kWarps, kTiles, kUnroll);
   if ((p.direct || (p.direct_multi && multi_staged && smem <= kMoeNvfp4GateUpMultiStagedMaxBytes)) &&
       nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
+    // < 0 (the default): at one token, the blocks an SM must hold for the grid to fit in one wave.
+    // Registers (80) and shared memory would let 6 share an SM, and placed unevenly some SMs then
+    // stream 6 blocks' weights: V3's 576 blocks ran 717.8 tok/s that way against 761.9 at 5 per SM
+    // (H200, 2026-12-01, 19fc2f0, one call; moonlight's 352 at 3 per SM: 514.6 vs 514.3). The multi
+    // grids keep what their registers allow (their verify figures are at that occupancy).
+    if (blocks_per_sm < 0) {
+      const int64_t blocks = int64_t(grid.x) * grid.y * grid.z, sms = current_device_props().sm_count;
+      blocks_per_sm = p.direct && sms > 0 ? int((blocks + sms - 1) / sms) : 0;
+    }
     if (blocks_per_sm > 0) {  // pad the shared memory so that at most blocks_per_sm blocks fit an SM
       static const int per_sm = [] {
         int d = 0, v = 0;

@@ -103,7 +103,8 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 // warps: per block, 8 (kMoeWarps) or, at one tile with unroll 2 or 4, 4 (kMoeNvfp4GateUpWarps).
 // multi_staged: 2..8 tokens (p.direct_multi) with x staged per block where it fits (above).
 // blocks_per_sm > 0: the staged kernel's shared memory padded so that at most that many blocks fit
-// an SM (PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM; a measurement knob, off by default).
+// an SM; < 0: at one token, ceil(blocks / SMs) (one even wave), else no padding; 0: none
+// (PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N sets it).
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, bool multi_staged,
                                      int blocks_per_sm, cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
