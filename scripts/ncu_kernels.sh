@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Full ncu profiles (`--set full`) of chosen kernels inside a decode step of `peregrine bench
 # --synthetic`: the kernels as the CUDA graph runs them (node by node), the decode steps only
-# (PEREGRINE_PROFILE_DECODE=1), one launch of each. For the H200 run, after scripts/gpu_suite.sh
+# (PEREGRINE_PROFILE_DECODE=1), one launch of each, with its SASS and per-instruction counts
+# summarised by scripts/ncu_sass.py. For the H200 run, after scripts/gpu_suite.sh
 # has built build-gpu/ (same LD_LIBRARY_PATH); one details page and report per kernel, packed into
 # OUT_DIR/ncu_kernels.tgz at the end (the device tool returns at most 8 files).
 #   usage: scripts/ncu_kernels.sh OUT_DIR NAME DTYPE LAYERS KERNEL_REGEX [KERNEL_REGEX ...]
@@ -28,8 +29,11 @@ for k in "$@"; do
     "$PEREGRINE" "${args[@]}" >"$rep.log" 2>&1
   echo "ncu $k: rc=$?"
   "$NCU" --import "$rep.ncu-rep" --page details >"$rep.txt" 2>&1
+  # The SASS with per-instruction execution counts and stall samples, and where they go (ncu_sass.py).
+  "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.sass.csv" 2>"$rep.sass.log" &&
+    python3 "$ROOT/scripts/ncu_sass.py" "$rep.sass.csv" --top 8 >"$rep.sass.txt" 2>&1 && head -20 "$rep.sass.txt"
   # The lines that say where the time goes, for the run's output.
   grep -E "^  [a-z_].*\(|Duration|Elapsed Cycles|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Block Size|Grid Size|Dynamic Shared" "$rep.txt" | head -24
 done
-(cd "$OUT" && tar czf ncu_kernels.tgz --remove-files ./*.txt ./*.log ./*.ncu-rep 2>/dev/null)
+(cd "$OUT" && tar czf ncu_kernels.tgz --remove-files ./*.txt ./*.log ./*.csv ./*.ncu-rep 2>/dev/null)
 echo "ncu_kernels: $OUT/ncu_kernels.tgz"

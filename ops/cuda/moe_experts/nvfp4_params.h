@@ -24,8 +24,8 @@ inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
 // SMs. Moonlight at one token has 8 slots x 22 blocks of 8 warps = 176 blocks on 132 SMs: 44 SMs
 // stream two blocks' weights (295 KB) while 88 stream one, and the kernel lasts as long as the
 // busiest SM; with 4 warps, 352 blocks are at most 3 per SM (221 KB) for an average of 197 KB.
-// V3: 9 x 32 = 288 blocks, more than the 264 that fit at once (2 per SM), become 576 of which 5
-// fit per SM (same registers per thread). PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=8 for the old grid.
+// V3: 9 x 32 = 288 blocks, more than the 264 that fit at once (2 per SM), become 576, at most 5 per
+// SM (the one-token cap of launch_moe_gate_up_nvfp4). PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=8 for the old grid.
 // Measured (H200, 2026-12-01, 78ccd4d, one call, down prefetch on): moonlight nvfp4 521.2 vs 501.1
 // tok/s at 8 warps; gate_up under ncu 14.7 vs 17.5 us a launch; V3 nvfp4 4 layers 757.9 vs 735.6,
 // its MoE layer 235.6 vs 242.8 us; verify steps at k = 1 / 2 / 3 2.767 / 3.406 / 3.723 ms vs
@@ -36,6 +36,8 @@ constexpr int kMoeNvfp4GateUpWarps = 4;
 // the block fits 4 times in an SM's 227 KB (as many as its registers allow at 4 warps): moonlight
 // (K 2048, 4 warps) 4 KB a row + 20 KB of rings, every m; V3 (7168) 14 KB a row, m <= 2. Past that
 // (or PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0), lane g reads its token's x from L2 at every k-step.
+// Measured (H200, 2026-12-01, 2d9cffb, one call): moonlight nvfp4 verify k = 1 / 2 / 3 2.569 / 3.225 /
+// 3.580 ms staged, 2.759 / 3.396 / 3.713 per lane; the 2-token launch 22.2 vs 30.5 us under ncu.
 inline size_t moe_nvfp4_gate_up_staged_bytes(int rows, int64_t k, int warps, int tiles, int unroll) {
   return size_t(rows) * size_t((k / 32 + 3) / 4 * kNvfp4X1StepBytes) +
          size_t(warps) * size_t(kNvfp4RingStages(tiles, unroll)) * size_t(kNvfp4RingStageBytes * tiles * unroll);
@@ -79,6 +81,9 @@ constexpr size_t kMoeNvfp4DownPrefetchMaxBytes = size_t(226) << 10;  // 227 KB l
 // beside the kernel's 8.25 KB of static shared memory: moonlight (16 x 8 h rows of 1408 at 2
 // tokens: 45 KB + 120 KB) up to 4 tokens; not V3 (448 blocks). Else, or with
 // PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0, each lane reads its pair's h from L2 at every k-step.
+// Measured (H200, 2026-12-01, 9a6ad50, one call): moonlight nvfp4 verify k = 1 / 2 / 3 2.554 / 3.156 /
+// 3.593 ms with the rings, 2.563 / 3.293 / 3.768 without (before the ring copies kept their sources in
+// registers it gained nothing: 96007d0).
 __host__ __device__ constexpr int kMoeNvfp4DownMultiRingStages(int unroll) { return unroll == 1 ? 6 : unroll == 2 ? 3 : 0; }
 inline size_t moe_nvfp4_down_multi_ring_bytes(int64_t n_h, int64_t inter, int unroll) {
   return size_t(n_h) * size_t((inter / 32 + 3) / 4 * kNvfp4X1StepBytes) +
