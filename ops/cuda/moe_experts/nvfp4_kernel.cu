@@ -295,6 +295,43 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   }
 }
 
+// Task `task` of a multi down warp (moe_down_multi_nvfp4_kernel): its expert slot, K slice, and lane
+// g's weight rows (g and g + 8 of the tile at row0) with their scale_2. Warp-uniform (moe_multi_slot).
+struct MoeMultiTask {
+  MoeMultiSlot slot;
+  int kpart = 0;
+  const uint8_t* wrow[1][2];
+  const uint8_t* srow[1][2];
+  float s2[2];
+};
+__device__ __forceinline__ MoeMultiTask moe_multi_task(const MoeExpertsParams& p, const WarpRouting& w, int task,
+                                                      int k_split, int n_distinct, int64_t row0, int g) {
+  MoeMultiTask k;
+  const int slot = task / k_split;
+  k.kpart = task % k_split;
+  k.slot = moe_multi_slot(p, w, slot, n_distinct);
+  down_tile_rows(p, k.slot.expert, row0, g, k.wrow, k.srow, k.s2);
+  return k;
+}
+
+// A multi down task's d fragment into the block's partial sums: weight x (sum x scale_2) for each of
+// its pass's m_valid columns (h rows h_row(c)) and the tile's 16 output rows, at s_part[part0 + h row];
+// lane (g, t) holds rows g and g + 8 of columns 2t and 2t + 1.
+template <class HRow>
+__device__ __forceinline__ void moe_down_multi_part(const MoeExpertsParams& p, float (*s_part)[kNvfp4MmaRows],
+                                                    int part0, int g, int t, int m_valid, bool shared, HRow&& h_row,
+                                                    const float (&acc)[4], const float (&s2)[2]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
+    const int c = 2 * t + j % 2;
+    if (c < m_valid) {
+      const int hr = h_row(c);
+      const float wgt = shared ? 1.0f : p.expert_weight[hr];
+      s_part[part0 + hr][g + 8 * (j / 2)] = wgt * (acc[j] * s2[j / 2]);
+    }
+  }
+}
+
 // 2 <= m <= kMoeDirectMaxTokens (p.direct_multi), as moe_down_multi_kernel with the m = 1 kernel's
 // arithmetic: grid x = hidden row tiles of 16 rows, a block of kMoeDirectMaxSlots warps. Every
 // warp derives the step's distinct routed experts from expert_idx (warp_routing) and takes the
@@ -371,12 +408,10 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     __syncthreads();
     int J = 0;
     for (int task = warp; task < n_tasks; task += kWarps) {
-      const int slot = task / k_split, kpart = task % k_split;
-      const auto [expert, pairs, n_pairs, h_base, shared] = moe_multi_slot(p, w, slot, n_distinct);
-      const uint8_t* wrow[1][2];
-      const uint8_t* srow[1][2];
-      float s2[2];
-      down_tile_rows(p, expert, row0, g, wrow, srow, s2);
+      const MoeMultiTask k = moe_multi_task(p, w, task, k_split, n_distinct, row0, g);
+      const auto [expert, pairs, n_pairs, h_base, shared] = k.slot;
+      const int kpart = k.kpart;
+      const float(&s2)[2] = k.s2;
       int64_t s0, s1;
       const int n = steps_of(task, s0, s1);
       const int m_valid = n_pairs;  // <= 8: one pass
@@ -384,24 +419,14 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       const uint4* xl = xs + h_row(g < m_valid ? g : 0) * row_vecs;  // past the pairs: a column never written
       float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
       for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xl, s0 + int64_t(j) * kUnroll, s1, acc);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
-        const int c = 2 * t + j % 2;
-        if (c < m_valid) {
-          const int hr = h_row(c);
-          const float wgt = shared ? 1.0f : p.expert_weight[hr];
-          s_part[kpart * n_h + hr][g + 8 * (j / 2)] = wgt * (acc[0][j] * s2[j / 2]);
-        }
-      }
+      moe_down_multi_part(p, s_part, kpart * n_h, g, t, m_valid, shared, h_row, acc[0], s2);
     }
   } else {  // h per lane from L2
     for (int task = warp; task < n_tasks; task += kWarps) {  // warp-uniform: slot_expert's shuffles see every lane
-      const int slot = task / k_split, kpart = task % k_split;
-      const auto [expert, pairs, n_pairs, h_base, shared] = moe_multi_slot(p, w, slot, n_distinct);
-      const uint8_t* wrow[1][2];
-      const uint8_t* srow[1][2];
-      float s2[2];
-      down_tile_rows(p, expert, row0, g, wrow, srow, s2);
+      const MoeMultiTask k = moe_multi_task(p, w, task, k_split, n_distinct, row0, g);
+      const auto [expert, pairs, n_pairs, h_base, shared] = k.slot;
+      const int kpart = k.kpart;
+      const float(&s2)[2] = k.s2;
       const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
       for (int q = 0; q < n_pairs; q += kNvfp4MmaTokens) {
         const int m_valid = min(kNvfp4MmaTokens, n_pairs - q);
@@ -409,16 +434,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
         auto h_row = [&](int c) { return shared ? h_base + q + c : nth_set_bit(pairs, q + c); };
         const float* xrow = g < m_valid ? p.plan.h + int64_t(h_row(g)) * p.inter : nullptr;
         float acc[1][4];
-        nvfp4_mma_stream<1, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
-          const int c = 2 * t + j % 2;
-          if (c < m_valid) {
-            const int hr = h_row(c);
-            const float wgt = shared ? 1.0f : p.expert_weight[hr];
-            s_part[kpart * n_h + hr][g + 8 * (j / 2)] = wgt * (acc[0][j] * s2[j / 2]);
-          }
-        }
+        nvfp4_mma_stream<1, kUnroll, true>(k.wrow, k.srow, xrow, k_chunks, s0, s1, acc);
+        moe_down_multi_part(p, s_part, kpart * n_h, g, t, m_valid, shared, h_row, acc[0], s2);
       }
     }
   }
