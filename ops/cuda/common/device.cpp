@@ -81,6 +81,7 @@ const DeviceProps& current_device_props() {
     }
     p.sm_count = prop.multiProcessorCount;
     p.l2_bytes = prop.l2CacheSize;
+    p.smem_per_sm = int(prop.sharedMemPerMultiprocessor);
     p.cc_major = prop.major;
     p.cc_minor = prop.minor;
     p.name = prop.name;

@@ -15,6 +15,7 @@ struct DeviceProps {
   int device = 0;
   int sm_count = 0;
   int l2_bytes = 0;
+  int smem_per_sm = 0;  // shared memory one SM holds for its resident blocks (bytes)
   int cc_major = 0, cc_minor = 0;
   std::string name;
 };

@@ -357,8 +357,8 @@ __device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUn
 }
 
 // A warp's ring of kStages slots over its stages 0 .. total - 1 (issue(J, stage) copies stage J
-// and commits its group; J = 0, 1, ... in order): start() puts stages 0 .. kStages - 2 in flight; next(J) issues stage J + kStages - 1
-// into the slot stage J - 1 used (this lane's own reads of it are done), waits for stage J and
+// and commits its group; J = 0, 1, ... in order): start() puts stages 0 .. kStages - 2 in flight;
+// next(J) issues stage J + kStages - 1 into the slot stage J - 1 used (this lane's own reads of it are done), waits for stage J and
 // returns its slot, to be read before the next call. A commit with nothing in it keeps the group
 // count the waits rely on.
 template <int kTiles, int kUnroll, int kRingStages = nvfp4_ring_stages<kTiles, kUnroll>()>

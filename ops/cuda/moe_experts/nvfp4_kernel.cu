@@ -93,9 +93,10 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
 // same f16 values in the same mma slots, the same sums in the same order as the per-lane path).
 // A slot has at most m <= 8 pairs, one pass of the mma's 8 columns. Per lane (!kStagedX), lane g
 // reads its pair's x from L2 at every k-step, in line with its weight loads. kWarps: warps per
-// block (moe_nvfp4_gate_up_warps). Staged at 4 warps: 5 blocks per SM (88 registers, no spill;
-// 104 at 4): moonlight's 2-token grid of 14 slots x 44 blocks is 616 blocks, one wave at 5 per SM
-// (1.17 waves at 4).
+// block (moe_nvfp4_gate_up_warps). Staged at 4 warps: at least 5 blocks per SM (80 registers since
+// the ring's copy sources stay in registers, no spill; 104 before, 4 per SM): moonlight's 2-token
+// grid of 14 slots x 44 blocks is 616 blocks, one wave at 5 per SM (1.17 waves at 4). At one token
+// the launch caps the blocks per SM (gate_up_launch).
 template <int kTiles, int kUnroll, bool kStagedX, int kWarps>
 __global__ void __launch_bounds__(kWarps * kWarpSize, kStagedX && kWarps == 4 ? 5 : kMoeMinBlocksPerSm * kMoeWarps / kWarps)
     moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
@@ -389,16 +390,14 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     // The issuing cursor runs kStages - 1 stages ahead of the multiplying loop, over the same tasks.
     int c_task = warp - kWarps, c_left = 0;
     int64_t c_s, c_s1 = 0;
-    const uint8_t* cw[1][2];
-    const uint8_t* cs[1][2];
+    MoeMultiTask c;
     auto issue = [&](int, Stage& st) {  // warp-uniform (moe_multi_slot's shuffles)
       while (c_left == 0) {
         c_task += kWarps;
         c_left = steps_of(c_task, c_s, c_s1);
-        float s2[2];
-        down_tile_rows(p, moe_multi_slot(p, w, c_task / k_split, n_distinct).expert, row0, g, cw, cs, s2);
+        c = moe_multi_task(p, w, c_task, k_split, n_distinct, row0, g);
       }
-      nvfp4_ring_issue(cw, cs, k_chunks, c_s, c_s1, st);
+      nvfp4_ring_issue(c.wrow, c.srow, k_chunks, c_s, c_s1, st);
       c_s += kUnroll, --c_left;
     };
     Nvfp4Ring<1, kUnroll, kStages> r{ring, total};
@@ -556,16 +555,10 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
       const int64_t blocks = int64_t(grid.x) * grid.y * grid.z, sms = current_device_props().sm_count;
       blocks_per_sm = p.direct && sms > 0 ? int((blocks + sms - 1) / sms) : 0;
     }
-    if (blocks_per_sm > 0) {  // pad the shared memory so that at most blocks_per_sm blocks fit an SM
-      static const int per_sm = [] {
-        int d = 0, v = 0;
-        return cudaGetDevice(&d) == cudaSuccess &&
-                       cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, d) == cudaSuccess
-                   ? v
-                   : 0;
-      }();
-      if (per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
-    }
+    // Pad the shared memory so that at most blocks_per_sm blocks fit an SM (each block also
+    // costs the SM 1 KB of reserved shared memory).
+    const int per_sm = current_device_props().smem_per_sm;
+    if (blocks_per_sm > 0 && per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
     constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps>;
