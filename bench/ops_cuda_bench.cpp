@@ -169,7 +169,7 @@ struct Shape {
   const char* name;
   WeightFormat format;
   int64_t m, n, k;
-  bool exact = false;  // NVFP4: f16_activations = false (the f32-x kernel); else the f16 tensor-core one
+  bool exact = false;  // NVFP4, FP8: f16_activations = false (the f32-x kernel); else the f16 tensor-core one
 };
 
 const Shape kShapes[] = {
@@ -206,6 +206,14 @@ const Shape kShapes[] = {
     {"fp8 7168->18432 m1", WeightFormat::kFp8Block, 1, 18432, 7168},
     {"fp8 7168->18432 m4", WeightFormat::kFp8Block, 4, 18432, 7168},
     {"fp8 7168->18432 m16", WeightFormat::kFp8Block, 16, 18432, 7168},
+    {"fp8 7168->18432 m2", WeightFormat::kFp8Block, 2, 18432, 7168},
+    {"fp8 7168->18432 m8", WeightFormat::kFp8Block, 8, 18432, 7168},
+    // FP8's exact mode (f32 x, the CUDA-core kernel; the tensor-core one above) at the same shapes.
+    {"v3.q_a+kv_a 7168->2112 fp8 exact", WeightFormat::kFp8Block, 1, 2112, 7168, true},
+    {"v3.o_proj 16384->7168 fp8 exact", WeightFormat::kFp8Block, 1, 7168, 16384, true},
+    {"v3.expert down 2048->7168 fp8 exact", WeightFormat::kFp8Block, 1, 7168, 2048, true},
+    {"fp8 7168->18432 m1 exact", WeightFormat::kFp8Block, 1, 18432, 7168, true},
+    {"fp8 7168->18432 m4 exact", WeightFormat::kFp8Block, 4, 18432, 7168, true},
     // NVFP4 (ModelOpt, weight-only): every large projection of V3 and moonlight, experts, lm_head;
     // bytes include the e4m3 block scales (1 per 16 elements).
     {"v3.q_a+kv_a 7168->2112 nvfp4", WeightFormat::kNvfp4, 1, 2112, 7168},
@@ -323,7 +331,7 @@ GemvResult bench_gemv(const Shape& sh, const Rotated& r, const cu::LinearVariant
   a.f16_activations = !sh.exact;
   auto plan = cu::linear_plan(a, v);
   BENCH_CHECK(plan.status());
-  g.tile = plan->nvfp4_mma     ? "mma t" + std::to_string(plan->tile.rows_per_warp / cu::kNvfp4MmaRows) + " u" +
+  g.tile = plan->nvfp4_mma || plan->fp8_mma ? "mma t" + std::to_string(plan->tile.rows_per_warp / cu::kNvfp4MmaRows) + " u" +
                                      std::to_string(plan->tile.unroll) + " ks" + std::to_string(plan->k_split)
            : plan->vector_path ? "m" + std::to_string(plan->tile.m_tile) + " r" + std::to_string(plan->tile.rows_per_warp) +
                                      " u" + std::to_string(plan->tile.unroll) + " ks" + std::to_string(plan->k_split)
@@ -512,7 +520,12 @@ int run(int argc, char** argv) {
     results.push_back(bench_gemv(sh, r, {}, ceil.read_gbps, s));
     if (std::find_if(std::begin(kVariantShapes), std::end(kVariantShapes),
                      [&](const char* n) { return !std::strcmp(n, sh.name); }) != std::end(kVariantShapes)) {
-      if (sh.format == WeightFormat::kNvfp4 && !sh.exact) {  // the tensor-core kernel's tiles
+      ops::LinearArgs probe;
+      probe.x = r.x.data(), probe.y = const_cast<float*>(r.y.data()), probe.m = sh.m, probe.w = &r.mats[0];
+      probe.f16_activations = !sh.exact;
+      auto plan = cu::linear_plan(probe);
+      BENCH_CHECK(plan.status());
+      if (plan->nvfp4_mma || plan->fp8_mma) {  // the tensor-core kernels' tiles
         for (const cu::Nvfp4MmaTile& t : cu::linear_nvfp4_mma_tiles())
           for (int ks : {0, 1, 2, 4, 8})
             variants.push_back(bench_gemv(sh, r, cu::LinearVariant{0, cu::kNvfp4MmaRows * t.tiles, t.unroll, ks},

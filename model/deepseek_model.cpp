@@ -52,10 +52,10 @@ float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 // nearest even, |v| > 65504 saturated to +-65504, NaN kept.
 float round_f16(float v) { return f16_to_f32(f32_to_f16(std::clamp(v, -65504.0f, 65504.0f))); }
 
-// Whether CUDA's NVFP4 GEMV takes the f16 tensor-core kernel for a K of k (its vector path).
+// Whether CUDA's NVFP4 experts take the f16 tensor-core kernels for a K of k (their vector path).
 bool nvfp4_f16_path(const Matrix& w, int64_t k) { return w.format == ops::WeightFormat::kNvfp4 && k % 32 == 0; }
 
-// y (+)= x · Wᵀ with x rounded to f16 (the NVFP4 tensor-core GEMV's numbers; the weights exact).
+// y (+)= x · Wᵀ with x rounded to f16 (the tensor-core GEMVs' numbers; the weights exact).
 void linear_f16x(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& pool, bool accumulate = false) {
   std::vector<float> xr(x, x + m * w.cols);
   for (float& v : xr) v = round_f16(v);
@@ -132,7 +132,7 @@ void mla_attention_bf16(const ops::MlaAttentionArgs& m, ThreadPool& pool) {
 void DeepseekModel::proj(const float* x, const Matrix& w, float* y, int64_t m, bool accumulate) const {
   if (emul_.projection_min_rows > 0 && m >= emul_.projection_min_rows)
     return linear_bf16(x, w, y, m, thread_pool(), accumulate);
-  if (emul_.projection_min_rows > 0 && nvfp4_f16_path(w, w.cols))
+  if (emul_.projection_min_rows > 0 && ops::f16_mma_gemv(w, w.cols))  // NVFP4 and FP8 GEMVs on f16 tensor cores
     return linear_f16x(x, w, y, m, thread_pool(), accumulate);
   linear(x, w, y, m, thread_pool(), accumulate);
 }

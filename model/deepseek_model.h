@@ -76,10 +76,10 @@ class DeepseekModel {
   // weights and h) and the per-head W_UK / W_UV products; where every sequence of the step brings
   // at least attention_min_rows tokens, the attention (scaled q, cache rows and softmax weights:
   // the tensor-core prefill attention, ops::cuda::mla_prefill). 0: off (the f32 reference, default).
-  // Below those sizes the NVFP4 GEMVs run on f16 tensor cores (LinearArgs / MoeExpertsArgs::
-  // f16_activations): with projection_min_rows set, NVFP4 projections of fewer rows round x to f16;
-  // with expert_min_rows set, NVFP4 experts in smaller steps round x (gate/up) and h (down) to
-  // f16; each only where the CUDA kernel takes that path (its K a multiple of 32).
+  // Below those sizes the NVFP4 and FP8 GEMVs run on f16 tensor cores (LinearArgs / MoeExpertsArgs::
+  // f16_activations): with projection_min_rows set, NVFP4 and FP8 projections of fewer rows round x
+  // to f16 where CUDA's linear takes that kernel (ops::f16_mma_gemv); with expert_min_rows set,
+  // NVFP4 experts in smaller steps round x (gate/up) and h (down) to f16 (their K a multiple of 32).
   struct Bf16Emulation {
     int64_t projection_min_rows = 0;
     int64_t expert_min_rows = 0;

@@ -131,8 +131,9 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
   // The GPU's path: NVFP4 on the f16 tensor cores, or the f32-x kernels.
   auto plan = cuda::linear_plan(da, v);
   PG_ASSERT_OK(plan.status());
-  const bool f16 = plan->nvfp4_mma;
-  EXPECT_EQ(f16, c.format == WeightFormat::kNvfp4 && !c.exact && plan->vector_path);
+  const bool f16 = plan->nvfp4_mma || plan->fp8_mma;
+  EXPECT_EQ(f16, f16_mma_gemv(dw, c.k) && !c.exact && plan->vector_path);
+  EXPECT_FALSE(plan->nvfp4_mma && plan->fp8_mma);
   // The CPU on x rounded to f16 (the tensor-core path's exact products).
   std::vector<float> y_cpu16;
   if (f16) {
@@ -159,7 +160,9 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
       // NVFP4: the GPU chains per lane the 16-term block dots and their scaled adds (2 per 16
       // elements), then multiplies by scale_2; the CPU rounds each weight once (x scale_2):
       // one more rounding per term on either side, counted as 2 more terms.
-      const double n_cpu = std::ceil(double(c.k) / 16) + 6 + (c.format == WeightFormat::kNvfp4 ? 2 : 0);
+      // FP8 on the tensor cores: exact products, the block scale applied to each 64-element step's
+      // sum; the CPU rounds each weight times its scale: one more rounding per term (2 terms).
+      const double n_cpu = std::ceil(double(c.k) / 16) + 6 + (c.format == WeightFormat::kNvfp4 || f16 ? 2 : 0);
       const double n_gpu = c.format == WeightFormat::kNvfp4 ? 2 * std::ceil(double(c.k) / 16) + 16 + 12
                                                               : 2 * std::ceil(double(c.k) / 32) + 10;
       double t = kLambda * (std::sqrt(n_cpu) + std::sqrt(n_gpu)) * kF32Unit * a;
@@ -290,6 +293,25 @@ const LinearCase kCases[] = {
     {"exact_v3_o_proj_nvfp4", kFp4, 1, 7168, 16384, 0, 0, false, false, 128, 0, true},
     {"exact_m8_nvfp4", kFp4, 8, 1408, 2048, 0, 0, false, false, 128, 0, true},
     {"exact_accumulate_strided_nvfp4", kFp4, 3, 2048, 1408, 32, 5, true, false, 128, 0, true},
+    // DeepSeek-FP8 on the f16 tensor cores (K % 64 == 0, 128 x 128 or 64 x 64 blocks; the cases
+    // above with such shapes take it too): every m of one mma column tile and two, K past the
+    // staged-x limit at m = 1 (x per lane), a partial row block, 64 x 64 blocks, accumulation
+    // into strided y, f16 saturation, and the exact (f32-x) kernels kept at the same shapes.
+    {"mma_m1_fp8", kFp8, 1, 2816, 2048},
+    {"mma_m2_fp8", kFp8, 2, 2112, 7168},
+    {"mma_m3_fp8", kFp8, 3, 1408, 2048},
+    {"mma_m4_fp8", kFp8, 4, 2048, 1408 + 64},
+    {"mma_m6_fp8", kFp8, 6, 576, 2048},
+    {"mma_m7_fp8", kFp8, 7, 4096, 512},
+    {"mma_m9_fp8", kFp8, 9, 1408, 2048},
+    {"mma_m1_k18496_fp8", kFp8, 1, 300, 18496},
+    {"mma_partial_row_block_fp8", kFp8, 2, 200, 1024},
+    {"mma_blocks_64_fp8", kFp8, 3, 1000, 1536, 0, 0, false, false, 64},
+    {"mma_accumulate_strided_fp8", kFp8, 3, 2048, 1408 + 64, 32, 5, true},
+    {"mma_saturated_x_fp8", kFp8, 2, 1408, 2048, 0, 0, false, false, 128, 0, false, 1.0e5f},
+    {"exact_v3_o_proj_fp8", kFp8, 1, 7168, 16384, 0, 0, false, false, 128, 0, true},
+    {"exact_m5_fp8", kFp8, 5, 2048, 7168, 0, 0, false, false, 128, 0, true},
+    {"exact_accumulate_fp8", kFp8, 1, 7168, 2048, 0, 0, true, false, 128, 0, true},
 };
 
 class LinearCuda : public ::testing::TestWithParam<LinearCase> {};
@@ -317,7 +339,7 @@ TEST(LinearCudaTiles, EveryTileAndSplitMatchesCpu) {
             SCOPED_TRACE(name);
             // NVFP4's vector path needs K % 32 == 0: 1056 = 33 chunks of 32. NVFP4's f32-x tiles: exact.
             LinearCase c{name.c_str(), f, m, 263, f == kFp4 ? 1056 : 1040};
-            c.exact = f == kFp4;
+            c.exact = f == kFp4 || f == kFp8;
             run_case(c, cuda::LinearVariant{mt, t.rows_per_warp, t.unroll, ks});
             if (HasFatalFailure()) return;
           }
@@ -337,6 +359,24 @@ TEST(LinearCudaTiles, EveryNvfp4MmaTileAndSplitMatchesCpu) {
                                    std::to_string(ks) + "_m" + std::to_string(m) + "_k" + std::to_string(k);
           SCOPED_TRACE(name);
           const LinearCase c{name.c_str(), kFp4, m, 263, k};
+          run_case(c, cuda::LinearVariant{0, cuda::kNvfp4MmaRows * t.tiles, t.unroll, ks});
+          if (HasFatalFailure()) return;
+        }
+}
+
+// Every FP8 tensor-core tile and k_split, m = 1, 3, 8 and 11 (two column tiles), at a prime N and
+// K = 17 steps of 64 (odd: k_split 2 and 8 leave uneven slices, some warps none) and 4096; at m = 1
+// x is staged per block (K <= kFp8X1MaxK), the others read it per lane.
+TEST(LinearCudaTiles, EveryFp8MmaTileAndSplitMatchesCpu) {
+  PG_REQUIRE_CUDA();
+  for (const cuda::Nvfp4MmaTile& t : cuda::linear_nvfp4_mma_tiles())
+    for (int ks : {1, 2, 8})
+      for (int64_t m : {1, 3, 8, 11})
+        for (int64_t k : {1088, 4096}) {
+          const std::string name = "fp8_mma_t" + std::to_string(t.tiles) + "_u" + std::to_string(t.unroll) + "_ks" +
+                                   std::to_string(ks) + "_m" + std::to_string(m) + "_k" + std::to_string(k);
+          SCOPED_TRACE(name);
+          const LinearCase c{name.c_str(), kFp8, m, 263, k};
           run_case(c, cuda::LinearVariant{0, cuda::kNvfp4MmaRows * t.tiles, t.unroll, ks});
           if (HasFatalFailure()) return;
         }

@@ -120,6 +120,14 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2_bits(uint32_t two_bytes) {
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
+// The two e4m3fn in bits 16..31 of w -> f16x2 bits, exact: the cvt reads the high half directly
+// (F2FP's .H1 operand), where e4m3x2_to_f16x2_bits(w >> 16) costs a shift first.
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2_bits(uint32_t w) {
+  uint32_t d;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(d) : "r"(w));
+  return d;
+}
+
 // f16x2 product, round to nearest, subnormals kept (no .ftz for f16 in PTX's default).
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
   uint32_t d;

@@ -134,6 +134,21 @@ inline Nvfp4MmaTile linear_nvfp4_mma_tile(int64_t n, int64_t m, int sm_count) {
   return m == 1 ? Nvfp4MmaTile{1, 2} : Nvfp4MmaTile{1, 4};
 }
 
+// ---- DeepSeek-FP8 on the f16 tensor cores (linear/fp8_mma.cuh; LinearArgs::f16_activations) ----
+// The NVFP4 kernel's tiles (16 rows x up to 8 tokens, Nvfp4MmaTile, PG_LINEAR_NVFP4_MMA_TILES) and
+// bytes per lane and k-step (2 rows x 16 B per tile), over k-steps of 64 elements (16 e4m3 codes
+// per row and lane). Taken where every tile's step has one f32 block scale: K % 64 == 0,
+// block_cols a power of two >= 64, block_rows % 16 == 0 (DeepSeek's 128 x 128 blocks qualify).
+// ops::f16_mma_gemv (ops/linear.h) states the same condition for the CPU's emulation.
+constexpr int kFp8MmaStepElems = 64;
+constexpr bool fp8_mma_shape_ok(int64_t k, int64_t block_rows, int64_t block_cols) {
+  return k % kFp8MmaStepElems == 0 && block_cols >= kFp8MmaStepElems && (block_cols & (block_cols - 1)) == 0 &&
+         block_rows > 0 && block_rows % 16 == 0;
+}
+// m = 1: token 0's x staged per block as f16 (36 KB of static shared memory at the largest K);
+// larger K reads x per lane.
+constexpr int64_t kFp8X1MaxK = 18432;
+
 // ---- NVFP4 at m = 1 through shared memory (nvfp4_mma.cuh: nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel) ----
 // Token 0's x is staged once per block as f16 (kNvfp4X1StepBytes per k-step of 128, K up to
 // kNvfp4X1MaxK) and each warp's weights stream through a ring of stages (kNvfp4RingStageBytes per

@@ -31,12 +31,13 @@ const TileEntry kTiles[] = {PG_LINEAR_TILES_F32(PG_TILE_ENTRY) PG_LINEAR_TILES_B
 using MmaLaunchFn = cudaError_t (*)(const LinearParams&, dim3, cudaStream_t);
 struct MmaEntry {
   Nvfp4MmaTile tile;
-  MmaLaunchFn launch;
+  MmaLaunchFn launch;       // NVFP4
+  MmaLaunchFn launch_fp8;   // FP8
   int (*x1_blocks_per_sm)(int64_t k);
 };
 #define PG_MMA_ENTRY(tiles, unroll)                                              \
   MmaEntry{Nvfp4MmaTile{tiles, unroll}, &launch_linear_nvfp4_mma<tiles, unroll>, \
-           &linear_nvfp4_x1_blocks_per_sm<tiles, unroll>},
+           &launch_linear_fp8_mma<tiles, unroll>, &linear_nvfp4_x1_blocks_per_sm<tiles, unroll>},
 const MmaEntry kMmaTiles[] = {PG_LINEAR_NVFP4_MMA_TILES(PG_MMA_ENTRY)};
 #undef PG_MMA_ENTRY
 
@@ -114,21 +115,23 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
     plan.blocks = (p.n + kLinearWarps - 1) / kLinearWarps;
     return plan;
   }
-  if (f == LinearWeight::kNvfp4 && a.f16_activations) {  // the tensor-core kernel (linear/nvfp4_mma.cuh)
+  const bool fp8_mma = f == LinearWeight::kFp8Block && a.f16_activations && f16_mma_gemv(*a.w, p.k);
+  if ((f == LinearWeight::kNvfp4 && a.f16_activations) || fp8_mma) {  // linear/nvfp4_mma.cuh, fp8_mma.cuh
     const int sms = current_device_props().sm_count;
     Nvfp4MmaTile t = linear_nvfp4_mma_tile(p.n, p.m, sms);
     if (v.rows_per_warp) t.tiles = v.rows_per_warp / kNvfp4MmaRows;
     if (v.unroll) t.unroll = v.unroll;
     if (v.rows_per_warp % kNvfp4MmaRows || !find_mma_tile(t.tiles, t.unroll))
-      return unsupported("linear: no NVFP4 tensor-core kernel instantiated for rows={} unroll={}", v.rows_per_warp,
-                         t.unroll);
-    plan.nvfp4_mma = true;
+      return unsupported("linear: no {} tensor-core kernel instantiated for rows={} unroll={}",
+                         fp8_mma ? "FP8" : "NVFP4", v.rows_per_warp, t.unroll);
+    plan.nvfp4_mma = !fp8_mma;
+    plan.fp8_mma = fp8_mma;
     plan.tile = LinearTile{kNvfp4MmaTokens, kNvfp4MmaRows * t.tiles, t.unroll};
     const int64_t groups = (p.n + plan.tile.rows_per_warp - 1) / plan.tile.rows_per_warp;
-    const int64_t k_steps = (p.k / 32 + 3) / 4;
+    const int64_t k_steps = fp8_mma ? p.k / kFp8MmaStepElems : (p.k / 32 + 3) / 4;
     // m = 1 with x staged: a persistent grid of at most `slots` blocks (linear_nvfp4_x1_kernel).
     int64_t slots = 0;
-    if (p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8) && linear_nvfp4_x1_persistent(t.tiles, p.n, p.k)) {
+    if (!fp8_mma && p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8) && linear_nvfp4_x1_persistent(t.tiles, p.n, p.k)) {
       const int per_sm = find_mma_tile(t.tiles, t.unroll)->x1_blocks_per_sm(p.k);
       if (per_sm < 1) return internal_error("linear: the NVFP4 m = 1 kernel fits no SM at k={} (or a CUDA error)", p.k);
       slots = int64_t(sms > 0 ? sms : 132) * per_sm;
@@ -172,12 +175,12 @@ Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t 
     return ok_status();
   }
   p.k_split = plan.k_split;
-  if (plan.nvfp4_mma) {
+  if (plan.nvfp4_mma || plan.fp8_mma) {
     const int64_t m_tiles = (p.m + kNvfp4MmaTokens - 1) / kNvfp4MmaTokens;
     if (plan.blocks > INT32_MAX || m_tiles > 65535)
       return unsupported("linear: grid {} x {} is too large", plan.blocks, m_tiles);
     const MmaEntry* e = find_mma_tile(plan.tile.rows_per_warp / kNvfp4MmaRows, plan.tile.unroll);
-    PG_CUDA_TRY(e->launch(p, dim3(unsigned(plan.blocks), unsigned(m_tiles)), stream));
+    PG_CUDA_TRY((plan.fp8_mma ? e->launch_fp8 : e->launch)(p, dim3(unsigned(plan.blocks), unsigned(m_tiles)), stream));
     return ok_status();
   }
   const int64_t m_tiles = (p.m + plan.tile.m_tile - 1) / plan.tile.m_tile;

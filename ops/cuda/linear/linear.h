@@ -14,7 +14,7 @@
 
 namespace pg::ops::cuda {
 
-// A tile choice; 0 fields take the heuristic (config.h). NVFP4 with f16_activations on the
+// A tile choice; 0 fields take the heuristic (config.h). NVFP4 or FP8 with f16_activations on the
 // tensor-core path: rows_per_warp = 16 x tiles, unroll = k-steps in flight (m_tile is ignored).
 struct LinearVariant {
   int m_tile = 0;  // 1, 2, 4, 8, 16 (m above it takes several tiles)
@@ -33,6 +33,7 @@ std::vector<Nvfp4MmaTile> linear_nvfp4_mma_tiles();
 struct LinearPlan {
   bool vector_path = false;
   bool nvfp4_mma = false;  // the NVFP4 tensor-core kernel (tile.rows_per_warp = 16 x tiles, m_tile 8)
+  bool fp8_mma = false;    // the FP8 tensor-core kernel (the same tiles)
   LinearTile tile;
   int k_split = 1;
   int64_t blocks = 0;  // grid.x
