@@ -34,11 +34,11 @@ struct MoeExpertsArgs {
   float* y = nullptr;                    // [m, hidden] f32, row stride y_stride (0 = hidden)
   int64_t m = 0, hidden = 0, inter = 0, n_experts = 0, top_k = 0, n_shared = 0, y_stride = 0;
   bool accumulate = false;               // y += result (the residual add) instead of y = result
-  // NVFP4 stacks: a backend may round x, and h before down, to f16 (round to nearest even,
-  // |v| > 65504 saturated to +-65504) and multiply on f16 tensor cores; the weights stay exact
-  // and sums f32. CUDA does so per stack on its vector path (K % 32 == 0: hidden for gate_up,
-  // inter for down; aligned); the CPU definition ignores it. false: exact f32 activations
-  // (CudaRunnerOptions::exact).
+  // NVFP4 and FP8 stacks: a backend may round x, and h before down, to f16 (round to nearest
+  // even, |v| > 65504 saturated to +-65504) and multiply on f16 tensor cores; the weights stay
+  // exact and sums f32. CUDA does so per stack on its vector path (aligned), NVFP4 where K % 32 ==
+  // 0 (hidden for gate_up, inter for down), FP8 where fp8_experts_mma() says (below); the CPU
+  // definition ignores it. false: exact f32 activations (CudaRunnerOptions::exact).
   bool f16_activations = true;
   // CUDA, a launch-order promise of the caller: the kernel just before in the stream is the MoE
   // router (ops::cuda::moe_router), which lets its dependents launch only after x is complete. At
@@ -52,5 +52,25 @@ struct MoeExpertsArgs {
 // Expert ids live in device memory on the CUDA path, so their range is not checked here: the
 // CPU path aborts on an id outside [0, n_experts); the CUDA path skips it (no out-of-bounds read).
 Status validate(const MoeExpertsArgs& a);
+
+// Decode sizes, where CUDA's expert kernels need no plan of the pairs (its "direct" paths): one
+// token with top_k <= n_experts and 1..16 expert slots (top_k + n_shared), or 1..8 tokens with
+// m * top_k <= 64 and m * (top_k + n_shared) <= 128.
+inline bool moe_decode_sizes(int64_t m, int64_t n_experts, int64_t top_k, int64_t n_shared) {
+  const int64_t slots = top_k + n_shared;
+  if (m == 1 && top_k <= n_experts && slots >= 1 && slots <= 16) return true;
+  return m >= 1 && m <= 8 && m * top_k <= 64 && m * slots <= 128 && slots >= 1;
+}
+// Whether CUDA multiplies an FP8 stack `w` of K = k (hidden for gate_up, inter for down) on f16
+// tensor cores, given f16_activations and its vector path: at decode sizes, with k % 64 == 0,
+// block_cols a power of two >= 64 and block_rows % 16 == 0 (one block scale per 8-row half tile
+// and 64-element step). There a token's h and output have the same bits whatever the step's other
+// tokens (the m = 1 and 2..8 kernels share tiles, splits and summation order). The CPU's
+// emulation of the CUDA numbers rounds x and h to f16 exactly there.
+inline bool fp8_experts_mma(const Matrix& w, int64_t k, int64_t m, int64_t n_experts, int64_t top_k, int64_t n_shared) {
+  return w.format == WeightFormat::kFp8Block && k % 64 == 0 && w.block_cols >= 64 &&
+         (w.block_cols & (w.block_cols - 1)) == 0 && w.block_rows > 0 && w.block_rows % 16 == 0 &&
+         moe_decode_sizes(m, n_experts, top_k, n_shared);
+}
 
 }  // namespace pg::ops

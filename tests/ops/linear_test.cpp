@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -147,6 +148,22 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
   PG_ASSERT_OK(cuda::linear_variant(da, v, nullptr));
   ASSERT_TRUE(sync_ok());
   const std::vector<float> y_gpu = to_host(dy);
+  // FP8 on the tensor cores at the default tile: every row has the bits it has alone (m = 1), so a
+  // verify step's rows are those of its tokens decoded one at a time.
+  if (plan->fp8_mma && c.m > 1 && !c.accumulate && v.rows_per_warp == 0 && v.k_split == 0) {
+    int64_t differ = 0;
+    for (int64_t i = 0; i < c.m; ++i) {
+      auto dy1 = cuda::DeviceBuffer<float>::create(size_t(c.n));
+      PG_ASSERT_OK(dy1.status());
+      LinearArgs a1 = da;
+      a1.m = 1, a1.x = dx.data() + x_off + i * xs, a1.y = dy1->data(), a1.y_stride = c.n;
+      PG_ASSERT_OK(cuda::linear(a1, nullptr));
+      ASSERT_TRUE(sync_ok());
+      const std::vector<float> y1 = to_host(*dy1);
+      for (int64_t r = 0; r < c.n; ++r) differ += std::memcmp(&y1[size_t(r)], &y_gpu[size_t(i * ys + r)], sizeof(float)) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "FP8 rows differ from the same rows run alone";
+  }
 
   std::vector<float> got, ref, ref16;
   std::vector<double> tol, tol16;
@@ -304,7 +321,9 @@ const LinearCase kCases[] = {
     {"mma_m6_fp8", kFp8, 6, 576, 2048},
     {"mma_m7_fp8", kFp8, 7, 4096, 512},
     {"mma_m9_fp8", kFp8, 9, 1408, 2048},
-    {"mma_m1_k18496_fp8", kFp8, 1, 300, 18496},
+    {"mma_m1_k32832_fp8", kFp8, 1, 300, 32832},  // x per lane (past kFp8StagedMaxBytes)
+    {"mma_m8_k7168_fp8", kFp8, 8, 1000, 7168},    // x per lane
+    {"mma_m12_k4096_fp8", kFp8, 12, 700, 4096},   // 8 staged rows, then 4
     {"mma_partial_row_block_fp8", kFp8, 2, 200, 1024},
     {"mma_blocks_64_fp8", kFp8, 3, 1000, 1536, 0, 0, false, false, 64},
     {"mma_accumulate_strided_fp8", kFp8, 3, 2048, 1408 + 64, 32, 5, true},
@@ -365,14 +384,14 @@ TEST(LinearCudaTiles, EveryNvfp4MmaTileAndSplitMatchesCpu) {
 }
 
 // Every FP8 tensor-core tile and k_split, m = 1, 3, 8 and 11 (two column tiles), at a prime N and
-// K = 17 steps of 64 (odd: k_split 2 and 8 leave uneven slices, some warps none) and 4096; at m = 1
-// x is staged per block (K <= kFp8X1MaxK), the others read it per lane.
+// K = 17 steps of 64 (odd: k_split 2 and 8 leave uneven slices, some warps none), 4096 and 8192:
+// x staged per block (fp8_mma_staged_bytes) except m >= 8 at K = 8192 (per lane).
 TEST(LinearCudaTiles, EveryFp8MmaTileAndSplitMatchesCpu) {
   PG_REQUIRE_CUDA();
   for (const cuda::Nvfp4MmaTile& t : cuda::linear_nvfp4_mma_tiles())
     for (int ks : {1, 2, 8})
       for (int64_t m : {1, 3, 8, 11})
-        for (int64_t k : {1088, 4096}) {
+        for (int64_t k : {1088, 4096, 8192}) {
           const std::string name = "fp8_mma_t" + std::to_string(t.tiles) + "_u" + std::to_string(t.unroll) + "_ks" +
                                    std::to_string(ks) + "_m" + std::to_string(m) + "_k" + std::to_string(k);
           SCOPED_TRACE(name);

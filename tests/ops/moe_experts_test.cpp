@@ -211,9 +211,12 @@ Routed route(const MoeCase& c, int64_t m, uint64_t seed) {
 // Per-output tolerance (see the top of the file), in double, from the host weights.
 std::vector<double> tolerance(const MoeCase& c, const Stack& gu, const Stack& dn, const std::vector<float>& x,
                               const Routed& r, int64_t m, const std::vector<float>& y0) {
-  // The f16 tensor-core kernels per stack (launch.cpp: NVFP4, f16 activations, K % 32 == 0).
-  const bool f16_gu = c.format == WeightFormat::kNvfp4 && !c.exact && c.hidden % 32 == 0;
-  const bool f16_dn = c.format == WeightFormat::kNvfp4 && !c.exact && c.inter % 32 == 0;
+  // The f16 tensor-core kernels per stack (launch.cpp: NVFP4, f16 activations, K % 32 == 0; FP8 at
+  // decode sizes where ops::fp8_experts_mma accepts the stack).
+  const bool fp8_gu = !c.exact && fp8_experts_mma(gu.host, c.hidden, m, c.n_experts, c.top_k, c.n_shared);
+  const bool fp8_dn = !c.exact && fp8_experts_mma(dn.host, c.inter, m, c.n_experts, c.top_k, c.n_shared);
+  const bool f16_gu = (c.format == WeightFormat::kNvfp4 && !c.exact && c.hidden % 32 == 0) || fp8_gu;
+  const bool f16_dn = (c.format == WeightFormat::kNvfp4 && !c.exact && c.inter % 32 == 0) || fp8_dn;
   const int64_t H = c.hidden, I = c.inter, K = c.top_k;
   const double u = kF32Unit;
   // NVFP4: the GPU chains 16-term block dots and their scaled adds, then scales by scale_2 (one
@@ -392,6 +395,19 @@ void run_case(const MoeCase& c) {
             << "the m = 1 down differs from the default launch's bits";
       }
     }
+    // FP8 at m = 1 on the tensor cores: the down with h per lane gives the staged default's bits.
+    if (m == 1 && !c.exact && fp8_experts_mma(dn.host, c.inter, m, c.n_experts, c.top_k, c.n_shared)) {
+      SCOPED_TRACE("fp8 down h per lane");
+      cuda::MoeNvfp4Variant v;
+      v.fp8_down_staged = false;
+      if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));
+      else PG_ASSERT_OK(dy.fill_bytes(0xff));
+      PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
+      ASSERT_TRUE(sync_ok());
+      const std::vector<float> yv = to_host(dy);
+      EXPECT_EQ(0, std::memcmp(yv.data(), y_gpu.data(), yv.size() * sizeof(float)))
+          << "the FP8 m = 1 down with h per lane differs from the default launch's bits";
+    }
     // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block, gate_up with x read per
     // lane instead of staged per block, and the down without its rings (h per lane) give the
     // default's bits.
@@ -413,10 +429,10 @@ void run_case(const MoeCase& c) {
             << "the gate_up variant differs from the default's bits";
       }
     }
-    // m = 2..8 take the direct multi path (bf16 / fp8 / f32, and NVFP4 on the f16 tensor cores):
+    // m = 2..8 take the direct multi path (bf16 / f32, NVFP4 and FP8 on the f16 tensor cores):
     // each token's output must have the bits it has when the token runs alone (m = 1, the direct
-    // path): the same dot products in the same order (NVFP4: the token as any of the mma's 8
-    // columns, K cut in the same slices), the same adds in the contract's order.
+    // path): the same dot products in the same order (NVFP4, FP8: the token as any of the mma's 8
+    // columns, K cut in the same slices, x staged or per lane), the same adds in the contract's order.
     // (Only while that path is on: the plan path sums the same terms, not always in the same bits.)
     const bool multi_kernels = c.format != kNvfp4Format || (!c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0);
     if (cuda::moe_direct_multi_enabled() && m >= 2 && m <= 8 && m * c.top_k <= 64 && multi_kernels &&
@@ -518,6 +534,17 @@ const MoeCase kCases[] = {
     {"moonlight_nvfp4_verify", kFp4, 64, 2, 6, 2048, 1408, {2, 3, 4, 5, 7}},
     {"v3_nvfp4_verify_same_experts", kFp4, 256, 1, 8, 7168, 2048, {3, 8}, 128, Routing::kSameExperts},
     {"moonlight_dense_nvfp4_verify", kFp4, 0, 1, 0, 2048, 11264, {2, 8}},
+    // FP8 on the f16 tensor cores at decode sizes (the cases above with 128 x 128 blocks take them
+    // too at m <= 8): dense MLPs (one slot; V3's 18432 columns staged at m = 1), x per lane at
+    // V3's m = 8 (x past kFp8StagedMaxBytes), 64 x 64 blocks, accumulation into strided y, and
+    // the exact (f32-x) kernels kept.
+    {"moonlight_dense_fp8", kFp8, 0, 1, 0, 2048, 11264, {1, 4, 8}},
+    {"v3_dense_fp8", kFp8, 0, 1, 0, 7168, 18432, {1, 3}},
+    {"v3_fp8_m8", kFp8, 256, 1, 8, 7168, 2048, {1, 8}},
+    {"mid_fp8_64x64", kFp8, 16, 1, 4, 256, 128, {1, 3, 8}, 64},
+    {"moonlight_fp8_accumulate", kFp8, 64, 2, 6, 2048, 1408, {1, 5}, 128, Routing::kRandom, true, 5},
+    {"moonlight_fp8_exact", kFp8, 64, 2, 6, 2048, 1408, {1, 8}, 128, Routing::kRandom, false, 0, true},
+    {"v3_fp8_exact", kFp8, 256, 1, 8, 7168, 2048, {1, 4}, 128, Routing::kRandom, false, 0, true},
 };
 
 class MoeExpertsCuda : public ::testing::TestWithParam<MoeCase> {};

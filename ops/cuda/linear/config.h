@@ -145,9 +145,20 @@ constexpr bool fp8_mma_shape_ok(int64_t k, int64_t block_rows, int64_t block_col
   return k % kFp8MmaStepElems == 0 && block_cols >= kFp8MmaStepElems && (block_cols & (block_cols - 1)) == 0 &&
          block_rows > 0 && block_rows % 16 == 0;
 }
-// m = 1: token 0's x staged per block as f16 (36 KB of static shared memory at the largest K);
-// larger K reads x per lane.
-constexpr int64_t kFp8X1MaxK = 18432;
+// A block's tokens' x (its 8-token tile's, m - 8 blockIdx.y of them) are staged as f16 in dynamic
+// shared memory where they take at most kFp8StagedMaxBytes (two blocks per SM still fit): m = 1 up
+// to K = 32768, m = 4 up to 8192, m = 8 up to 4096; larger x is read per lane from L2 at every
+// step. fp8_mma_staged_bytes: the bytes a launch stages (0: per lane).
+constexpr int64_t kFp8StagedMaxBytes = 64 * 1024;
+constexpr size_t fp8_mma_staged_bytes(int64_t m, int64_t k) {
+  const int64_t bytes = (m < 8 ? m : 8) * k * 2;
+  return bytes <= kFp8StagedMaxBytes ? size_t(bytes) : 0;
+}
+// Default tile: NVFP4's at m = 1 (linear_nvfp4_mma_tile), whatever m: with the same tile the grid
+// has the same k_split, so a token's row has the same bits at any m (an mma's columns do not
+// interact, staged and per-lane x give the same f16 values): a verify step's rows are those of
+// its tokens decoded one at a time.
+inline Nvfp4MmaTile linear_fp8_mma_tile(int64_t n, int sm_count) { return linear_nvfp4_mma_tile(n, 1, sm_count); }
 
 // ---- NVFP4 at m = 1 through shared memory (nvfp4_mma.cuh: nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel) ----
 // Token 0's x is staged once per block as f16 (kNvfp4X1StepBytes per k-step of 128, K up to

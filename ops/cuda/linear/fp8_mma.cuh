@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/common/pdl.cuh"
+#include "ops/cuda/common/smem_limit.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/config.h"
@@ -50,9 +51,10 @@ __device__ __forceinline__ void fp8_mma_x(const float* xc, bool ok, uint32_t (&b
   }
 }
 
-// One k-step of one 16-row tile: w[0] / w[1] the 16 codes of rows g / g + 8, sc the tile's block
-// scale; acc += sc * (A · B).
-__device__ __forceinline__ void fp8_mma_tile(const uint4 (&w)[2], float sc, const uint32_t (&b)[4][2],
+// One k-step of one 16-row tile: w[0] / w[1] the 16 codes of rows g / g + 8, sc[0] / sc[1] the
+// block scales of rows 0..7 / 8..15 (the MoE gate_up's tile is 8 gate and 8 up rows; the linear's
+// one block); acc += sc * (A · B) per row half.
+__device__ __forceinline__ void fp8_mma_tile(const uint4 (&w)[2], const float (&sc)[2], const uint32_t (&b)[4][2],
                                              float (&acc)[4]) {
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -63,22 +65,22 @@ __device__ __forceinline__ void fp8_mma_tile(const uint4 (&w)[2], float sc, cons
                      e4m3x2_hi_to_f16x2_bits(hi), b[q][0], b[q][1]);
   }
 #pragma unroll
-  for (int j = 0; j < 4; ++j) acc[j] = fmaf(sc, d[j], acc[j]);
+  for (int j = 0; j < 4; ++j) acc[j] = fmaf(sc[j / 2], d[j], acc[j]);
 }
 
-// The weight registers of kUnroll k-steps: codes of rows g / g + 8 per tile, and each tile's scale.
+// The weight registers of kUnroll k-steps: codes of rows g / g + 8 per tile, and their scales.
 template <int kTiles, int kUnroll>
 struct Fp8MmaStage {
   uint4 w[kUnroll][kTiles][2];
-  float sc[kUnroll][kTiles];
+  float sc[kUnroll][kTiles][2];
 };
 
-// A warp's weight rows: wrow[i][h] the codes of row g + 8h of tile i, srow[i] the tile's row of
-// block scales; log2_block_cols finds a step's column block.
+// A warp's weight rows: w[i][h] the codes of row g + 8h of tile i, s[i][h] the rows of block
+// scales of its rows 8h..8h+7 (one row block each); log2_block_cols finds a step's column block.
 template <int kTiles>
 struct Fp8MmaRows {
   const uint8_t* w[kTiles][2];
-  const float* s[kTiles];
+  const float* s[kTiles][2];
   int log2_block_cols;
 };
 
@@ -93,26 +95,45 @@ __device__ __forceinline__ void fp8_mma_load(const Fp8MmaRows<kTiles>& r, int64_
     const int64_t c = (s + u) * 4 + t;
     const int64_t sb = ((s + u) * kFp8MmaStepElems) >> r.log2_block_cols;
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
+    for (int i = 0; i < kTiles; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) st.w[u][i][h] = ok ? ld_stream(r.w[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
-      st.sc[u][i] = ok ? __ldg(r.s[i] + sb) : 0.0f;
-    }
+      for (int h = 0; h < 2; ++h) {
+        st.w[u][i][h] = ok ? ld_stream(r.w[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+        st.sc[u][i][h] = ok ? __ldg(r.s[i][h] + sb) : 0.0f;
+      }
   }
 }
 
-// Staged x (m = 1): token 0's x for the whole K once per block as f16 B fragments, k-step s at
-// xs[8 s .. 8 s + 7]: uint4 2t + j holds chunk t's words q = 2j, 2j + 1 (b[q][0], b[q][1] each), so
-// lane (g, t) reads its step with two 16-byte loads, the four lanes of a g 128 contiguous bytes,
-// every g the same. Every thread of the block a share; reads x (after pdl_wait).
+// Staged x: the block's tokens' x for the whole K once per block as f16 B fragments, token r's
+// k-step s at xs[(r k_steps + s) 8 .. + 7]: uint4 2t + j holds chunk t's words q = 2j, 2j + 1
+// (b[q][0], b[q][1] each), so lane (g, t) reads its step of token g's row with two 16-byte loads,
+// the four lanes of a g 128 contiguous bytes. Every thread of the block a share, kStageBatch items
+// with their loads in flight together (a thread's items would otherwise be serial L2 round trips:
+// V3's o_proj stages 2,048 items over 256 threads). Reads x (after pdl_wait).
 constexpr int kFp8MmaXStepVecs = kFp8MmaStepElems * 2 / 16;
-__device__ __forceinline__ void fp8_mma_stage_x(const float* x, int64_t k_steps, uint4* xs) {
-  for (int64_t i = threadIdx.x; i < k_steps * kFp8MmaXStepVecs; i += blockDim.x) {
-    const int v = int(i % kFp8MmaXStepVecs), t = v / 2, j = v % 2;
-    const float* xc = x + (i / kFp8MmaXStepVecs * 4 + t) * 16 + 8 * j;
-    const float4 lo = ld_act4(xc), hi = ld_act4(xc + 4);
-    xs[i] = make_uint4(f32x2_to_f16x2_sat(lo.x, lo.y), f32x2_to_f16x2_sat(lo.z, lo.w), f32x2_to_f16x2_sat(hi.x, hi.y),
-                       f32x2_to_f16x2_sat(hi.z, hi.w));
+__device__ __forceinline__ void fp8_mma_stage_x(const float* x, int64_t x_stride, int rows, int64_t k_steps,
+                                                uint4* xs) {
+  constexpr int kStageBatch = 4;
+  const int64_t per_row = k_steps * kFp8MmaXStepVecs, n = rows * per_row;
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += int64_t(kStageBatch) * blockDim.x) {
+    float4 v[kStageBatch][2];
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b) {
+      const int64_t i = i0 + int64_t(b) * blockDim.x;
+      if (i < n) {
+        const int64_t r = i / per_row, e = i % per_row;
+        const int c = int(e % kFp8MmaXStepVecs);  // 2t + j
+        const float* xc = x + r * x_stride + (e / kFp8MmaXStepVecs * 4 + c / 2) * 16 + 8 * (c % 2);
+        v[b][0] = ld_act4(xc), v[b][1] = ld_act4(xc + 4);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b) {
+      const int64_t i = i0 + int64_t(b) * blockDim.x;
+      if (i < n)
+        xs[i] = make_uint4(f32x2_to_f16x2_sat(v[b][0].x, v[b][0].y), f32x2_to_f16x2_sat(v[b][0].z, v[b][0].w),
+                           f32x2_to_f16x2_sat(v[b][1].x, v[b][1].y), f32x2_to_f16x2_sat(v[b][1].z, v[b][1].w));
+    }
   }
 }
 __device__ __forceinline__ void fp8_mma_x_staged(const uint4* xs, int64_t s, uint32_t (&b)[4][2]) {
@@ -122,9 +143,9 @@ __device__ __forceinline__ void fp8_mma_x_staged(const uint4* xs, int64_t s, uin
   b[2][0] = v1.x, b[2][1] = v1.y, b[3][0] = v1.z, b[3][1] = v1.w;
 }
 
-// The mmas of k-steps [s, min(s + kUnroll, s1)) of stage st: B from the staged x (kX1) or this
+// The mmas of k-steps [s, min(s + kUnroll, s1)) of stage st: B from the staged x (kStaged) or this
 // lane's token row xrow (null: a zero column).
-template <int kTiles, int kUnroll, bool kX1>
+template <int kTiles, int kUnroll, bool kStaged>
 __device__ __forceinline__ void fp8_mma_work(const Fp8MmaStage<kTiles, kUnroll>& st, const uint4* xs, const float* xrow,
                                              int64_t s, int64_t s1, float (&acc)[kTiles][4]) {
   const int t = threadIdx.x % 4;
@@ -132,7 +153,7 @@ __device__ __forceinline__ void fp8_mma_work(const Fp8MmaStage<kTiles, kUnroll>&
   for (int u = 0; u < kUnroll; ++u) {
     if (s + u >= s1) break;  // warp-uniform
     uint32_t b[4][2];
-    if constexpr (kX1) fp8_mma_x_staged(xs, s + u, b);
+    if constexpr (kStaged) fp8_mma_x_staged(xs, s + u, b);
     else fp8_mma_x(xrow ? xrow + ((s + u) * 4 + t) * 16 : nullptr, xrow != nullptr, b);
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) fp8_mma_tile(st.w[u][i], st.sc[u][i], b, acc[i]);
@@ -140,11 +161,11 @@ __device__ __forceinline__ void fp8_mma_work(const Fp8MmaStage<kTiles, kUnroll>&
 }
 
 // A warp's k-steps [s0, s1) over kTiles tiles; acc[i] tile i's d fragment (scales applied). The
-// first stage's weight loads go out before pdl_wait (weights depend on no kernel); then kX1's
+// first stage's weight loads go out before pdl_wait (weights depend on no kernel); then kStaged's
 // stage_x() (every thread of the block must call this) and a barrier. Two register stages
 // alternate where they fit (kTiles x kUnroll <= 2), so a stage's loads are in flight during the
 // other's mmas.
-template <int kTiles, int kUnroll, bool kX1, class StageX>
+template <int kTiles, int kUnroll, bool kStaged, class StageX>
 __device__ __forceinline__ void fp8_mma_stream(const Fp8MmaRows<kTiles>& rows, StageX&& stage_x, const uint4* xs,
                                                const float* xrow, int64_t s0, int64_t s1, float (&acc)[kTiles][4]) {
 #pragma unroll
@@ -152,33 +173,36 @@ __device__ __forceinline__ void fp8_mma_stream(const Fp8MmaRows<kTiles>& rows, S
   Fp8MmaStage<kTiles, kUnroll> a, b;
   if (s0 < s1) fp8_mma_load(rows, s0, s1, a);
   pdl_wait();
-  if constexpr (kX1) {
+  if constexpr (kStaged) {
     stage_x();
     __syncthreads();
   }
   if constexpr (kTiles * kUnroll <= 2) {
     for (int64_t s = s0; s < s1; s += 2 * kUnroll) {
       if (s + kUnroll < s1) fp8_mma_load(rows, s + kUnroll, s1, b);
-      fp8_mma_work<kTiles, kUnroll, kX1>(a, xs, xrow, s, s1, acc);
+      fp8_mma_work<kTiles, kUnroll, kStaged>(a, xs, xrow, s, s1, acc);
       if (s + kUnroll >= s1) break;
       if (s + 2 * kUnroll < s1) fp8_mma_load(rows, s + 2 * kUnroll, s1, a);
-      fp8_mma_work<kTiles, kUnroll, kX1>(b, xs, xrow, s + kUnroll, s1, acc);
+      fp8_mma_work<kTiles, kUnroll, kStaged>(b, xs, xrow, s + kUnroll, s1, acc);
     }
   } else {
     for (int64_t s = s0; s < s1; s += kUnroll) {
       if (s != s0) fp8_mma_load(rows, s, s1, a);
-      fp8_mma_work<kTiles, kUnroll, kX1>(a, xs, xrow, s, s1, acc);
+      fp8_mma_work<kTiles, kUnroll, kStaged>(a, xs, xrow, s, s1, acc);
     }
   }
 }
 
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
-// w % k_split (whole k-steps of 64). kX1: m = 1 with K <= kFp8X1MaxK, token 0's x staged per block.
-template <int kTiles, int kUnroll, bool kX1>
+// w % k_split (whole k-steps of 64). kStaged (fp8_mma_staged_bytes > 0): the tile's x rows staged
+// per block in dynamic shared memory, lane g reading token g's row (lanes past the tile's tokens
+// read row 0: their columns are never written, and an mma's columns do not interact).
+template <int kTiles, int kUnroll, bool kStaged>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_fp8_mma_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kRowsW = kNvfp4MmaRows * kTiles;
+  extern __shared__ uint4 linear_fp8_xs[];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
   const int k_split = p.k_split, kpart = warp % k_split;
   const int64_t row0 = (int64_t(blockIdx.x) * (kLinearWarps / k_split) + warp / k_split) * kRowsW;
@@ -193,20 +217,22 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
     const int64_t tile_row = min(row0 + kNvfp4MmaRows * i, p.n - 1);  // past n: re-read, never written
-    rows.s[i] = p.scale_inv + (tile_row / p.block_rows) * p.scale_cols;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t row = min(row0 + kNvfp4MmaRows * i + g + 8 * h, p.n - 1);
       rows.w[i][h] = static_cast<const uint8_t*>(p.w) + row * p.k;
+      rows.s[i][h] = p.scale_inv + (tile_row / p.block_rows) * p.scale_cols;  // one block: block_rows % 16 == 0
     }
   }
   const float* xrow = g < m_valid ? p.x + (m0 + g) * p.x_stride : nullptr;
 
   pdl_trigger();
   float acc[kTiles][4];
-  if constexpr (kX1) {
-    __shared__ uint4 xs[kFp8X1MaxK / kFp8MmaStepElems * kFp8MmaXStepVecs];
-    fp8_mma_stream<kTiles, kUnroll, true>(rows, [&] { fp8_mma_stage_x(p.x, k_steps, xs); }, xs, nullptr, s0, s1, acc);
+  if constexpr (kStaged) {
+    const uint4* xs = linear_fp8_xs + (g < m_valid ? g : 0) * k_steps * kFp8MmaXStepVecs;
+    fp8_mma_stream<kTiles, kUnroll, true>(
+        rows, [&] { fp8_mma_stage_x(p.x + m0 * p.x_stride, p.x_stride, m_valid, k_steps, linear_fp8_xs); }, xs,
+        nullptr, s0, s1, acc);
   } else {
     fp8_mma_stream<kTiles, kUnroll, false>(rows, [] {}, nullptr, xrow, s0, s1, acc);
   }
@@ -233,9 +259,17 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_fp8_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  auto kernel = p.m == 1 && p.k <= kFp8X1MaxK ? linear_fp8_mma_kernel<kTiles, kUnroll, true>
-                                               : linear_fp8_mma_kernel<kTiles, kUnroll, false>;
-  if (cudaError_t e = launch_pdl(kernel, grid, dim3(kLinearThreads), 0, stream, p); e != cudaSuccess) return e;
+  const size_t smem = fp8_mma_staged_bytes(p.m, p.k);
+  if (smem > 0) {
+    constexpr auto kKernel = linear_fp8_mma_kernel<kTiles, kUnroll, true>;
+    if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+    if (cudaError_t e = launch_pdl(kKernel, grid, dim3(kLinearThreads), smem, stream, p); e != cudaSuccess) return e;
+  } else {
+    if (cudaError_t e = launch_pdl(linear_fp8_mma_kernel<kTiles, kUnroll, false>, grid, dim3(kLinearThreads), 0,
+                                   stream, p);
+        e != cudaSuccess)
+      return e;
+  }
   return cudaGetLastError();
 }
 

@@ -118,7 +118,7 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
   const bool fp8_mma = f == LinearWeight::kFp8Block && a.f16_activations && f16_mma_gemv(*a.w, p.k);
   if ((f == LinearWeight::kNvfp4 && a.f16_activations) || fp8_mma) {  // linear/nvfp4_mma.cuh, fp8_mma.cuh
     const int sms = current_device_props().sm_count;
-    Nvfp4MmaTile t = linear_nvfp4_mma_tile(p.n, p.m, sms);
+    Nvfp4MmaTile t = fp8_mma ? linear_fp8_mma_tile(p.n, sms) : linear_nvfp4_mma_tile(p.n, p.m, sms);
     if (v.rows_per_warp) t.tiles = v.rows_per_warp / kNvfp4MmaRows;
     if (v.unroll) t.unroll = v.unroll;
     if (v.rows_per_warp % kNvfp4MmaRows || !find_mma_tile(t.tiles, t.unroll))

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/moe_experts/fp8_params.h"
 #include "ops/cuda/moe_experts/nvfp4_params.h"
 #include "ops/cuda/moe_experts/params.h"
 
@@ -91,7 +92,9 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8; gate_up at 2..8 tokens with x read
 // per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; at most N staged gate_up blocks per SM:
-// PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token).
+// PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token). FP8 at decode
+// sizes on the f32-x kernels instead of the tensor cores: PEREGRINE_MOE_FP8_MMA=0; its m = 1 down with h per
+// lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0.
 namespace {
 MoeNvfp4Variant moe_nvfp4_variant_from_env() {
   static const MoeNvfp4Variant v = [] {
@@ -111,6 +114,10 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : -1;
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
     r.gate_up_warps = gw ? std::atoi(gw) : 0;
+    const char* fm = std::getenv("PEREGRINE_MOE_FP8_MMA");
+    r.fp8_mma = !(fm && fm[0] == '0');
+    const char* fs = std::getenv("PEREGRINE_MOE_FP8_DOWN_STAGED");
+    r.fp8_down_staged = !(fs && fs[0] == '0');
     return r;
   }();
   return v;
@@ -180,6 +187,10 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool nvfp4 = a.gate_up->format == WeightFormat::kNvfp4 || a.down->format == WeightFormat::kNvfp4;
   p.direct_multi = moe_direct_multi_enabled() && !p.direct && (!nvfp4 || (gu_mma && dn_mma)) &&
                    moe_direct_multi_fits(a.m, a.top_k, a.n_shared);
+  // FP8 with f16 activations at decode sizes: the tensor-core kernels (fp8_kernel.cu), per stack.
+  const bool fp8_paths = v.fp8_mma && a.f16_activations && (p.direct || p.direct_multi);
+  const bool gu_fp8 = fp8_paths && gu_vec && fp8_experts_mma(*a.gate_up, a.hidden, a.m, a.n_experts, a.top_k, a.n_shared);
+  const bool dn_fp8 = fp8_paths && dn_vec && fp8_experts_mma(*a.down, a.inter, a.m, a.n_experts, a.top_k, a.n_shared);
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
   const int m_tile = moe_m_tile(a.m);
@@ -191,6 +202,8 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     const bool four_ok = t.tiles == 1 && (t.unroll == 2 || t.unroll == 4);  // the 4-warp instantiations
     const int warps = v.gate_up_warps ? v.gate_up_warps : four_ok ? kMoeNvfp4GateUpWarps : kMoeWarps;
     PG_CUDA_TRY(launch_moe_gate_up_nvfp4(p, t, warps, v.gate_up_multi_staged, v.gate_up_blocks_per_sm, stream));
+  } else if (gu_fp8) {
+    PG_CUDA_TRY(launch_moe_gate_up_fp8(p, stream));
   } else {
     PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), gu_vec, m_tile, stream));
   }
@@ -199,6 +212,8 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     if (v.down_tiles) t.tiles = v.down_tiles;
     if (v.down_unroll) t.unroll = v.down_unroll;
     PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, v.down_prefetch, v.down_multi_ring, stream));
+  } else if (dn_fp8) {
+    PG_CUDA_TRY(launch_moe_down_fp8(p, v.fp8_down_staged, stream));
   } else {
     PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), dn_vec, m_tile, stream));
   }

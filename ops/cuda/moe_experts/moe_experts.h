@@ -32,7 +32,7 @@ bool moe_direct_multi_enabled();
 // MoeExpertsArgs::after_router; off unless PEREGRINE_MOE_GATE_UP_PDL=1; read once).
 bool moe_gate_up_pdl_enabled();
 
-// The NVFP4 tensor-core kernels' tiles (moe_experts/nvfp4_params.h) for the benchmark's sweep;
+// The NVFP4 (and FP8) tensor-core kernels' choices (moe_experts/nvfp4_params.h) for the benchmark's sweep;
 // 0 fields take the defaults. Instantiated: tiles 1 x unroll 1, 2, 4 and tiles 2 x unroll 1, 2
 // (the direct down not 2 x 2, the planned down 1 x 1 and 1 x 2 only).
 struct MoeNvfp4Variant {
@@ -58,6 +58,11 @@ struct MoeNvfp4Variant {
   // Staged gate_up blocks per SM at most: > 0 that many, < 0 the one-token grid's ceil(blocks / SMs)
   // (the default), 0 no cap (nvfp4_params.h; moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM).
   int gate_up_blocks_per_sm = -1;
+  // FP8 stacks at decode sizes on the f16 tensor cores (fp8_kernel.cu; ops::fp8_experts_mma): on
+  // unless PEREGRINE_MOE_FP8_MMA=0 (an A/B switch: the CPU emulation assumes it on); the m = 1 down
+  // with every slot's h staged per block unless PEREGRINE_MOE_FP8_DOWN_STAGED=0.
+  bool fp8_mma = true;
+  bool fp8_down_staged = true;
 };
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);

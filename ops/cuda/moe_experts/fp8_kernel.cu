@@ -1,0 +1,296 @@
+// The DeepSeek-FP8 MoE expert kernels on the f16 tensor cores at one token (the direct path;
+// MoeExpertsArgs::f16_activations): gate_up (h = silu(gate·x) * (up·x), x rounded to f16) and down
+// (h rounded to f16), each streaming weight rows through linear/fp8_mma.cuh's core (exact f16
+// weights, f32 sums, one block scale per 8-row half tile and 64-element step). Same grids' roles,
+// workspace, h layout and summation order over the token's experts as kernel.cu's direct kernels.
+// The CPU definition is ops::cpu::moe_experts; ops::fp8_experts_mma (ops/moe_experts.h) says where
+// CUDA takes these kernels. Verify steps and batches (m > 1) stay on kernel.cu's f32-x kernels.
+#include <cuda_runtime.h>
+
+#include "ops/cuda/common/pdl.cuh"
+#include "ops/cuda/common/smem_limit.cuh"
+#include "ops/cuda/common/vec.cuh"
+#include "ops/cuda/common/warp.cuh"
+#include "ops/cuda/linear/fp8_mma.cuh"
+#include "ops/cuda/moe_experts/common.cuh"
+#include "ops/cuda/moe_experts/fp8_params.h"
+
+namespace pg::ops::cuda {
+namespace {
+
+// Row `row` of an FP8 stack: its codes (k per row) and the row of block scales of its row block.
+__device__ __forceinline__ const uint8_t* fp8_codes_row(const MoeWeightParams& w, int64_t row, int64_t k) {
+  return static_cast<const uint8_t*>(w.data) + row * k;
+}
+__device__ __forceinline__ const float* fp8_scales_row(const MoeWeightParams& w, int64_t row) {
+  return w.scale_inv + (row / w.block_rows) * w.scale_cols;
+}
+
+// Grid: x = inter row tiles (kWarps x 8 x kTiles rows per block), y = expert slot: m = 1
+// (p.direct) the token's top_k routed slots, 2..8 tokens (p.direct_multi) the step's distinct routed
+// experts in order of first appearance (slots past them exit), then the n_shared shared experts.
+// Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows
+// (fp8_mma_shape_ok's 8-row halves: each in one row block), so lane (g, t) ends with gate and up of
+// row j0 + 8i + g for the pass's pairs 2t, 2t + 1 (the mma's columns, 8 pairs a pass). kStagedX:
+// the step's x rows staged once per block as f16 B fragments (fp8_mma_staged_bytes), lane g reads
+// its pair's token row; else lane g reads it from L2 at every k-step. Both give the same f16 values
+// in the same mma slots with the same k-steps, so a pair's h has the same bits at any m. Routed
+// slots wait for the routing (PDL) before they read expert_idx, then trigger down's launch.
+template <int kTiles, int kUnroll, int kWarps, bool kStagedX>
+__global__ void __launch_bounds__(kWarps * kWarpSize) moe_gate_up_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr int kJ = 8 * kTiles;  // inter rows per warp
+  extern __shared__ uint4 gate_up_fp8_xs[];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int slot = blockIdx.y;
+  const bool shared = slot >= p.max_active;
+  if (!shared) pdl_wait();
+  pdl_trigger();
+  int64_t expert;
+  int n_pairs = 1;
+  int64_t h_base = 0;  // shared: h row of token 0
+  uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
+  if (!shared && p.direct) {
+    expert = p.expert_idx[slot];
+    if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it (block-uniform)
+    h_base = slot;
+  } else if (!shared) {  // direct multi: the step's slot-th distinct expert, if any
+    const WarpRouting w = warp_routing(p);
+    if (slot >= __popcll(static_cast<long long>(w.first))) return;
+    expert = slot_expert(w, slot, pairs);
+    n_pairs = __popcll(static_cast<long long>(pairs));
+  } else {
+    const int s = slot - p.max_active;
+    expert = p.n_experts + s, n_pairs = p.m;
+    h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
+  }
+  const int64_t j0 = (int64_t(blockIdx.x) * kWarps + warp) * kJ;
+  Fp8MmaRows<kTiles> rows;
+  rows.log2_block_cols = p.gate_up.log2_block_cols;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // gate, up
+      const int64_t base = expert * 2 * p.inter + h * int64_t(p.inter);
+      const int64_t j = min(j0 + 8 * i + g, int64_t(p.inter) - 1);  // past inter: re-read, never written
+      rows.w[i][h] = fp8_codes_row(p.gate_up, base + j, p.hidden);
+      rows.s[i][h] = fp8_scales_row(p.gate_up, base + min(j0 + 8 * i, int64_t(p.inter) - 1));
+    }
+  const int64_t k_steps = p.hidden / kFp8MmaStepElems;
+  const bool routed_multi = !shared && !p.direct;
+  for (int q = 0; q < n_pairs; q += kNvfp4MmaTokens) {  // block-uniform passes
+    const int m_valid = min(kNvfp4MmaTokens, n_pairs - q);
+    // Lane g's column: pair q + g's token (past the slot's pairs: token 0, a column never written).
+    int64_t token = 0;
+    if (g < m_valid) token = shared ? q + g : routed_multi ? nth_set_bit(pairs, q + g) / p.top_k : 0;
+    float acc[kTiles][4];
+    // Warps past inter stay for the block's barrier (staging x) with no k-steps, and write nothing.
+    if constexpr (kStagedX) {
+      fp8_mma_stream<kTiles, kUnroll, true>(
+          rows, [&] { fp8_mma_stage_x(p.x, p.hidden, p.m, k_steps, gate_up_fp8_xs); },
+          gate_up_fp8_xs + token * k_steps * kFp8MmaXStepVecs, nullptr, 0, j0 < p.inter ? k_steps : 0, acc);
+    } else {
+      fp8_mma_stream<kTiles, kUnroll, false>(rows, [] {}, nullptr, g < m_valid ? p.x + token * p.hidden : nullptr, 0,
+                                             j0 < p.inter ? k_steps : 0, acc);
+    }
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int pair = 2 * t + c;
+        const int64_t j = j0 + 8 * i + g;
+        if (pair < m_valid && j < p.inter) {
+          // h row: direct the slot, shared h_base + its token, direct multi the pair's flat index.
+          const int64_t h_row = routed_multi ? nth_set_bit(pairs, q + pair) : h_base + q + pair;
+          p.plan.h[h_row * p.inter + j] = silu(acc[i][c]) * acc[i][2 + c];  // d c / d 2 + c: gate / up
+        }
+      }
+    if constexpr (kStagedX) {
+      if (q + kNvfp4MmaTokens < n_pairs) __syncthreads();  // the next pass stages x again
+    }
+  }
+}
+
+// m = 1, as moe_down_direct_nvfp4_kernel: grid x = hidden row tiles of 16 x kTiles rows, a block of
+// n_slots x k_split warps (moe_nvfp4_down_direct_split), one warp per (slot, K slice) with h row
+// `slot` as the mma's only real column. kStaged: every slot's h row staged per block as f16 B
+// fragments (fp8_mma_stage_x); else lane (0, t) reads its slot's h from L2 at every k-step. The
+// first weight loads go out before the wait for h (PDL); the partial sums meet in shared memory:
+// each slot's K slices, then the slots in the contract's order (by rank).
+template <int kTiles, int kUnroll, bool kStaged>
+__global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
+    moe_down_direct_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr int kR = kNvfp4MmaRows * kTiles;
+  extern __shared__ uint4 down_fp8_hs[];  // [n_slots][inter / 64 steps] h as B fragments
+  __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
+  const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int slot = warp / k_split, kpart = warp % k_split;
+  const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
+  const int64_t row0 = int64_t(blockIdx.x) * kR, e = valid ? expert : 0;
+  Fp8MmaRows<kTiles> rows;
+  rows.log2_block_cols = p.down.log2_block_cols;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = e * p.hidden + min(row0 + kNvfp4MmaRows * i + g + 8 * h, int64_t(p.hidden) - 1);
+      rows.w[i][h] = fp8_codes_row(p.down, row, p.inter);
+      rows.s[i][h] = fp8_scales_row(p.down, e * p.hidden + min(row0 + kNvfp4MmaRows * i, int64_t(p.hidden) - 1));
+    }
+  const int64_t all_steps = p.inter / kFp8MmaStepElems, k_steps = valid ? all_steps : 0;
+  const int64_t per_part = (k_steps + k_split - 1) / k_split;
+  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+  float acc[kTiles][4];
+  if constexpr (kStaged) {
+    fp8_mma_stream<kTiles, kUnroll, true>(
+        rows, [&] { fp8_mma_stage_x(p.plan.h, p.inter, n_slots, all_steps, down_fp8_hs); },
+        down_fp8_hs + slot * all_steps * kFp8MmaXStepVecs, nullptr, s0, s1, acc);
+  } else {
+    fp8_mma_stream<kTiles, kUnroll, false>(rows, [] {}, nullptr, g == 0 ? p.plan.h + int64_t(slot) * p.inter : nullptr,
+                                           s0, s1, acc);
+  }
+  const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
+  if (t == 0) {  // d0 / d2: rows g / g + 8, token 0
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) s_part[rank * k_split + kpart][kNvfp4MmaRows * i + g + 8 * h] = valid ? wgt * acc[i][2 * h] : 0.0f;
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  const int64_t row = row0 + r;
+  if (r < kR && row < p.hidden) {
+    float v = 0.0f;
+    for (int k = 0; k < n_slots; ++k) {  // slots by rank; each slot's K slices first
+      float d = s_part[k * k_split][r];
+      for (int kp = 1; kp < k_split; ++kp) d += s_part[k * k_split + kp][r];
+      v += d;
+    }
+    float* yp = p.y + row;
+    *yp = p.accumulate ? *yp + v : v;
+  }
+}
+
+// 2 <= m <= kMoeDirectMaxTokens (p.direct_multi), as moe_down_multi_nvfp4_kernel's per-lane mode
+// with the m = 1 kernel's arithmetic: grid x = hidden row tiles of 16 rows, a block of
+// kMoeDirectMaxSlots warps taking the (expert slot, K slice) tasks warp, warp + 16, ... (distinct
+// routed experts in order of first appearance, then the shared ones; K cut as the m = 1 kernel cuts
+// it). A task streams its expert's 16 rows once for all of its pairs (a pass per 8 pairs, lane g
+// reading its pair's h row from L2) and leaves weight * down·h per (K slice, h row, output row) in
+// shared memory; the block then adds each token's terms in the m = 1 kernel's order, so a token's
+// output has the bits it has alone.
+__global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
+    moe_down_multi_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr int kR = kNvfp4MmaRows, kWarps = kMoeDirectMaxSlots, kUnroll = kMoeFp8DownUnroll;
+  static_assert(kMoeDirectMaxSlots * kMoeDirectMaxTokens <= kMoeDirectMaxHRows, "s_part holds every (K slice, h row)");
+  __shared__ float s_part[kMoeDirectMaxHRows][kR];  // [K slice * n_h + h row][output row]
+  __shared__ int32_t s_order[kMoeDirectMaxRouted];  // [m, top_k]: token t's pairs in summing order (-1: dropped)
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared);
+  const int k_split = moe_nvfp4_down_direct_split(p.top_k + p.n_shared);
+  const WarpRouting w = warp_routing(p);
+  const int n_distinct = __popcll(static_cast<long long>(w.first));
+  const int n_tasks = (n_distinct + p.n_shared) * k_split;
+  const int64_t row0 = int64_t(blockIdx.x) * kR;
+  const int64_t k_steps = p.inter / kFp8MmaStepElems, per_part = (k_steps + k_split - 1) / k_split;
+  for (int task = warp; task < n_tasks; task += kWarps) {  // warp-uniform: slot_expert's shuffles see every lane
+    const MoeMultiSlot sl = moe_multi_slot(p, w, task / k_split, n_distinct);
+    const int kpart = task % k_split;
+    Fp8MmaRows<1> rows;
+    rows.log2_block_cols = p.down.log2_block_cols;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rows.w[0][h] = fp8_codes_row(p.down, sl.expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1), p.inter);
+      rows.s[0][h] = fp8_scales_row(p.down, sl.expert * p.hidden + min(row0, int64_t(p.hidden) - 1));
+    }
+    const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+    for (int q = 0; q < sl.n_pairs; q += kNvfp4MmaTokens) {
+      const int m_valid = min(kNvfp4MmaTokens, sl.n_pairs - q);
+      // Column c of this pass: pair q + c's h row (routed: its flat index).
+      auto h_row = [&](int c) { return sl.shared ? sl.h_base + q + c : nth_set_bit(sl.pairs, q + c); };
+      const float* xrow = g < m_valid ? p.plan.h + int64_t(h_row(g)) * p.inter : nullptr;
+      float acc[1][4];
+      fp8_mma_stream<1, kUnroll, false>(rows, [] {}, nullptr, xrow, s0, s1, acc);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
+        const int c = 2 * t + j % 2;
+        if (c < m_valid) {
+          const int hr = h_row(c);
+          const float wgt = sl.shared ? 1.0f : p.expert_weight[hr];
+          s_part[kpart * n_h + hr][g + 8 * (j / 2)] = wgt * acc[0][j];  // as the m = 1 kernel: weight x sum
+        }
+      }
+    }
+  }
+  pdl_wait();  // warps without a task; y is written below
+  moe_token_order(p, s_order);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < p.m * kR; idx += blockDim.x) {
+    const int tok = idx / kR, r = idx % kR;
+    const int64_t row = row0 + r;
+    if (row >= p.hidden) continue;
+    auto term = [&](int hr) {  // a pair's K slices in slice order, as the m = 1 kernel adds them
+      float d = s_part[hr][r];
+      for (int kp = 1; kp < k_split; ++kp) d += s_part[kp * n_h + hr][r];
+      return d;
+    };
+    float v = 0.0f;
+    for (int k = 0; k < p.top_k; ++k) {
+      const int j = s_order[tok * p.top_k + k];
+      if (j >= 0) v += term(j);
+    }
+    for (int sh = 0; sh < p.n_shared; ++sh) v += term(n_routed + sh * p.m + tok);
+    float* yp = p.y + int64_t(tok) * p.y_stride + row;
+    *yp = p.accumulate ? *yp + v : v;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, cudaStream_t stream) {
+  constexpr int kTiles = 1, kUnroll = kMoeFp8GateUpUnroll, kWarps = kMoeFp8GateUpWarps;
+  constexpr int kRowsPerBlock = kWarps * 8 * kTiles;
+  if (!p.direct && !p.direct_multi) return cudaErrorInvalidValue;
+  const dim3 grid(unsigned((int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.max_active + p.n_shared));
+  const dim3 block(kWarps * kWarpSize);
+  const size_t xs = fp8_mma_staged_bytes(p.m, p.hidden);
+  if (xs > 0) {
+    constexpr auto kKernel = moe_gate_up_fp8_kernel<kTiles, kUnroll, kWarps, true>;
+    if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, block, xs, stream, p); e != cudaSuccess) return e;
+  } else {
+    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_fp8_kernel<kTiles, kUnroll, kWarps, false>, grid,
+                                      block, 0, stream, p);
+        e != cudaSuccess)
+      return e;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
+  constexpr int kTiles = 1, kUnroll = kMoeFp8DownUnroll;
+  if (p.direct_multi) {
+    const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows - 1) / kNvfp4MmaRows));
+    if (cudaError_t e = launch_pdl(moe_down_multi_fp8_kernel, grid, dim3(kMoeDirectMaxSlots * kWarpSize), 0, stream, p);
+        e != cudaSuccess)
+      return e;
+    return cudaGetLastError();
+  }
+  if (!p.direct) return cudaErrorInvalidValue;
+  const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
+  const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows * kTiles - 1) / (kNvfp4MmaRows * kTiles)));
+  const dim3 block(unsigned(n_slots * k_split * kWarpSize));
+  const size_t hs = moe_fp8_down_staged_bytes(n_slots, p.inter);
+  if (staged && hs <= kFp8StagedMaxBytes) {
+    constexpr auto kKernel = moe_down_direct_fp8_kernel<kTiles, kUnroll, true>;
+    if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+    if (cudaError_t e = launch_pdl(kKernel, grid, block, hs, stream, p); e != cudaSuccess) return e;
+  } else {
+    if (cudaError_t e = launch_pdl(moe_down_direct_fp8_kernel<kTiles, kUnroll, false>, grid, block, 0, stream, p);
+        e != cudaSuccess)
+      return e;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace pg::ops::cuda

@@ -1,0 +1,34 @@
+// The DeepSeek-FP8 tensor-core MoE expert kernels (moe_experts/fp8_kernel.cu): launch functions and
+// constants, fmt-free. Taken by moe_experts/launch.cpp at decode sizes (the direct paths: one token,
+// or 2..8 tokens without a plan) when MoeExpertsArgs::f16_activations is set and
+// ops::fp8_experts_mma accepts the stack (ops/moe_experts.h); the workspace and h layout are
+// kernel.cu's (params.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "ops/cuda/linear/config.h"
+#include "ops/cuda/moe_experts/params.h"
+
+namespace pg::ops::cuda {
+
+// gate_up: 4 warps per block (as the NVFP4 kernel's, so the grid's blocks spread evenly over the
+// SMs: moonlight 44 x 8 slots = 352 blocks, V3 64 x 9 = 576), one tile of 8 gate + 8 up rows per
+// warp, 2 k-steps per register stage (two stages alternate). down: one 16-row tile per warp, 2
+// k-steps per stage. Not yet swept on the H200.
+constexpr int kMoeFp8GateUpWarps = 4;
+constexpr int kMoeFp8GateUpUnroll = 2;
+constexpr int kMoeFp8DownUnroll = 2;
+// down at m = 1 with every slot's h row staged per block (f16 B fragments): n_slots rows of inter
+// (V3 9 x 2048: 36 KB; moonlight 8 x 1408: 22.5 KB; the dense MLPs' one slot of 18432 / 11264: 36 /
+// 22.5 KB), taken up to kFp8StagedMaxBytes.
+inline size_t moe_fp8_down_staged_bytes(int n_slots, int64_t inter) { return size_t(n_slots) * size_t(inter) * 2; }
+
+// p.direct or p.direct_multi; gate_up with the step's x rows staged per block where
+// fp8_mma_staged_bytes(m, hidden) allows (else per lane), under PDL when p.gate_up_pdl. down: m = 1
+// with h staged when `staged` and it fits, else per lane; 2..8 tokens per lane. cudaErrorInvalidValue
+// on the planned path.
+cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, cudaStream_t stream);
+cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream);
+
+}  // namespace pg::ops::cuda
