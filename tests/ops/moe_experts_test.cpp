@@ -395,18 +395,23 @@ void run_case(const MoeCase& c) {
             << "the m = 1 down differs from the default launch's bits";
       }
     }
-    // FP8 at m = 1 on the tensor cores: the down with h per lane gives the staged default's bits.
-    if (m == 1 && !c.exact && fp8_experts_mma(dn.host, c.inter, m, c.n_experts, c.top_k, c.n_shared)) {
-      SCOPED_TRACE("fp8 down h per lane");
-      cuda::MoeNvfp4Variant v;
-      v.fp8_down_staged = false;
-      if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));
-      else PG_ASSERT_OK(dy.fill_bytes(0xff));
-      PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
-      ASSERT_TRUE(sync_ok());
-      const std::vector<float> yv = to_host(dy);
-      EXPECT_EQ(0, std::memcmp(yv.data(), y_gpu.data(), yv.size() * sizeof(float)))
-          << "the FP8 m = 1 down with h per lane differs from the default launch's bits";
+    // FP8 on the tensor cores: the down with h per lane (m = 1) and gate_up with x per lane give the
+    // staged defaults' bits.
+    if (!c.exact && fp8_experts_mma(dn.host, c.inter, m, c.n_experts, c.top_k, c.n_shared) &&
+        fp8_experts_mma(gu.host, c.hidden, m, c.n_experts, c.top_k, c.n_shared)) {
+      for (int variant : {0, 1}) {
+        SCOPED_TRACE(variant == 0 ? "fp8 down h per lane" : "fp8 gate_up x per lane");
+        cuda::MoeNvfp4Variant v;
+        v.fp8_down_staged = variant != 0;
+        v.fp8_gate_up_staged = variant != 1;
+        if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));
+        else PG_ASSERT_OK(dy.fill_bytes(0xff));
+        PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
+        ASSERT_TRUE(sync_ok());
+        const std::vector<float> yv = to_host(dy);
+        EXPECT_EQ(0, std::memcmp(yv.data(), y_gpu.data(), yv.size() * sizeof(float)))
+            << "the FP8 variant differs from the default launch's bits";
+      }
     }
     // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block, gate_up with x read per
     // lane instead of staged per block, and the down without its rings (h per lane) give the

@@ -247,13 +247,13 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 
 }  // namespace
 
-cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, cudaStream_t stream) {
+cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
   constexpr int kTiles = 1, kUnroll = kMoeFp8GateUpUnroll, kWarps = kMoeFp8GateUpWarps;
   constexpr int kRowsPerBlock = kWarps * 8 * kTiles;
   if (!p.direct && !p.direct_multi) return cudaErrorInvalidValue;
   const dim3 grid(unsigned((int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.max_active + p.n_shared));
   const dim3 block(kWarps * kWarpSize);
-  const size_t xs = fp8_mma_staged_bytes(p.m, p.hidden);
+  const size_t xs = staged ? fp8_mma_staged_bytes(p.m, p.hidden) : 0;
   if (xs > 0) {
     constexpr auto kKernel = moe_gate_up_fp8_kernel<kTiles, kUnroll, kWarps, true>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;

@@ -24,11 +24,11 @@ constexpr int kMoeFp8DownUnroll = 2;
 // 22.5 KB), taken up to kFp8StagedMaxBytes.
 inline size_t moe_fp8_down_staged_bytes(int n_slots, int64_t inter) { return size_t(n_slots) * size_t(inter) * 2; }
 
-// p.direct or p.direct_multi; gate_up with the step's x rows staged per block where
+// p.direct or p.direct_multi; gate_up with the step's x rows staged per block when `staged` and
 // fp8_mma_staged_bytes(m, hidden) allows (else per lane), under PDL when p.gate_up_pdl. down: m = 1
 // with h staged when `staged` and it fits, else per lane; 2..8 tokens per lane. cudaErrorInvalidValue
 // on the planned path.
-cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, cudaStream_t stream);
+cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream);
 cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

@@ -94,7 +94,7 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; at most N staged gate_up blocks per SM:
 // PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token). FP8 at decode
 // sizes on the f32-x kernels instead of the tensor cores: PEREGRINE_MOE_FP8_MMA=0; its m = 1 down with h per
-// lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0.
+// lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0; its gate_up with x per lane: PEREGRINE_MOE_FP8_GATE_UP_STAGED=0.
 namespace {
 MoeNvfp4Variant moe_nvfp4_variant_from_env() {
   static const MoeNvfp4Variant v = [] {
@@ -118,6 +118,8 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.fp8_mma = !(fm && fm[0] == '0');
     const char* fs = std::getenv("PEREGRINE_MOE_FP8_DOWN_STAGED");
     r.fp8_down_staged = !(fs && fs[0] == '0');
+    const char* fg = std::getenv("PEREGRINE_MOE_FP8_GATE_UP_STAGED");
+    r.fp8_gate_up_staged = !(fg && fg[0] == '0');
     return r;
   }();
   return v;
@@ -203,7 +205,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     const int warps = v.gate_up_warps ? v.gate_up_warps : four_ok ? kMoeNvfp4GateUpWarps : kMoeWarps;
     PG_CUDA_TRY(launch_moe_gate_up_nvfp4(p, t, warps, v.gate_up_multi_staged, v.gate_up_blocks_per_sm, stream));
   } else if (gu_fp8) {
-    PG_CUDA_TRY(launch_moe_gate_up_fp8(p, stream));
+    PG_CUDA_TRY(launch_moe_gate_up_fp8(p, v.fp8_gate_up_staged, stream));
   } else {
     PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), gu_vec, m_tile, stream));
   }

@@ -60,9 +60,11 @@ struct MoeNvfp4Variant {
   int gate_up_blocks_per_sm = -1;
   // FP8 stacks at decode sizes on the f16 tensor cores (fp8_kernel.cu; ops::fp8_experts_mma): on
   // unless PEREGRINE_MOE_FP8_MMA=0 (an A/B switch: the CPU emulation assumes it on); the m = 1 down
-  // with every slot's h staged per block unless PEREGRINE_MOE_FP8_DOWN_STAGED=0.
+  // with every slot's h staged per block unless PEREGRINE_MOE_FP8_DOWN_STAGED=0; gate_up with the
+  // step's x staged per block where it fits unless PEREGRINE_MOE_FP8_GATE_UP_STAGED=0. Same bits.
   bool fp8_mma = true;
   bool fp8_down_staged = true;
+  bool fp8_gate_up_staged = true;
 };
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);
