@@ -395,15 +395,19 @@ void run_case(const MoeCase& c) {
             << "the m = 1 down differs from the default launch's bits";
       }
     }
-    // FP8 on the tensor cores: the down with h per lane (m = 1) and gate_up with x per lane give the
-    // staged defaults' bits.
+    // FP8 on the tensor cores: the down (m = 1) at one tile with h staged or per lane and at two
+    // tiles, and gate_up with x per lane, give the default launch's bits.
     if (!c.exact && fp8_experts_mma(dn.host, c.inter, m, c.n_experts, c.top_k, c.n_shared) &&
         fp8_experts_mma(gu.host, c.hidden, m, c.n_experts, c.top_k, c.n_shared)) {
-      for (int variant : {0, 1}) {
-        SCOPED_TRACE(variant == 0 ? "fp8 down h per lane" : "fp8 gate_up x per lane");
+      for (int variant : {0, 1, 2, 3}) {
+        SCOPED_TRACE(variant == 0   ? "fp8 down 1 tile, h staged"
+                     : variant == 1 ? "fp8 down 1 tile, h per lane"
+                     : variant == 2 ? "fp8 down 2 tiles, h per lane"
+                                    : "fp8 gate_up x per lane");
         cuda::MoeNvfp4Variant v;
-        v.fp8_down_staged = variant != 0;
-        v.fp8_gate_up_staged = variant != 1;
+        v.fp8_down_tiles = variant == 2 ? 2 : variant < 2 ? 1 : 0;
+        v.fp8_down_staged = variant != 1;
+        v.fp8_gate_up_staged = variant != 3;
         if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));
         else PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));

@@ -7,7 +7,13 @@
 // Why: the f32-x kernel (kernel.cuh) converts every weight e4m3 -> f16 -> f32 and multiplies it
 // once per token on the CUDA cores, so its time grows with m (H200, bench_ops_cuda, 2026-12-01,
 // 7168 -> 18432: 63.9% of the HBM read ceiling at m = 1, 18.5% at m = 4, 2.7% at m = 16); here a
-// weight costs half a cvt and 1/128 of an mma per lane whatever m <= 8 is.
+// weight costs half a cvt and 1/128 of an mma per lane whatever m <= 8 is (measured there,
+// 2026-12-01, c20f052, per-lane x at m > 1: 72.8% at m = 1, 37.0% at m = 4).
+//
+// x. The block's tokens' x are staged once per block as f16 B fragments where they fit
+// (fp8_mma_staged_bytes), lane g reading token g's row; else each lane g reads its token's x from
+// L2 at every k-step. The tile (and so k_split) does not depend on m (linear_fp8_mma_tile): a
+// token's row has the same bits at any m.
 //
 // Layout. As linear/nvfp4_mma.cuh's, with 16-element chunks: lane (g = lane/4, t = lane%4) loads
 // 16 bytes (16 codes) of row g and of row g + 8 at chunk 4s + t of k-step s (64 elements). Word q
@@ -111,9 +117,9 @@ __device__ __forceinline__ void fp8_mma_load(const Fp8MmaRows<kTiles>& r, int64_
 // with their loads in flight together (a thread's items would otherwise be serial L2 round trips:
 // V3's o_proj stages 2,048 items over 256 threads). Reads x (after pdl_wait).
 constexpr int kFp8MmaXStepVecs = kFp8MmaStepElems * 2 / 16;
+template <int kStageBatch = 4>
 __device__ __forceinline__ void fp8_mma_stage_x(const float* x, int64_t x_stride, int rows, int64_t k_steps,
                                                 uint4* xs) {
-  constexpr int kStageBatch = 4;
   const int64_t per_row = k_steps * kFp8MmaXStepVecs, n = rows * per_row;
   for (int64_t i0 = threadIdx.x; i0 < n; i0 += int64_t(kStageBatch) * blockDim.x) {
     float4 v[kStageBatch][2];

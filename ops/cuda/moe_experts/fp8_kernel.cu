@@ -37,7 +37,7 @@ __device__ __forceinline__ const float* fp8_scales_row(const MoeWeightParams& w,
 // in the same mma slots with the same k-steps, so a pair's h has the same bits at any m. Routed
 // slots wait for the routing (PDL) before they read expert_idx, then trigger down's launch.
 template <int kTiles, int kUnroll, int kWarps, bool kStagedX>
-__global__ void __launch_bounds__(kWarps * kWarpSize) moe_gate_up_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
+__global__ void __launch_bounds__(kWarps * kWarpSize, kMoeFp8GateUpMinBlocksPerSm) moe_gate_up_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kJ = 8 * kTiles;  // inter rows per warp
   extern __shared__ uint4 gate_up_fp8_xs[];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) moe_gate_up_fp8_kernel(con
     // Warps past inter stay for the block's barrier (staging x) with no k-steps, and write nothing.
     if constexpr (kStagedX) {
       fp8_mma_stream<kTiles, kUnroll, true>(
-          rows, [&] { fp8_mma_stage_x(p.x, p.hidden, p.m, k_steps, gate_up_fp8_xs); },
+          rows, [&] { fp8_mma_stage_x<2>(p.x, p.hidden, p.m, k_steps, gate_up_fp8_xs); },  // 2: <= 96 registers
           gate_up_fp8_xs + token * k_steps * kFp8MmaXStepVecs, nullptr, 0, j0 < p.inter ? k_steps : 0, acc);
     } else {
       fp8_mma_stream<kTiles, kUnroll, false>(rows, [] {}, nullptr, g < m_valid ? p.x + token * p.hidden : nullptr, 0,
@@ -267,16 +267,9 @@ cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaS
   return cudaGetLastError();
 }
 
-cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
-  constexpr int kTiles = 1, kUnroll = kMoeFp8DownUnroll;
-  if (p.direct_multi) {
-    const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows - 1) / kNvfp4MmaRows));
-    if (cudaError_t e = launch_pdl(moe_down_multi_fp8_kernel, grid, dim3(kMoeDirectMaxSlots * kWarpSize), 0, stream, p);
-        e != cudaSuccess)
-      return e;
-    return cudaGetLastError();
-  }
-  if (!p.direct) return cudaErrorInvalidValue;
+template <int kTiles>
+cudaError_t down_direct_fp8_launch(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
+  constexpr int kUnroll = kMoeFp8DownUnroll;
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows * kTiles - 1) / (kNvfp4MmaRows * kTiles)));
   const dim3 block(unsigned(n_slots * k_split * kWarpSize));
@@ -291,6 +284,20 @@ cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, cudaStre
       return e;
   }
   return cudaGetLastError();
+}
+
+cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, int tiles, cudaStream_t stream) {
+  if (p.direct_multi) {
+    const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows - 1) / kNvfp4MmaRows));
+    if (cudaError_t e = launch_pdl(moe_down_multi_fp8_kernel, grid, dim3(kMoeDirectMaxSlots * kWarpSize), 0, stream, p);
+        e != cudaSuccess)
+      return e;
+    return cudaGetLastError();
+  }
+  if (!p.direct) return cudaErrorInvalidValue;
+  if (tiles == 2) return down_direct_fp8_launch<2>(p, staged, stream);
+  if (tiles == 1) return down_direct_fp8_launch<1>(p, staged, stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace pg::ops::cuda

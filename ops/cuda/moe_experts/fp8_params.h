@@ -17,6 +17,9 @@ namespace pg::ops::cuda {
 // warp, 2 k-steps per register stage (two stages alternate). down: one 16-row tile per warp, 2
 // k-steps per stage. Not yet swept on the H200.
 constexpr int kMoeFp8GateUpWarps = 4;
+// ... and at least 5 blocks per SM (<= 96 registers; 118 with x staged otherwise, 4 per SM): V3's
+// 576 one-token blocks (9 slots x 64) fit one wave of 660 instead of 1.09 waves of 528.
+constexpr int kMoeFp8GateUpMinBlocksPerSm = 5;
 constexpr int kMoeFp8GateUpUnroll = 2;
 constexpr int kMoeFp8DownUnroll = 2;
 // down at m = 1 with every slot's h row staged per block (f16 B fragments): n_slots rows of inter
@@ -24,11 +27,21 @@ constexpr int kMoeFp8DownUnroll = 2;
 // 22.5 KB), taken up to kFp8StagedMaxBytes.
 inline size_t moe_fp8_down_staged_bytes(int n_slots, int64_t inter) { return size_t(n_slots) * size_t(inter) * 2; }
 
+// down at m = 1: 16-row tiles per warp. The grid is hidden / (16 x tiles) blocks of n_slots x k_split
+// warps, two of which fit an SM (V3's 9 warps at 82-106 registers): V3's 448 one-tile blocks are
+// 1.7 waves of 264; two tiles make 224 blocks, one wave. One tile where its grid fits one wave at
+// two blocks per SM (moonlight's 128). The rows' sums do not change. h is staged per block only at
+// one tile (two tiles with h staged take 128 registers: one block per SM).
+inline int moe_fp8_down_direct_tiles(int64_t hidden, int sm_count) {
+  return (hidden + 15) / 16 > 2 * int64_t(sm_count > 0 ? sm_count : 132) ? 2 : 1;
+}
+
 // p.direct or p.direct_multi; gate_up with the step's x rows staged per block when `staged` and
 // fp8_mma_staged_bytes(m, hidden) allows (else per lane), under PDL when p.gate_up_pdl. down: m = 1
 // with h staged when `staged` and it fits, else per lane; 2..8 tokens per lane. cudaErrorInvalidValue
 // on the planned path.
 cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream);
-cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream);
+// `tiles`: 16-row tiles per warp at m = 1 (1 or 2; moe_fp8_down_direct_tiles), whatever the bits.
+cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, int tiles, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

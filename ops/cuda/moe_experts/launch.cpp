@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/device.h"
 #include "ops/cuda/moe_experts/fp8_params.h"
 #include "ops/cuda/moe_experts/nvfp4_params.h"
 #include "ops/cuda/moe_experts/params.h"
@@ -94,7 +95,8 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; at most N staged gate_up blocks per SM:
 // PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token). FP8 at decode
 // sizes on the f32-x kernels instead of the tensor cores: PEREGRINE_MOE_FP8_MMA=0; its m = 1 down with h per
-// lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0; its gate_up with x per lane: PEREGRINE_MOE_FP8_GATE_UP_STAGED=0.
+// lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0, with N 16-row tiles per warp: PEREGRINE_MOE_FP8_DOWN_TILES=N (1, 2);
+// its gate_up with x per lane: PEREGRINE_MOE_FP8_GATE_UP_STAGED=0.
 namespace {
 MoeNvfp4Variant moe_nvfp4_variant_from_env() {
   static const MoeNvfp4Variant v = [] {
@@ -120,6 +122,8 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.fp8_down_staged = !(fs && fs[0] == '0');
     const char* fg = std::getenv("PEREGRINE_MOE_FP8_GATE_UP_STAGED");
     r.fp8_gate_up_staged = !(fg && fg[0] == '0');
+    const char* ft = std::getenv("PEREGRINE_MOE_FP8_DOWN_TILES");
+    r.fp8_down_tiles = ft ? std::atoi(ft) : 0;
     return r;
   }();
   return v;
@@ -215,7 +219,8 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     if (v.down_unroll) t.unroll = v.down_unroll;
     PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, v.down_prefetch, v.down_multi_ring, stream));
   } else if (dn_fp8) {
-    PG_CUDA_TRY(launch_moe_down_fp8(p, v.fp8_down_staged, stream));
+    const int tiles = v.fp8_down_tiles ? v.fp8_down_tiles : moe_fp8_down_direct_tiles(a.hidden, current_device_props().sm_count);
+    PG_CUDA_TRY(launch_moe_down_fp8(p, v.fp8_down_staged && tiles == 1, tiles, stream));
   } else {
     PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), dn_vec, m_tile, stream));
   }

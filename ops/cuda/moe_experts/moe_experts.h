@@ -65,6 +65,9 @@ struct MoeNvfp4Variant {
   bool fp8_mma = true;
   bool fp8_down_staged = true;
   bool fp8_gate_up_staged = true;
+  // The m = 1 FP8 down's 16-row tiles per warp: 0 the default (fp8_params.h), 1 or 2
+  // (PEREGRINE_MOE_FP8_DOWN_TILES).
+  int fp8_down_tiles = 0;
 };
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);
