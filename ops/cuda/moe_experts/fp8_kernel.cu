@@ -36,8 +36,10 @@ __device__ __forceinline__ const float* fp8_scales_row(const MoeWeightParams& w,
 // its pair's token row; else lane g reads it from L2 at every k-step. Both give the same f16 values
 // in the same mma slots with the same k-steps, so a pair's h has the same bits at any m. Routed
 // slots wait for the routing (PDL) before they read expert_idx, then trigger down's launch.
-template <int kTiles, int kUnroll, int kWarps, bool kStagedX>
-__global__ void __launch_bounds__(kWarps * kWarpSize, kMoeFp8GateUpMinBlocksPerSm) moe_gate_up_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
+// kMinBlocks: blocks per SM the registers must allow (moe_fp8_gate_up_min_blocks); at 5 the staging
+// issues two items' loads at a time instead of four (<= 96 registers without a spill).
+template <int kTiles, int kUnroll, int kWarps, bool kStagedX, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kJ = 8 * kTiles;  // inter rows per warp
   extern __shared__ uint4 gate_up_fp8_xs[];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMoeFp8GateUpMinBlocksPerS
     // Warps past inter stay for the block's barrier (staging x) with no k-steps, and write nothing.
     if constexpr (kStagedX) {
       fp8_mma_stream<kTiles, kUnroll, true>(
-          rows, [&] { fp8_mma_stage_x<2>(p.x, p.hidden, p.m, k_steps, gate_up_fp8_xs); },  // 2: <= 96 registers
+          rows, [&] { fp8_mma_stage_x<kMinBlocks >= 5 ? 2 : 4>(p.x, p.hidden, p.m, k_steps, gate_up_fp8_xs); },
           gate_up_fp8_xs + token * k_steps * kFp8MmaXStepVecs, nullptr, 0, j0 < p.inter ? k_steps : 0, acc);
     } else {
       fp8_mma_stream<kTiles, kUnroll, false>(rows, [] {}, nullptr, g < m_valid ? p.x + token * p.hidden : nullptr, 0,
@@ -247,24 +249,31 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 
 }  // namespace
 
-cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
+template <int kMinBlocks>
+cudaError_t gate_up_fp8_launch(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
   constexpr int kTiles = 1, kUnroll = kMoeFp8GateUpUnroll, kWarps = kMoeFp8GateUpWarps;
   constexpr int kRowsPerBlock = kWarps * 8 * kTiles;
-  if (!p.direct && !p.direct_multi) return cudaErrorInvalidValue;
   const dim3 grid(unsigned((int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.max_active + p.n_shared));
   const dim3 block(kWarps * kWarpSize);
   const size_t xs = staged ? fp8_mma_staged_bytes(p.m, p.hidden) : 0;
   if (xs > 0) {
-    constexpr auto kKernel = moe_gate_up_fp8_kernel<kTiles, kUnroll, kWarps, true>;
+    constexpr auto kKernel = moe_gate_up_fp8_kernel<kTiles, kUnroll, kWarps, true, kMinBlocks>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, block, xs, stream, p); e != cudaSuccess) return e;
   } else {
-    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_fp8_kernel<kTiles, kUnroll, kWarps, false>, grid,
-                                      block, 0, stream, p);
+    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_fp8_kernel<kTiles, kUnroll, kWarps, false, kMinBlocks>,
+                                      grid, block, 0, stream, p);
         e != cudaSuccess)
       return e;
   }
   return cudaGetLastError();
+}
+
+cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, int min_blocks, cudaStream_t stream) {
+  if (!p.direct && !p.direct_multi) return cudaErrorInvalidValue;
+  if (min_blocks == 5) return gate_up_fp8_launch<5>(p, staged, stream);
+  if (min_blocks == 4) return gate_up_fp8_launch<4>(p, staged, stream);
+  return cudaErrorInvalidValue;
 }
 
 template <int kTiles>

@@ -17,9 +17,17 @@ namespace pg::ops::cuda {
 // warp, 2 k-steps per register stage (two stages alternate). down: one 16-row tile per warp, 2
 // k-steps per stage. Not yet swept on the H200.
 constexpr int kMoeFp8GateUpWarps = 4;
-// ... and at least 5 blocks per SM (<= 96 registers; 118 with x staged otherwise, 4 per SM): V3's
-// 576 one-token blocks (9 slots x 64) fit one wave of 660 instead of 1.09 waves of 528.
-constexpr int kMoeFp8GateUpMinBlocksPerSm = 5;
+// Blocks per SM gate_up's registers allow: 4 (118 registers with x staged), or 5 (96: two staged
+// items' loads at a time) where the grid has more blocks than 4 per SM hold, so that it fits one
+// wave: V3's 576 one-token blocks (9 slots x 64) in 660 instead of 1.09 waves of 528. Not where 4
+// suffice: 5 resident blocks let the scheduler place moonlight's 352 unevenly (as the NVFP4 kernel's
+// regression of session 11; docs/decode-status.md). H200, 2026-12-01, one call each, eager MoE op
+// (f32-x kernels in brackets): V3 fp8 at 5 per SM 123.0 us (143.4), its 4-layer decode 706.4 tok/s
+// (701.3); moonlight fp8 at 4 per SM (0692b99) 30.1 us (32.0), 471.0 tok/s (470.9), at 5 per SM
+// (e123cd7) 33.8 us (32.0), 454.0 tok/s (470.5).
+inline int moe_fp8_gate_up_min_blocks(int64_t blocks, int sm_count) {
+  return blocks > 4 * int64_t(sm_count > 0 ? sm_count : 132) ? 5 : 4;
+}
 constexpr int kMoeFp8GateUpUnroll = 2;
 constexpr int kMoeFp8DownUnroll = 2;
 // down at m = 1 with every slot's h row staged per block (f16 B fragments): n_slots rows of inter
@@ -37,10 +45,10 @@ inline int moe_fp8_down_direct_tiles(int64_t hidden, int sm_count) {
 }
 
 // p.direct or p.direct_multi; gate_up with the step's x rows staged per block when `staged` and
-// fp8_mma_staged_bytes(m, hidden) allows (else per lane), under PDL when p.gate_up_pdl. down: m = 1
+// fp8_mma_staged_bytes(m, hidden) allows (else per lane), the instantiation for min_blocks (4 or 5), under PDL when p.gate_up_pdl. down: m = 1
 // with h staged when `staged` and it fits, else per lane; 2..8 tokens per lane. cudaErrorInvalidValue
 // on the planned path.
-cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream);
+cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, int min_blocks, cudaStream_t stream);
 // `tiles`: 16-row tiles per warp at m = 1 (1 or 2; moe_fp8_down_direct_tiles), whatever the bits.
 cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, int tiles, cudaStream_t stream);
 
