@@ -115,6 +115,35 @@ __device__ __forceinline__ void moe_token_order(const MoeExpertsParams& p, int32
   }
 }
 
+// The direct multi down kernels' sums (nvfp4_kernel.cu, fp8_kernel.cu): y rows row0 .. row0 + kR - 1
+// of every token from s_part[K slice * n_h + h row][output row], a token's terms in the m = 1
+// kernels' order (a pair's K slices in slice order, its routed pairs by s_order, then the shared
+// experts), so its output has the bits it has alone. After the barrier that publishes s_part and
+// s_order.
+template <int kR>
+__device__ __forceinline__ void moe_down_multi_sum(const MoeExpertsParams& p, const float (*s_part)[kR],
+                                                   const int32_t* s_order, int k_split, int n_routed, int n_h,
+                                                   int64_t row0) {
+  for (int idx = threadIdx.x; idx < p.m * kR; idx += blockDim.x) {
+    const int tok = idx / kR, r = idx % kR;
+    const int64_t row = row0 + r;
+    if (row >= p.hidden) continue;
+    auto term = [&](int hr) {  // a pair's K slices in slice order, as the m = 1 kernel adds them
+      float d = s_part[hr][r];
+      for (int kp = 1; kp < k_split; ++kp) d += s_part[kp * n_h + hr][r];
+      return d;
+    };
+    float v = 0.0f;
+    for (int k = 0; k < p.top_k; ++k) {
+      const int j = s_order[tok * p.top_k + k];
+      if (j >= 0) v += term(j);
+    }
+    for (int sh = 0; sh < p.n_shared; ++sh) v += term(n_routed + sh * p.m + tok);
+    float* yp = p.y + int64_t(tok) * p.y_stride + row;
+    *yp = p.accumulate ? *yp + v : v;
+  }
+}
+
 // Expert slot `slot` of a planned down kernel's loop: the active experts of its token tile
 // [t0, t1) (moe_tile_segments' shared arrays), then the shared experts over the whole tile.
 struct MoePlannedSlot {

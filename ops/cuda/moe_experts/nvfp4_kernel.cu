@@ -441,24 +441,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   pdl_wait();  // warps without a k-step; y is written below
   moe_token_order(p, s_order);
   __syncthreads();
-  for (int idx = threadIdx.x; idx < p.m * kR; idx += blockDim.x) {
-    const int tok = idx / kR, r = idx % kR;
-    const int64_t row = row0 + r;
-    if (row >= p.hidden) continue;
-    auto term = [&](int hr) {  // a pair's K slices in slice order, as the m = 1 kernel adds them
-      float d = s_part[hr][r];
-      for (int kp = 1; kp < k_split; ++kp) d += s_part[kp * n_h + hr][r];
-      return d;
-    };
-    float v = 0.0f;
-    for (int k = 0; k < p.top_k; ++k) {
-      const int j = s_order[tok * p.top_k + k];
-      if (j >= 0) v += term(j);
-    }
-    for (int sh = 0; sh < p.n_shared; ++sh) v += term(n_routed + sh * p.m + tok);
-    float* yp = p.y + int64_t(tok) * p.y_stride + row;
-    *yp = p.accumulate ? *yp + v : v;
-  }
+  moe_down_multi_sum<kR>(p, s_part, s_order, k_split, n_routed, n_h, row0);
 }
 
 // The planned path, as moe_down_kernel: grid x = hidden row tiles (kMoeWarps / k_split x 16 rows
