@@ -331,7 +331,7 @@ GemvResult bench_gemv(const Shape& sh, const Rotated& r, const cu::LinearVariant
   a.f16_activations = !sh.exact;
   auto plan = cu::linear_plan(a, v);
   BENCH_CHECK(plan.status());
-  g.tile = plan->nvfp4_mma || plan->fp8_mma ? "mma t" + std::to_string(plan->tile.rows_per_warp / cu::kNvfp4MmaRows) + " u" +
+  g.tile = plan->nvfp4_mma || plan->fp8_mma ? "mma t" + std::to_string(plan->tile.rows_per_warp / cu::kMmaRows) + " u" +
                                      std::to_string(plan->tile.unroll) + " ks" + std::to_string(plan->k_split)
            : plan->vector_path ? "m" + std::to_string(plan->tile.m_tile) + " r" + std::to_string(plan->tile.rows_per_warp) +
                                      " u" + std::to_string(plan->tile.unroll) + " ks" + std::to_string(plan->k_split)
@@ -526,9 +526,9 @@ int run(int argc, char** argv) {
       auto plan = cu::linear_plan(probe);
       BENCH_CHECK(plan.status());
       if (plan->nvfp4_mma || plan->fp8_mma) {  // the tensor-core kernels' tiles
-        for (const cu::Nvfp4MmaTile& t : cu::linear_nvfp4_mma_tiles())
+        for (const cu::MmaTile& t : cu::linear_mma_tiles())
           for (int ks : {0, 1, 2, 4, 8})
-            variants.push_back(bench_gemv(sh, r, cu::LinearVariant{0, cu::kNvfp4MmaRows * t.tiles, t.unroll, ks},
+            variants.push_back(bench_gemv(sh, r, cu::LinearVariant{0, cu::kMmaRows * t.tiles, t.unroll, ks},
                                           ceil.read_gbps, s, /*graph=*/false));
         continue;
       }

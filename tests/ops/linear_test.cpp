@@ -370,7 +370,7 @@ TEST(LinearCudaTiles, EveryTileAndSplitMatchesCpu) {
 // fewer stages than the ring holds at k_split 8) and 4224 (whole steps), the others the per-lane one.
 TEST(LinearCudaTiles, EveryNvfp4MmaTileAndSplitMatchesCpu) {
   PG_REQUIRE_CUDA();
-  for (const cuda::Nvfp4MmaTile& t : cuda::linear_nvfp4_mma_tiles())
+  for (const cuda::MmaTile& t : cuda::linear_mma_tiles())
     for (int ks : {1, 2, 8})
       for (int64_t m : {1, 3, 8, 11})
         for (int64_t k : {1056, 1088, 4128, 4224}) {
@@ -378,7 +378,7 @@ TEST(LinearCudaTiles, EveryNvfp4MmaTileAndSplitMatchesCpu) {
                                    std::to_string(ks) + "_m" + std::to_string(m) + "_k" + std::to_string(k);
           SCOPED_TRACE(name);
           const LinearCase c{name.c_str(), kFp4, m, 263, k};
-          run_case(c, cuda::LinearVariant{0, cuda::kNvfp4MmaRows * t.tiles, t.unroll, ks});
+          run_case(c, cuda::LinearVariant{0, cuda::kMmaRows * t.tiles, t.unroll, ks});
           if (HasFatalFailure()) return;
         }
 }
@@ -388,7 +388,7 @@ TEST(LinearCudaTiles, EveryNvfp4MmaTileAndSplitMatchesCpu) {
 // x staged per block (fp8_mma_staged_bytes) except m >= 8 at K = 8192 (per lane).
 TEST(LinearCudaTiles, EveryFp8MmaTileAndSplitMatchesCpu) {
   PG_REQUIRE_CUDA();
-  for (const cuda::Nvfp4MmaTile& t : cuda::linear_nvfp4_mma_tiles())
+  for (const cuda::MmaTile& t : cuda::linear_mma_tiles())
     for (int ks : {1, 2, 8})
       for (int64_t m : {1, 3, 8, 11})
         for (int64_t k : {1088, 4096, 8192}) {
@@ -396,7 +396,7 @@ TEST(LinearCudaTiles, EveryFp8MmaTileAndSplitMatchesCpu) {
                                    std::to_string(ks) + "_m" + std::to_string(m) + "_k" + std::to_string(k);
           SCOPED_TRACE(name);
           const LinearCase c{name.c_str(), kFp8, m, 263, k};
-          run_case(c, cuda::LinearVariant{0, cuda::kNvfp4MmaRows * t.tiles, t.unroll, ks});
+          run_case(c, cuda::LinearVariant{0, cuda::kMmaRows * t.tiles, t.unroll, ks});
           if (HasFatalFailure()) return;
         }
 }

@@ -110,14 +110,14 @@ inline int linear_k_split(int64_t row_groups, int64_t k_chunks, int unroll, int 
   return ks;
 }
 
-// ---- NVFP4 on the f16 tensor cores (linear/nvfp4_mma.cuh; LinearArgs::f16_activations) ----
+// ---- NVFP4 and FP8 on the f16 tensor cores (linear/nvfp4_mma.cuh, fp8_mma.cuh; LinearArgs::f16_activations) ----
 // A warp owns `tiles` tiles of 16 rows (the mma's M) for up to 8 tokens (its N; grid.y takes
-// m above 8 in tiles of 8) and streams k-steps of 128 elements: per lane and step 2 rows x 16 B
-// per tile, `unroll` steps in flight, so tiles x unroll x 1 KB per warp outstanding.
-constexpr int kNvfp4MmaRows = 16;
-constexpr int kNvfp4MmaTokens = 8;
+// m above 8 in tiles of 8) and streams k-steps (NVFP4: 128 elements, FP8: 64): per lane and step
+// 2 rows x 16 B per tile, `unroll` steps in flight, so tiles x unroll x 1 KB per warp outstanding.
+constexpr int kMmaRows = 16;
+constexpr int kMmaTokens = 8;
 
-struct Nvfp4MmaTile {
+struct MmaTile {
   int tiles = 1;   // 16-row tiles per warp
   int unroll = 1;  // k-steps in flight per lane
 };
@@ -128,14 +128,14 @@ struct Nvfp4MmaTile {
 // loads in flight during the mmas). H200 sweep (bench_ops_cuda, 2026-12-01, 57caff3, m = 1, the
 // heuristic's k_split): 7168->18432 1 x 2 43.7 us vs 1 x 4 45.4; V3 o_proj 16384->7168 39.3 vs
 // 41.9; V3 q_a+kv_a 14.3 vs 15.3; lm_heads keep 2 x 2 (V3 172 us, 65.6% of HBM).
-inline Nvfp4MmaTile linear_nvfp4_mma_tile(int64_t n, int64_t m, int sm_count) {
+inline MmaTile linear_nvfp4_mma_tile(int64_t n, int64_t m, int sm_count) {
   const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
   if ((n + 31) / 32 >= want) return {2, 2};
-  return m == 1 ? Nvfp4MmaTile{1, 2} : Nvfp4MmaTile{1, 4};
+  return m == 1 ? MmaTile{1, 2} : MmaTile{1, 4};
 }
 
 // ---- DeepSeek-FP8 on the f16 tensor cores (linear/fp8_mma.cuh; LinearArgs::f16_activations) ----
-// The NVFP4 kernel's tiles (16 rows x up to 8 tokens, Nvfp4MmaTile, PG_LINEAR_NVFP4_MMA_TILES) and
+// The NVFP4 kernel's tiles (16 rows x up to 8 tokens, MmaTile, PG_LINEAR_MMA_TILES) and
 // bytes per lane and k-step (2 rows x 16 B per tile), over k-steps of 64 elements (16 e4m3 codes
 // per row and lane). Taken where every tile's step has one f32 block scale: K % 64 == 0,
 // block_cols a power of two >= 64, block_rows % 16 == 0 (DeepSeek's 128 x 128 blocks qualify).
@@ -158,7 +158,7 @@ constexpr size_t fp8_mma_staged_bytes(int64_t m, int64_t k) {
 // has the same k_split, so a token's row has the same bits at any m (an mma's columns do not
 // interact, staged and per-lane x give the same f16 values): a verify step's rows are those of
 // its tokens decoded one at a time.
-inline Nvfp4MmaTile linear_fp8_mma_tile(int64_t n, int sm_count) { return linear_nvfp4_mma_tile(n, 1, sm_count); }
+inline MmaTile linear_fp8_mma_tile(int64_t n, int sm_count) { return linear_nvfp4_mma_tile(n, 1, sm_count); }
 
 // ---- NVFP4 at m = 1 through shared memory (nvfp4_mma.cuh: nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel) ----
 // Token 0's x is staged once per block as f16 (kNvfp4X1StepBytes per k-step of 128, K up to

@@ -37,7 +37,7 @@
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/config.h"
-#include "ops/cuda/linear/nvfp4_mma.cuh"  // linear_nvfp4_split_sum (format-free)
+#include "ops/cuda/linear/nvfp4_mma.cuh"  // linear_mma_split_sum (format-free)
 #include "ops/cuda/linear/params.h"
 
 namespace pg::ops::cuda {
@@ -207,13 +207,13 @@ __device__ __forceinline__ void fp8_mma_stream(const Fp8MmaRows<kTiles>& rows, S
 template <int kTiles, int kUnroll, bool kStaged>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_fp8_mma_kernel(const __grid_constant__ LinearParams p) {
-  constexpr int kRowsW = kNvfp4MmaRows * kTiles;
+  constexpr int kRowsW = kMmaRows * kTiles;
   extern __shared__ uint4 linear_fp8_xs[];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
   const int k_split = p.k_split, kpart = warp % k_split;
   const int64_t row0 = (int64_t(blockIdx.x) * (kLinearWarps / k_split) + warp / k_split) * kRowsW;
-  const int64_t m0 = int64_t(blockIdx.y) * kNvfp4MmaTokens;
-  const int m_valid = int(min(int64_t(kNvfp4MmaTokens), p.m - m0));
+  const int64_t m0 = int64_t(blockIdx.y) * kMmaTokens;
+  const int m_valid = int(min(int64_t(kMmaTokens), p.m - m0));
   const int64_t k_steps = p.k / kFp8MmaStepElems;
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
   const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
@@ -222,10 +222,10 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   rows.log2_block_cols = p.log2_block_cols;
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
-    const int64_t tile_row = min(row0 + kNvfp4MmaRows * i, p.n - 1);  // past n: re-read, never written
+    const int64_t tile_row = min(row0 + kMmaRows * i, p.n - 1);  // past n: re-read, never written
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t row = min(row0 + kNvfp4MmaRows * i + g + 8 * h, p.n - 1);
+      const int64_t row = min(row0 + kMmaRows * i + g + 8 * h, p.n - 1);
       rows.w[i][h] = static_cast<const uint8_t*>(p.w) + row * p.k;
       rows.s[i][h] = p.scale_inv + (tile_row / p.block_rows) * p.scale_cols;  // one block: block_rows % 16 == 0
     }
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   bool mine = true;
   if (k_split > 1) {  // uniform over the block: every thread reaches the barrier
     __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
-    mine = linear_nvfp4_split_sum(partial, k_split, acc);
+    mine = linear_mma_split_sum(partial, k_split, acc);
   }
   if (!mine) return;
   // d fragment j: row g + 8 (j / 2) of tile i, token 2t + j % 2.
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t row = row0 + kNvfp4MmaRows * i + g + 8 * (j / 2);
+      const int64_t row = row0 + kMmaRows * i + g + 8 * (j / 2);
       const int tok = 2 * t + j % 2;
       if (tok < m_valid && row < p.n) {
         float* yp = p.y + (m0 + tok) * p.y_stride + row;

@@ -30,15 +30,15 @@ const TileEntry kTiles[] = {PG_LINEAR_TILES_F32(PG_TILE_ENTRY) PG_LINEAR_TILES_B
 
 using MmaLaunchFn = cudaError_t (*)(const LinearParams&, dim3, cudaStream_t);
 struct MmaEntry {
-  Nvfp4MmaTile tile;
+  MmaTile tile;
   MmaLaunchFn launch;       // NVFP4
   MmaLaunchFn launch_fp8;   // FP8
   int (*x1_blocks_per_sm)(int64_t k);
 };
 #define PG_MMA_ENTRY(tiles, unroll)                                              \
-  MmaEntry{Nvfp4MmaTile{tiles, unroll}, &launch_linear_nvfp4_mma<tiles, unroll>, \
+  MmaEntry{MmaTile{tiles, unroll}, &launch_linear_nvfp4_mma<tiles, unroll>, \
            &launch_linear_fp8_mma<tiles, unroll>, &linear_nvfp4_x1_blocks_per_sm<tiles, unroll>},
-const MmaEntry kMmaTiles[] = {PG_LINEAR_NVFP4_MMA_TILES(PG_MMA_ENTRY)};
+const MmaEntry kMmaTiles[] = {PG_LINEAR_MMA_TILES(PG_MMA_ENTRY)};
 #undef PG_MMA_ENTRY
 
 const MmaEntry* find_mma_tile(int tiles, int unroll) {
@@ -99,8 +99,8 @@ std::vector<LinearTile> linear_tiles(WeightFormat f, int m_tile) {
   return out;
 }
 
-std::vector<Nvfp4MmaTile> linear_nvfp4_mma_tiles() {
-  std::vector<Nvfp4MmaTile> out;
+std::vector<MmaTile> linear_mma_tiles() {
+  std::vector<MmaTile> out;
   for (const MmaEntry& e : kMmaTiles) out.push_back(e.tile);
   return out;
 }
@@ -118,15 +118,15 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
   const bool fp8_mma = f == LinearWeight::kFp8Block && a.f16_activations && f16_mma_gemv(*a.w, p.k);
   if ((f == LinearWeight::kNvfp4 && a.f16_activations) || fp8_mma) {  // linear/nvfp4_mma.cuh, fp8_mma.cuh
     const int sms = current_device_props().sm_count;
-    Nvfp4MmaTile t = fp8_mma ? linear_fp8_mma_tile(p.n, sms) : linear_nvfp4_mma_tile(p.n, p.m, sms);
-    if (v.rows_per_warp) t.tiles = v.rows_per_warp / kNvfp4MmaRows;
+    MmaTile t = fp8_mma ? linear_fp8_mma_tile(p.n, sms) : linear_nvfp4_mma_tile(p.n, p.m, sms);
+    if (v.rows_per_warp) t.tiles = v.rows_per_warp / kMmaRows;
     if (v.unroll) t.unroll = v.unroll;
-    if (v.rows_per_warp % kNvfp4MmaRows || !find_mma_tile(t.tiles, t.unroll))
+    if (v.rows_per_warp % kMmaRows || !find_mma_tile(t.tiles, t.unroll))
       return unsupported("linear: no {} tensor-core kernel instantiated for rows={} unroll={}",
                          fp8_mma ? "FP8" : "NVFP4", v.rows_per_warp, t.unroll);
     plan.nvfp4_mma = !fp8_mma;
     plan.fp8_mma = fp8_mma;
-    plan.tile = LinearTile{kNvfp4MmaTokens, kNvfp4MmaRows * t.tiles, t.unroll};
+    plan.tile = LinearTile{kMmaTokens, kMmaRows * t.tiles, t.unroll};
     const int64_t groups = (p.n + plan.tile.rows_per_warp - 1) / plan.tile.rows_per_warp;
     const int64_t k_steps = fp8_mma ? p.k / kFp8MmaStepElems : (p.k / 32 + 3) / 4;
     // m = 1 with x staged: a persistent grid of at most `slots` blocks (linear_nvfp4_x1_kernel).
@@ -176,10 +176,10 @@ Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t 
   }
   p.k_split = plan.k_split;
   if (plan.nvfp4_mma || plan.fp8_mma) {
-    const int64_t m_tiles = (p.m + kNvfp4MmaTokens - 1) / kNvfp4MmaTokens;
+    const int64_t m_tiles = (p.m + kMmaTokens - 1) / kMmaTokens;
     if (plan.blocks > INT32_MAX || m_tiles > 65535)
       return unsupported("linear: grid {} x {} is too large", plan.blocks, m_tiles);
-    const MmaEntry* e = find_mma_tile(plan.tile.rows_per_warp / kNvfp4MmaRows, plan.tile.unroll);
+    const MmaEntry* e = find_mma_tile(plan.tile.rows_per_warp / kMmaRows, plan.tile.unroll);
     PG_CUDA_TRY((plan.fp8_mma ? e->launch_fp8 : e->launch)(p, dim3(unsigned(plan.blocks), unsigned(m_tiles)), stream));
     return ok_status();
   }

@@ -26,8 +26,8 @@ struct LinearVariant {
 Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t stream);
 // The instantiated tiles of a format at one m tile.
 std::vector<LinearTile> linear_tiles(WeightFormat f, int m_tile);
-// The instantiated NVFP4 tensor-core tiles (PG_LINEAR_NVFP4_MMA_TILES).
-std::vector<Nvfp4MmaTile> linear_nvfp4_mma_tiles();
+// The instantiated tensor-core tiles of NVFP4 and FP8 (PG_LINEAR_MMA_TILES).
+std::vector<MmaTile> linear_mma_tiles();
 
 // What linear() launches for these args.
 struct LinearPlan {

@@ -437,7 +437,7 @@ __device__ __forceinline__ void linear_nvfp4_store(const LinearParams& p, int64_
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t row = row0 + kNvfp4MmaRows * i + g + 8 * (j / 2);
+      const int64_t row = row0 + kMmaRows * i + g + 8 * (j / 2);
       const int tok = 2 * t + j % 2;
       if (tok < m_valid && row < p.n) {
         const float s2 = p.scale_2_rows ? __ldg(p.scale_2_rows + row / p.scale_2_group_rows) : p.scale_2;
@@ -452,7 +452,7 @@ __device__ __forceinline__ void linear_nvfp4_store(const LinearParams& p, int64_
 // group adds the others in slice order. Uniform over the block (a barrier); false for the warps
 // whose sums were taken.
 template <int kTiles>
-__device__ __forceinline__ bool linear_nvfp4_split_sum(float (&partial)[kLinearWarps][kTiles][4][kWarpSize],
+__device__ __forceinline__ bool linear_mma_split_sum(float (&partial)[kLinearWarps][kTiles][4][kWarpSize],
                                                        int k_split, float (&acc)[kTiles][4]) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
 #pragma unroll
@@ -479,12 +479,12 @@ __device__ __forceinline__ bool linear_nvfp4_split_sum(float (&partial)[kLinearW
 // the block's stores (out_norm's epilogue).
 template <int kTiles, int kUnroll, bool kX1, class StageX, class End>
 __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, StageX&& stage_x, End&& end) {
-  constexpr int kRowsW = kNvfp4MmaRows * kTiles;
+  constexpr int kRowsW = kMmaRows * kTiles;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4;
   const int k_split = p.k_split, kpart = warp % k_split;
   const int64_t row0 = (int64_t(blockIdx.x) * (kLinearWarps / k_split) + warp / k_split) * kRowsW;
-  const int64_t m0 = int64_t(blockIdx.y) * kNvfp4MmaTokens;
-  const int m_valid = int(min(int64_t(kNvfp4MmaTokens), p.m - m0));
+  const int64_t m0 = int64_t(blockIdx.y) * kMmaTokens;
+  const int m_valid = int(min(int64_t(kMmaTokens), p.m - m0));
   const int64_t k_chunks = p.k / 32, k_steps = (k_chunks + 3) / 4;
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
   const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
@@ -495,7 +495,7 @@ __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, Sta
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t row = min(row0 + kNvfp4MmaRows * i + g + 8 * h, p.n - 1);  // past n: re-read, never written
+      const int64_t row = min(row0 + kMmaRows * i + g + 8 * h, p.n - 1);  // past n: re-read, never written
       wrow[i][h] = static_cast<const uint8_t*>(p.w) + row * (p.k / 2);
       srow[i][h] = p.scale_fp8 + row * (p.k / kNvfp4Block);
     }
@@ -515,7 +515,7 @@ __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, Sta
   bool mine = true;
   if (k_split > 1) {  // uniform over the block: every thread reaches the barrier
     __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
-    mine = linear_nvfp4_split_sum(partial, k_split, acc);
+    mine = linear_mma_split_sum(partial, k_split, acc);
   }
   if (mine) linear_nvfp4_store(p, row0, m0, m_valid, acc);
   end();
@@ -538,7 +538,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 template <int kTiles, int kUnroll>
 __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     linear_nvfp4_x1_kernel(const __grid_constant__ LinearParams p) {
-  constexpr int kRowsW = kNvfp4MmaRows * kTiles;
+  constexpr int kRowsW = kMmaRows * kTiles;
   using Stage = Nvfp4RingStage<kTiles, kUnroll>;
   extern __shared__ uint4 linear_nvfp4_smem[];  // nvfp4_x1_smem_bytes: x, then the rings
   __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
@@ -563,7 +563,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t row = min(row0 + kNvfp4MmaRows * i + g + 8 * h, p.n - 1);  // past n: re-read, never written
+        const int64_t row = min(row0 + kMmaRows * i + g + 8 * h, p.n - 1);  // past n: re-read, never written
         wrow[i][h] = static_cast<const uint8_t*>(p.w) + row * (p.k / 2);
         srow[i][h] = p.scale_fp8 + row * (p.k / kNvfp4Block);
       }
@@ -584,7 +584,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
     bool mine = true;
     if (k_split > 1) {
-      mine = linear_nvfp4_split_sum(partial, k_split, acc);
+      mine = linear_mma_split_sum(partial, k_split, acc);
       __syncthreads();  // partial is the next unit's
     }
     if (mine) linear_nvfp4_store(p, row0_of(u), 0, 1, acc);

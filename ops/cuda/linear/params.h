@@ -48,9 +48,9 @@ struct LinearParams {
 template <LinearWeight F, int kMTile, int kRows, int kUnroll>
 cudaError_t launch_linear_vec(const LinearParams& p, dim3 grid, cudaStream_t stream);
 
-// NVFP4 on the f16 tensor cores (linear/nvfp4_mma.cuh): X(tiles, unroll). linear_nvfp4_mma_tile()'s
-// choices must be in this list; the others are there for the benchmark to compare.
-#define PG_LINEAR_NVFP4_MMA_TILES(X) X(1, 1) X(1, 2) X(1, 4) X(2, 1) X(2, 2)
+// NVFP4 and FP8 on the f16 tensor cores (linear/nvfp4_mma.cuh, fp8_mma.cuh): X(tiles, unroll).
+// linear_nvfp4_mma_tile()'s choices must be in this list; the others are there for the benchmark to compare.
+#define PG_LINEAR_MMA_TILES(X) X(1, 1) X(1, 2) X(1, 4) X(2, 1) X(2, 2)
 
 // Grid (row-group blocks, ceil(m / 8)) x kLinearThreads; vector path only (k % 32 == 0, aligned
 // W, x and x_stride). Instantiated in linear/instantiations/linear_nvfp4_mma.cu. 4 tiles spilled

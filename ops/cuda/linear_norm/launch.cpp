@@ -43,7 +43,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 bool linear_norm_nvfp4_fits(const Matrix& w) {
   if (w.format != WeightFormat::kNvfp4 || w.cols % 32 != 0 || !nvfp4_x1_ok(w.cols, w.scale_fp8)) return false;
-  const Nvfp4MmaTile t = linear_nvfp4_mma_tile(w.rows, 1, current_device_props().sm_count);
+  const MmaTile t = linear_nvfp4_mma_tile(w.rows, 1, current_device_props().sm_count);
   return t.tiles == kLinearNormNvfp4Tile.tiles && t.unroll == kLinearNormNvfp4Tile.unroll &&
          !linear_nvfp4_x1_persistent(t.tiles, w.rows, w.cols);
 }
@@ -70,7 +70,7 @@ Status linear_norm(const LinearNormArgs& a, unsigned* counter, cudaStream_t stre
   if (a.lin.f16_activations && a.lin.m == 1 && p.norm_vec4 && linear_norm_nvfp4_fits(*a.lin.w) &&
       linear_vector_path_ok(f, p.lin)) {
     PG_ASSIGN_OR_RETURN(const LinearPlan plan, linear_plan(a.lin));
-    if (!plan.nvfp4_mma || plan.tile.rows_per_warp != kNvfp4MmaRows * kLinearNormNvfp4Tile.tiles ||
+    if (!plan.nvfp4_mma || plan.tile.rows_per_warp != kMmaRows * kLinearNormNvfp4Tile.tiles ||
         plan.tile.unroll != kLinearNormNvfp4Tile.unroll || plan.blocks > INT32_MAX)
       return internal_error("linear_norm: linear's NVFP4 plan ({} rows x {} steps) is not the fused kernel's tile",
                             plan.tile.rows_per_warp, plan.tile.unroll);

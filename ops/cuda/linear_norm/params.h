@@ -67,7 +67,7 @@ cudaError_t launch_linear_norm_vec(const LinearNormParams& p, dim3 grid, cudaStr
 // at its m = 1 tile of 1 x 2 steps, x' = in_norm * (x * inv) staged in place of x (kIn) or the
 // out_norm epilogue after it (kOut). Grid and k_split as linear_plan gives them
 // (linear_norm/instantiations/nvfp4_x1.cu).
-constexpr Nvfp4MmaTile kLinearNormNvfp4Tile{1, 2};
+constexpr MmaTile kLinearNormNvfp4Tile{1, 2};
 cudaError_t launch_linear_norm_nvfp4_x1(LinearNormMode mode, const LinearNormParams& p, dim3 grid, cudaStream_t stream);
 
 // Scalar path (any shape and alignment): one warp per output row (linear_norm/scalar.cu).

@@ -79,8 +79,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
     }
   const int64_t k_steps = p.hidden / kFp8MmaStepElems;
   const bool routed_multi = !shared && !p.direct;
-  for (int q = 0; q < n_pairs; q += kNvfp4MmaTokens) {  // block-uniform passes
-    const int m_valid = min(kNvfp4MmaTokens, n_pairs - q);
+  for (int q = 0; q < n_pairs; q += kMmaTokens) {  // block-uniform passes
+    const int m_valid = min(kMmaTokens, n_pairs - q);
     // Lane g's column: pair q + g's token (past the slot's pairs: token 0, a column never written).
     int64_t token = 0;
     if (g < m_valid) token = shared ? q + g : routed_multi ? nth_set_bit(pairs, q + g) / p.top_k : 0;
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
         }
       }
     if constexpr (kStagedX) {
-      if (q + kNvfp4MmaTokens < n_pairs) __syncthreads();  // the next pass stages x again
+      if (q + kMmaTokens < n_pairs) __syncthreads();  // the next pass stages x again
     }
   }
 }
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
 template <int kTiles, int kUnroll, bool kStaged>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
-  constexpr int kR = kNvfp4MmaRows * kTiles;
+  constexpr int kR = kMmaRows * kTiles;
   extern __shared__ uint4 down_fp8_hs[];  // [n_slots][inter / 64 steps] h as B fragments
   __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
@@ -135,9 +135,9 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t row = e * p.hidden + min(row0 + kNvfp4MmaRows * i + g + 8 * h, int64_t(p.hidden) - 1);
+      const int64_t row = e * p.hidden + min(row0 + kMmaRows * i + g + 8 * h, int64_t(p.hidden) - 1);
       rows.w[i][h] = fp8_codes_row(p.down, row, p.inter);
-      rows.s[i][h] = fp8_scales_row(p.down, e * p.hidden + min(row0 + kNvfp4MmaRows * i, int64_t(p.hidden) - 1));
+      rows.s[i][h] = fp8_scales_row(p.down, e * p.hidden + min(row0 + kMmaRows * i, int64_t(p.hidden) - 1));
     }
   const int64_t all_steps = p.inter / kFp8MmaStepElems, k_steps = valid ? all_steps : 0;
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) s_part[rank * k_split + kpart][kNvfp4MmaRows * i + g + 8 * h] = valid ? wgt * acc[i][2 * h] : 0.0f;
+      for (int h = 0; h < 2; ++h) s_part[rank * k_split + kpart][kMmaRows * i + g + 8 * h] = valid ? wgt * acc[i][2 * h] : 0.0f;
   }
   __syncthreads();
   const int r = threadIdx.x;
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 // output has the bits it has alone.
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_multi_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
-  constexpr int kR = kNvfp4MmaRows, kWarps = kMoeDirectMaxSlots, kUnroll = kMoeFp8DownUnroll;
+  constexpr int kR = kMmaRows, kWarps = kMoeDirectMaxSlots, kUnroll = kMoeFp8DownUnroll;
   static_assert(kMoeDirectMaxSlots * kMoeDirectMaxTokens <= kMoeDirectMaxHRows, "s_part holds every (K slice, h row)");
   __shared__ float s_part[kMoeDirectMaxHRows][kR];  // [K slice * n_h + h row][output row]
   __shared__ int32_t s_order[kMoeDirectMaxRouted];  // [m, top_k]: token t's pairs in summing order (-1: dropped)
@@ -206,8 +206,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       rows.s[0][h] = fp8_scales_row(p.down, sl.expert * p.hidden + min(row0, int64_t(p.hidden) - 1));
     }
     const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
-    for (int q = 0; q < sl.n_pairs; q += kNvfp4MmaTokens) {
-      const int m_valid = min(kNvfp4MmaTokens, sl.n_pairs - q);
+    for (int q = 0; q < sl.n_pairs; q += kMmaTokens) {
+      const int m_valid = min(kMmaTokens, sl.n_pairs - q);
       // Column c of this pass: pair q + c's h row (routed: its flat index).
       auto h_row = [&](int c) { return sl.shared ? sl.h_base + q + c : nth_set_bit(sl.pairs, q + c); };
       const float* xrow = g < m_valid ? p.plan.h + int64_t(h_row(g)) * p.inter : nullptr;
@@ -263,7 +263,7 @@ template <int kTiles>
 cudaError_t down_direct_fp8_launch(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
   constexpr int kUnroll = kMoeFp8DownUnroll;
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
-  const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows * kTiles - 1) / (kNvfp4MmaRows * kTiles)));
+  const dim3 grid(unsigned((int64_t(p.hidden) + kMmaRows * kTiles - 1) / (kMmaRows * kTiles)));
   const dim3 block(unsigned(n_slots * k_split * kWarpSize));
   const size_t hs = moe_fp8_down_staged_bytes(n_slots, p.inter);
   if (staged && hs <= kFp8StagedMaxBytes) {
@@ -280,7 +280,7 @@ cudaError_t down_direct_fp8_launch(const MoeExpertsParams& p, bool staged, cudaS
 
 cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, int tiles, cudaStream_t stream) {
   if (p.direct_multi) {
-    const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows - 1) / kNvfp4MmaRows));
+    const dim3 grid(unsigned((int64_t(p.hidden) + kMmaRows - 1) / kMmaRows));
     if (cudaError_t e = launch_pdl(moe_down_multi_fp8_kernel, grid, dim3(kMoeDirectMaxSlots * kWarpSize), 0, stream, p);
         e != cudaSuccess)
       return e;

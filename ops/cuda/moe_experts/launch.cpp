@@ -202,7 +202,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const int m_tile = moe_m_tile(a.m);
   if (!p.direct && !p.direct_multi) PG_CUDA_TRY(launch_moe_plan(p, stream));
   if (gu_mma) {
-    Nvfp4MmaTile t = moe_nvfp4_gate_up_tile();
+    MmaTile t = moe_nvfp4_gate_up_tile();
     if (v.gate_up_tiles) t.tiles = v.gate_up_tiles;
     if (v.gate_up_unroll) t.unroll = v.gate_up_unroll;
     const bool four_ok = t.tiles == 1 && (t.unroll == 2 || t.unroll == 4);  // the 4-warp instantiations
@@ -216,7 +216,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), gu_vec, m_tile, stream));
   }
   if (dn_mma) {
-    Nvfp4MmaTile t = moe_nvfp4_down_tile();
+    MmaTile t = moe_nvfp4_down_tile();
     if (v.down_tiles) t.tiles = v.down_tiles;
     if (v.down_unroll) t.unroll = v.down_unroll;
     PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, v.down_prefetch, v.down_multi_ring, stream));

@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kStagedX && kWarps == 4 ? 
     }
   const int64_t k_chunks = p.hidden / 32, k_steps = (k_chunks + 3) / 4;
 
-  for (int q = lo + int(blockIdx.z) * kNvfp4MmaTokens; q < hi; q += int(gridDim.z) * kNvfp4MmaTokens) {
-    const int m_valid = min(kNvfp4MmaTokens, hi - q);
+  for (int q = lo + int(blockIdx.z) * kMmaTokens; q < hi; q += int(gridDim.z) * kMmaTokens) {
+    const int m_valid = min(kMmaTokens, hi - q);
     float acc[kTiles][4];
     // Lane g's column: pair q + g's token (past the slot's pairs: token 0, a column never written).
     int64_t token = 0;
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kStagedX && kWarps == 4 ? 
                                : p.plan.pair_flat[pi] / p.top_k;
     }
     if constexpr (kStagedX) {  // one pass: m <= kMoeDirectMaxTokens (the direct paths) pairs per slot
-      static_assert(kMoeDirectMaxTokens <= kNvfp4MmaTokens, "a direct slot's pairs fit one pass");
+      static_assert(kMoeDirectMaxTokens <= kMmaTokens, "a direct slot's pairs fit one pass");
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // moe_nvfp4_gate_up_staged_bytes: m rows of x, then the rings
       const int rows = p.direct ? 1 : p.m;
       const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
@@ -220,7 +220,7 @@ enum class MoeDownMode { kPerLane, kStaged, kPrefetch };
 template <int kTiles, int kUnroll, MoeDownMode kMode>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
-  constexpr int kR = kNvfp4MmaRows * kTiles;
+  constexpr int kR = kMmaRows * kTiles;
   __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t row = (valid ? expert : 0) * p.hidden + min(row0 + kNvfp4MmaRows * i + g + 8 * h, int64_t(p.hidden) - 1);
+      const int64_t row = (valid ? expert : 0) * p.hidden + min(row0 + kMmaRows * i + g + 8 * h, int64_t(p.hidden) - 1);
       wrow[i][h] = codes_row(p.down, row, p.inter);
       srow[i][h] = scales_row(p.down, row);
     }
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = kNvfp4MmaRows * i + g + 8 * h;
+        const int r = kMmaRows * i + g + 8 * h;
         const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);
         s_part[rank * k_split + kpart][r] = valid ? wgt * (acc[i][2 * h] * scale_2_of(p.down, row)) : 0.0f;
       }
@@ -319,7 +319,7 @@ __device__ __forceinline__ MoeMultiTask moe_multi_task(const MoeExpertsParams& p
 // its pass's m_valid columns (h rows h_row(c)) and the tile's 16 output rows, at s_part[part0 + h row];
 // lane (g, t) holds rows g and g + 8 of columns 2t and 2t + 1.
 template <class HRow>
-__device__ __forceinline__ void moe_down_multi_part(const MoeExpertsParams& p, float (*s_part)[kNvfp4MmaRows],
+__device__ __forceinline__ void moe_down_multi_part(const MoeExpertsParams& p, float (*s_part)[kMmaRows],
                                                     int part0, int g, int t, int m_valid, bool shared, HRow&& h_row,
                                                     const float (&acc)[4], const float (&s2)[2]) {
 #pragma unroll
@@ -355,7 +355,7 @@ __device__ __forceinline__ void moe_down_multi_part(const MoeExpertsParams& p, f
 template <int kUnroll, bool kRing>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_multi_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
-  constexpr int kR = kNvfp4MmaRows, kWarps = kMoeDirectMaxSlots;
+  constexpr int kR = kMmaRows, kWarps = kMoeDirectMaxSlots;
   // k_split x n_h <= kMoeDirectMaxHRows: split x (top_k + n_shared) <= kMoeDirectMaxSlots when the
   // split is > 1 (moe_nvfp4_down_direct_split), and m <= 8 with m x (top_k + n_shared) <= 128.
   static_assert(kMoeDirectMaxSlots * kMoeDirectMaxTokens <= kMoeDirectMaxHRows, "s_part holds every (K slice, h row)");
@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int64_t k_chunks = p.inter / 32, k_steps = (k_chunks + 3) / 4;
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
   if constexpr (kRing) {
-    static_assert(kMoeDirectMaxTokens <= kNvfp4MmaTokens, "a task's pairs fit one pass");
+    static_assert(kMoeDirectMaxTokens <= kMmaTokens, "a task's pairs fit one pass");
     constexpr int kStages = kMoeNvfp4DownMultiRingStages(kUnroll);
     using Stage = Nvfp4RingStage<1, kUnroll>;
     extern __shared__ uint4 down_multi_smem[];  // [n_h] staged h rows, then [warps][kStages] Stage
@@ -427,8 +427,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       const int kpart = k.kpart;
       const float(&s2)[2] = k.s2;
       const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
-      for (int q = 0; q < n_pairs; q += kNvfp4MmaTokens) {
-        const int m_valid = min(kNvfp4MmaTokens, n_pairs - q);
+      for (int q = 0; q < n_pairs; q += kMmaTokens) {
+        const int m_valid = min(kMmaTokens, n_pairs - q);
         // Column c of this pass: pair q + c's h row (routed: its flat index).
         auto h_row = [&](int c) { return shared ? h_base + q + c : nth_set_bit(pairs, q + c); };
         const float* xrow = g < m_valid ? p.plan.h + int64_t(h_row(g)) * p.inter : nullptr;
@@ -456,7 +456,7 @@ template <int kUnroll>
 __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     moe_down_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   extern __shared__ int32_t s_slots[];  // [3][max_active]: expert id, first and end pair in this token tile
-  __shared__ float s_acc[kMoeWarps][kMoeNvfp4TokTile][kNvfp4MmaRows];
+  __shared__ float s_acc[kMoeWarps][kMoeNvfp4TokTile][kMmaRows];
   int32_t* s_expert = s_slots;
   int32_t* s_lo = s_slots + p.max_active;
   int32_t* s_hi = s_lo + p.max_active;
@@ -465,11 +465,11 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   const int n_active = *p.plan.n_active;
 
   moe_tile_segments(p, n_active, t0, t1, s_expert, s_lo, s_hi);
-  for (int i = lane; i < kMoeNvfp4TokTile * kNvfp4MmaRows; i += kWarpSize) (&s_acc[warp][0][0])[i] = 0.0f;
+  for (int i = lane; i < kMoeNvfp4TokTile * kMmaRows; i += kWarpSize) (&s_acc[warp][0][0])[i] = 0.0f;
   __syncthreads();
 
   const int k_split = moe_nvfp4_down_k_split(p.hidden, p.inter), kpart = warp % k_split;
-  const int64_t row0 = (int64_t(blockIdx.x) * (kMoeWarps / k_split) + warp / k_split) * kNvfp4MmaRows;
+  const int64_t row0 = (int64_t(blockIdx.x) * (kMoeWarps / k_split) + warp / k_split) * kMmaRows;
   const int64_t k_chunks = p.inter / 32, k_steps = (k_chunks + 3) / 4;
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
   const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
@@ -483,8 +483,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     const uint8_t* srow[1][2];
     float s2[2];
     down_tile_rows(p, expert, row0, g, wrow, srow, s2);
-    for (int q = lo; q < hi; q += kNvfp4MmaTokens) {
-      const int m_valid = min(kNvfp4MmaTokens, hi - q);
+    for (int q = lo; q < hi; q += kMmaTokens) {
+      const int m_valid = min(kMmaTokens, hi - q);
       const float* xrow = g < m_valid ? p.plan.h + (h_base + q + g) * p.inter : nullptr;
       float acc[1][4];
       nvfp4_mma_stream<1, kUnroll, false>(wrow, srow, xrow, k_chunks, s0, s1, acc);
@@ -508,8 +508,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   }
   __syncthreads();
   if (kpart != 0 || row0 >= p.hidden) return;
-  for (int idx = lane; idx < (t1 - t0) * kNvfp4MmaRows; idx += kWarpSize) {
-    const int tl = idx / kNvfp4MmaRows, r = idx % kNvfp4MmaRows;
+  for (int idx = lane; idx < (t1 - t0) * kMmaRows; idx += kWarpSize) {
+    const int tl = idx / kMmaRows, r = idx % kMmaRows;
     if (row0 + r < p.hidden) {
       float v = s_acc[warp][tl][r];
       for (int kp = 1; kp < k_split; ++kp) v += s_acc[warp + kp][tl][r];  // slice order
@@ -561,7 +561,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
 template <int kTiles, int kUnroll>
 cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool prefetch, cudaStream_t stream) {
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
-  const int64_t rows_per_block = int64_t(kNvfp4MmaRows) * kTiles;
+  const int64_t rows_per_block = int64_t(kMmaRows) * kTiles;
   const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
   const dim3 block(unsigned(n_slots * k_split * kWarpSize));
   const size_t pb = moe_nvfp4_down_prefetch_bytes(n_slots, p.inter, kTiles, kUnroll);
@@ -585,7 +585,7 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool pref
 
 template <int kUnroll>
 cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, cudaStream_t stream) {
-  const dim3 grid(unsigned((int64_t(p.hidden) + kNvfp4MmaRows - 1) / kNvfp4MmaRows));
+  const dim3 grid(unsigned((int64_t(p.hidden) + kMmaRows - 1) / kMmaRows));
   const dim3 block(kMoeDirectMaxSlots * kWarpSize);
   if constexpr (kMoeNvfp4DownMultiRingStages(kUnroll) >= 2) {
     const size_t rb = moe_nvfp4_down_multi_ring_bytes(p.m * (p.top_k + p.n_shared), p.inter, kUnroll);
@@ -604,12 +604,12 @@ cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, cudaStream_t
 
 template <int kUnroll>
 cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
-  const int64_t rows_per_block = int64_t(kMoeWarps / moe_nvfp4_down_k_split(p.hidden, p.inter)) * kNvfp4MmaRows;
+  const int64_t rows_per_block = int64_t(kMoeWarps / moe_nvfp4_down_k_split(p.hidden, p.inter)) * kMmaRows;
   const int64_t bx = (int64_t(p.hidden) + rows_per_block - 1) / rows_per_block;
   const dim3 grid(unsigned(bx), unsigned((p.m + kMoeNvfp4TokTile - 1) / kMoeNvfp4TokTile));
   const size_t smem = size_t(3) * size_t(p.max_active) * sizeof(int32_t);
   // 16 KB static + the slots: above 48 KB (max_active > 2730, prefill-sized m) needs the opt-in.
-  if (smem + sizeof(float) * kMoeWarps * kMoeNvfp4TokTile * kNvfp4MmaRows > 48 * 1024)
+  if (smem + sizeof(float) * kMoeWarps * kMoeNvfp4TokTile * kMmaRows > 48 * 1024)
     if (cudaError_t e = cudaFuncSetAttribute(moe_down_nvfp4_kernel<kUnroll>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         e != cudaSuccess)
@@ -620,7 +620,7 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, bool multi_staged,
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, bool multi_staged,
                                      int blocks_per_sm, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
   if (warps == 4) {  // instantiated for one tile, unroll 2 (the default) and 4
@@ -639,7 +639,7 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile til
   return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, bool prefetch,
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, MmaTile tile, bool staged, bool prefetch,
                                   bool multi_ring, cudaStream_t stream) {
   if (p.direct) {
     switch (tile.tiles * 16 + tile.unroll) {

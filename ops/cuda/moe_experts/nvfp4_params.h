@@ -19,7 +19,7 @@ constexpr int kMoeNvfp4TokTile = 32;
 // (rows g + 8), so a lane finds silu(gate) * up of its outputs in its own accumulators. m = 1 at
 // V3 (inter 2048, 9 slots): 2304 warps of 56 k-steps at 1 tile; moonlight (1408, 8 slots) 1408
 // warps of 16. Not yet swept on the H200 (bench_ops_cuda's moe rows with variants).
-inline Nvfp4MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
+inline MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
 // gate_up's warps per block at the default tile: 4, so the grid's blocks spread evenly over the
 // SMs. Moonlight at one token has 8 slots x 22 blocks of 8 warps = 176 blocks on 132 SMs: 44 SMs
 // stream two blocks' weights (295 KB) while 88 stream one, and the kernel lasts as long as the
@@ -44,7 +44,7 @@ inline size_t moe_nvfp4_gate_up_staged_bytes(int rows, int64_t k, int warps, int
 }
 constexpr size_t kMoeNvfp4GateUpMultiStagedMaxBytes = size_t(55) << 10;
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
-inline Nvfp4MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
+inline MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
 // down at m = 1 with h staged (moe_down_direct_nvfp4_kernel's kStaged mode; off unless asked for, see
 // launch_moe_down_nvfp4): shared memory of the slots' staged h rows (f16 B fragments, whole
 // k-steps), and the most the staged kernel takes (moonlight 8 slots x 1408: 22.5 KB; V3 9 x 2048:
@@ -110,7 +110,7 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 // blocks_per_sm > 0: the staged kernel's shared memory padded so that at most that many blocks fit
 // an SM; < 0: at one token, ceil(blocks / SMs) (one even wave), else no padding; 0: none
 // (PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N sets it).
-cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, int warps, bool multi_staged,
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, bool multi_staged,
                                      int blocks_per_sm, cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
 // staged per block when `staged` and moe_nvfp4_down_staged_bytes fits, or the weights prefetched
@@ -118,7 +118,7 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile til
 // else the planned one (one warp walks the active experts; tiles 1, unroll 1 or 2).
 // p.direct_multi: the multi kernel, through rings where moe_nvfp4_down_multi_ring_bytes fits and
 // multi_ring.
-cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, Nvfp4MmaTile tile, bool staged, bool prefetch,
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, MmaTile tile, bool staged, bool prefetch,
                                   bool multi_ring, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda
