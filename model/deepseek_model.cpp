@@ -54,11 +54,10 @@ float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 float round_f16(float v) { return f16_to_f32(f32_to_f16(std::clamp(v, -65504.0f, 65504.0f))); }
 
 // Whether CUDA's expert kernels multiply `w` (K = k) on f16 tensor cores in a step below the bf16
-// GEMM's size: NVFP4 on their vector path (k % 32 == 0), FP8 at decode sizes (`decode`: no plan of
-// the pairs) where ops::fp8_experts_mma's shape conditions hold.
+// GEMM's size: the shapes of the tensor-core GEMV (ops::f16_mma_gemv), NVFP4 at any such size, FP8
+// at decode sizes only (`decode`: no plan of the pairs; ops::fp8_experts_mma).
 bool expert_f16_path(const Matrix& w, int64_t k, bool decode) {
-  if (w.format == ops::WeightFormat::kNvfp4) return k % 32 == 0;
-  return decode && ops::fp8_experts_mma(w, k, 1, 1, 1, 0);  // its shape conditions (1 token: decode sizes)
+  return ops::f16_mma_gemv(w, k) && (w.format == ops::WeightFormat::kNvfp4 || decode);
 }
 
 // y (+)= x · Wᵀ with x rounded to f16 (the tensor-core GEMVs' numbers; the weights exact).

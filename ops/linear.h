@@ -29,7 +29,7 @@ Status validate(const LinearArgs& a);
 // Whether CUDA's small-M linear takes its f16 tensor-core kernel for W at K = k, given aligned
 // pointers (its vector path) and f16_activations: NVFP4 with k % 32 == 0; FP8 with one block
 // scale per 16-row tile and 64-element k-step (k % 64 == 0, block_cols a power of two >= 64,
-// block_rows % 16 == 0: linear/config.h's fp8_mma_shape_ok). The CPU's emulation of the CUDA
+// block_rows % 16 == 0: one block scale per 8-row half tile and step). The CPU's emulation of the CUDA
 // numbers (DeepseekModel::Bf16Emulation) rounds x to f16 exactly there.
 inline bool f16_mma_gemv(const Matrix& w, int64_t k) {
   if (w.format == WeightFormat::kNvfp4) return k % 32 == 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "ops/linear.h"  // f16_mma_gemv
 #include "ops/matrix.h"
 
 namespace pg::ops {
@@ -62,15 +63,13 @@ inline bool moe_decode_sizes(int64_t m, int64_t n_experts, int64_t top_k, int64_
   return m >= 1 && m <= 8 && m * top_k <= 64 && m * slots <= 128 && slots >= 1;
 }
 // Whether CUDA multiplies an FP8 stack `w` of K = k (hidden for gate_up, inter for down) on f16
-// tensor cores, given f16_activations and its vector path: at decode sizes, with k % 64 == 0,
-// block_cols a power of two >= 64 and block_rows % 16 == 0 (one block scale per 8-row half tile
-// and 64-element step). There a token's h and output have the same bits whatever the step's other
+// tensor cores, given f16_activations and its vector path: at decode sizes, where its shape takes
+// the FP8 GEMV's tensor-core kernel (f16_mma_gemv: one block scale per 8-row half tile and
+// 64-element step). There a token's h and output have the same bits whatever the step's other
 // tokens (the m = 1 and 2..8 kernels share tiles, splits and summation order). The CPU's
 // emulation of the CUDA numbers rounds x and h to f16 exactly there.
 inline bool fp8_experts_mma(const Matrix& w, int64_t k, int64_t m, int64_t n_experts, int64_t top_k, int64_t n_shared) {
-  return w.format == WeightFormat::kFp8Block && k % 64 == 0 && w.block_cols >= 64 &&
-         (w.block_cols & (w.block_cols - 1)) == 0 && w.block_rows > 0 && w.block_rows % 16 == 0 &&
-         moe_decode_sizes(m, n_experts, top_k, n_shared);
+  return w.format == WeightFormat::kFp8Block && f16_mma_gemv(w, k) && moe_decode_sizes(m, n_experts, top_k, n_shared);
 }
 
 }  // namespace pg::ops

@@ -138,13 +138,9 @@ inline MmaTile linear_nvfp4_mma_tile(int64_t n, int64_t m, int sm_count) {
 // The NVFP4 kernel's tiles (16 rows x up to 8 tokens, MmaTile, PG_LINEAR_MMA_TILES) and
 // bytes per lane and k-step (2 rows x 16 B per tile), over k-steps of 64 elements (16 e4m3 codes
 // per row and lane). Taken where every tile's step has one f32 block scale: K % 64 == 0,
-// block_cols a power of two >= 64, block_rows % 16 == 0 (DeepSeek's 128 x 128 blocks qualify).
-// ops::f16_mma_gemv (ops/linear.h) states the same condition for the CPU's emulation.
+// block_cols a power of two >= 64, block_rows % 16 == 0 (DeepSeek's 128 x 128 blocks qualify):
+// ops::f16_mma_gemv (ops/linear.h), which the launchers and the CPU's emulation ask.
 constexpr int kFp8MmaStepElems = 64;
-constexpr bool fp8_mma_shape_ok(int64_t k, int64_t block_rows, int64_t block_cols) {
-  return k % kFp8MmaStepElems == 0 && block_cols >= kFp8MmaStepElems && (block_cols & (block_cols - 1)) == 0 &&
-         block_rows > 0 && block_rows % 16 == 0;
-}
 // A block's tokens' x (its 8-token tile's, m - 8 blockIdx.y of them) are staged as f16 in dynamic
 // shared memory where they take at most kFp8StagedMaxBytes (two blocks per SM still fit): m = 1 up
 // to K = 32768, m = 4 up to 8192, m = 8 up to 4096; larger x is read per lane from L2 at every

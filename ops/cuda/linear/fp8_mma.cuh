@@ -21,7 +21,7 @@
 // a3 = elements (4q + 2, 4q + 3), and B b0 / b1 = token g's x at the same elements. Every lane of
 // a column t maps its fragment slots to the same physical k, as the mma requires.
 //
-// Scales. block_cols >= 64 and block_rows % 16 == 0 (fp8_mma_shape_ok, linear/config.h): a k-step
+// Scales. block_cols >= 64 and block_rows % 16 == 0 (ops::f16_mma_gemv): a k-step
 // lies in one column block and a 16-row tile in one row block, so one f32 scale covers a tile's
 // step. The step's four mmas start from zero, then acc = fma(scale, step sum, acc) in f32.
 //

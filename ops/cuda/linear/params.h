@@ -58,7 +58,7 @@ cudaError_t launch_linear_vec(const LinearParams& p, dim3 grid, cudaStream_t str
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream);
 // DeepSeek-FP8 on the f16 tensor cores (linear/fp8_mma.cuh), the same tiles and grid; K % 64 == 0
-// and fp8_mma_shape_ok (config.h). Instantiated in linear/instantiations/linear_fp8_mma.cu.
+// and ops::f16_mma_gemv's FP8 shape. Instantiated in linear/instantiations/linear_fp8_mma.cu.
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_fp8_mma(const LinearParams& p, dim3 grid, cudaStream_t stream);
 // Blocks of the m = 1 staged-x kernel (nvfp4_x1_ok) one SM holds at K = k; 0 on a CUDA error.

@@ -1,12 +1,13 @@
-// The DeepSeek-FP8 MoE expert kernels on the f16 tensor cores at one token (the direct path;
-// MoeExpertsArgs::f16_activations): gate_up (h = silu(gate·x) * (up·x), x rounded to f16) and down
-// (h rounded to f16), each streaming weight rows through linear/fp8_mma.cuh's core (exact f16
-// weights, f32 sums, one block scale per 8-row half tile and 64-element step). Same grids' roles,
-// workspace, h layout and summation order over the token's experts as kernel.cu's direct kernels.
+// The DeepSeek-FP8 MoE expert kernels on the f16 tensor cores at decode sizes (the direct paths: one
+// token, 2..8 tokens; MoeExpertsArgs::f16_activations): gate_up (h = silu(gate·x) * (up·x), x rounded
+// to f16) and down (h rounded to f16), each streaming weight rows through linear/fp8_mma.cuh's core
+// (exact f16 weights, f32 sums, one block scale per 8-row half tile and 64-element step). Same grids'
+// roles, workspace, h layout and summation order over a token's experts as kernel.cu's direct kernels.
 // The CPU definition is ops::cpu::moe_experts; ops::fp8_experts_mma (ops/moe_experts.h) says where
-// CUDA takes these kernels. Verify steps and batches (m > 1) stay on kernel.cu's f32-x kernels.
+// CUDA takes these kernels. Larger steps stay on kernel.cu's f32-x kernels (the planned path).
 #include <cuda_runtime.h>
 
+#include "ops/cuda/common/device.h"
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/smem_limit.cuh"
 #include "ops/cuda/common/vec.cuh"
@@ -30,7 +31,7 @@ __device__ __forceinline__ const float* fp8_scales_row(const MoeWeightParams& w,
 // (p.direct) the token's top_k routed slots, 2..8 tokens (p.direct_multi) the step's distinct routed
 // experts in order of first appearance (slots past them exit), then the n_shared shared experts.
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows
-// (fp8_mma_shape_ok's 8-row halves: each in one row block), so lane (g, t) ends with gate and up of
+// (ops::f16_mma_gemv's shapes: each 8-row half in one row block), so lane (g, t) ends with gate and up of
 // row j0 + 8i + g for the pass's pairs 2t, 2t + 1 (the mma's columns, 8 pairs a pass). kStagedX:
 // the step's x rows staged once per block as f16 B fragments (fp8_mma_staged_bytes), lane g reads
 // its pair's token row; else lane g reads it from L2 at every k-step. Both give the same f16 values
@@ -233,10 +234,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 }  // namespace
 
 template <int kMinBlocks>
-cudaError_t gate_up_fp8_launch(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
+cudaError_t gate_up_fp8_launch(const MoeExpertsParams& p, dim3 grid, bool staged, cudaStream_t stream) {
   constexpr int kTiles = 1, kUnroll = kMoeFp8GateUpUnroll, kWarps = kMoeFp8GateUpWarps;
-  constexpr int kRowsPerBlock = kWarps * 8 * kTiles;
-  const dim3 grid(unsigned((int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.max_active + p.n_shared));
   const dim3 block(kWarps * kWarpSize);
   const size_t xs = staged ? fp8_mma_staged_bytes(p.m, p.hidden) : 0;
   if (xs > 0) {
@@ -252,11 +251,14 @@ cudaError_t gate_up_fp8_launch(const MoeExpertsParams& p, bool staged, cudaStrea
   return cudaGetLastError();
 }
 
-cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, int min_blocks, cudaStream_t stream) {
+cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
   if (!p.direct && !p.direct_multi) return cudaErrorInvalidValue;
-  if (min_blocks == 5) return gate_up_fp8_launch<5>(p, staged, stream);
-  if (min_blocks == 4) return gate_up_fp8_launch<4>(p, staged, stream);
-  return cudaErrorInvalidValue;
+  constexpr int kRowsPerBlock = kMoeFp8GateUpWarps * 8;  // one tile of 8 gate + 8 up rows per warp
+  const dim3 grid(unsigned((int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.max_active + p.n_shared));
+  const int64_t blocks = int64_t(grid.x) * grid.y;
+  return moe_fp8_gate_up_min_blocks(blocks, current_device_props().sm_count) == 5
+             ? gate_up_fp8_launch<5>(p, grid, staged, stream)
+             : gate_up_fp8_launch<4>(p, grid, staged, stream);
 }
 
 template <int kTiles>

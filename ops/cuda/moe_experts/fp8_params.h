@@ -45,10 +45,11 @@ inline int moe_fp8_down_direct_tiles(int64_t hidden, int sm_count) {
 }
 
 // p.direct or p.direct_multi; gate_up with the step's x rows staged per block when `staged` and
-// fp8_mma_staged_bytes(m, hidden) allows (else per lane), the instantiation for min_blocks (4 or 5), under PDL when p.gate_up_pdl. down: m = 1
+// fp8_mma_staged_bytes(m, hidden) allows (else per lane), at the blocks per SM moe_fp8_gate_up_min_blocks
+// picks for its grid, under PDL when p.gate_up_pdl. down: m = 1
 // with h staged when `staged` and it fits, else per lane; 2..8 tokens per lane. cudaErrorInvalidValue
 // on the planned path.
-cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, int min_blocks, cudaStream_t stream);
+cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream);
 // `tiles`: 16-row tiles per warp at m = 1 (1 or 2; moe_fp8_down_direct_tiles), whatever the bits.
 cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, int tiles, cudaStream_t stream);
 

@@ -209,9 +209,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     const int warps = v.gate_up_warps ? v.gate_up_warps : four_ok ? kMoeNvfp4GateUpWarps : kMoeWarps;
     PG_CUDA_TRY(launch_moe_gate_up_nvfp4(p, t, warps, v.gate_up_multi_staged, v.gate_up_blocks_per_sm, stream));
   } else if (gu_fp8) {
-    const int64_t gu_blocks = (a.inter + 8 * kMoeFp8GateUpWarps - 1) / (8 * kMoeFp8GateUpWarps) * (max_active + a.n_shared);
-    PG_CUDA_TRY(launch_moe_gate_up_fp8(p, v.fp8_gate_up_staged,
-                                       moe_fp8_gate_up_min_blocks(gu_blocks, current_device_props().sm_count), stream));
+    PG_CUDA_TRY(launch_moe_gate_up_fp8(p, v.fp8_gate_up_staged, stream));
   } else {
     PG_CUDA_TRY(launch_moe_gate_up(p, to_kernel_format(a.gate_up->format), gu_vec, m_tile, stream));
   }
