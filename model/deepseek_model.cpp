@@ -54,11 +54,9 @@ float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 float round_f16(float v) { return f16_to_f32(f32_to_f16(std::clamp(v, -65504.0f, 65504.0f))); }
 
 // Whether CUDA's expert kernels multiply `w` (K = k) on f16 tensor cores in a step below the bf16
-// GEMM's size: the shapes of the tensor-core GEMV (ops::f16_mma_gemv), NVFP4 at any such size, FP8
-// at decode sizes only (`decode`: no plan of the pairs; ops::fp8_experts_mma).
-bool expert_f16_path(const Matrix& w, int64_t k, bool decode) {
-  return ops::f16_mma_gemv(w, k) && (w.format == ops::WeightFormat::kNvfp4 || decode);
-}
+// GEMM's size: NVFP4 and FP8 stacks of the tensor-core GEMV's shapes (ops::f16_mma_gemv), at every
+// such size (ops::fp8_experts_mma for FP8).
+bool expert_f16_path(const Matrix& w, int64_t k) { return ops::f16_mma_gemv(w, k); }
 
 // y (+)= x · Wᵀ with x rounded to f16 (the tensor-core GEMVs' numbers; the weights exact).
 void linear_f16x(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& pool, bool accumulate = false) {
@@ -143,7 +141,7 @@ void DeepseekModel::proj(const float* x, const Matrix& w, float* y, int64_t m, b
 }
 
 void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y,
-                                bool accumulate, bool bf16, int64_t f16_inter, bool decode) const {
+                                bool accumulate, bool bf16, int64_t f16_inter) const {
   ThreadPool& pool = thread_pool();
   std::vector<float> g(size_t(T * inter)), u(size_t(T * inter));  // [T, inter]
   if (bf16) {  // the tensor-core experts: x, the weights and h rounded to bf16
@@ -153,7 +151,7 @@ void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, 
     linear_bf16(g.data(), w.down, y, T, pool, accumulate);
     return;
   }
-  if (f16_inter > 0 && expert_f16_path(w.gate, w.gate.cols, decode)) {  // the tensor-core experts: x to f16
+  if (f16_inter > 0 && expert_f16_path(w.gate, w.gate.cols)) {  // the tensor-core experts: x to f16
     linear_f16x(x, w.gate, g.data(), T, pool);
     linear_f16x(x, w.up, u.data(), T, pool);
   } else {
@@ -161,7 +159,7 @@ void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, 
     linear(x, w.up, u.data(), T, pool);
   }
   for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
-  if (f16_inter > 0 && expert_f16_path(w.down, f16_inter, decode))
+  if (f16_inter > 0 && expert_f16_path(w.down, f16_inter))
     return linear_f16x(g.data(), w.down, y, T, pool, accumulate);
   linear(g.data(), w.down, y, T, pool, accumulate);  // [T, H]
 }
@@ -190,12 +188,10 @@ void DeepseekModel::moe_forward(const MoeWeights& w, const float* x, int64_t T, 
   ops::cpu::moe_routing(r);
 
   // Shared experts first, then each routed expert over the tokens that chose it, in expert
-  // order (a fixed summation order per token). `decode`: CUDA's decode sizes (its FP8 experts'
-  // f16 tensor-core kernels).
-  const bool decode = ops::moe_decode_sizes(T, E, K, w.has_shared ? cfg_.n_shared_experts : 0);
+  // order (a fixed summation order per token).
   if (w.has_shared) {
     mlp_forward(w.shared, x, T, cfg_.moe_intermediate_size * cfg_.n_shared_experts, y, /*accumulate=*/false,
-                experts_bf16(T), experts_f16(T) ? cfg_.moe_intermediate_size : 0, decode);
+                experts_bf16(T), experts_f16(T) ? cfg_.moe_intermediate_size : 0);
   } else {
     std::fill(y, y + T * H, 0.0f);
   }
@@ -215,7 +211,7 @@ void DeepseekModel::moe_forward(const MoeWeights& w, const float* x, int64_t T, 
     ye.resize(size_t(n * H));
     for (int64_t i = 0; i < n; ++i) std::copy(x + rows[i] * H, x + (rows[i] + 1) * H, &xe[i * H]);
     mlp_forward(w.experts[e], xe.data(), n, cfg_.moe_intermediate_size, ye.data(), false, experts_bf16(T),
-                experts_f16(T) ? cfg_.moe_intermediate_size : 0, decode);
+                experts_f16(T) ? cfg_.moe_intermediate_size : 0);
     for (int64_t i = 0; i < n; ++i) ops::cpu::axpy(row_w[i], &ye[i * H], &routed[rows[i] * H], H);
   }
   for (int64_t i = 0; i < T * H; ++i) y[i] += routed[i];
@@ -320,7 +316,7 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
     moe_forward(L.moe, a.data(), T, y.data());
   else
     mlp_forward(L.mlp, a.data(), T, c.intermediate_size, y.data(), false, experts_bf16(T),
-                experts_f16(T) ? c.intermediate_size : 0, ops::moe_decode_sizes(T, 0, 0, 1));  // one shared expert
+                experts_f16(T) ? c.intermediate_size : 0);
   for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
 }
 

@@ -80,7 +80,7 @@ class DeepseekModel {
   // f16_activations): with projection_min_rows set, NVFP4 and FP8 projections of fewer rows round x
   // to f16 where CUDA's linear takes that kernel (ops::f16_mma_gemv); with expert_min_rows set,
   // NVFP4 experts in smaller steps round x (gate/up) and h (down) to f16 (their K a multiple of 32),
-  // and FP8 experts in steps of CUDA's decode sizes (ops::fp8_experts_mma).
+  // and FP8 experts likewise where ops::fp8_experts_mma accepts the stack.
   struct Bf16Emulation {
     int64_t projection_min_rows = 0;
     int64_t expert_min_rows = 0;
@@ -99,11 +99,9 @@ class DeepseekModel {
   void layer_forward(const LayerWeights& L, int64_t cache_layer, float* x, int64_t T, const int64_t* positions,
                      const int32_t* token_seq, const int64_t* ctx_len, const int32_t* block_tables,
                      int64_t max_blocks, KvCache& cache) const;
-  // f16_inter > 0: the f16-activation emulation, f16_inter the CUDA kernel's per-expert inter;
-  // decode: the step is at CUDA's decode sizes (ops::moe_decode_sizes), where its FP8 experts run
-  // on f16 tensor cores too (NVFP4's do at any size).
+  // f16_inter > 0: the f16-activation emulation, f16_inter the CUDA kernel's per-expert inter.
   void mlp_forward(const MlpWeights& w, const float* x, int64_t T, int64_t inter, float* y, bool accumulate,
-                   bool bf16 = false, int64_t f16_inter = 0, bool decode = false) const;
+                   bool bf16 = false, int64_t f16_inter = 0) const;
   void proj(const float* x, const ops::Matrix& w, float* y, int64_t m, bool accumulate = false) const;
   bool experts_bf16(int64_t T) const { return emul_.expert_min_rows > 0 && T >= emul_.expert_min_rows; }
   bool experts_f16(int64_t T) const { return emul_.expert_min_rows > 0 && T < emul_.expert_min_rows; }

@@ -54,22 +54,15 @@ struct MoeExpertsArgs {
 // CPU path aborts on an id outside [0, n_experts); the CUDA path skips it (no out-of-bounds read).
 Status validate(const MoeExpertsArgs& a);
 
-// Decode sizes, where CUDA's expert kernels need no plan of the pairs (its "direct" paths): one
-// token with top_k <= n_experts and 1..16 expert slots (top_k + n_shared), or 1..8 tokens with
-// m * top_k <= 64 and m * (top_k + n_shared) <= 128.
-inline bool moe_decode_sizes(int64_t m, int64_t n_experts, int64_t top_k, int64_t n_shared) {
-  const int64_t slots = top_k + n_shared;
-  if (m == 1 && top_k <= n_experts && slots >= 1 && slots <= 16) return true;
-  return m >= 1 && m <= 8 && m * top_k <= 64 && m * slots <= 128 && slots >= 1;
-}
 // Whether CUDA multiplies an FP8 stack `w` of K = k (hidden for gate_up, inter for down) on f16
-// tensor cores, given f16_activations and its vector path: at decode sizes, where its shape takes
-// the FP8 GEMV's tensor-core kernel (f16_mma_gemv: one block scale per 8-row half tile and
-// 64-element step). There a token's h and output have the same bits whatever the step's other
-// tokens (the m = 1 and 2..8 kernels share tiles, splits and summation order). The CPU's
-// emulation of the CUDA numbers rounds x and h to f16 exactly there.
-inline bool fp8_experts_mma(const Matrix& w, int64_t k, int64_t m, int64_t n_experts, int64_t top_k, int64_t n_shared) {
-  return w.format == WeightFormat::kFp8Block && f16_mma_gemv(w, k) && moe_decode_sizes(m, n_experts, top_k, n_shared);
+// tensor cores, given f16_activations and its vector path: where its shape takes the FP8 GEMV's
+// tensor-core kernel (f16_mma_gemv: one block scale per 8-row half tile and 64-element step), at
+// every step size below the bf16 GEMM's (as NVFP4). At decode sizes (one token, or 2..8 tokens
+// without a plan of the pairs) a token's h and output have the same bits whatever the step's other
+// tokens (the m = 1 and 2..8 kernels share tiles, splits and summation order); larger steps take
+// the planned kernels. The CPU's emulation of the CUDA numbers rounds x and h to f16 there.
+inline bool fp8_experts_mma(const Matrix& w, int64_t k) {
+  return w.format == WeightFormat::kFp8Block && f16_mma_gemv(w, k);
 }
 
 }  // namespace pg::ops

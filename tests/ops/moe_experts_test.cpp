@@ -211,10 +211,10 @@ Routed route(const MoeCase& c, int64_t m, uint64_t seed) {
 // Per-output tolerance (see the top of the file), in double, from the host weights.
 std::vector<double> tolerance(const MoeCase& c, const Stack& gu, const Stack& dn, const std::vector<float>& x,
                               const Routed& r, int64_t m, const std::vector<float>& y0) {
-  // The f16 tensor-core kernels per stack (launch.cpp: NVFP4, f16 activations, K % 32 == 0; FP8 at
-  // decode sizes where ops::fp8_experts_mma accepts the stack).
-  const bool fp8_gu = !c.exact && fp8_experts_mma(gu.host, c.hidden, m, c.n_experts, c.top_k, c.n_shared);
-  const bool fp8_dn = !c.exact && fp8_experts_mma(dn.host, c.inter, m, c.n_experts, c.top_k, c.n_shared);
+  // The f16 tensor-core kernels per stack (launch.cpp: NVFP4, f16 activations, K % 32 == 0; FP8
+  // where ops::fp8_experts_mma accepts the stack).
+  const bool fp8_gu = !c.exact && fp8_experts_mma(gu.host, c.hidden);
+  const bool fp8_dn = !c.exact && fp8_experts_mma(dn.host, c.inter);
   const bool f16_gu = (c.format == WeightFormat::kNvfp4 && !c.exact && c.hidden % 32 == 0) || fp8_gu;
   const bool f16_dn = (c.format == WeightFormat::kNvfp4 && !c.exact && c.inter % 32 == 0) || fp8_dn;
   const int64_t H = c.hidden, I = c.inter, K = c.top_k;
@@ -395,10 +395,10 @@ void run_case(const MoeCase& c) {
             << "the m = 1 down differs from the default launch's bits";
       }
     }
-    // FP8 on the tensor cores: the down (m = 1) at one tile with h staged or per lane and at two
-    // tiles, and gate_up with x per lane, give the default launch's bits.
-    if (!c.exact && fp8_experts_mma(dn.host, c.inter, m, c.n_experts, c.top_k, c.n_shared) &&
-        fp8_experts_mma(gu.host, c.hidden, m, c.n_experts, c.top_k, c.n_shared)) {
+    // FP8 on the tensor cores at decode sizes (the direct paths; the planned one has no variants):
+    // the down (m = 1) at one tile with h staged or per lane and at two tiles, and gate_up with x
+    // per lane, give the default launch's bits.
+    if (!c.exact && m <= 8 && fp8_experts_mma(dn.host, c.inter) && fp8_experts_mma(gu.host, c.hidden)) {
       for (int variant : {0, 1, 2, 3}) {
         SCOPED_TRACE(variant == 0   ? "fp8 down 1 tile, h staged"
                      : variant == 1 ? "fp8 down 1 tile, h per lane"
@@ -554,6 +554,16 @@ const MoeCase kCases[] = {
     {"moonlight_fp8_accumulate", kFp8, 64, 2, 6, 2048, 1408, {1, 5}, 128, Routing::kRandom, true, 5},
     {"moonlight_fp8_exact", kFp8, 64, 2, 6, 2048, 1408, {1, 8}, 128, Routing::kRandom, false, 0, true},
     {"v3_fp8_exact", kFp8, 256, 1, 8, 7168, 2048, {1, 4}, 128, Routing::kRandom, false, 0, true},
+    // FP8 on the f16 tensor cores past the decode sizes (the planned kernels; moonlight_fp8's m = 33,
+    // tiny_fp8's 9 and small_fp8's 70 above take them too): an expert's pairs in several 8-pair
+    // passes, two token tiles, duplicate ids, dense MLPs, 64 x 64 blocks, accumulation.
+    {"moonlight_fp8_same_experts_planned", kFp8, 64, 2, 6, 2048, 1408, {9, 16, 64}, 128, Routing::kSameExperts},
+    {"moonlight_fp8_duplicate_ids_planned", kFp8, 64, 2, 6, 2048, 1408, {12}, 128, Routing::kDuplicates},
+    {"moonlight_dense_fp8_planned", kFp8, 0, 1, 0, 2048, 11264, {16, 40}},
+    {"v3_fp8_planned", kFp8, 256, 1, 8, 7168, 2048, {16}},
+    {"v3_dense_fp8_planned", kFp8, 0, 1, 0, 7168, 18432, {12}},
+    {"mid_fp8_64x64_planned", kFp8, 16, 1, 4, 256, 128, {20, 70}, 64},
+    {"moonlight_fp8_accumulate_planned", kFp8, 64, 2, 6, 2048, 1408, {20}, 128, Routing::kRandom, true, 5},
 };
 
 class MoeExpertsCuda : public ::testing::TestWithParam<MoeCase> {};

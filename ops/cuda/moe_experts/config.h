@@ -19,6 +19,20 @@ constexpr int kMoeMaxMTile = 8;
 // down kernel: tokens per block (grid.y = ceil(m / kMoeTokTile)); per-token sums live in shared
 // memory, kMoeWarps x kMoeTokTile x rows floats (4 KB at rows 2).
 constexpr int kMoeTokTile = 64;
+// The tensor-core planned down kernels (NVFP4, FP8): tokens per block (grid.y = ceil(m /
+// kMoeMmaTokTile)); per-token sums in shared memory, kMoeWarps x kMoeMmaTokTile x 16 floats (16 KB).
+constexpr int kMoeMmaTokTile = 32;
+// Their warps of a block that split K (1, 2, 4, 8): grow while the 16-row tiles give fewer than 16
+// warps per SM of a 132-SM H200 (a fixed count: kernel and launcher must agree without a parameter)
+// and K keeps >= 2 x 128 elements per slice. V3 (7168 x 2048): 448 tiles, split 8; moonlight
+// (2048 x 1408): 128 tiles, split 8; a dense MLP's 11264 columns: 8. constexpr: the kernels call it
+// too (--expt-relaxed-constexpr), and this header stays plain C++.
+constexpr int moe_mma_down_k_split(int64_t hidden, int64_t inter) {
+  const int64_t tiles = (hidden + 15) / 16, k_steps = (inter / 32 + 3) / 4, want = int64_t(132) * 16;
+  int ks = 1;
+  while (ks < 8 && tiles * ks < want && k_steps / (2 * ks) >= 1) ks *= 2;
+  return ks;
+}
 // plan kernel: one block; per-expert counters in shared memory (2 x 4 B per expert).
 constexpr int kMoePlanThreads = 512;
 constexpr int64_t kMoePlanMaxExperts = 4096;

@@ -1,10 +1,11 @@
-// The DeepSeek-FP8 MoE expert kernels on the f16 tensor cores at decode sizes (the direct paths: one
-// token, 2..8 tokens; MoeExpertsArgs::f16_activations): gate_up (h = silu(gate·x) * (up·x), x rounded
-// to f16) and down (h rounded to f16), each streaming weight rows through linear/fp8_mma.cuh's core
-// (exact f16 weights, f32 sums, one block scale per 8-row half tile and 64-element step). Same grids'
-// roles, workspace, h layout and summation order over a token's experts as kernel.cu's direct kernels.
+// The DeepSeek-FP8 MoE expert kernels on the f16 tensor cores (MoeExpertsArgs::f16_activations):
+// gate_up (h = silu(gate·x) * (up·x), x rounded to f16) and down (h rounded to f16), each streaming
+// weight rows through linear/fp8_mma.cuh's core (exact f16 weights, f32 sums, one block scale per
+// 8-row half tile and 64-element step), at decode sizes (the direct paths: one token, 2..8 tokens)
+// and on the planned path (larger steps: batches, verify steps of several sequences). Same grids'
+// roles, workspace, h layout and summation order over a token's experts as kernel.cu's kernels.
 // The CPU definition is ops::cpu::moe_experts; ops::fp8_experts_mma (ops/moe_experts.h) says where
-// CUDA takes these kernels. Larger steps stay on kernel.cu's f32-x kernels (the planned path).
+// CUDA takes these kernels (exact mode keeps kernel.cu's f32-x ones).
 #include <cuda_runtime.h>
 
 #include "ops/cuda/common/device.h"
@@ -29,7 +30,9 @@ __device__ __forceinline__ const float* fp8_scales_row(const MoeWeightParams& w,
 
 // Grid: x = inter row tiles (kWarps x 8 x kTiles rows per block), y = expert slot: m = 1
 // (p.direct) the token's top_k routed slots, 2..8 tokens (p.direct_multi) the step's distinct routed
-// experts in order of first appearance (slots past them exit), then the n_shared shared experts.
+// experts in order of first appearance (slots past them exit), planned the plan's active experts
+// (ascending id; slots past n_active exit), then the n_shared shared experts; z = splits of a slot's
+// 8-pair passes (moe_gate_up_splits: 1 up to 64 tokens).
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows
 // (ops::f16_mma_gemv's shapes: each 8-row half in one row block), so lane (g, t) ends with gate and up of
 // row j0 + 8i + g for the pass's pairs 2t, 2t + 1 (the mma's columns, 8 pairs a pass). kStagedX:
@@ -49,21 +52,25 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
   if (!shared) pdl_wait();
   pdl_trigger();
   int64_t expert;
-  int n_pairs = 1;
-  int64_t h_base = 0;  // shared: h row of token 0
+  int lo = 0, hi = 1;  // the slot's pairs: direct multi bit ranks, planned the plan's pair positions
+  int64_t h_base = 0;  // direct: the slot's h row; shared: h row of token 0
   uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
   if (!shared && p.direct) {
     expert = p.expert_idx[slot];
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it (block-uniform)
     h_base = slot;
-  } else if (!shared) {  // direct multi: the step's slot-th distinct expert, if any
+  } else if (!shared && p.direct_multi) {  // the step's slot-th distinct expert, if any
     const WarpRouting w = warp_routing(p);
     if (slot >= __popcll(static_cast<long long>(w.first))) return;
     expert = slot_expert(w, slot, pairs);
-    n_pairs = __popcll(static_cast<long long>(pairs));
+    hi = __popcll(static_cast<long long>(pairs));
+  } else if (!shared) {  // planned: the slot-th active expert, its pairs' plan positions (h rows)
+    if (slot >= *p.plan.n_active) return;
+    expert = p.plan.active_expert[slot];
+    lo = p.plan.seg_begin[slot], hi = p.plan.seg_begin[slot + 1];
   } else {
     const int s = slot - p.max_active;
-    expert = p.n_experts + s, n_pairs = p.m;
+    expert = p.n_experts + s, hi = p.m;
     h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
   }
   const int64_t j0 = (int64_t(blockIdx.x) * kWarps + warp) * kJ;
@@ -79,12 +86,17 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
       rows.s[i][h] = fp8_scales_row(p.gate_up, base + min(j0 + 8 * i, int64_t(p.inter) - 1));
     }
   const int64_t k_steps = p.hidden / kFp8MmaStepElems;
-  const bool routed_multi = !shared && !p.direct;
-  for (int q = 0; q < n_pairs; q += kMmaTokens) {  // block-uniform passes
-    const int m_valid = min(kMmaTokens, n_pairs - q);
+  const bool routed_multi = !shared && p.direct_multi, planned = !shared && !p.direct && !p.direct_multi;
+  const int pass_stride = int(gridDim.z) * kMmaTokens;
+  for (int q = lo + int(blockIdx.z) * kMmaTokens; q < hi; q += pass_stride) {  // block-uniform passes
+    const int m_valid = min(kMmaTokens, hi - q);
     // Lane g's column: pair q + g's token (past the slot's pairs: token 0, a column never written).
     int64_t token = 0;
-    if (g < m_valid) token = shared ? q + g : routed_multi ? nth_set_bit(pairs, q + g) / p.top_k : 0;
+    if (g < m_valid)
+      token = shared         ? q + g
+              : routed_multi ? nth_set_bit(pairs, q + g) / p.top_k
+              : planned      ? p.plan.pair_flat[q + g] / p.top_k
+                             : 0;
     float acc[kTiles][4];
     // Warps past inter stay for the block's barrier (staging x) with no k-steps, and write nothing.
     if constexpr (kStagedX) {
@@ -102,13 +114,14 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
         const int pair = 2 * t + c;
         const int64_t j = j0 + 8 * i + g;
         if (pair < m_valid && j < p.inter) {
-          // h row: direct the slot, shared h_base + its token, direct multi the pair's flat index.
+          // h row: direct the slot, shared h_base + its token, direct multi the pair's flat index,
+          // planned the pair's plan position.
           const int64_t h_row = routed_multi ? nth_set_bit(pairs, q + pair) : h_base + q + pair;
           p.plan.h[h_row * p.inter + j] = silu(acc[i][c]) * acc[i][2 + c];  // d c / d 2 + c: gate / up
         }
       }
     if constexpr (kStagedX) {
-      if (q + kMmaTokens < n_pairs) __syncthreads();  // the next pass stages x again
+      if (q + pass_stride < hi) __syncthreads();  // the next pass stages x again
     }
   }
 }
@@ -231,6 +244,80 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   moe_down_multi_sum<kR>(p, s_part, s_order, k_split, n_routed, n_h, row0);
 }
 
+// The planned path, as moe_down_nvfp4_kernel (its grid, token tiles, K split, slot loop and
+// summing order): grid x = hidden row tiles (kMoeWarps / k_split x 16 rows per block), y = token
+// tiles of kMoeMmaTokTile. A warp: 16 output rows and a 1/k_split slice of K; loops over the active
+// experts (ascending id), then the shared experts, in passes of 8 pairs (the mma's N, lane g reading
+// its pair's h row from L2), and adds weight * down·h into its per-token sums in shared memory pair
+// by pair in pair order; then the K slices' sums are added in slice order (not the contract's
+// association when k_split > 1: at most k_split more roundings of the combine, as NVFP4's).
+__global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm) moe_down_fp8_kernel(const __grid_constant__ MoeExpertsParams p) {
+  constexpr int kUnroll = kMoeFp8DownUnroll;
+  extern __shared__ int32_t s_slots[];  // [3][max_active]: expert id, first and end pair in this token tile
+  __shared__ float s_acc[kMoeWarps][kMoeMmaTokTile][kMmaRows];
+  int32_t* s_expert = s_slots;
+  int32_t* s_lo = s_slots + p.max_active;
+  int32_t* s_hi = s_lo + p.max_active;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int t0 = int(blockIdx.y) * kMoeMmaTokTile, t1 = min(p.m, t0 + kMoeMmaTokTile);
+  const int n_active = *p.plan.n_active;
+
+  moe_tile_segments(p, n_active, t0, t1, s_expert, s_lo, s_hi);
+  for (int i = lane; i < kMoeMmaTokTile * kMmaRows; i += kWarpSize) (&s_acc[warp][0][0])[i] = 0.0f;
+  __syncthreads();
+
+  const int k_split = moe_fp8_down_k_split(p.hidden, p.inter), kpart = warp % k_split;
+  const int64_t row0 = (int64_t(blockIdx.x) * (kMoeWarps / k_split) + warp / k_split) * kMmaRows;
+  const int64_t k_steps = p.inter / kFp8MmaStepElems, per_part = (k_steps + k_split - 1) / k_split;
+  const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
+  // Rows past hidden: no slots (the barrier below is reached by every warp).
+  const int n_slots = row0 < p.hidden ? n_active + p.n_shared : 0;
+  for (int slot = 0; slot < n_slots; ++slot) {
+    const bool shared = slot >= n_active;
+    const auto [expert, h_base, lo, hi] = moe_planned_slot(p, slot, n_active, t0, t1, s_expert, s_lo, s_hi);
+    if (lo >= hi) continue;
+    Fp8MmaRows<1> rows;
+    rows.log2_block_cols = p.down.log2_block_cols;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rows.w[0][h] = fp8_codes_row(p.down, expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1), p.inter);
+      rows.s[0][h] = fp8_scales_row(p.down, expert * p.hidden + min(row0, int64_t(p.hidden) - 1));
+    }
+    for (int q = lo; q < hi; q += kMmaTokens) {
+      const int m_valid = min(kMmaTokens, hi - q);
+      const float* xrow = g < m_valid ? p.plan.h + (h_base + q + g) * p.inter : nullptr;
+      float acc[1][4];
+      fp8_mma_stream<1, kUnroll, false>(rows, [] {}, nullptr, xrow, s0, s1, acc);
+      for (int i = 0; i < m_valid; ++i) {  // pair order; lane (g, i / 2) holds pair i of rows g, g + 8
+        if (t == i / 2) {
+          int tok;
+          float wgt;
+          if (shared) {
+            tok = q + i, wgt = 1.0f;
+          } else {
+            const int f = p.plan.pair_flat[q + i];
+            tok = f / p.top_k, wgt = p.expert_weight[f];
+          }
+          s_acc[warp][tok - t0][g] += wgt * (i % 2 ? acc[0][1] : acc[0][0]);
+          s_acc[warp][tok - t0][g + 8] += wgt * (i % 2 ? acc[0][3] : acc[0][2]);
+        }
+        __syncwarp();
+      }
+    }
+  }
+  __syncthreads();
+  if (kpart != 0 || row0 >= p.hidden) return;
+  for (int idx = lane; idx < (t1 - t0) * kMmaRows; idx += kWarpSize) {
+    const int tl = idx / kMmaRows, r = idx % kMmaRows;
+    if (row0 + r < p.hidden) {
+      float v = s_acc[warp][tl][r];
+      for (int kp = 1; kp < k_split; ++kp) v += s_acc[warp + kp][tl][r];  // slice order
+      float* yp = p.y + int64_t(t0 + tl) * p.y_stride + row0 + r;
+      *yp = p.accumulate ? *yp + v : v;
+    }
+  }
+}
+
 }  // namespace
 
 template <int kMinBlocks>
@@ -252,13 +339,15 @@ cudaError_t gate_up_fp8_launch(const MoeExpertsParams& p, dim3 grid, bool staged
 }
 
 cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream) {
-  if (!p.direct && !p.direct_multi) return cudaErrorInvalidValue;
+  if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
   constexpr int kRowsPerBlock = kMoeFp8GateUpWarps * 8;  // one tile of 8 gate + 8 up rows per warp
-  const dim3 grid(unsigned((int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.max_active + p.n_shared));
-  const int64_t blocks = int64_t(grid.x) * grid.y;
+  const bool direct = p.direct || p.direct_multi;  // one pass per slot: x staged where it fits
+  const dim3 grid(unsigned((int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.max_active + p.n_shared),
+                  unsigned(direct ? 1 : moe_gate_up_splits(p.m)));
+  const int64_t blocks = int64_t(grid.x) * grid.y * grid.z;
   return moe_fp8_gate_up_min_blocks(blocks, current_device_props().sm_count) == 5
-             ? gate_up_fp8_launch<5>(p, grid, staged, stream)
-             : gate_up_fp8_launch<4>(p, grid, staged, stream);
+             ? gate_up_fp8_launch<5>(p, grid, staged && direct, stream)
+             : gate_up_fp8_launch<4>(p, grid, staged && direct, stream);
 }
 
 template <int kTiles>
@@ -281,6 +370,19 @@ cudaError_t down_direct_fp8_launch(const MoeExpertsParams& p, bool staged, cudaS
 }
 
 cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, int tiles, cudaStream_t stream) {
+  if (!p.direct && !p.direct_multi) {  // planned
+    const int64_t rows_per_block = int64_t(kMoeWarps / moe_fp8_down_k_split(p.hidden, p.inter)) * kMmaRows;
+    const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block),
+                    unsigned((p.m + kMoeMmaTokTile - 1) / kMoeMmaTokTile));
+    const size_t smem = size_t(3) * size_t(p.max_active) * sizeof(int32_t);
+    // 16 KB static + the slots: above 48 KB (max_active > 2730, prefill-sized m) needs the opt-in.
+    if (smem + sizeof(float) * kMoeWarps * kMoeMmaTokTile * kMmaRows > 48 * 1024)
+      if (cudaError_t e = cudaFuncSetAttribute(moe_down_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+          e != cudaSuccess)
+        return e;
+    moe_down_fp8_kernel<<<grid, kMoeThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+  }
   if (p.direct_multi) {
     const dim3 grid(unsigned((int64_t(p.hidden) + kMmaRows - 1) / kMmaRows));
     if (cudaError_t e = launch_pdl(moe_down_multi_fp8_kernel, grid, dim3(kMoeDirectMaxSlots * kWarpSize), 0, stream, p);

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ops/cuda/linear/config.h"
+#include "ops/cuda/moe_experts/config.h"
 #include "ops/cuda/moe_experts/params.h"
 
 namespace pg::ops::cuda {
@@ -42,6 +43,12 @@ inline size_t moe_fp8_down_staged_bytes(int n_slots, int64_t inter) { return siz
 // one tile (two tiles with h staged take 128 registers: one block per SM).
 inline int moe_fp8_down_direct_tiles(int64_t hidden, int sm_count) {
   return (hidden + 15) / 16 > 2 * int64_t(sm_count > 0 ? sm_count : 132) ? 2 : 1;
+}
+
+// down, planned path (steps past the decode sizes): config.h's token tile (kMoeMmaTokTile) and K
+// split, as NVFP4's (its slices whole 64-element k-steps).
+__host__ __device__ constexpr int moe_fp8_down_k_split(int64_t hidden, int64_t inter) {
+  return moe_mma_down_k_split(hidden, inter);
 }
 
 // p.direct or p.direct_multi; gate_up with the step's x rows staged per block when `staged` and

@@ -193,10 +193,10 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool nvfp4 = a.gate_up->format == WeightFormat::kNvfp4 || a.down->format == WeightFormat::kNvfp4;
   p.direct_multi = moe_direct_multi_enabled() && !p.direct && (!nvfp4 || (gu_mma && dn_mma)) &&
                    moe_direct_multi_fits(a.m, a.top_k, a.n_shared);
-  // FP8 with f16 activations at decode sizes: the tensor-core kernels (fp8_kernel.cu), per stack.
-  const bool fp8_paths = v.fp8_mma && a.f16_activations && (p.direct || p.direct_multi);
-  const bool gu_fp8 = fp8_paths && gu_vec && fp8_experts_mma(*a.gate_up, a.hidden, a.m, a.n_experts, a.top_k, a.n_shared);
-  const bool dn_fp8 = fp8_paths && dn_vec && fp8_experts_mma(*a.down, a.inter, a.m, a.n_experts, a.top_k, a.n_shared);
+  // FP8 with f16 activations: the tensor-core kernels (fp8_kernel.cu), per stack, at every size.
+  const bool fp8_paths = v.fp8_mma && a.f16_activations;
+  const bool gu_fp8 = fp8_paths && gu_vec && fp8_experts_mma(*a.gate_up, a.hidden);
+  const bool dn_fp8 = fp8_paths && dn_vec && fp8_experts_mma(*a.down, a.inter);
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
   const int m_tile = moe_m_tile(a.m);

@@ -11,9 +11,8 @@
 
 namespace pg::ops::cuda {
 
-// down, planned path: tokens per block (grid.y = ceil(m / kMoeNvfp4TokTile)); per-token sums in
-// shared memory, kMoeWarps x kMoeNvfp4TokTile x 16 floats (16 KB).
-constexpr int kMoeNvfp4TokTile = 32;
+// down, planned path: tokens per block (config.h's kMoeMmaTokTile).
+constexpr int kMoeNvfp4TokTile = kMoeMmaTokTile;
 
 // gate_up: a warp's tiles each hold 8 gate rows (the mma's rows g) and the matching 8 up rows
 // (rows g + 8), so a lane finds silu(gate) * up of its outputs in its own accumulators. m = 1 at
@@ -92,15 +91,9 @@ inline size_t moe_nvfp4_down_multi_ring_bytes(int64_t n_h, int64_t inter, int un
 }
 constexpr size_t kMoeNvfp4DownMultiRingMaxBytes = size_t(227 << 10) - 8448;  // less s_part and s_order
 
-// down planned: warps of a block splitting K (1, 2, 4, 8): grow while the 16-row tiles give fewer
-// than 16 warps per SM of a 132-SM H200 (a fixed count: kernel and launcher must agree without a
-// parameter) and every slice keeps >= 1 k-step. V3 (7168 x 2048): 448 tiles, split 8 (2 steps
-// each); moonlight (2048 x 1408): 128 tiles, split 8; a dense MLP's 11264 columns: 8.
+// down planned: warps of a block splitting K (config.h).
 __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t inter) {
-  const int64_t tiles = (hidden + 15) / 16, k_steps = (inter / 32 + 3) / 4, want = int64_t(132) * 16;
-  int ks = 1;
-  while (ks < 8 && tiles * ks < want && k_steps / (2 * ks) >= 1) ks *= 2;
-  return ks;
+  return moe_mma_down_k_split(hidden, inter);
 }
 
 // Each launches with the tile given (instantiated: tiles 1 with unroll 1, 2, 4; tiles 2 with
