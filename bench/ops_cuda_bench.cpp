@@ -408,7 +408,9 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
     const double expert_bytes = fp4 ? 3.0 * double(sh.inter * sh.hidden) * (0.5 + 1.0 / 16)
                                     : double(3 * sh.inter * sh.hidden * eb) +
                                           (fp8 ? 4.0 * double(3 * (sh.inter / blk) * (sh.hidden / blk)) : 0.0);
-    for (int64_t m = 1; m <= 8; ++m) {
+    // m = 1..8: the direct paths (one token, decode batches and verify steps without a plan);
+    // 16, 32, 64: the planned kernels of larger decode batches.
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64}) {
       std::mt19937 rng(uint32_t(1000 + m));
       std::vector<int32_t> idx(size_t(kMoeRoutings * m * sh.top_k));
       std::vector<float> wts(idx.size(), 0.1f);

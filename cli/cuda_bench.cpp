@@ -443,8 +443,21 @@ int run_cuda_bench(const CudaBenchOptions& o) {
     });
     if (!ms.ok()) return fail(ms.status());
     const double step = *ms / steps;
-    j["decode_batches"].push_back({{"batch", B}, {"context", o.context}, {"ms_per_step", step},
-                                   {"tokens_per_s", double(B) * 1e3 / step}, {"per_user_tokens_per_s", 1e3 / step}});
+    Json row = {{"batch", B}, {"context", o.context}, {"ms_per_step", step},
+                {"tokens_per_s", double(B) * 1e3 / step}, {"per_user_tokens_per_s", 1e3 / step}};
+    // Where the step's time goes at this batch: the first MoE layer's ops (else the first dense),
+    // eager. Only below the step size at which eager steps take the prefill GEMMs for the experts
+    // (graphs never do), so that the figures are those of the kernels the graph replays.
+    const int64_t pl = first_moe >= 0 ? first_moe : first_dense;
+    if (pl >= 0 && B < CudaRunner::kTensorCoreExpertsMinRows) {
+      auto prof = R.profile_layer(pl, B, o.context, 5);
+      if (!prof.ok()) return fail(prof.status());
+      Json ops = Json::array();
+      for (const auto& [name, t] : *prof) ops.push_back({{"op", name}, {"us", t}});
+      row["layer"] = pl;
+      row["ops_eager_us"] = ops;
+    }
+    j["decode_batches"].push_back(row);
   }
 
   // ---- long prefill ----
@@ -519,10 +532,16 @@ int run_cuda_bench(const CudaBenchOptions& o) {
       std::printf("\n");
     }
   }
-  for (const auto& d : j["decode_batches"])
+  for (const auto& d : j["decode_batches"]) {
     std::printf("decode b=%-3lld %.0f tok/s total, %.1f tok/s per user (%.3f ms/step)\n",
                 (long long)d["batch"].get<int64_t>(), d["tokens_per_s"].get<double>(),
                 d["per_user_tokens_per_s"].get<double>(), d["ms_per_step"].get<double>());
+    if (!d.contains("ops_eager_us")) continue;
+    std::printf("  ops of layer %lld at b=%lld (eager, events between launches; us):", (long long)d["layer"].get<int64_t>(),
+                (long long)d["batch"].get<int64_t>());
+    for (const auto& op : d["ops_eager_us"]) std::printf(" %s %.1f", op["op"].get<std::string>().c_str(), op["us"].get<double>());
+    std::printf("\n");
+  }
   return 0;
 }
 
