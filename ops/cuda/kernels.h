@@ -44,7 +44,13 @@ cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
 // at a time; the last block to finish routes (counter: zero between launches, reset by that block).
 constexpr int kRouterThreads = 256;  // = kLinearThreads: k_split divides its 8 warps, as linear's
 constexpr int kRouterTokenTile = 4;
-constexpr int64_t kRouterMaxTokens = 64;  // decode-sized steps; the tiles re-read W from L1/L2
+// Steps of up to this many tokens take the one launch by default, whose last block routes them with
+// kRoutingWarpsPerBlock warps, one token each; larger steps launch linear, then moe_routing, whose
+// m / kRoutingWarpsPerBlock blocks route in parallel. The fused kernel serves up to
+// kRouterMaxFusedTokens (its tiles re-read W from L1/L2), but routing 8 tokens a warp cost moonlight's
+// fp8 MoE layer 62 us at 32 tokens against 12 at one (H200, 2026-12-02, bench's ops at b = 32).
+constexpr int64_t kRouterFusedTokens = 4;
+constexpr int64_t kRouterMaxFusedTokens = 64;
 struct MoeRouterParams {
   const float* x = nullptr;   // [m, k] f32, row stride x_stride; 16-byte aligned rows
   const void* w = nullptr;    // [n, k] f32 | bf16, 16-byte aligned, k a whole number of 16-byte chunks

@@ -14,8 +14,10 @@ namespace pg::ops::cuda {
 // sums in the same order). counter: one device uint32, zero before the first launch (cudaMemset
 // once); every launch leaves it zero, so it serves any sequence of launches and graph replays
 // on one stream. The one-launch path takes f32 / bf16 routers on linear's vector path and up to
-// kRouterMaxTokens tokens; other cases launch linear, then moe_routing (counter unused).
-Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream);
+// fused_max_tokens tokens (< 0: kRouterFusedTokens, or PEREGRINE_ROUTER_FUSED_MAX_TOKENS; at most
+// kRouterMaxFusedTokens); other cases launch linear, then moe_routing (counter unused). The bits
+// are the same either way.
+Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens = -1);
 
 // The routing kernel's Params of a validated MoeRoutingArgs (cuda_ops.cpp), shared by both launchers.
 MoeRoutingParams moe_routing_params(const MoeRoutingArgs& a);

@@ -1,6 +1,8 @@
 // ops::cuda::moe_router: validates, asks linear_plan for the k_split linear() would use (the
 // logits' summation order), and launches the fused kernel (moe_routing.cu) or the two ops.
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/weight_format.h"
@@ -12,14 +14,27 @@
 
 namespace pg::ops::cuda {
 
-Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream) {
+namespace {
+// The one-launch path's token limit by default: kRouterFusedTokens, or PEREGRINE_ROUTER_FUSED_MAX_TOKENS
+// (an A/B switch; the bits do not change).
+int64_t default_fused_max_tokens() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("PEREGRINE_ROUTER_FUSED_MAX_TOKENS");
+    return e ? std::clamp<int64_t>(std::atoll(e), 0, kRouterMaxFusedTokens) : kRouterFusedTokens;
+  }();
+  return v;
+}
+}  // namespace
+
+Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens) {
   PG_TRY(validate(a));
   const MoeRoutingArgs& r = a.routing;
   if (r.m == 0) return ok_status();
   LinearArgs la;
   la.x = a.x, la.w = a.router, la.y = a.logits, la.m = r.m, la.x_stride = a.x_stride;
   const WeightFormat wf = a.router->format;
-  bool fused = counter && r.m <= kRouterMaxTokens && r.n_experts <= kRoutingMaxExperts && r.n_group <= kRoutingMaxGroups &&
+  const int64_t max_tokens = std::min(fused_max_tokens < 0 ? default_fused_max_tokens() : fused_max_tokens, kRouterMaxFusedTokens);
+  bool fused = counter && r.m <= max_tokens && r.n_experts <= kRoutingMaxExperts && r.n_group <= kRoutingMaxGroups &&
                (wf == WeightFormat::kF32 || wf == WeightFormat::kBF16);
   LinearPlan plan;
   if (fused) {

@@ -150,8 +150,9 @@ TEST(MoeRoutingCudaArgs, OverTheKernelLimitsIsUnsupportedNotACrash) {
 // ---------------------------------------------------------------------------------------------
 // moe_router: the fused launch against cuda::linear then cuda::moe_routing, bit for bit (logits,
 // indices, weights), launched three times in a row (the last-block counter must reset), with
-// outputs poisoned first. Cases past the fused path's limits (m > 64, a scalar-path router) take
-// the two launches and must agree too.
+// outputs poisoned first: at the fused kernel's own limit (every case up to 64 tokens takes it) and
+// at the default one (past kRouterFusedTokens the two launches). Cases past the fused kernel's
+// limits (m > 64, a scalar-path router) take the two launches and must agree too.
 struct RouterCase {
   const char* name;
   WeightFormat format;
@@ -197,7 +198,7 @@ TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {
     std::vector<float> logits, weight;
     std::vector<int32_t> idx;
   };
-  auto run = [&](bool fused, Out& o) {
+  auto run = [&](bool fused, Out& o, int64_t fused_max_tokens = cuda::kRouterMaxFusedTokens) {
     auto dl = poisoned<float>(size_t(c.m * E));
     auto dw = poisoned<float>(size_t(c.m * K));
     auto di = poisoned<int32_t>(size_t(c.m * K));
@@ -207,7 +208,7 @@ TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {
     if (fused) {
       MoeRouterArgs a;
       a.x = dx.data(), a.x_stride = xs, a.router = &w, a.logits = dl.data(), a.routing = r;
-      PG_ASSERT_OK(cuda::moe_router(a, dcounter.data(), nullptr));
+      PG_ASSERT_OK(cuda::moe_router(a, dcounter.data(), nullptr, fused_max_tokens));
     } else {
       LinearArgs la;
       la.x = dx.data(), la.x_stride = xs, la.w = &w, la.y = dl.data(), la.m = c.m;
@@ -219,10 +220,10 @@ TEST_P(MoeRouterCuda, SameBitsAsLinearThenRouting) {
   };
   Out ref;
   run(false, ref);
-  for (int rep = 0; rep < 3; ++rep) {
-    SCOPED_TRACE("launch " + std::to_string(rep));
+  for (int rep = 0; rep < 4; ++rep) {
+    SCOPED_TRACE("launch " + std::to_string(rep) + (rep == 3 ? " (the default token limit)" : ""));
     Out got;
-    run(true, got);
+    run(true, got, rep == 3 ? -1 : cuda::kRouterMaxFusedTokens);
     ASSERT_EQ(std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "logits differ";
     EXPECT_EQ(got.idx, ref.idx);
     EXPECT_EQ(std::memcmp(got.weight.data(), ref.weight.data(), ref.weight.size() * 4), 0) << "weights differ";
