@@ -1,8 +1,8 @@
 // The DeepSeek-FP8 tensor-core MoE expert kernels (moe_experts/fp8_kernel.cu): launch functions and
-// constants, fmt-free. Taken by moe_experts/launch.cpp at decode sizes (the direct paths: one token,
-// or 2..8 tokens without a plan) when MoeExpertsArgs::f16_activations is set and
-// ops::fp8_experts_mma accepts the stack (ops/moe_experts.h); the workspace and h layout are
-// kernel.cu's (params.h).
+// constants, fmt-free. Taken by moe_experts/launch.cpp, at decode sizes (the direct paths: one token,
+// or 2..8 tokens without a plan) and on the planned path, when MoeExpertsArgs::f16_activations is set
+// and ops::fp8_experts_mma accepts the stack (ops/moe_experts.h); the plan kernel, the workspace and
+// the h layout are kernel.cu's (params.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -51,11 +51,11 @@ __host__ __device__ constexpr int moe_fp8_down_k_split(int64_t hidden, int64_t i
   return moe_mma_down_k_split(hidden, inter);
 }
 
-// p.direct or p.direct_multi; gate_up with the step's x rows staged per block when `staged` and
-// fp8_mma_staged_bytes(m, hidden) allows (else per lane), at the blocks per SM moe_fp8_gate_up_min_blocks
-// picks for its grid, under PDL when p.gate_up_pdl. down: m = 1
-// with h staged when `staged` and it fits, else per lane; 2..8 tokens per lane. cudaErrorInvalidValue
-// on the planned path.
+// gate_up: on the direct paths (p.direct, p.direct_multi) with the step's x rows staged per block when
+// `staged` and fp8_mma_staged_bytes(m, hidden) allows (else per lane), under PDL when p.gate_up_pdl;
+// planned with x per lane and the pair passes split over grid.z (moe_gate_up_splits); at the blocks
+// per SM moe_fp8_gate_up_min_blocks picks for its grid. down: m = 1 with h staged when `staged` and it
+// fits, else per lane; 2..8 tokens and the planned path per lane.
 cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaStream_t stream);
 // `tiles`: 16-row tiles per warp at m = 1 (1 or 2; moe_fp8_down_direct_tiles), whatever the bits.
 cudaError_t launch_moe_down_fp8(const MoeExpertsParams& p, bool staged, int tiles, cudaStream_t stream);
