@@ -543,6 +543,8 @@ const MoeCase kCases[] = {
     {"moonlight_nvfp4_verify", kFp4, 64, 2, 6, 2048, 1408, {2, 3, 4, 5, 7}},
     {"v3_nvfp4_verify_same_experts", kFp4, 256, 1, 8, 7168, 2048, {3, 8}, 128, Routing::kSameExperts},
     {"moonlight_dense_nvfp4_verify", kFp4, 0, 1, 0, 2048, 11264, {2, 8}},
+    // A shared expert's passes over grid.y slots (planned, m > 8): 3 slots, the last partial.
+    {"moonlight_dense_nvfp4_planned", kFp4, 0, 1, 0, 2048, 11264, {20}},
     // FP8 on the f16 tensor cores at decode sizes (the cases above with 128 x 128 blocks take them
     // too at m <= 8): dense MLPs (one slot; V3's 18432 columns staged at m = 1), x per lane at
     // V3's m = 8 (x past kFp8StagedMaxBytes), 64 x 64 blocks, accumulation into strided y, and

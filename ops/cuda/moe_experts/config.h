@@ -33,6 +33,11 @@ constexpr int moe_mma_down_k_split(int64_t hidden, int64_t inter) {
   while (ks < 8 && tiles * ks < want && k_steps / (2 * ks) >= 1) ks *= 2;
   return ks;
 }
+// The tensor-core gate_up kernels' grid.y slots per shared expert (MoeExpertsParams::shared_slots):
+// one per 8-pair pass of its m pairs, so that a batch's shared experts spread over as many blocks as
+// their passes instead of walking them in series in the grid's last blocks (moonlight at 64 tokens:
+// 8 passes). 1 at m <= 8.
+inline int moe_shared_gate_up_slots(int64_t m) { return int(m <= 8 ? 1 : (m + 7) / 8); }
 // plan kernel: one block; per-expert counters in shared memory (2 x 4 B per expert).
 constexpr int kMoePlanThreads = 512;
 constexpr int64_t kMoePlanMaxExperts = 4096;

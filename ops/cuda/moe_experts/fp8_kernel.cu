@@ -68,9 +68,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
     if (slot >= *p.plan.n_active) return;
     expert = p.plan.active_expert[slot];
     lo = p.plan.seg_begin[slot], hi = p.plan.seg_begin[slot + 1];
-  } else {
-    const int s = slot - p.max_active;
-    expert = p.n_experts + s, hi = p.m;
+  } else {  // shared expert s, its pass j's pairs (shared_slots slots each; 1 on the direct paths, staged x)
+    const int slots = kStagedX ? 1 : p.shared_slots;
+    const int s = (slot - p.max_active) / slots, j = (slot - p.max_active) % slots;
+    expert = p.n_experts + s;
+    lo = slots > 1 ? j * kMmaTokens : 0, hi = slots > 1 ? min(p.m, lo + kMmaTokens) : p.m;
     h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
   }
   const int64_t j0 = (int64_t(blockIdx.x) * kWarps + warp) * kJ;
@@ -342,8 +344,8 @@ cudaError_t launch_moe_gate_up_fp8(const MoeExpertsParams& p, bool staged, cudaS
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
   constexpr int kRowsPerBlock = kMoeFp8GateUpWarps * 8;  // one tile of 8 gate + 8 up rows per warp
   const bool direct = p.direct || p.direct_multi;  // one pass per slot: x staged where it fits
-  const dim3 grid(unsigned((int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.max_active + p.n_shared),
-                  unsigned(direct ? 1 : moe_gate_up_splits(p.m)));
+  const dim3 grid(unsigned((int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock),
+                  unsigned(p.max_active + p.n_shared * p.shared_slots), unsigned(direct ? 1 : moe_gate_up_splits(p.m)));
   const int64_t blocks = int64_t(grid.x) * grid.y * grid.z;
   return moe_fp8_gate_up_min_blocks(blocks, current_device_props().sm_count) == 5
              ? gate_up_fp8_launch<5>(p, grid, staged && direct, stream)

@@ -200,6 +200,10 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
   const int m_tile = moe_m_tile(a.m);
+  // The tensor-core gate_up kernels: a grid.y slot per 8-pair pass of each shared expert.
+  if ((gu_mma || gu_fp8) && !p.direct && !p.direct_multi) p.shared_slots = moe_shared_gate_up_slots(a.m);
+  if (max_active + a.n_shared * p.shared_slots > 65535)
+    return unsupported("moe_experts: m={} with {} expert slots exceeds the grid", a.m, max_active + a.n_shared * p.shared_slots);
   if (!p.direct && !p.direct_multi) PG_CUDA_TRY(launch_moe_plan(p, stream));
   if (gu_mma) {
     MmaTile t = moe_nvfp4_gate_up_tile();

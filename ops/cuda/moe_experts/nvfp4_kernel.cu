@@ -124,9 +124,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kStagedX && kWarps == 4 ? 
     if (slot >= *p.plan.n_active) return;
     expert = p.plan.active_expert[slot];
     lo = p.plan.seg_begin[slot], hi = p.plan.seg_begin[slot + 1];
-  } else {
-    const int s = slot - p.max_active;
-    expert = p.n_experts + s, lo = 0, hi = p.m;
+  } else {  // shared expert s, its pass j's pairs (shared_slots slots each; 1 on the direct paths, staged x)
+    const int slots = kStagedX ? 1 : p.shared_slots;
+    const int s = (slot - p.max_active) / slots, j = (slot - p.max_active) % slots;
+    expert = p.n_experts + s;
+    lo = slots > 1 ? j * kMmaTokens : 0, hi = slots > 1 ? min(p.m, lo + kMmaTokens) : p.m;
     h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
   }
   const int64_t j0 = (int64_t(blockIdx.x) * kWarps + warp) * kJ;
@@ -523,7 +525,7 @@ template <int kTiles, int kUnroll, int kWarps = kMoeWarps>
 cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
-  const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared), unsigned(moe_gate_up_splits(p.m)));
+  const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared * p.shared_slots), unsigned(moe_gate_up_splits(p.m)));
   // x staged per block: m = 1 always; 2..8 tokens where the m rows leave room for 4 blocks per SM.
   const int rows = p.direct ? 1 : p.m;
   size_t smem = moe_nvfp4_gate_up_staged_bytes(rows, p.hidden, kWarps, kTiles, kUnroll);

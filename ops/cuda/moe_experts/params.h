@@ -80,6 +80,10 @@ struct MoeExpertsParams {
   // m * top_k + s * m + t. down is moe_down_multi_kernel, launched with PDL.
   bool direct_multi = false;
   int multi_groups = 1;  // direct multi: row tiles per down block (moe_down_multi_groups)
+  // The tensor-core gate_up kernels (nvfp4_kernel.cu, fp8_kernel.cu): grid.y slots per shared expert,
+  // each one 8-pair pass of its m tokens (moe_shared_gate_up_slots): slot max_active + s * this + j is
+  // shared expert s's pairs [8j, 8j + 8). 1 on the direct paths (m <= 8: one pass).
+  int shared_slots = 1;
   // Direct or direct multi: gate_up is launched with PDL right after the router (no plan kernel
   // between). Its shared-expert blocks start at once (the router passes its own pdl_wait before it
   // triggers, so x is complete); the routed blocks wait for the routing, then trigger down.
