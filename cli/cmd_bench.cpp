@@ -32,7 +32,7 @@ struct BenchOptions {
   std::string device = "auto";  // auto: cuda for --synthetic, else cpu
   std::string synthetic, dtype = "bf16", json_out;
   int64_t layers = 0, long_prefill = 8192;
-  std::vector<int64_t> batches = {8, 32, 64};
+  std::vector<int64_t> batches = {8, 16, 32, 64};
   double gpu_memory_utilization = 0.90;
   bool no_graphs = false;
   int64_t prompt_tokens = 0;  // 0: 128 on the CPU, 1024 on CUDA (benchmarks.md's 1K context)

@@ -16,7 +16,7 @@ struct CudaBenchOptions {
   int64_t context = 1024;      // prompt before decoding
   int64_t decode_tokens = 256;
   int repeats = 5;
-  std::vector<int64_t> batches = {8, 32, 64};
+  std::vector<int64_t> batches = {8, 16, 32, 64};
   int64_t long_prefill = 8192;  // 0: skip
   double gpu_memory_utilization = 0.90;
   bool graphs = true;
