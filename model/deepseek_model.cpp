@@ -53,11 +53,6 @@ float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 // nearest even, |v| > 65504 saturated to +-65504, NaN kept.
 float round_f16(float v) { return f16_to_f32(f32_to_f16(std::clamp(v, -65504.0f, 65504.0f))); }
 
-// Whether CUDA's expert kernels multiply `w` (K = k) on f16 tensor cores in a step below the bf16
-// GEMM's size: NVFP4 and FP8 stacks of the tensor-core GEMV's shapes (ops::f16_mma_gemv), at every
-// such size (ops::fp8_experts_mma for FP8).
-bool expert_f16_path(const Matrix& w, int64_t k) { return ops::f16_mma_gemv(w, k); }
-
 // y (+)= x · Wᵀ with x rounded to f16 (the tensor-core GEMVs' numbers; the weights exact).
 void linear_f16x(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& pool, bool accumulate = false) {
   std::vector<float> xr(x, x + m * w.cols);
@@ -151,7 +146,9 @@ void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, 
     linear_bf16(g.data(), w.down, y, T, pool, accumulate);
     return;
   }
-  if (f16_inter > 0 && expert_f16_path(w.gate, w.gate.cols)) {  // the tensor-core experts: x to f16
+  // CUDA's expert kernels take the f16 tensor cores in steps below the bf16 GEMM's size for NVFP4 and
+  // FP8 stacks of the tensor-core GEMV's shapes (ops::f16_mma_gemv; ops::fp8_experts_mma).
+  if (f16_inter > 0 && ops::f16_mma_gemv(w.gate, w.gate.cols)) {  // the tensor-core experts: x to f16
     linear_f16x(x, w.gate, g.data(), T, pool);
     linear_f16x(x, w.up, u.data(), T, pool);
   } else {
@@ -159,7 +156,7 @@ void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, 
     linear(x, w.up, u.data(), T, pool);
   }
   for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
-  if (f16_inter > 0 && expert_f16_path(w.down, f16_inter))
+  if (f16_inter > 0 && ops::f16_mma_gemv(w.down, f16_inter))
     return linear_f16x(g.data(), w.down, y, T, pool, accumulate);
   linear(g.data(), w.down, y, T, pool, accumulate);  // [T, H]
 }

@@ -151,8 +151,6 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   if (a.n_experts > kMoePlanMaxExperts || max_active > kMoeMaxActiveSlots)
     return unsupported("moe_experts: {} experts ({} active at most): the CUDA path takes {} ({})", a.n_experts,
                        max_active, kMoePlanMaxExperts, kMoeMaxActiveSlots);
-  if (max_active + a.n_shared > 65535 || (a.m + kMoeTokTile - 1) / kMoeTokTile > 65535)
-    return unsupported("moe_experts: m={} with {} expert slots exceeds the grid", a.m, max_active + a.n_shared);
   const MoeWorkspaceLayout l = moe_workspace_layout(a.m, a.top_k, a.n_shared, a.n_experts, a.inter);
   if (!workspace || workspace_bytes < l.total)
     return invalid_argument("moe_experts: workspace of {} bytes, need {}", workspace_bytes, l.total);
@@ -202,8 +200,11 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const int m_tile = moe_m_tile(a.m);
   // The tensor-core gate_up kernels: a grid.y slot per 8-pair pass of each shared expert.
   if ((gu_mma || gu_fp8) && !p.direct && !p.direct_multi) p.shared_slots = moe_shared_gate_up_slots(a.m);
-  if (max_active + a.n_shared * p.shared_slots > 65535)
-    return unsupported("moe_experts: m={} with {} expert slots exceeds the grid", a.m, max_active + a.n_shared * p.shared_slots);
+  // grid.y: gate_up's expert slots, the planned down's token tiles (the tensor-core kernels' smaller tile).
+  const int64_t gate_up_slots = max_active + a.n_shared * p.shared_slots;
+  const int64_t tok_tile = dn_mma || dn_fp8 ? kMoeMmaTokTile : kMoeTokTile;
+  if (gate_up_slots > 65535 || (a.m + tok_tile - 1) / tok_tile > 65535)
+    return unsupported("moe_experts: m={} with {} expert slots exceeds the grid", a.m, gate_up_slots);
   if (!p.direct && !p.direct_multi) PG_CUDA_TRY(launch_moe_plan(p, stream));
   if (gu_mma) {
     MmaTile t = moe_nvfp4_gate_up_tile();
