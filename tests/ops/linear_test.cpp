@@ -148,9 +148,9 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
   PG_ASSERT_OK(cuda::linear_variant(da, v, nullptr));
   ASSERT_TRUE(sync_ok());
   const std::vector<float> y_gpu = to_host(dy);
-  // FP8 on the tensor cores at the default tile: every row has the bits it has alone (m = 1), so a
-  // verify step's rows are those of its tokens decoded one at a time.
-  if (plan->fp8_mma && c.m > 1 && !c.accumulate && v.rows_per_warp == 0 && v.k_split == 0) {
+  // FP8 and NVFP4 on the tensor cores at the default tile: every row has the bits it has alone
+  // (m = 1), so a verify step's rows are those of its tokens decoded one at a time.
+  if (f16 && c.m > 1 && !c.accumulate && v.rows_per_warp == 0 && v.k_split == 0 && v.unroll == 0) {
     int64_t differ = 0;
     for (int64_t i = 0; i < c.m; ++i) {
       auto dy1 = cuda::DeviceBuffer<float>::create(size_t(c.n));
@@ -162,7 +162,7 @@ void run_case(const LinearCase& c, const cuda::LinearVariant& v = {}) {
       const std::vector<float> y1 = to_host(*dy1);
       for (int64_t r = 0; r < c.n; ++r) differ += std::memcmp(&y1[size_t(r)], &y_gpu[size_t(i * ys + r)], sizeof(float)) != 0;
     }
-    EXPECT_EQ(differ, 0) << "FP8 rows differ from the same rows run alone";
+    EXPECT_EQ(differ, 0) << (plan->fp8_mma ? "FP8" : "NVFP4") << " rows differ from the same rows run alone";
   }
 
   std::vector<float> got, ref, ref16;
@@ -305,6 +305,12 @@ const LinearCase kCases[] = {
     {"mma_k1056_prime_n_nvfp4", kFp4, 3, 263, 1056},
     {"mma_v3_o_proj_scale_2_rows_nvfp4", kFp4, 1, 7168, 16384, 0, 0, false, false, 128, 512},
     {"mma_saturated_x_nvfp4", kFp4, 2, 1408, 2048, 0, 0, false, false, 128, 0, false, 1.0e5f},
+    // 2..8 tokens staged per block (nvfp4_mma_staged_rows_bytes) up to 64 KB, else per lane; the
+    // persistent m = 1 kernel's shape at 3 tokens (the per-block kernel at its k_split).
+    {"mma_m2_k16384_staged_nvfp4", kFp4, 2, 1000, 16384},
+    {"mma_m4_k16384_per_lane_nvfp4", kFp4, 4, 1000, 16384},
+    {"mma_m12_two_tiles_nvfp4", kFp4, 12, 700, 2048},
+    {"mma_m3_persistent_shape_nvfp4", kFp4, 3, 18432, 7168},
     // code x scale down to 0.5 x 2^-9 (an f16 subnormal after the 2^-14 placement): still exact.
     {"mma_all_e4m3_scales_nvfp4", kFp4, 3, 2048, 2048, 0, 0, false, false, 128, 0, false, 1.0f, true},
     {"exact_v3_o_proj_nvfp4", kFp4, 1, 7168, 16384, 0, 0, false, false, 128, 0, true},
@@ -366,8 +372,10 @@ TEST(LinearCudaTiles, EveryTileAndSplitMatchesCpu) {
 
 // Every NVFP4 tensor-core tile and k_split, m = 1, 3, 8 and 11 (two column tiles), at a prime N
 // and K = 33 chunks (a partial last k-step) and 4128 (k_split 8 leaves some warps no step); at
-// m = 1, K % 64 == 0 takes the staged-x ring path (nvfp4_x1_ok): 1088 (a partial last k-step,
-// fewer stages than the ring holds at k_split 8) and 4224 (whole steps), the others the per-lane one.
+// m = 1, K % 64 == 0 takes the staged-x path (nvfp4_x1_ok): 1088 (a partial last k-step,
+// fewer stages than the ring holds at k_split 8) and 4224 (whole steps), the others the per-lane one;
+// at m = 3, 8, 11 those K stage the tile's rows (nvfp4_mma_staged_rows_bytes), except 8 rows of 4224
+// (past 64 KB: per lane).
 TEST(LinearCudaTiles, EveryNvfp4MmaTileAndSplitMatchesCpu) {
   PG_REQUIRE_CUDA();
   for (const cuda::MmaTile& t : cuda::linear_mma_tiles())

@@ -123,15 +123,17 @@ struct MmaTile {
 };
 
 // Default tile: 2 tiles x 2 steps (4 KB in flight per warp, 64 KB per SM at 16 warps) where the
-// grid has the warps for it, else 1 tile x 4 steps (the same bytes in flight on half the rows per
-// warp) or, at m = 1, 1 tile x 2 steps double-buffered (nvfp4_mma_stream_staged_regs: the next 2 steps'
-// loads in flight during the mmas). H200 sweep (bench_ops_cuda, 2026-12-01, 57caff3, m = 1, the
-// heuristic's k_split): 7168->18432 1 x 2 43.7 us vs 1 x 4 45.4; V3 o_proj 16384->7168 39.3 vs
-// 41.9; V3 q_a+kv_a 14.3 vs 15.3; lm_heads keep 2 x 2 (V3 172 us, 65.6% of HBM).
-inline MmaTile linear_nvfp4_mma_tile(int64_t n, int64_t m, int sm_count) {
+// grid has the warps for it, else 1 tile x 2 steps double-buffered (nvfp4_mma_stream_staged_regs:
+// the next 2 steps' loads in flight during the mmas). H200 sweep (bench_ops_cuda, 2026-12-01,
+// 57caff3, m = 1, the heuristic's k_split): 7168->18432 1 x 2 43.7 us vs 1 x 4 45.4; V3 o_proj
+// 16384->7168 39.3 vs 41.9; V3 q_a+kv_a 14.3 vs 15.3; lm_heads keep 2 x 2 (V3 172 us, 65.6% of
+// HBM). The same tile at any m, and the same k_split (linear_plan), so a token's row has the same
+// bits at any m, as FP8's: a verify step's rows are those of its tokens decoded one at a time
+// (steps of 2..8 tokens took 1 x 4 with x read per lane until 2026-12-02).
+inline MmaTile linear_nvfp4_mma_tile(int64_t n, int sm_count) {
   const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
   if ((n + 31) / 32 >= want) return {2, 2};
-  return m == 1 ? MmaTile{1, 2} : MmaTile{1, 4};
+  return {1, 2};
 }
 
 // ---- DeepSeek-FP8 on the f16 tensor cores (linear/fp8_mma.cuh; LinearArgs::f16_activations) ----
@@ -154,7 +156,7 @@ constexpr size_t fp8_mma_staged_bytes(int64_t m, int64_t k) {
 // has the same k_split, so a token's row has the same bits at any m (an mma's columns do not
 // interact, staged and per-lane x give the same f16 values): a verify step's rows are those of
 // its tokens decoded one at a time.
-inline MmaTile linear_fp8_mma_tile(int64_t n, int sm_count) { return linear_nvfp4_mma_tile(n, 1, sm_count); }
+inline MmaTile linear_fp8_mma_tile(int64_t n, int sm_count) { return linear_nvfp4_mma_tile(n, sm_count); }
 
 // ---- NVFP4 at m = 1 through shared memory (nvfp4_mma.cuh: nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel) ----
 // Token 0's x is staged once per block as f16 (kNvfp4X1StepBytes per k-step of 128, K up to
@@ -172,6 +174,16 @@ constexpr int kNvfp4RingStages(int tiles, int unroll) { return tiles * unroll ==
 inline size_t nvfp4_x1_smem_bytes(int tiles, int unroll, int warps, int64_t k) {
   return size_t((k / 32 + 3) / 4 * kNvfp4X1StepBytes) +
          size_t(warps) * size_t(kNvfp4RingStages(tiles, unroll)) * size_t(kNvfp4RingStageBytes * tiles * unroll);
+}
+
+// 2..8 tokens (an 8-token tile's rows, m - 8 blockIdx.y of them) are staged as f16 in dynamic
+// shared memory (linear_nvfp4_mma_kernel's kNvfp4XRows) where they take at most
+// kNvfp4StagedRowsMaxBytes, as FP8's (two blocks per SM still fit): 2 rows up to K = 16384, 4 up to
+// 8192, 8 up to 4096; larger x is read per lane from L2 at every step. 0: per lane.
+constexpr int64_t kNvfp4StagedRowsMaxBytes = 64 * 1024;
+constexpr size_t nvfp4_mma_staged_rows_bytes(int64_t m, int64_t k) {
+  const int64_t bytes = (m < 8 ? m : 8) * ((k / 32 + 3) / 4) * kNvfp4X1StepBytes;
+  return bytes <= kNvfp4StagedRowsMaxBytes ? size_t(bytes) : 0;
 }
 
 // The staged-x path's conditions beyond m = 1: K fits the buffer, and whole 4-byte scale copies

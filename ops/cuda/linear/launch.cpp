@@ -118,7 +118,7 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
   const bool fp8_mma = f == LinearWeight::kFp8Block && a.f16_activations && f16_mma_gemv(*a.w, p.k);
   if ((f == LinearWeight::kNvfp4 && a.f16_activations) || fp8_mma) {  // linear/nvfp4_mma.cuh, fp8_mma.cuh
     const int sms = current_device_props().sm_count;
-    MmaTile t = fp8_mma ? linear_fp8_mma_tile(p.n, sms) : linear_nvfp4_mma_tile(p.n, p.m, sms);
+    MmaTile t = fp8_mma ? linear_fp8_mma_tile(p.n, sms) : linear_nvfp4_mma_tile(p.n, sms);
     if (v.rows_per_warp) t.tiles = v.rows_per_warp / kMmaRows;
     if (v.unroll) t.unroll = v.unroll;
     if (v.rows_per_warp % kMmaRows || !find_mma_tile(t.tiles, t.unroll))
@@ -130,8 +130,9 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
     const int64_t groups = (p.n + plan.tile.rows_per_warp - 1) / plan.tile.rows_per_warp;
     const int64_t k_steps = fp8_mma ? p.k / kFp8MmaStepElems : (p.k / 32 + 3) / 4;
     // m = 1 with x staged: a persistent grid of at most `slots` blocks (linear_nvfp4_x1_kernel).
+    // Larger m takes the per-block kernel at the same k_split (the same sums for every token).
     int64_t slots = 0;
-    if (!fp8_mma && p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8) && linear_nvfp4_x1_persistent(t.tiles, p.n, p.k)) {
+    if (!fp8_mma && nvfp4_x1_ok(p.k, p.scale_fp8) && linear_nvfp4_x1_persistent(t.tiles, p.n, p.k)) {
       const int per_sm = find_mma_tile(t.tiles, t.unroll)->x1_blocks_per_sm(p.k);
       if (per_sm < 1) return internal_error("linear: the NVFP4 m = 1 kernel fits no SM at k={} (or a CUDA error)", p.k);
       slots = int64_t(sms > 0 ? sms : 132) * per_sm;
@@ -143,7 +144,7 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
       return invalid_argument("linear: k_split {} must divide {}", plan.k_split, kLinearWarps);
     const int64_t groups_per_block = kLinearWarps / plan.k_split;
     plan.blocks = (groups + groups_per_block - 1) / groups_per_block;
-    if (slots > 0) plan.blocks = std::min(plan.blocks, slots);
+    if (slots > 0 && p.m == 1) plan.blocks = std::min(plan.blocks, slots);
     return plan;
   }
   plan.tile = linear_default_tile(f, v.m_tile ? v.m_tile : linear_m_tile(p.m));

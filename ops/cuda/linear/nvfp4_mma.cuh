@@ -161,6 +161,14 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
 constexpr int kNvfp4MmaXStepVecs = int(kNvfp4X1StepBytes / sizeof(uint4));
 static_assert(kNvfp4MmaXStepVecs == 16, "a k-step of 128 elements is 16 uint4 of f16 pairs");
 
+// o = the f16 B-fragment words of x elements (8q + j, 8q + j + 4), j = 0..3 (lo: 8q .. 8q + 3, hi: 8q + 4 ..).
+__device__ __forceinline__ void nvfp4_mma_x_vec(float4 lo, float4 hi, uint4& o) {
+  o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
+  o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
+  o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
+  o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
+}
+
 // Converts `rows` rows of x (row r at x + r * x_stride, k_chunks chunks of 32 each) into xs, row r
 // at xs + r * k_steps * kNvfp4MmaXStepVecs, every thread of the block a share: uint4 v of step s
 // holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
@@ -183,13 +191,39 @@ __device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x
           lo = make_float4(wl.x * (lo.x * inv), wl.y * (lo.y * inv), wl.z * (lo.z * inv), wl.w * (lo.w * inv));
           hi = make_float4(wh.x * (hi.x * inv), wh.y * (hi.y * inv), wh.z * (hi.z * inv), wh.w * (hi.w * inv));
         }
-        o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
-        o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
-        o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
-        o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
+        nvfp4_mma_x_vec(lo, hi, o);
       }
       xs[r * k_steps * kNvfp4MmaXStepVecs + i] = o;
     }
+}
+
+// nvfp4_mma_stage_x_rows for the rows of an 8-token tile (linear_nvfp4_mma_kernel at 2..8 tokens):
+// the same values in the same places, but a thread loads kBatch of its items before it converts
+// any, so its L2 round trips overlap (8 rows of K = 2048 are 8 items a thread); 32-bit indices
+// (rows x k-steps x 16 < 2^31: K <= kNvfp4StagedRowsMaxBytes / 2 per row).
+__device__ __forceinline__ void nvfp4_mma_stage_x_tile(const float* x, int64_t x_stride, int rows, int64_t k_chunks,
+                                                       int64_t k_steps, uint4* xs) {
+  constexpr int kBatch = 4;
+  const int per_row = int(k_steps) * kNvfp4MmaXStepVecs, total = rows * per_row, kc = int(k_chunks);
+  for (int i0 = threadIdx.x; i0 < total; i0 += kBatch * int(blockDim.x)) {
+    float4 lo[kBatch], hi[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * int(blockDim.x), r = i / per_row, j = i - r * per_row;
+      const int q = (j % kNvfp4MmaXStepVecs) / 4, c = j / kNvfp4MmaXStepVecs * 4 + j % 4;
+      lo[u] = hi[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i < total && c < kc) {
+        const float* xc = x + r * x_stride + c * 32 + 8 * q;
+        lo[u] = ld_act4(xc), hi[u] = ld_act4(xc + 4);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      uint4 o;
+      nvfp4_mma_x_vec(lo[u], hi[u], o);
+      if (i0 + u * int(blockDim.x) < total) xs[i0 + u * int(blockDim.x)] = o;
+    }
+  }
 }
 __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {
   nvfp4_mma_stage_x_rows(x, 0, 1, k_chunks, k_steps, xs);
@@ -469,15 +503,22 @@ __device__ __forceinline__ bool linear_mma_split_sum(float (&partial)[kLinearWar
   return true;
 }
 
+// Where a block's lanes take x from (linear_nvfp4_mma_body's kX): per lane from L2 at every k-step;
+// token 0's row staged in static shared memory (m = 1, nvfp4_x1_ok); or the 8-token tile's rows
+// staged in dynamic shared memory (2..8 tokens, nvfp4_mma_staged_rows_bytes > 0), lane g reading
+// token g's row (lanes past the tile's tokens read row 0: their columns are never written, and an
+// mma's columns do not interact). The staged paths run the same mmas on the same f16 values.
+constexpr int kNvfp4XPerLane = 0, kNvfp4XOne = 1, kNvfp4XRows = 2;
+
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
 // w % k_split (whole k-steps of 128). Vector path only: k % 32 == 0, aligned W and x; m = 1 with
-// nvfp4_x1_ok takes this kernel with kX1 (x staged, nvfp4_mma_stream_staged_regs) or, for the shapes
-// of linear_nvfp4_x1_persistent, linear_nvfp4_x1_kernel below. The body is shared with
-// linear_norm's NVFP4 kernels: kX1's stage_x(xs, k_chunks, k_steps) fills the block's staged x
-// (every thread, after pdl_wait; in_norm normalizes x there), end() runs on every thread after
-// the block's stores (out_norm's epilogue).
-template <int kTiles, int kUnroll, bool kX1, class StageX, class End>
+// nvfp4_x1_ok takes this kernel with kNvfp4XOne (x staged, nvfp4_mma_stream_staged_regs) or, for
+// the shapes of linear_nvfp4_x1_persistent, linear_nvfp4_x1_kernel below. The body is shared with
+// linear_norm's NVFP4 kernels: a staged kX's stage_x(xs, k_chunks, k_steps) fills the block's
+// staged x (every thread, after pdl_wait; in_norm normalizes x there), end() runs on every thread
+// after the block's stores (out_norm's epilogue).
+template <int kTiles, int kUnroll, int kX, class StageX, class End>
 __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, StageX&& stage_x, End&& end) {
   constexpr int kRowsW = kMmaRows * kTiles;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4;
@@ -503,10 +544,15 @@ __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, Sta
 
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
-  if constexpr (kX1) {
+  if constexpr (kX == kNvfp4XOne) {
     __shared__ uint4 xs[kNvfp4X1MaxK / 128 * kNvfp4MmaXStepVecs];
     nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
         wrow, srow, [&] { stage_x(xs, k_chunks, k_steps); }, xs, k_chunks, s0, s1, acc);
+  } else if constexpr (kX == kNvfp4XRows) {
+    extern __shared__ uint4 linear_nvfp4_smem[];  // nvfp4_mma_staged_rows_bytes: the tile's rows
+    const uint4* xs = linear_nvfp4_smem + (g < m_valid ? g : 0) * k_steps * kNvfp4MmaXStepVecs;
+    nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
+        wrow, srow, [&] { stage_x(linear_nvfp4_smem, k_chunks, k_steps); }, xs, k_chunks, s0, s1, acc);
   } else {
     nvfp4_mma_stream<kTiles, kUnroll, true>(wrow, srow, xrow, k_chunks, s0, s1, acc);
   }
@@ -520,11 +566,20 @@ __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, Sta
   if (mine) linear_nvfp4_store(p, row0, m0, m_valid, acc);
   end();
 }
-template <int kTiles, int kUnroll, bool kX1>
+template <int kTiles, int kUnroll, int kX>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_nvfp4_mma_kernel(const __grid_constant__ LinearParams p) {
-  linear_nvfp4_mma_body<kTiles, kUnroll, kX1>(
-      p, [&](uint4* xs, int64_t k_chunks, int64_t k_steps) { nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs); },
+  linear_nvfp4_mma_body<kTiles, kUnroll, kX>(
+      p,
+      [&](uint4* xs, int64_t k_chunks, int64_t k_steps) {
+        if constexpr (kX == kNvfp4XRows) {
+          const int64_t m0 = int64_t(blockIdx.y) * kMmaTokens;
+          nvfp4_mma_stage_x_tile(p.x + m0 * p.x_stride, p.x_stride, int(min(int64_t(kMmaTokens), p.m - m0)), k_chunks,
+                                 k_steps, xs);
+        } else {
+          nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs);
+        }
+      },
       [] {});
 }
 
@@ -607,15 +662,22 @@ int linear_nvfp4_x1_blocks_per_sm(int64_t k) {
 // the SMs hold) of it), grid.y the 8-token tiles.
 template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  const bool x1 = p.m == 1 && nvfp4_x1_ok(p.k, p.scale_fp8);
+  const bool staged = nvfp4_x1_ok(p.k, p.scale_fp8);
+  const bool x1 = p.m == 1 && staged;
   const bool persistent = x1 && linear_nvfp4_x1_persistent(kTiles, p.n, p.k);
-  auto kernel = persistent ? linear_nvfp4_x1_kernel<kTiles, kUnroll>
-                : x1       ? linear_nvfp4_mma_kernel<kTiles, kUnroll, true>
-                           : linear_nvfp4_mma_kernel<kTiles, kUnroll, false>;
+  const size_t rows_smem = p.m > 1 && staged ? nvfp4_mma_staged_rows_bytes(p.m, p.k) : 0;
+  auto kernel = persistent    ? linear_nvfp4_x1_kernel<kTiles, kUnroll>
+                : x1          ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XOne>
+                : rows_smem   ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XRows>
+                              : linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XPerLane>;
   size_t smem = 0;
   if (persistent) {
     if (cudaError_t e = raise_smem_limit_once<linear_nvfp4_x1_kernel<kTiles, kUnroll>>(); e != cudaSuccess) return e;
     smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k);
+  } else if (rows_smem) {
+    if (cudaError_t e = raise_smem_limit_once<linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XRows>>(); e != cudaSuccess)
+      return e;
+    smem = rows_smem;
   }
   if (cudaError_t e = launch_pdl(kernel, grid, dim3(kLinearThreads), smem, stream, p); e != cudaSuccess) return e;
   return cudaGetLastError();

@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_norm_nvfp4_x1_kernel(const __grid_constant__ LinearNormParams pp) {
   __shared__ float scratch[kLinearWarps][kLinearNormMaxRows];
   if constexpr (kMode == LinearNormMode::kIn) {
-    linear_nvfp4_mma_body<kTiles, kUnroll, true>(
+    linear_nvfp4_mma_body<kTiles, kUnroll, kNvfp4XOne>(
         pp.lin,
         [&](uint4* xs, int64_t k_chunks, int64_t k_steps) {
           float inv[1];
@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
         },
         [] {});
   } else {
-    linear_nvfp4_mma_body<kTiles, kUnroll, true>(
+    linear_nvfp4_mma_body<kTiles, kUnroll, kNvfp4XOne>(
         pp.lin,
         [&](uint4* xs, int64_t k_chunks, int64_t k_steps) { nvfp4_mma_stage_x_block(pp.lin.x, k_chunks, k_steps, xs); },
         [&] { out_norm_epilogue(pp, scratch); });
