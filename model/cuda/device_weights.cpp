@@ -406,12 +406,9 @@ class Synth {
     }
     return m;
   }
-  // n head weights (W_UK / W_UV) of `fan_in` inputs each, uniform in +-sqrt(3 / fan_in).
-  Result<const void*> head(int64_t n, int64_t fan_in, ops::HeadWeight f) {
-    const bool f32 = f == ops::HeadWeight::kF32;
-    PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(size_t(n) * (f32 ? 4 : 2)));
-    PG_CUDA_TRY(cu::launch_fill(d, size_t(n), f32 ? cu::FillKind::kF32Pm1 : cu::FillKind::kBf16Pm1, next(), nullptr,
-                                std::sqrt(3.0f / float(fan_in))));
+  Result<const void*> bf16(int64_t n, int64_t fan_in) {
+    PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(size_t(n) * 2));
+    PG_CUDA_TRY(cu::launch_fill(d, size_t(n), cu::FillKind::kBf16Pm1, next(), nullptr, std::sqrt(3.0f / float(fan_in))));
     return static_cast<const void*>(d);
   }
   Result<const float*> constant(int64_t n, float v) {
@@ -453,16 +450,12 @@ Result<DevLayer> synth_layer(const ModelConfig& c, int64_t l, WeightFormat f, Sy
   }
   PG_ASSIGN_OR_RETURN(a.kv_a_norm, s.constant(R, 1.0f));
   PG_ASSIGN_OR_RETURN(a.o, s.matrix(H, nh * V, f));
-  // W_UK / W_UV in the format upload_layer gives a checkpoint of this dtype: bf16 from a bf16
-  // kv_b_proj, f32 (its exact dequantized values) from FP8 or NVFP4, so the synthetic step reads the
-  // bytes a real one does (bf16 for every dtype until 2026-12-02: 4.2 MB a layer too few for
-  // moonlight, 33.5 MB for V3).
-  a.head_format = fp8 || fp4 ? ops::HeadWeight::kF32 : ops::HeadWeight::kBF16;
-  PG_ASSIGN_OR_RETURN(a.w_uk_t, s.head(nh * R * nope, nope, a.head_format));
-  PG_ASSIGN_OR_RETURN(a.w_uv, s.head(nh * V * R, R, a.head_format));
+  a.head_format = ops::HeadWeight::kBF16;
+  PG_ASSIGN_OR_RETURN(a.w_uk_t, s.bf16(nh * R * nope, nope));
+  PG_ASSIGN_OR_RETURN(a.w_uv, s.bf16(nh * V * R, R));
   a.bytes = double(matrix_bytes(a.q_a) + matrix_bytes(a.q_b) + matrix_bytes(a.q) + matrix_bytes(a.kv_a) +
                    matrix_bytes(a.o)) +
-            (a.head_format == ops::HeadWeight::kF32 ? 4.0 : 2.0) * double(nh * (R * nope + V * R));
+            2.0 * double(nh * (R * nope + V * R));
   d.is_moe = c.n_routed_experts > 0 && l >= c.first_k_dense_replace && l % std::max<int64_t>(c.moe_layer_freq, 1) == 0;
   DevMlp& m = d.mlp;
   if (d.is_moe) {
