@@ -32,6 +32,11 @@ Status validate(const HeadLinearArgs& a) {
   if (a.m < 0 || a.n_heads <= 0 || a.n <= 0 || a.k <= 0)
     return invalid_argument("head_linear: bad dims m={} n_heads={} n={} k={}", a.m, a.n_heads, a.n, a.k);
   if (a.m && (!a.x || !a.w || !a.y)) return invalid_argument("head_linear: null input");
+  if (a.w_format == HeadWeight::kFp8) {
+    if (a.m && !a.w_scale) return invalid_argument("head_linear: FP8 weights without their scales");
+    if (a.scale_group < 16 || (a.scale_group & (a.scale_group - 1)) != 0)
+      return invalid_argument("head_linear: FP8 scale_group {} must be a power of two >= 16", a.scale_group);
+  }
   if (a.x_row_stride < 0 || a.x_head_stride < 0 || a.y_row_stride < 0 || a.y_head_stride < 0)
     return invalid_argument("head_linear: negative stride");
   if (a.m == 0) return ok_status();

@@ -8,9 +8,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <string_view>
 #include <tuple>
 
 #include "ops/cuda/common/cuda_check.h"
@@ -250,6 +252,29 @@ Result<DevMlp> stack_mlp(DeviceWeights& w, const std::vector<MlpSlice>& slices, 
   return d;
 }
 
+// PEREGRINE_FP8_HEADS=1: W_UK / W_UV of an FP8 kv_b_proj as HeadWeight::kFp8 (off by default until
+// the GPU tests of the format have run on the H200; docs/decode-status.md).
+bool fp8_heads_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_FP8_HEADS");
+    return v && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
+// W_UK^T / W_UV of an FP8 kv_b_proj as HeadWeight::kFp8 (ops::split_fp8_heads). Returns the bytes a
+// decode step reads of them.
+Result<double> upload_fp8_heads(Uploader& up, const Matrix& kvb, int64_t nh, int64_t nope, int64_t V,
+                                DevAttention& a) {
+  const ops::Fp8Heads f = ops::split_fp8_heads(kvb, nh, nope, V);
+  a.head_format = ops::HeadWeight::kFp8, a.uk_group = f.uk_group, a.uv_group = f.uv_group;
+  PG_ASSIGN_OR_RETURN(a.w_uk_t, up.raw(f.uk_t.data(), f.uk_t.size()));
+  PG_ASSIGN_OR_RETURN(a.w_uv, up.raw(f.uv.data(), f.uv.size()));
+  PG_ASSIGN_OR_RETURN(a.w_uk_scale, up.f32(f.uk_scale));
+  PG_ASSIGN_OR_RETURN(a.w_uv_scale, up.f32(f.uv_scale));
+  return double(f.uk_t.size() + f.uv.size()) + 4.0 * double(f.uk_scale.size() + f.uv_scale.size());
+}
+
 Result<DevLayer> upload_layer(const ModelConfig& c, const LayerWeights& L, Uploader& up, DeviceWeights& w) {
   DevLayer d;
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, R = c.kv_lora_rank;
@@ -273,34 +298,40 @@ Result<DevLayer> upload_layer(const ModelConfig& c, const LayerWeights& L, Uploa
   }
   PG_ASSIGN_OR_RETURN(a.kv_a_norm, up.f32(A.kv_a_layernorm));
   PG_ASSIGN_OR_RETURN(a.o, up.matrix(A.o_proj));
-  // W_UK [nh, nope, R] -> [nh, R, nope]; bf16 when kv_b_proj is bf16 (exact), else f32.
-  std::vector<float> uk_t(A.w_uk.size());
-  for (int64_t h = 0; h < nh; ++h)
-    for (int64_t d_ = 0; d_ < nope; ++d_)
-      for (int64_t r = 0; r < R; ++r) uk_t[size_t((h * R + r) * nope + d_)] = A.w_uk[size_t((h * nope + d_) * R + r)];
-  // kv_b_proj in FP8 or NVFP4: W_UK / W_UV are its dequantized values, kept exact in f32 (an NVFP4
-  // value, e2m1 * e4m3 * scale_2, generally has no exact bf16).
-  a.head_format = A.kv_b_proj.format == WeightFormat::kBF16 ? ops::HeadWeight::kBF16 : ops::HeadWeight::kF32;
-  auto put_head = [&](const std::vector<float>& v) -> Result<const void*> {
-    if (a.head_format == ops::HeadWeight::kF32) {
-      PG_ASSIGN_OR_RETURN(const float* p, up.f32(v));
+  // W_UK [nh, nope, R] -> [nh, R, nope]. kv_b_proj in bf16: W_UK / W_UV in bf16 (exact); in FP8 or
+  // NVFP4: its dequantized values, kept exact in f32 (an NVFP4 value, e2m1 * e4m3 * scale_2,
+  // generally has no exact bf16); or, FP8 with PEREGRINE_FP8_HEADS=1, its e4m3 codes and block
+  // scales (upload_fp8_heads: the same values at a quarter of f32's bytes).
+  double head_bytes = 0;
+  if (fp8_heads_enabled() && ops::fp8_heads_fit(A.kv_b_proj, nope, V)) {
+    PG_ASSIGN_OR_RETURN(head_bytes, upload_fp8_heads(up, A.kv_b_proj, nh, nope, V, a));
+  } else {
+    std::vector<float> uk_t(A.w_uk.size());
+    for (int64_t h = 0; h < nh; ++h)
+      for (int64_t d_ = 0; d_ < nope; ++d_)
+        for (int64_t r = 0; r < R; ++r) uk_t[size_t((h * R + r) * nope + d_)] = A.w_uk[size_t((h * nope + d_) * R + r)];
+    a.head_format = A.kv_b_proj.format == WeightFormat::kBF16 ? ops::HeadWeight::kBF16 : ops::HeadWeight::kF32;
+    auto put_head = [&](const std::vector<float>& v) -> Result<const void*> {
+      if (a.head_format == ops::HeadWeight::kF32) {
+        PG_ASSIGN_OR_RETURN(const float* p, up.f32(v));
+        return static_cast<const void*>(p);
+      }
+      std::vector<uint16_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) {  // values came from bf16: the top half is exact
+        uint32_t u;
+        std::memcpy(&u, &v[i], 4);
+        b[i] = uint16_t(u >> 16);
+      }
+      PG_ASSIGN_OR_RETURN(void* p, up.raw(b.data(), b.size() * 2));
       return static_cast<const void*>(p);
-    }
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {  // values came from bf16: the top half is exact
-      uint32_t u;
-      std::memcpy(&u, &v[i], 4);
-      b[i] = uint16_t(u >> 16);
-    }
-    PG_ASSIGN_OR_RETURN(void* p, up.raw(b.data(), b.size() * 2));
-    return static_cast<const void*>(p);
-  };
-  PG_ASSIGN_OR_RETURN(a.w_uk_t, put_head(uk_t));
-  PG_ASSIGN_OR_RETURN(a.w_uv, put_head(A.w_uv));
-  const double head_b = a.head_format == ops::HeadWeight::kF32 ? 4.0 : 2.0;
+    };
+    PG_ASSIGN_OR_RETURN(a.w_uk_t, put_head(uk_t));
+    PG_ASSIGN_OR_RETURN(a.w_uv, put_head(A.w_uv));
+    head_bytes = (a.head_format == ops::HeadWeight::kF32 ? 4.0 : 2.0) * double(nh * (R * nope + V * R));
+  }
   a.bytes = double(matrix_bytes(a.q_a) + matrix_bytes(a.q_b) + matrix_bytes(a.q) + matrix_bytes(a.kv_a) +
                    matrix_bytes(a.o)) +
-            head_b * double(nh * (R * nope + V * R));
+            head_bytes;
 
   d.is_moe = L.is_moe;
   if (L.is_moe) {

@@ -31,6 +31,10 @@ struct DevAttention {
   const void* w_uk_t = nullptr;           // [n_heads, kv_lora_rank, qk_nope_head_dim] head_format
   const void* w_uv = nullptr;             // [n_heads, v_head_dim, kv_lora_rank] head_format
   ops::HeadWeight head_format = ops::HeadWeight::kBF16;
+  // kFp8 (ops/head_linear.h): the rows' scales, one per row and uk_group / uv_group columns.
+  const float* w_uk_scale = nullptr;      // [n_heads * kv_lora_rank, ceil(qk_nope_head_dim / uk_group)]
+  const float* w_uv_scale = nullptr;      // [n_heads * v_head_dim, ceil(kv_lora_rank / uv_group)]
+  int64_t uk_group = 128, uv_group = 128;
   double bytes = 0;                       // what one decode step reads of all the above
 };
 

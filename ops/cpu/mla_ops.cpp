@@ -53,6 +53,11 @@ void head_linear(const HeadLinearArgs& a, ThreadPool& pool) {
       const float* wr;
       if (a.w_format == HeadWeight::kF32) {
         wr = static_cast<const float*>(a.w) + r * a.k;
+      } else if (a.w_format == HeadWeight::kFp8) {  // code x its scale, as a dequantized kv_b_proj
+        const uint8_t* wq = static_cast<const uint8_t*>(a.w) + r * a.k;
+        const float* sr = a.w_scale + r * ((a.k + a.scale_group - 1) / a.scale_group);
+        for (int64_t j = 0; j < a.k; ++j) row[size_t(j)] = f8e4m3_to_f32(wq[j]) * sr[j / a.scale_group];
+        wr = row.data();
       } else {
         const uint16_t* wb = static_cast<const uint16_t*>(a.w) + r * a.k;
         for (int64_t j = 0; j < a.k; ++j) row[size_t(j)] = bf16_to_f32(wb[j]);

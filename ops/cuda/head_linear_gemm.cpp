@@ -17,9 +17,10 @@ constexpr size_t kAlignBytes = 256;
 size_t align_up(size_t b) { return (b + kAlignBytes - 1) / kAlignBytes * kAlignBytes; }
 bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
 
-// W is used as it is when bf16 rows are whole 16-byte chunks and 16-byte aligned.
+// W is used as it is when bf16 rows are whole 16-byte chunks and 16-byte aligned; f32 and FP8 are
+// staged as bf16.
 bool stage_weights(HeadWeight f, int64_t k, const void* w) {
-  return f == HeadWeight::kF32 || k % kPrefillLdAlign != 0 || !aligned(w, 16);
+  return f != HeadWeight::kBF16 || k % kPrefillLdAlign != 0 || !aligned(w, 16);
 }
 size_t weight_bytes(int64_t n_heads, int64_t n, int64_t k, HeadWeight f, const void* w) {
   return stage_weights(f, k, w) ? align_up(size_t(n_heads * n * prefill_ld(k)) * 2) : 0;
@@ -56,6 +57,10 @@ Status head_linear_gemm(GemmContext& ctx, const HeadLinearArgs& a, void* scratch
     wp.rows = a.n_heads * a.n, wp.cols = a.k, wp.src_stride = a.k, wp.dst_stride = ldk;
     if (a.w_format == HeadWeight::kF32) {
       wp.src_type = ToBf16Src::kF32, wp.vec = aligned(a.w, 16) && a.k % 4 == 0;
+    } else if (a.w_format == HeadWeight::kFp8) {  // a block of one row and scale_group columns per scale
+      wp.src_type = ToBf16Src::kFp8Block, wp.scale_inv = a.w_scale;
+      wp.block_rows = 1, wp.block_cols = a.scale_group, wp.scale_cols = (a.k + a.scale_group - 1) / a.scale_group;
+      wp.vec = aligned(a.w, 8) && a.k % 8 == 0;
     } else {
       wp.src_type = ToBf16Src::kBF16, wp.vec = aligned(a.w, 16) && a.k % 8 == 0;
     }

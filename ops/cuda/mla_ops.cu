@@ -179,7 +179,10 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
   const int64_t k_chunks = p.k / kVec, n_seg = (k_chunks + kSeg - 1) / kSeg;
   const int64_t t_begin = by * p.tokens_per_block, t_end = min(p.m, t_begin + p.tokens_per_block);
 
+  constexpr bool kFp8 = F == LinearWeight::kFp8Block;
   uint4 wv[kU][kR];  // this lane's chunks of the current segment; with one segment, kept for every pass
+  float sc[kU][kR];  // FP8: their scales (a chunk's 16 codes share one: groups are >= 16 columns)
+  const float* srow = kFp8 ? p.w_scale + row * p.scale_cols : nullptr;
   auto load_w = [&](int64_t c0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u)
@@ -187,6 +190,8 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
       for (int r = 0; r < kR; ++r) {
         const int64_t c = c0 + int64_t(u) * kL;
         wv[u][r] = valid && c < k_chunks ? ld_stream(wr + r * row_bytes + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
+        if constexpr (kFp8)
+          sc[u][r] = valid && c < k_chunks ? __ldg(srow + r * p.scale_cols + ((c * kVec) >> p.log2_group)) : 0.0f;
       }
   };
   load_w(s);  // the first pass's segment 0, before the wait
@@ -220,10 +225,11 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
               }
 #pragma unroll
               for (int r = 0; r < kR; ++r) {
-                float d = 0.0f;  // one chunk's dot product, then added into the row's sum
+                float d = 0.0f;  // one chunk's dot product, then added (FP8: scaled) into the row's sum
 #pragma unroll
                 for (int e = 0; e < kVec; ++e) d = fmaf(wf[r][e], xf[e], d);
-                acc[i][r] += d;
+                if constexpr (kFp8) acc[i][r] = fmaf(d, sc[u][r], acc[i][r]);
+                else acc[i][r] += d;
               }
             }
           }
@@ -322,10 +328,15 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_scalar_kernel(const 
   float* yh = p.y + h * p.y_head_stride + (row - h * p.n);
   const int64_t t_begin = int64_t(blockIdx.y) * kHeadScalarTokensPerBlock;
   const int64_t t_end = min(p.m, t_begin + kHeadScalarTokensPerBlock);
+  const float* srow = F == LinearWeight::kFp8Block ? p.w_scale + row * p.scale_cols : nullptr;
   for (int64_t t = t_begin; t < t_end; ++t) {
     const float* x = xh + t * p.x_row_stride;
     float sum = 0.0f;
-    for (int64_t j = lane; j < p.k; j += kWarpSize) sum = fmaf(load_elem<F>(wr, j), x[j], sum);
+    for (int64_t j = lane; j < p.k; j += kWarpSize) {
+      float w = load_elem<F>(wr, j);
+      if constexpr (F == LinearWeight::kFp8Block) w *= __ldg(srow + (j >> p.log2_group));  // as the CPU's row
+      sum = fmaf(w, x[j], sum);
+    }
     sum = warp_sum(sum);
     if (lane == 0) yh[t * p.y_row_stride] = sum;
   }
@@ -367,6 +378,7 @@ cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, c
   switch (f) {
     case LinearWeight::kF32: return launch_head_vec_f<LinearWeight::kF32>(lanes, m_tile_one, p, grid, stream);
     case LinearWeight::kBF16: return launch_head_vec_f<LinearWeight::kBF16>(lanes, m_tile_one, p, grid, stream);
+    case LinearWeight::kFp8Block: return launch_head_vec_f<LinearWeight::kFp8Block>(lanes, m_tile_one, p, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -376,6 +388,7 @@ cudaError_t launch_mla_prep(LinearWeight f, int lanes, bool m_tile_one, const Ml
   switch (f) {
     case LinearWeight::kF32: return launch_prep_f<LinearWeight::kF32>(lanes, m_tile_one, p, stream);
     case LinearWeight::kBF16: return launch_prep_f<LinearWeight::kBF16>(lanes, m_tile_one, p, stream);
+    case LinearWeight::kFp8Block: return launch_prep_f<LinearWeight::kFp8Block>(lanes, m_tile_one, p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -388,6 +401,9 @@ cudaError_t launch_head_linear_scalar(LinearWeight f, const HeadLinearParams& p,
   switch (f) {
     case LinearWeight::kF32: head_linear_scalar_kernel<LinearWeight::kF32><<<grid, kHeadThreads, 0, stream>>>(p); break;
     case LinearWeight::kBF16: head_linear_scalar_kernel<LinearWeight::kBF16><<<grid, kHeadThreads, 0, stream>>>(p); break;
+    case LinearWeight::kFp8Block:
+      head_linear_scalar_kernel<LinearWeight::kFp8Block><<<grid, kHeadThreads, 0, stream>>>(p);
+      break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -79,9 +79,16 @@ struct HeadPlan {
 
 Result<HeadPlan> head_plan(const HeadLinearArgs& a) {
   HeadPlan hp;
-  hp.f = a.w_format == HeadWeight::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16;
+  hp.f = a.w_format == HeadWeight::kF32   ? LinearWeight::kF32
+         : a.w_format == HeadWeight::kFp8 ? LinearWeight::kFp8Block
+                                          : LinearWeight::kBF16;
   HeadLinearParams& p = hp.p;
   p.x = a.x, p.w = a.w, p.y = a.y;
+  if (a.w_format == HeadWeight::kFp8) {  // validate: scale_group a power of two >= 16
+    p.w_scale = a.w_scale, p.scale_cols = (a.k + a.scale_group - 1) / a.scale_group;
+    p.log2_group = 0;
+    while ((int64_t(1) << p.log2_group) < a.scale_group) ++p.log2_group;
+  }
   p.x_row_stride = a.x_row_stride, p.x_head_stride = a.x_head_stride;
   p.y_row_stride = a.y_row_stride, p.y_head_stride = a.y_head_stride;
   p.m = a.m, p.n_heads = a.n_heads, p.n = a.n, p.k = a.k;

@@ -95,7 +95,10 @@ inline int64_t head_token_blocks(int64_t m, int64_t row_blocks, int sm_count) {
 
 struct HeadLinearParams {
   const float* x = nullptr;  // [m, n_heads, k] f32 (strides below); vector path: 16-byte aligned chunks
-  const void* w = nullptr;   // [n_heads, n, k] f32 | bf16, contiguous
+  const void* w = nullptr;   // [n_heads, n, k] f32 | bf16 | e4m3fn, contiguous
+  const float* w_scale = nullptr;  // e4m3fn: [n_heads * n, scale_cols] f32, one per row and 2^log2_group columns
+  int64_t scale_cols = 0;
+  int log2_group = 7;
   float* y = nullptr;        // [m, n_heads, n] f32 (strides below)
   int64_t x_row_stride = 0, x_head_stride = 0, y_row_stride = 0, y_head_stride = 0;
   int64_t m = 0, n_heads = 0, n = 0, k = 0;

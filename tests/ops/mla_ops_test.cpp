@@ -337,10 +337,11 @@ struct HeadCase {
   int64_t y_head_pad = 0;                       // y [m, n_heads, n + pad]
   bool y_head_major = false;                    // y [n_heads, m, n]
   bool misalign_x = false;                      // x 4 bytes past a 16-byte boundary: generic path
+  int64_t group = 128;                          // kFp8: columns per scale
 };
 void PrintTo(const HeadCase& c, std::ostream* os) { *os << c.name; }
 
-constexpr HeadWeight kHF32 = HeadWeight::kF32, kHBF16 = HeadWeight::kBF16;
+constexpr HeadWeight kHF32 = HeadWeight::kF32, kHBF16 = HeadWeight::kBF16, kHFP8 = HeadWeight::kFp8;
 constexpr int64_t kV3QRow = 128 * 192, kMoonQRow = 16 * 192;
 
 const HeadCase kHeadCases[] = {
@@ -372,11 +373,22 @@ const HeadCase kHeadCases[] = {
     {"tiny_k13_m3", kHF32, 3, 3, 13, 13},
     {"odd_n_m4", kHBF16, 4, 3, 27, 128},
     {"misaligned_x_m2", kHBF16, 2, 16, 128, 512, 0, 0, 0, false, true},
+    // FP8 (a DeepSeek-FP8 kv_b_proj's codes, one scale per row and 128 columns, or 16): the decode
+    // shapes, segments, the generic path (odd k, a partial last group; misaligned x).
+    {"fp8_v3_w_uk_m1", kHFP8, 1, 128, 512, 128, kV3QRow, 192},
+    {"fp8_v3_w_uv_m4", kHFP8, 4, 128, 128, 512},
+    {"fp8_moonlight_w_uk_m9", kHFP8, 9, 16, 512, 128, kMoonQRow, 192},
+    {"fp8_moonlight_w_uv_m64", kHFP8, 64, 16, 128, 512},
+    {"fp8_group16_k2048_segments_m3", kHFP8, 3, 4, 64, 2048, 0, 0, 0, false, false, 16},
+    {"fp8_tiny_w_uv_generic_m5", kHFP8, 5, 3, 13, 27, 0, 0, 0, false, false, 16},
+    {"fp8_misaligned_x_m2", kHFP8, 2, 16, 128, 512, 0, 0, 0, false, true},
 };
 
 struct HeadData {
-  std::vector<float> x, wf;  // wf: W in f32 (bf16 values exactly)
+  std::vector<float> x, wf;  // wf: W in f32 (bf16 values, or FP8 code x scale, exactly)
   std::vector<uint16_t> wb;
+  std::vector<uint8_t> wq;   // kFp8: codes [rows, k] and scales [rows, ceil(k / group)]
+  std::vector<float> ws;
   HeadLinearArgs a;          // host pointers, y unset
   size_t y_len = 0;
   int64_t x_off = 0;
@@ -402,11 +414,25 @@ HeadData make_head_data(const HeadCase& c, uint64_t seed) {
     d.wb.resize(d.wf.size());
     parallel_fill(d.wb, [&](uint64_t i) { return f32_to_bf16(uniform_pm1(seed, i)); });
     for (size_t i = 0; i < d.wb.size(); ++i) d.wf[i] = bf16_to_f32(d.wb[i]);
+  } else if (c.format == kHFP8) {
+    const int64_t rows = c.n_heads * c.n, groups = (c.k + c.group - 1) / c.group;
+    d.wq.resize(d.wf.size()), d.ws.resize(size_t(rows * groups));
+    for (size_t i = 0; i < d.wq.size(); ++i) {  // every finite e4m3 code, no NaN
+      const uint8_t b = uint8_t(splitmix64(seed + i) >> 56);
+      d.wq[i] = (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;
+    }
+    parallel_fill(d.ws, [&](uint64_t i) { return std::exp2(-8.0f + 2.0f * uniform_pm1(seed + 5, i)); });
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < c.k; ++j)
+        d.wf[size_t(r * c.k + j)] = f8e4m3_to_f32(d.wq[size_t(r * c.k + j)]) * d.ws[size_t(r * groups + j / c.group)];
+    a.w_scale = d.ws.data(), a.scale_group = c.group;
   } else {
     parallel_fill(d.wf, [&](uint64_t i) { return uniform_pm1(seed, i); });
   }
   a.x = d.x.data() + d.x_off;
-  a.w = c.format == kHBF16 ? static_cast<const void*>(d.wb.data()) : d.wf.data();
+  a.w = c.format == kHBF16  ? static_cast<const void*>(d.wb.data())
+        : c.format == kHFP8 ? static_cast<const void*>(d.wq.data())
+                            : d.wf.data();
   return d;
 }
 
@@ -425,10 +451,15 @@ TEST_P(HeadLinearCuda, MatchesCpu) {
   auto dx = to_device(d.x);
   auto dwf = c.format == kHF32 ? to_device(d.wf) : cuda::DeviceBuffer<float>();
   auto dwb = c.format == kHBF16 ? to_device(d.wb) : cuda::DeviceBuffer<uint16_t>();
+  auto dwq = c.format == kHFP8 ? to_device(d.wq) : cuda::DeviceBuffer<uint8_t>();
+  auto dws = c.format == kHFP8 ? to_device(d.ws) : cuda::DeviceBuffer<float>();
   auto dy = poisoned<float>(d.y_len);
   HeadLinearArgs da = a;
   da.x = dx.data() + d.x_off, da.y = dy.data();
-  da.w = c.format == kHF32 ? static_cast<const void*>(dwf.data()) : dwb.data();
+  da.w = c.format == kHF32 ? static_cast<const void*>(dwf.data())
+         : c.format == kHFP8 ? static_cast<const void*>(dwq.data())
+                             : dwb.data();
+  if (c.format == kHFP8) da.w_scale = dws.data();
   PG_ASSERT_OK(cuda::head_linear(da, nullptr));
   ASSERT_TRUE(sync_ok());
   const std::vector<float> y_gpu = to_host(dy);
@@ -495,6 +526,8 @@ const PrepCase kPrepCases[] = {
     {"v3_bf16_m1", kHBF16, 1, 128, 128, 64, 512, false},
     {"v3_bf16_m10", kHBF16, 10, 128, 128, 64, 512, false},
     {"tiny_generic_path", kHF32, 4, 3, 5, 6, 27, true},
+    {"moonlight_fp8_m1", kHFP8, 1, 16, 128, 64, 512, true},
+    {"v3_fp8_m4", kHFP8, 4, 128, 128, 64, 512, false},
 };
 
 class MlaPrepCuda : public ::testing::TestWithParam<PrepCase> {};
@@ -517,6 +550,10 @@ TEST_P(MlaPrepCuda, SameBitsAsTheThreeOps) {
   parallel_fill(wf, [&](uint64_t i) { return uniform_pm1(seed + 3, i); });
   std::vector<uint16_t> wb(static_cast<size_t>(n_w));
   for (size_t i = 0; i < wb.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+  // FP8: codes and one scale per row (k = nope <= 128 columns: one group).
+  std::vector<uint8_t> wq(static_cast<size_t>(n_w));
+  for (size_t i = 0; i < wq.size(); ++i) wq[i] = f32_to_f8e4m3(wf[i] * 64.0f);
+  std::vector<float> ws(static_cast<size_t>(c.n_heads * c.R), 1.0f / 64);
   // Token t: sequence t, a random position; blocks seq x kMaxBlocks + j.
   std::vector<int64_t> pos(static_cast<size_t>(m));
   std::vector<int32_t> token_seq(static_cast<size_t>(m)), tables(static_cast<size_t>(m * kMaxBlocks));
@@ -534,6 +571,8 @@ TEST_P(MlaPrepCuda, SameBitsAsTheThreeOps) {
   auto dnorm = to_device(norm_w);
   auto dw = to_device(wf);
   auto dwb = to_device(wb);
+  auto dwq = to_device(wq);
+  auto dws = to_device(ws);
   std::vector<float> out[2][3];  // [unfused, fused][cache, q, q_lat]
   for (int fused = 0; fused < 2; ++fused) {
     auto dq = to_device(q);
@@ -551,7 +590,10 @@ TEST_P(MlaPrepCuda, SameBitsAsTheThreeOps) {
     ra.head_stride = qk, ra.row_stride = q_row, ra.offset = c.nope, ra.rope_dim = c.P;
     HeadLinearArgs& uk = a.w_uk;
     uk.x = dq.data(), uk.x_row_stride = q_row, uk.x_head_stride = qk;
-    uk.w = c.w_format == kHBF16 ? static_cast<const void*>(dwb.data()) : static_cast<const void*>(dw.data());
+    uk.w = c.w_format == kHBF16  ? static_cast<const void*>(dwb.data())
+           : c.w_format == kHFP8 ? static_cast<const void*>(dwq.data())
+                                 : static_cast<const void*>(dw.data());
+    if (c.w_format == kHFP8) uk.w_scale = dws.data(), uk.scale_group = 128;
     uk.w_format = c.w_format, uk.y = dlat.data(), uk.y_row_stride = c.n_heads * c.R, uk.y_head_stride = c.R;
     uk.m = m, uk.n_heads = c.n_heads, uk.n = c.R, uk.k = c.nope;
     if (fused) {

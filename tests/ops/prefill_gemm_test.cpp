@@ -540,13 +540,33 @@ void run_head_case(const HeadCase& c) {
   std::vector<float> w_img(size_t(nh * n * k));
   const float amp = 2.0f / std::sqrt(float(k));
   parallel_fill(w_img, [&](uint64_t i) { return bf16_round(amp * uniform_pm1(seed, i)); });
+  // FP8: e4m3 codes with a power-of-two scale per row and 16 columns (the staged bf16 is exact).
+  constexpr int64_t kFp8Group = 16;
+  const int64_t groups = (k + kFp8Group - 1) / kFp8Group;
+  std::vector<uint8_t> w_q;
+  std::vector<float> w_s;
+  if (c.format == HeadWeight::kFp8) {
+    w_q.resize(w_img.size()), w_s.resize(size_t(nh * n * groups));
+    for (size_t i = 0; i < w_s.size(); ++i) w_s[i] = std::exp2(float(-8 + int(splitmix64(seed + 9 + i) % 5)));
+    for (int64_t r = 0; r < nh * n; ++r)
+      for (int64_t j = 0; j < k; ++j) {
+        const size_t i = size_t(r * k + j);
+        const float s = w_s[size_t(r * groups + j / kFp8Group)];
+        w_q[i] = f32_to_f8e4m3(w_img[i] / s);
+        w_img[i] = f8e4m3_to_f32(w_q[i]) * s;
+      }
+  }
   std::vector<uint16_t> w_bf16(w_img.size());
   for (size_t i = 0; i < w_img.size(); ++i) w_bf16[i] = f32_to_bf16(w_img[i]);
   std::vector<float> w_abs(w_img.size());
   for (size_t i = 0; i < w_img.size(); ++i) w_abs[i] = std::fabs(w_img[i]);
   auto dwf = to_device(w_img);
   auto dwb = to_device(w_bf16);
-  const void* dw = c.format == HeadWeight::kF32 ? static_cast<const void*>(dwf.data()) : dwb.data();
+  auto dwq = c.format == HeadWeight::kFp8 ? to_device(w_q) : cuda::DeviceBuffer<uint8_t>();
+  auto dws = c.format == HeadWeight::kFp8 ? to_device(w_s) : cuda::DeviceBuffer<float>();
+  const void* dw = c.format == HeadWeight::kF32   ? static_cast<const void*>(dwf.data())
+                   : c.format == HeadWeight::kFp8 ? static_cast<const void*>(dwq.data())
+                                                  : dwb.data();
   auto ctx_r = small_context();
   PG_ASSERT_OK(ctx_r.status());
 
@@ -573,6 +593,7 @@ void run_head_case(const HeadCase& c) {
 
     HeadLinearArgs da;
     da.x = dx.data(), da.x_row_stride = xrs, da.x_head_stride = xhs, da.w = dw, da.w_format = c.format;
+    if (c.format == HeadWeight::kFp8) da.w_scale = dws.data(), da.scale_group = kFp8Group;
     da.y = dy.data(), da.y_row_stride = yrs, da.y_head_stride = yhs, da.m = m, da.n_heads = nh, da.n = n, da.k = k;
     PG_ASSERT_OK(cuda::head_linear_gemm(*ctx_r, da, scr.data(), scr.size(), nullptr));
     ASSERT_TRUE(sync_ok());
@@ -623,7 +644,7 @@ void run_head_case(const HeadCase& c) {
   }
 }
 
-constexpr HeadWeight kHF32 = HeadWeight::kF32, kHBF16 = HeadWeight::kBF16;
+constexpr HeadWeight kHF32 = HeadWeight::kF32, kHBF16 = HeadWeight::kBF16, kHFP8 = HeadWeight::kFp8;
 
 const HeadCase kHeadCases[] = {
     // moonlight: 16 heads, kv_lora 512, nope 128 (x = q_nope inside q rows of 16 x 192), v 128.
@@ -638,6 +659,9 @@ const HeadCase kHeadCases[] = {
     {"tiny_w_uv_bf16", kHBF16, 3, 13, 27, {64, 100}, 0, 3},
     {"heads_major_bf16", kHBF16, 4, 64, 64, {100}, 0, 0, true},
     {"heads_major_odd_f32", kHF32, 3, 13, 27, {70}, 0, 1, true},
+    // FP8 heads (a DeepSeek-FP8 kv_b_proj's codes and scales), staged as bf16: V3's W_UV, odd dims.
+    {"v3_w_uv_fp8", kHFP8, 128, 128, 512, {256}},
+    {"tiny_w_uk_fp8", kHFP8, 3, 27, 11, {64}, 17, 2},
 };
 
 class HeadLinearGemmCuda : public ::testing::TestWithParam<HeadCase> {};

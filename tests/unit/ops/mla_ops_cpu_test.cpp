@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -210,6 +211,112 @@ TEST(MlaOpsCpu, HeadLinearAgainstLoops) {
         EXPECT_TRUE(is_poison(y[o])) << "element " << o << " between outputs was written";
       }
   }
+}
+
+// FP8 heads (HeadWeight::kFp8: e4m3 codes, one f32 scale per row and scale_group columns) give the
+// bits of f32 heads holding code x scale, the values the loader's f32 heads of an FP8 kv_b_proj hold:
+// the same row, the same dot products. Groups of 16 and 128, a partial last group (k = 27).
+TEST(MlaOpsCpu, HeadLinearFp8SameBitsAsF32OfItsValues) {
+  struct Fp8Case {
+    int64_t m, n_heads, n, k, group;
+  };
+  for (const Fp8Case& c : {Fp8Case{3, 4, 64, 128, 128}, Fp8Case{2, 2, 32, 512, 128}, Fp8Case{5, 3, 13, 27, 16}}) {
+    SCOPED_TRACE("k=" + std::to_string(c.k) + " group=" + std::to_string(c.group));
+    std::mt19937 rng(uint32_t(c.k * 7 + c.group));
+    const int64_t rows = c.n_heads * c.n, groups = (c.k + c.group - 1) / c.group;
+    const std::vector<float> x = normal_vec(size_t(c.m * c.n_heads * c.k), rng);
+    std::vector<uint8_t> q(size_t(rows * c.k));
+    std::vector<float> s(size_t(rows * groups)), wf(q.size());
+    for (uint8_t& v : q) v = f32_to_f8e4m3(std::normal_distribution<float>(0.0f, 40.0f)(rng), Overflow::kSaturate);
+    for (float& v : s) v = std::uniform_real_distribution<float>(1e-3f, 1e-2f)(rng);  // not powers of two
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < c.k; ++j)
+        wf[size_t(r * c.k + j)] = f8e4m3_to_f32(q[size_t(r * c.k + j)]) * s[size_t(r * groups + j / c.group)];
+    std::vector<float> y8(size_t(c.m * rows), kPoison), y32 = y8;
+    HeadLinearArgs a;
+    a.x = x.data(), a.x_row_stride = c.n_heads * c.k, a.x_head_stride = c.k;
+    a.y_row_stride = rows, a.y_head_stride = c.n, a.m = c.m, a.n_heads = c.n_heads, a.n = c.n, a.k = c.k;
+    HeadLinearArgs a8 = a, a32 = a;
+    a8.w = q.data(), a8.w_format = HeadWeight::kFp8, a8.w_scale = s.data(), a8.scale_group = c.group, a8.y = y8.data();
+    a32.w = wf.data(), a32.w_format = HeadWeight::kF32, a32.y = y32.data();
+    ASSERT_TRUE(validate(a8).ok()) << validate(a8).message();
+    ThreadPool pool(2);
+    cpu::head_linear(a8, pool);
+    cpu::head_linear(a32, pool);
+    int64_t differ = 0;
+    for (size_t i = 0; i < y8.size(); ++i) differ += std::memcmp(&y8[i], &y32[i], 4) != 0;
+    EXPECT_EQ(differ, 0);
+  }
+  // The scales are required, and their group must be a power of two >= 16.
+  const std::vector<float> xs(8, 1.0f);
+  const std::vector<uint8_t> q(16);
+  std::vector<float> y(8), s(1, 1.0f);
+  HeadLinearArgs h;
+  h.x = xs.data(), h.w = q.data(), h.w_format = HeadWeight::kFp8, h.y = y.data();
+  h.m = 1, h.n_heads = 2, h.n = 2, h.k = 4, h.x_row_stride = 8, h.x_head_stride = 4, h.y_row_stride = 4, h.y_head_stride = 2;
+  EXPECT_FALSE(validate(h).ok());  // no scales
+  h.w_scale = s.data();
+  EXPECT_TRUE(validate(h).ok());
+  h.scale_group = 24;
+  EXPECT_FALSE(validate(h).ok());
+  h.scale_group = 8;
+  EXPECT_FALSE(validate(h).ok());
+}
+
+// split_fp8_heads: code x scale of every W_UK^T / W_UV weight is the f32 value of its element of
+// the dequantized kv_b_proj (what the f32 heads hold), for DeepSeek's 128 x 128 blocks and for
+// blocks of 32 (several groups per W_UK^T row, several W_UV rows per block row); and the shapes it
+// refuses.
+TEST(MlaOpsCpu, SplitFp8HeadsKeepsEveryWeight) {
+  struct SplitCase {
+    int64_t nh, nope, V, R, block;
+  };
+  for (const SplitCase& c : {SplitCase{2, 128, 128, 512, 128}, SplitCase{3, 64, 32, 96, 32}}) {
+    SCOPED_TRACE("block=" + std::to_string(c.block));
+    std::mt19937 rng(uint32_t(c.block));
+    const int64_t rows = c.nh * (c.nope + c.V);
+    std::vector<uint8_t> q(size_t(rows * c.R));
+    for (uint8_t& v : q) v = f32_to_f8e4m3(std::normal_distribution<float>(0.0f, 40.0f)(rng), Overflow::kSaturate);
+    Matrix w{WeightFormat::kFp8Block, rows, c.R, q.data()};
+    w.block_rows = w.block_cols = c.block;
+    std::vector<float> s(size_t(((rows + c.block - 1) / c.block) * w.scale_cols()));
+    for (float& v : s) v = std::uniform_real_distribution<float>(1e-3f, 1e-2f)(rng);
+    w.scale_inv = s.data();
+    ASSERT_TRUE(fp8_heads_fit(w, c.nope, c.V));
+    const Fp8Heads f = split_fp8_heads(w, c.nh, c.nope, c.V);
+    const int64_t ukg = (c.nope + f.uk_group - 1) / f.uk_group, uvg = (c.R + f.uv_group - 1) / f.uv_group;
+    std::vector<float> row(size_t(c.R));
+    int64_t differ = 0;
+    for (int64_t h = 0; h < c.nh; ++h) {
+      for (int64_t d = 0; d < c.nope; ++d) {  // W_UK[h][d][:] = kv_b_proj row h (nope + V) + d
+        matrix_row_to_f32(w, h * (c.nope + c.V) + d, row.data());
+        for (int64_t r = 0; r < c.R; ++r) {
+          const int64_t o = (h * c.R + r) * c.nope + d;
+          const float v = f8e4m3_to_f32(f.uk_t[size_t(o)]) * f.uk_scale[size_t((h * c.R + r) * ukg + d / f.uk_group)];
+          differ += std::memcmp(&v, &row[size_t(r)], 4) != 0;
+        }
+      }
+      for (int64_t v = 0; v < c.V; ++v) {  // W_UV[h][v][:] = kv_b_proj row h (nope + V) + nope + v
+        matrix_row_to_f32(w, h * (c.nope + c.V) + c.nope + v, row.data());
+        for (int64_t r = 0; r < c.R; ++r) {
+          const float x = f8e4m3_to_f32(f.uv[size_t((h * c.V + v) * c.R + r)]) * f.uv_scale[size_t((h * c.V + v) * uvg + r / f.uv_group)];
+          differ += std::memcmp(&x, &row[size_t(r)], 4) != 0;
+        }
+      }
+    }
+    EXPECT_EQ(differ, 0);
+  }
+  std::vector<uint8_t> q(size_t(4 * 192 * 64));
+  std::vector<float> s(64, 1.0f);
+  Matrix w{WeightFormat::kFp8Block, 4 * 192, 64, q.data()};
+  w.scale_inv = s.data();
+  EXPECT_FALSE(fp8_heads_fit(w, 128, 64));  // a head's 192 rows start mid-block (128 x 128)
+  w.block_rows = 64, w.block_cols = 64;
+  EXPECT_TRUE(fp8_heads_fit(w, 128, 64));
+  w.block_cols = 48;
+  EXPECT_FALSE(fp8_heads_fit(w, 128, 64));  // not a power of two
+  w.block_cols = 64, w.format = WeightFormat::kBF16;
+  EXPECT_FALSE(fp8_heads_fit(w, 128, 64));
 }
 
 TEST(MlaOpsCpu, ValidateRejectsBadShapes) {
