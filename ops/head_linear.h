@@ -26,6 +26,7 @@ struct HeadLinearArgs {
   HeadWeight w_format = HeadWeight::kBF16;
   const float* w_scale = nullptr;  // kFp8: [n_heads * n, ceil(k / scale_group)] f32, same memory as w
   int64_t scale_group = 128;       // kFp8: columns per scale, a power of two >= 16
+  float y_scale = 1.0f;            // y = y_scale x (W · x): an NVFP4 kv_b_proj's scale_2 (Bf16Heads)
   float* y = nullptr;              // [m, n_heads, n] f32 at y[t * y_row_stride + h * y_head_stride + i]
   int64_t y_row_stride = 0, y_head_stride = 0;  // elements; every (t, h, i) a distinct element
   int64_t m = 0, n_heads = 0, n = 0, k = 0;
@@ -48,5 +49,16 @@ struct Fp8Heads {
 // one scale), every head's rows starting a block row ((nope + V) % block_rows == 0).
 bool fp8_heads_fit(const Matrix& kv_b_proj, int64_t nope, int64_t v_head_dim);
 Fp8Heads split_fp8_heads(const Matrix& kv_b_proj, int64_t n_heads, int64_t nope, int64_t v_head_dim);
+
+// W_UK^T and W_UV of an NVFP4 kv_b_proj (one ModelOpt tensor: e2m1 codes, e4m3 scales per 16, one
+// scale_2) as bf16 values code x block scale, exact (<= 6 significant bits, within bf16's range),
+// with y_scale = scale_2 applied to the outputs: 2 bytes a weight instead of f32's 4. (The code
+// blocks run along kv_b_proj's rows, so W_UK^T, a transpose, cannot keep them.)
+struct Bf16Heads {
+  std::vector<uint16_t> uk_t, uv;  // [n_heads, R, nope], [n_heads, V, R]
+  float y_scale = 1.0f;
+};
+bool nvfp4_heads_fit(const Matrix& kv_b_proj, int64_t nope, int64_t v_head_dim);
+Bf16Heads split_nvfp4_heads(const Matrix& kv_b_proj, int64_t n_heads, int64_t nope, int64_t v_head_dim);
 
 }  // namespace pg::ops

@@ -1,5 +1,7 @@
 // validate(): the shape and pointer contracts of the MLA helper ops (embedding, mla_kv_write,
 // head_linear). Pointers may be device pointers: nothing they point to is read here.
+#include <cmath>
+
 #include "ops/embedding.h"
 #include "ops/head_linear.h"
 #include "ops/mla_kv_write.h"
@@ -32,6 +34,7 @@ Status validate(const HeadLinearArgs& a) {
   if (a.m < 0 || a.n_heads <= 0 || a.n <= 0 || a.k <= 0)
     return invalid_argument("head_linear: bad dims m={} n_heads={} n={} k={}", a.m, a.n_heads, a.n, a.k);
   if (a.m && (!a.x || !a.w || !a.y)) return invalid_argument("head_linear: null input");
+  if (!std::isfinite(a.y_scale)) return invalid_argument("head_linear: y_scale {} is not finite", a.y_scale);
   if (a.w_format == HeadWeight::kFp8) {
     if (a.m && !a.w_scale) return invalid_argument("head_linear: FP8 weights without their scales");
     if (a.scale_group < 16 || (a.scale_group & (a.scale_group - 1)) != 0)

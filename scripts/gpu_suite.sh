@@ -196,7 +196,7 @@ fi
 
 # ---- 4c. the gated paths (off by default): op tests and goldens with each on -----------------------
 # PG_SUITE_GATED="VAR=VAL ..." ("" = none). Each flag gets the op tests of its path and the goldens.
-GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_FP8_HEADS=1"}
+GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_COMPACT_HEADS=1"}
 OPSBIN=$(find "$BUILD" -name ops_cuda_test -type f -perm -u+x | head -1)
 for g in $GATED; do
   [ "$(left)" -lt 150 ] && { note "gated $g: skipped (time budget)"; continue; }
@@ -204,7 +204,7 @@ for g in $GATED; do
   case "$tag" in
     PEREGRINE_MOE_DIRECT_MULTI) ops_filter='*MoeExperts*:*MoeDirect*' ;;
     PEREGRINE_FUSED_NORMS) ops_filter='*LinearNorm*' ;;
-    PEREGRINE_FP8_HEADS) ops_filter='*HeadLinear*:*MlaPrep*' ;;  # the FP8 head cases run anyway; v3_tiny_fp8's goldens take the path
+    PEREGRINE_COMPACT_HEADS) ops_filter='*HeadLinear*:*MlaPrep*' ;;  # the FP8 head cases run anyway; v3_tiny_fp8's goldens take the path
     *) ops_filter='-*' ;;  # e.g. PEREGRINE_DECODE_ATTENTION: the op tests run both kernels anyway
   esac
   if [ -n "$OPSBIN" ]; then

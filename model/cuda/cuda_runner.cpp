@@ -562,7 +562,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
 
   ops::HeadLinearArgs uk;  // q_lat[t,h] = W_UK[h]ᵀ · q_nope[t,h]   [T, nh, R]
   uk.x = qb, uk.x_row_stride = q_row, uk.x_head_stride = qk, uk.w = A.w_uk_t, uk.w_format = A.head_format;
-  uk.w_scale = A.w_uk_scale, uk.scale_group = A.uk_group;
+  uk.w_scale = A.w_uk_scale, uk.scale_group = A.uk_group, uk.y_scale = A.head_y_scale;
   uk.y = q_lat, uk.y_row_stride = nh * R, uk.y_head_stride = R, uk.m = T, uk.n_heads = nh, uk.n = R, uk.k = nope;
   if (!prefill_path(T)) {  // GEMV-sized steps: the three in one launch (the same bits)
     PG_TRY(cu::mla_prep(ops::MlaPrepArgs{kw, ra, uk}, inv_freq, stream));
@@ -591,7 +591,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
 
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
   uv.x = o_lat, uv.x_row_stride = nh * R, uv.x_head_stride = R, uv.w = A.w_uv, uv.w_format = A.head_format;
-  uv.w_scale = A.w_uv_scale, uv.scale_group = A.uv_group;
+  uv.w_scale = A.w_uv_scale, uv.scale_group = A.uv_group, uv.y_scale = A.head_y_scale;
   uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
   PG_TRY(heads(uv));
   PG_TRY(mark("w_uv"));

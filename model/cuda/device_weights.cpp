@@ -252,11 +252,12 @@ Result<DevMlp> stack_mlp(DeviceWeights& w, const std::vector<MlpSlice>& slices, 
   return d;
 }
 
-// PEREGRINE_FP8_HEADS=1: W_UK / W_UV of an FP8 kv_b_proj as HeadWeight::kFp8 (off by default until
-// the GPU tests of the format have run on the H200; docs/decode-status.md).
-bool fp8_heads_enabled() {
+// PEREGRINE_COMPACT_HEADS=1: W_UK / W_UV of an FP8 kv_b_proj as HeadWeight::kFp8 (1 byte a weight),
+// of an NVFP4 one as bf16 with its scale_2 on the outputs (2 bytes), instead of f32 (4); off by
+// default until their GPU tests have run on the H200 (docs/decode-status.md).
+bool compact_heads_enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_FP8_HEADS");
+    const char* v = std::getenv("PEREGRINE_COMPACT_HEADS");
     return v && std::string_view(v) == "1";
   }();
   return on;
@@ -273,6 +274,17 @@ Result<double> upload_fp8_heads(Uploader& up, const Matrix& kvb, int64_t nh, int
   PG_ASSIGN_OR_RETURN(a.w_uk_scale, up.f32(f.uk_scale));
   PG_ASSIGN_OR_RETURN(a.w_uv_scale, up.f32(f.uv_scale));
   return double(f.uk_t.size() + f.uv.size()) + 4.0 * double(f.uk_scale.size() + f.uv_scale.size());
+}
+
+// W_UK^T / W_UV of an NVFP4 kv_b_proj as bf16 code x block scale, scale_2 on the outputs
+// (ops::split_nvfp4_heads). Returns the bytes a decode step reads of them.
+Result<double> upload_nvfp4_heads(Uploader& up, const Matrix& kvb, int64_t nh, int64_t nope, int64_t V,
+                                  DevAttention& a) {
+  const ops::Bf16Heads f = ops::split_nvfp4_heads(kvb, nh, nope, V);
+  a.head_format = ops::HeadWeight::kBF16, a.head_y_scale = f.y_scale;
+  PG_ASSIGN_OR_RETURN(a.w_uk_t, up.raw(f.uk_t.data(), f.uk_t.size() * 2));
+  PG_ASSIGN_OR_RETURN(a.w_uv, up.raw(f.uv.data(), f.uv.size() * 2));
+  return 2.0 * double(f.uk_t.size() + f.uv.size());
 }
 
 Result<DevLayer> upload_layer(const ModelConfig& c, const LayerWeights& L, Uploader& up, DeviceWeights& w) {
@@ -300,11 +312,14 @@ Result<DevLayer> upload_layer(const ModelConfig& c, const LayerWeights& L, Uploa
   PG_ASSIGN_OR_RETURN(a.o, up.matrix(A.o_proj));
   // W_UK [nh, nope, R] -> [nh, R, nope]. kv_b_proj in bf16: W_UK / W_UV in bf16 (exact); in FP8 or
   // NVFP4: its dequantized values, kept exact in f32 (an NVFP4 value, e2m1 * e4m3 * scale_2,
-  // generally has no exact bf16); or, FP8 with PEREGRINE_FP8_HEADS=1, its e4m3 codes and block
-  // scales (upload_fp8_heads: the same values at a quarter of f32's bytes).
+  // generally has no exact bf16); or, with PEREGRINE_COMPACT_HEADS=1, an FP8 one's e4m3 codes and
+  // block scales (upload_fp8_heads: the same values at a quarter of f32's bytes), an NVFP4 one's
+  // code x block scale in bf16 with scale_2 on the outputs (upload_nvfp4_heads: half).
   double head_bytes = 0;
-  if (fp8_heads_enabled() && ops::fp8_heads_fit(A.kv_b_proj, nope, V)) {
+  if (compact_heads_enabled() && ops::fp8_heads_fit(A.kv_b_proj, nope, V)) {
     PG_ASSIGN_OR_RETURN(head_bytes, upload_fp8_heads(up, A.kv_b_proj, nh, nope, V, a));
+  } else if (compact_heads_enabled() && ops::nvfp4_heads_fit(A.kv_b_proj, nope, V)) {
+    PG_ASSIGN_OR_RETURN(head_bytes, upload_nvfp4_heads(up, A.kv_b_proj, nh, nope, V, a));
   } else {
     std::vector<float> uk_t(A.w_uk.size());
     for (int64_t h = 0; h < nh; ++h)

@@ -35,6 +35,7 @@ struct DevAttention {
   const float* w_uk_scale = nullptr;      // [n_heads * kv_lora_rank, ceil(qk_nope_head_dim / uk_group)]
   const float* w_uv_scale = nullptr;      // [n_heads * v_head_dim, ceil(kv_lora_rank / uv_group)]
   int64_t uk_group = 128, uv_group = 128;
+  float head_y_scale = 1.0f;              // both heads' outputs times this (an NVFP4 kv_b_proj's scale_2)
   double bytes = 0;                       // what one decode step reads of all the above
 };
 

@@ -63,8 +63,10 @@ void head_linear(const HeadLinearArgs& a, ThreadPool& pool) {
         for (int64_t j = 0; j < a.k; ++j) row[size_t(j)] = bf16_to_f32(wb[j]);
         wr = row.data();
       }
-      for (int64_t t = 0; t < a.m; ++t)
-        a.y[t * a.y_row_stride + h * a.y_head_stride + i] = dot(a.x + t * a.x_row_stride + h * a.x_head_stride, wr, a.k);
+      for (int64_t t = 0; t < a.m; ++t) {
+        const float v = dot(a.x + t * a.x_row_stride + h * a.x_head_stride, wr, a.k);
+        a.y[t * a.y_row_stride + h * a.y_head_stride + i] = a.y_scale == 1.0f ? v : v * a.y_scale;
+      }
     }
   }, /*min_chunk=*/std::max<int64_t>(1, 16384 / std::max<int64_t>(1, a.k * a.m)));
 }

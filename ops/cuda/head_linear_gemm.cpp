@@ -85,7 +85,7 @@ Status head_linear_gemm(GemmContext& ctx, const HeadLinearArgs& a, void* scratch
     // One token (or one head) leaves that stride free in the contract; cuBLASLt wants ld >= n.
     g.y_stride = mc == 1 ? std::max(a.y_row_stride, a.n) : a.y_row_stride;
     g.y_batch_stride = a.n_heads == 1 ? 0 : a.y_head_stride;
-    g.m = mc, g.n = a.n, g.k = a.k, g.batch = a.n_heads;
+    g.m = mc, g.n = a.n, g.k = a.k, g.batch = a.n_heads, g.alpha = a.y_scale;
     const Status st = gemm_bf16(ctx, g, stream);
     if (st.code() == StatusCode::kUnsupported) {  // no cuBLASLt algorithm for this layout
       HeadLinearArgs c = a;

@@ -245,7 +245,7 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
         float v = acc[i][r];
 #pragma unroll
         for (int o = kL / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
-        if (valid && i < mv && s == (i * kR + r) % kL) yh[(t0 + i) * p.y_row_stride + r] = v;
+        if (valid && i < mv && s == (i * kR + r) % kL) yh[(t0 + i) * p.y_row_stride + r] = v * p.y_scale;
       }
   }
 }
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_scalar_kernel(const 
       sum = fmaf(w, x[j], sum);
     }
     sum = warp_sum(sum);
-    if (lane == 0) yh[t * p.y_row_stride] = sum;
+    if (lane == 0) yh[t * p.y_row_stride] = sum * p.y_scale;
   }
 }
 

@@ -83,7 +83,7 @@ Result<HeadPlan> head_plan(const HeadLinearArgs& a) {
          : a.w_format == HeadWeight::kFp8 ? LinearWeight::kFp8Block
                                           : LinearWeight::kBF16;
   HeadLinearParams& p = hp.p;
-  p.x = a.x, p.w = a.w, p.y = a.y;
+  p.x = a.x, p.w = a.w, p.y = a.y, p.y_scale = a.y_scale;
   if (a.w_format == HeadWeight::kFp8) {  // validate: scale_group a power of two >= 16
     p.w_scale = a.w_scale, p.scale_cols = (a.k + a.scale_group - 1) / a.scale_group;
     p.log2_group = 0;

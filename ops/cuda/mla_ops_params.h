@@ -99,6 +99,7 @@ struct HeadLinearParams {
   const float* w_scale = nullptr;  // e4m3fn: [n_heads * n, scale_cols] f32, one per row and 2^log2_group columns
   int64_t scale_cols = 0;
   int log2_group = 7;
+  float y_scale = 1.0f;  // y = y_scale x (W · x) (HeadLinearArgs::y_scale)
   float* y = nullptr;        // [m, n_heads, n] f32 (strides below)
   int64_t x_row_stride = 0, x_head_stride = 0, y_row_stride = 0, y_head_stride = 0;
   int64_t m = 0, n_heads = 0, n = 0, k = 0;

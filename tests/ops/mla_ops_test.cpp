@@ -338,6 +338,7 @@ struct HeadCase {
   bool y_head_major = false;                    // y [n_heads, m, n]
   bool misalign_x = false;                      // x 4 bytes past a 16-byte boundary: generic path
   int64_t group = 128;                          // kFp8: columns per scale
+  float y_scale = 1.0f;                         // outputs times this (an NVFP4 kv_b_proj's scale_2)
 };
 void PrintTo(const HeadCase& c, std::ostream* os) { *os << c.name; }
 
@@ -382,6 +383,9 @@ const HeadCase kHeadCases[] = {
     {"fp8_group16_k2048_segments_m3", kHFP8, 3, 4, 64, 2048, 0, 0, 0, false, false, 16},
     {"fp8_tiny_w_uv_generic_m5", kHFP8, 5, 3, 13, 27, 0, 0, 0, false, false, 16},
     {"fp8_misaligned_x_m2", kHFP8, 2, 16, 128, 512, 0, 0, 0, false, true},
+    // bf16 heads with y_scale (an NVFP4 kv_b_proj's): vector and generic paths.
+    {"bf16_y_scale_v3_w_uv_m2", kHBF16, 2, 128, 128, 512, 0, 0, 0, false, false, 128, 0.0371f},
+    {"bf16_y_scale_tiny_generic_m3", kHBF16, 3, 3, 13, 27, 0, 0, 0, false, false, 128, -2.5f},
 };
 
 struct HeadData {
@@ -397,7 +401,7 @@ struct HeadData {
 HeadData make_head_data(const HeadCase& c, uint64_t seed) {
   HeadData d;
   HeadLinearArgs& a = d.a;
-  a.m = c.m, a.n_heads = c.n_heads, a.n = c.n, a.k = c.k, a.w_format = c.format;
+  a.m = c.m, a.n_heads = c.n_heads, a.n = c.n, a.k = c.k, a.w_format = c.format, a.y_scale = c.y_scale;
   a.x_head_stride = c.x_head_stride ? c.x_head_stride : c.k;
   a.x_row_stride = c.x_row_stride ? c.x_row_stride : c.n_heads * c.k;
   if (c.y_head_major) {
@@ -474,7 +478,7 @@ TEST_P(HeadLinearCuda, MatchesCpu) {
       const float* wr = &d.wf[size_t((h * c.n + i) * c.k)];
       double sa = 0;
       for (int64_t j = 0; j < c.k; ++j) sa += std::fabs(double(wr[j]) * xt[j]);
-      absdot[size_t(o)] = sa;
+      absdot[size_t(o)] = sa * std::fabs(c.y_scale);
     }
   }, 64);
   std::vector<float> got, ref;

@@ -530,6 +530,7 @@ struct HeadCase {
   int64_t y_head_gap = 0;      // y_head_stride = n + gap, y_row_stride = n_heads * y_head_stride
   bool heads_major = false;    // x and y stored [n_heads][m][...] (rows inside heads)
   int64_t scratch_tokens = 0;  // scratch for this many tokens (0: m): smaller runs in passes
+  float y_scale = 1.0f;        // outputs times this (the GEMM's alpha)
 };
 void PrintTo(const HeadCase& c, std::ostream* os) { *os << c.name; }
 
@@ -594,6 +595,7 @@ void run_head_case(const HeadCase& c) {
     HeadLinearArgs da;
     da.x = dx.data(), da.x_row_stride = xrs, da.x_head_stride = xhs, da.w = dw, da.w_format = c.format;
     if (c.format == HeadWeight::kFp8) da.w_scale = dws.data(), da.scale_group = kFp8Group;
+    da.y_scale = c.y_scale;
     da.y = dy.data(), da.y_row_stride = yrs, da.y_head_stride = yhs, da.m = m, da.n_heads = nh, da.n = n, da.k = k;
     PG_ASSERT_OK(cuda::head_linear_gemm(*ctx_r, da, scr.data(), scr.size(), nullptr));
     ASSERT_TRUE(sync_ok());
@@ -624,10 +626,10 @@ void run_head_case(const HeadCase& c) {
     HeadLinearArgs ha;
     ha.x = xs.data(), ha.x_row_stride = nh * k, ha.x_head_stride = k, ha.w = w_img.data();
     ha.w_format = HeadWeight::kF32, ha.y = ref.data(), ha.y_row_stride = nh * n, ha.y_head_stride = n;
-    ha.m = ns, ha.n_heads = nh, ha.n = n, ha.k = k;
+    ha.m = ns, ha.n_heads = nh, ha.n = n, ha.k = k, ha.y_scale = c.y_scale;
     PG_ASSERT_OK(validate(ha));
     cpu::head_linear(ha, ThreadPool::global());
-    ha.x = xa.data(), ha.w = w_abs.data(), ha.y = mag.data();
+    ha.x = xa.data(), ha.w = w_abs.data(), ha.y = mag.data(), ha.y_scale = std::fabs(c.y_scale);
     cpu::head_linear(ha, ThreadPool::global());
 
     std::vector<float> got(ref.size());
@@ -662,6 +664,8 @@ const HeadCase kHeadCases[] = {
     // FP8 heads (a DeepSeek-FP8 kv_b_proj's codes and scales), staged as bf16: V3's W_UV, odd dims.
     {"v3_w_uv_fp8", kHFP8, 128, 128, 512, {256}},
     {"tiny_w_uk_fp8", kHFP8, 3, 27, 11, {64}, 17, 2},
+    // bf16 heads with y_scale (an NVFP4 kv_b_proj's scale_2): the GEMM's alpha.
+    {"moonlight_w_uv_y_scale", kHBF16, 16, 128, 512, {64}, 0, 0, false, 0, 0.0371f},
 };
 
 class HeadLinearGemmCuda : public ::testing::TestWithParam<HeadCase> {};

@@ -376,7 +376,7 @@ Status gemm_bf16(GemmContext& ctx, const GemmBf16Args& a, cudaStream_t stream) {
     it = s.bf16_plans.emplace(key, std::move(plan)).first;
   }
   const Plan& plan = it->second;
-  const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
+  const float alpha = a.alpha, beta = a.accumulate ? 1.0f : 0.0f;
   PG_LT_TRY(cublasLtMatmul(s.handle, s.desc, &alpha, a.w, plan.a.get(), a.x, plan.b.get(), &beta, a.y, plan.c.get(),
                            a.y, plan.c.get(), &plan.algo, s.workspace.data(), size_t(kGemmWorkspaceBytes), stream));
   return ok_status();

@@ -108,6 +108,7 @@ struct GemmBf16Args {
   int64_t x_stride = 0, w_stride = 0, y_stride = 0;  // elements; 0 = dense (k, k, n)
   int64_t x_batch_stride = 0, w_batch_stride = 0, y_batch_stride = 0;  // elements (batch > 1)
   bool accumulate = false;  // y += (beta 1) instead of y = (beta 0: y is never read)
+  float alpha = 1.0f;       // y (+)= alpha x (x · wᵀ)
 };
 Status gemm_bf16(GemmContext& ctx, const GemmBf16Args& a, cudaStream_t stream);
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -317,6 +318,51 @@ TEST(MlaOpsCpu, SplitFp8HeadsKeepsEveryWeight) {
   EXPECT_FALSE(fp8_heads_fit(w, 128, 64));  // not a power of two
   w.block_cols = 64, w.format = WeightFormat::kBF16;
   EXPECT_FALSE(fp8_heads_fit(w, 128, 64));
+}
+
+// split_nvfp4_heads: bf16(code x block scale) x y_scale is the f32 value of the dequantized kv_b_proj
+// element, bit for bit; and head_linear's y_scale multiplies the unscaled outputs (exactly).
+TEST(MlaOpsCpu, SplitNvfp4HeadsKeepsEveryWeight) {
+  const int64_t nh = 2, nope = 32, V = 16, R = 64, rows = nh * (nope + V);
+  std::mt19937 rng(7);
+  std::vector<uint8_t> codes(size_t(rows * R / 2)), scales(size_t(rows * R / 16));
+  for (uint8_t& b : codes) b = uint8_t(rng());
+  for (uint8_t& b : scales) b = uint8_t(0x20 + rng() % 0x50);  // positive finite e4m3
+  Matrix w{WeightFormat::kNvfp4, rows, R, codes.data()};
+  w.scale_fp8 = scales.data(), w.scale_2 = 0.0123f;
+  ASSERT_TRUE(nvfp4_heads_fit(w, nope, V));
+  const Bf16Heads f = split_nvfp4_heads(w, nh, nope, V);
+  EXPECT_EQ(f.y_scale, w.scale_2);
+  std::vector<float> row(static_cast<size_t>(R));
+  int64_t differ = 0;
+  for (int64_t h = 0; h < nh; ++h)
+    for (int64_t i = 0; i < nope + V; ++i) {
+      matrix_row_to_f32(w, h * (nope + V) + i, row.data());
+      for (int64_t r = 0; r < R; ++r) {
+        const uint16_t b = i < nope ? f.uk_t[size_t((h * R + r) * nope + i)] : f.uv[size_t((h * V + i - nope) * R + r)];
+        const float v = bf16_to_f32(b) * f.y_scale;
+        differ += std::memcmp(&v, &row[size_t(r)], 4) != 0;
+      }
+    }
+  EXPECT_EQ(differ, 0);
+  w.scale_2_rows = &w.scale_2, w.scale_2_group_rows = rows;
+  EXPECT_FALSE(nvfp4_heads_fit(w, nope, V));  // one tensor, one scale_2
+
+  // y_scale on head_linear: the unscaled outputs times it.
+  const std::vector<float> x = normal_vec(size_t(3 * 2 * 64), rng), wf = normal_vec(size_t(2 * 8 * 64), rng);
+  std::vector<float> y1(size_t(3 * 2 * 8)), y2(y1.size());
+  HeadLinearArgs a;
+  a.x = x.data(), a.x_row_stride = 2 * 64, a.x_head_stride = 64, a.w = wf.data(), a.w_format = HeadWeight::kF32;
+  a.y_row_stride = 2 * 8, a.y_head_stride = 8, a.m = 3, a.n_heads = 2, a.n = 8, a.k = 64;
+  ThreadPool pool(2);
+  a.y = y1.data();
+  cpu::head_linear(a, pool);
+  a.y = y2.data(), a.y_scale = -0.37f;
+  ASSERT_TRUE(validate(a).ok());
+  cpu::head_linear(a, pool);
+  for (size_t i = 0; i < y1.size(); ++i) EXPECT_EQ(y2[i], y1[i] * -0.37f);
+  a.y_scale = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(validate(a).ok());
 }
 
 TEST(MlaOpsCpu, ValidateRejectsBadShapes) {
