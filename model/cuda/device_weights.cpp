@@ -457,6 +457,17 @@ class Synth {
     PG_CUDA_TRY(cu::launch_fill(d, size_t(n), cu::FillKind::kBf16Pm1, next(), nullptr, std::sqrt(3.0f / float(fan_in))));
     return static_cast<const void*>(d);
   }
+  // n random finite e4m3 codes, and n positive scales for rows of fan_in such codes (as matrix()'s FP8).
+  Result<const void*> fp8_codes(int64_t n) {
+    PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(size_t(n)));
+    PG_CUDA_TRY(cu::launch_fill(d, size_t(n), cu::FillKind::kFp8Finite, next(), nullptr));
+    return static_cast<const void*>(d);
+  }
+  Result<const float*> scales(int64_t n, int64_t fan_in) {
+    PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(size_t(n) * 4));
+    PG_CUDA_TRY(cu::launch_fill(d, size_t(n), cu::FillKind::kScalePos, next(), nullptr, 3.1f / std::sqrt(float(fan_in))));
+    return static_cast<const float*>(d);
+  }
   Result<const float*> constant(int64_t n, float v) {
     std::vector<float> h(size_t(n), v);
     PG_ASSIGN_OR_RETURN(void* d, w_.arena.alloc(h.size() * 4));
@@ -496,12 +507,27 @@ Result<DevLayer> synth_layer(const ModelConfig& c, int64_t l, WeightFormat f, Sy
   }
   PG_ASSIGN_OR_RETURN(a.kv_a_norm, s.constant(R, 1.0f));
   PG_ASSIGN_OR_RETURN(a.o, s.matrix(H, nh * V, f));
-  a.head_format = ops::HeadWeight::kBF16;
-  PG_ASSIGN_OR_RETURN(a.w_uk_t, s.bf16(nh * R * nope, nope));
-  PG_ASSIGN_OR_RETURN(a.w_uv, s.bf16(nh * V * R, R));
+  // W_UK / W_UV in bf16 (2 bytes a weight, as a bf16 checkpoint's; a real FP8 / NVFP4 one loads
+  // them in f32 unless PEREGRINE_COMPACT_HEADS=1), or with that knob an FP8 model's as
+  // HeadWeight::kFp8 (DeepSeek's 128 x 128 blocks: one scale per row and 128 columns) and an NVFP4
+  // one's in bf16 with an output scale, as upload_layer gives them.
+  double head_bytes = 2.0 * double(nh * (R * nope + V * R));
+  if (compact_heads_enabled() && fp8) {
+    a.head_format = ops::HeadWeight::kFp8, a.uk_group = a.uv_group = 128;
+    PG_ASSIGN_OR_RETURN(a.w_uk_t, s.fp8_codes(nh * R * nope));
+    PG_ASSIGN_OR_RETURN(a.w_uv, s.fp8_codes(nh * V * R));
+    PG_ASSIGN_OR_RETURN(a.w_uk_scale, s.scales(nh * R * ((nope + 127) / 128), nope));
+    PG_ASSIGN_OR_RETURN(a.w_uv_scale, s.scales(nh * V * ((R + 127) / 128), R));
+    head_bytes = double(nh * (R * nope + V * R)) + 4.0 * double(nh * (R * ((nope + 127) / 128) + V * ((R + 127) / 128)));
+  } else {
+    a.head_format = ops::HeadWeight::kBF16;
+    if (compact_heads_enabled() && fp4) a.head_y_scale = 0.75f;  // an NVFP4 kv_b_proj's scale_2 on the outputs
+    PG_ASSIGN_OR_RETURN(a.w_uk_t, s.bf16(nh * R * nope, nope));
+    PG_ASSIGN_OR_RETURN(a.w_uv, s.bf16(nh * V * R, R));
+  }
   a.bytes = double(matrix_bytes(a.q_a) + matrix_bytes(a.q_b) + matrix_bytes(a.q) + matrix_bytes(a.kv_a) +
                    matrix_bytes(a.o)) +
-            2.0 * double(nh * (R * nope + V * R));
+            head_bytes;
   d.is_moe = c.n_routed_experts > 0 && l >= c.first_k_dense_replace && l % std::max<int64_t>(c.moe_layer_freq, 1) == 0;
   DevMlp& m = d.mlp;
   if (d.is_moe) {
