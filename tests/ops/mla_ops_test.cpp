@@ -638,6 +638,11 @@ TEST(HeadLinearCudaBandwidth, ReportsDecodeShapes) {
       {"v3_w_uv_m64", kHBF16, 64, 128, 128, 512},
       {"moonlight_w_uk_m1", kHBF16, 1, 16, 512, 128, kMoonQRow, 192},
       {"moonlight_w_uv_m1", kHBF16, 1, 16, 128, 512},
+      // The formats of an FP8 / NVFP4 checkpoint's heads: f32 (the default), FP8 (compact heads).
+      {"v3_w_uk_m1_f32", kHF32, 1, 128, 512, 128, kV3QRow, 192},
+      {"v3_w_uv_m1_f32", kHF32, 1, 128, 128, 512},
+      {"v3_w_uk_m1_fp8", kHFP8, 1, 128, 512, 128, kV3QRow, 192},
+      {"v3_w_uv_m1_fp8", kHFP8, 1, 128, 128, 512},
   };
   constexpr int kIters = 20;
   auto flush = poisoned<uint8_t>(size_t(256) << 20);
@@ -647,10 +652,17 @@ TEST(HeadLinearCudaBandwidth, ReportsDecodeShapes) {
   for (const HeadCase& c : cases) {
     HeadData d = make_head_data(c, seed_of(c.name));
     auto dx = to_device(d.x);
-    auto dwb = to_device(d.wb);
+    auto dwb = c.format == kHBF16 ? to_device(d.wb) : cuda::DeviceBuffer<uint16_t>();
+    auto dwf = c.format == kHF32 ? to_device(d.wf) : cuda::DeviceBuffer<float>();
+    auto dwq = c.format == kHFP8 ? to_device(d.wq) : cuda::DeviceBuffer<uint8_t>();
+    auto dws = c.format == kHFP8 ? to_device(d.ws) : cuda::DeviceBuffer<float>();
     auto dy = poisoned<float>(d.y_len);
     HeadLinearArgs a = d.a;
-    a.x = dx.data(), a.w = dwb.data(), a.y = dy.data();
+    a.x = dx.data(), a.y = dy.data();
+    a.w = c.format == kHBF16 ? static_cast<const void*>(dwb.data())
+          : c.format == kHF32 ? static_cast<const void*>(dwf.data())
+                              : static_cast<const void*>(dwq.data());
+    a.w_scale = c.format == kHFP8 ? dws.data() : nullptr;
     PG_ASSERT_OK(cuda::head_linear(a, nullptr));  // warm-up
     float total_ms = 0, best_ms = 1e30f;
     for (int i = 0; i < kIters; ++i) {
@@ -663,7 +675,10 @@ TEST(HeadLinearCudaBandwidth, ReportsDecodeShapes) {
       ASSERT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
       total_ms += ms, best_ms = std::min(best_ms, ms);
     }
-    const double us = 1e3 * total_ms / kIters, best_us = 1e3 * best_ms, w_bytes = double(d.wb.size()) * 2;
+    const double w_bytes = c.format == kHBF16  ? double(d.wb.size()) * 2
+                           : c.format == kHF32 ? double(d.wf.size()) * 4
+                                               : double(d.wq.size()) + 4.0 * double(d.ws.size());
+    const double us = 1e3 * total_ms / kIters, best_us = 1e3 * best_ms;
     std::printf("[ head_lin ] bandwidth %-18s mean %7.2f us (%6.1f GB/s)  best %7.2f us (%6.1f GB/s) of W %.1f MB, cold L2\n",
                 c.name, us, w_bytes / (us * 1e3), best_us, w_bytes / (best_us * 1e3), w_bytes / 1e6);
   }
