@@ -223,7 +223,9 @@ PEREGRINE=$BUILD/peregrine
 # NAME:DTYPE:LAYERS[:spec|:attn[:VAR=VAL,...]] (spec: also the verify / draft step costs at k = 1, 2, 3,
 # issue 7; attn: with PEREGRINE_PREFILL_ATTENTION=0, the CUDA-core prefill attention; a fifth field
 # sets environment variables, e.g. a gated path: "moonlight-16b-a3b:bf16:0:spec:PEREGRINE_FUSED_NORMS=1").
-BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0:spec deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
+# The last two: V3's FP8 / NVFP4 steps with the compact heads (docs/decode-status.md, session 14), against
+# the entries before them, until the compact heads are the default.
+BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0:spec deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4 deepseek-v3:fp8:4::PEREGRINE_COMPACT_HEADS=1 deepseek-v3:nvfp4:4::PEREGRINE_COMPACT_HEADS=1"}
 : >"$OUT/bench_model.txt"
 if [ -x "$PEREGRINE" ]; then
   for b in $BENCHES; do
