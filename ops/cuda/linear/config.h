@@ -226,7 +226,7 @@ inline int linear_nvfp4_x1_k_split(int64_t row_groups, int64_t k_steps, int unro
 
 // Warps splitting K (1..kLinearWarps, a power of two): grow while the grid is short of
 // kLinearMinWarpsPerSm warps per SM and every slice keeps >= one unrolled step (V3's o_proj,
-// 7168 rows x 16384 at 1 tile x 4: 448 tiles of 16 rows, split 8 -> 3584 warps of 16 steps;
+// 7168 rows x 16384 at 1 tile: 448 tiles of 16 rows, split 8 -> 3584 warps of 16 steps;
 // moonlight's 2816 x 2048: 176 tiles, split 4 -> 704 warps of 4 steps).
 inline int linear_nvfp4_mma_k_split(int64_t row_groups, int64_t k_steps, int unroll, int sm_count) {
   const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
