@@ -486,6 +486,98 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
+// Times launch() like time_kernel, but a failure (e.g. a launch the graph capture refuses) is
+// reported and leaves the figure at -1 instead of ending the benchmark.
+template <typename Launch>
+Status time_or_report(cudaStream_t s, Launch launch, double& us_single, double& us_graph) {
+  us_single = us_graph = -1;
+  for (int i = 0; i < kWarmup; ++i) PG_TRY(launch());
+  PG_CUDA_TRY(cudaStreamSynchronize(s));
+  std::vector<double> t;
+  for (int i = 0; i < kTimed; ++i) {
+    Events e;
+    cudaEventRecord(e.a, s);
+    PG_TRY(launch());
+    cudaEventRecord(e.b, s);
+    PG_CUDA_TRY(cudaEventSynchronize(e.b));
+    t.push_back(e.ms() * 1e3);
+  }
+  us_single = median(t);
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  PG_CUDA_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kGraphLaunches; ++i) {
+    const Status st = launch();
+    if (!st.ok()) {
+      cudaStreamEndCapture(s, &g);
+      if (g) cudaGraphDestroy(g);
+      return st;
+    }
+  }
+  PG_CUDA_TRY(cudaStreamEndCapture(s, &g));
+  const cudaError_t ie = cudaGraphInstantiate(&ge, g, 0);
+  if (ie != cudaSuccess) {
+    cudaGraphDestroy(g);
+    PG_CUDA_TRY(ie);
+  }
+  PG_CUDA_TRY(cudaGraphLaunch(ge, s));
+  PG_CUDA_TRY(cudaStreamSynchronize(s));
+  t.clear();
+  for (int i = 0; i < kGraphReplays; ++i) {
+    Events e;
+    cudaEventRecord(e.a, s);
+    PG_CUDA_TRY(cudaGraphLaunch(ge, s));
+    cudaEventRecord(e.b, s);
+    PG_CUDA_TRY(cudaEventSynchronize(e.b));
+    t.push_back(e.ms() * 1e3 / kGraphLaunches);
+  }
+  us_graph = median(t);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return ok_status();
+}
+
+// What handing a decode step's data from one stage to the next costs (docs/decode-status.md, the
+// persistent launch): 8 dependent stages over one block per SM, each block reading the words of
+// fan_in blocks of the stage before, as 8 kernels under PDL or as one cooperative launch whose
+// blocks wait on flags; fan-in 1 (each block its own producer) and all blocks (a grid barrier).
+// Rows of `small`, µs per 8 stages.
+void bench_handoff(int sm_count, cudaStream_t s, std::vector<SmallOp>& small) {
+  constexpr int kStages = 8;
+  const int blocks = sm_count > 0 ? sm_count : 132;
+  auto words = cu::DeviceBuffer<unsigned>::create(size_t((kStages + 1) * blocks));
+  auto flags = cu::DeviceBuffer<unsigned>::create(size_t((kStages + 1) * blocks));
+  auto counters = cu::DeviceBuffer<unsigned>::create(2);
+  BENCH_CHECK(words.status());
+  BENCH_CHECK(flags.status());
+  BENCH_CHECK(counters.status());
+  BENCH_CHECK(words->fill_bytes(0));
+  BENCH_CHECK(flags->fill_bytes(0));
+  BENCH_CHECK(counters->fill_bytes(0));
+  for (int fan_in : {1, blocks}) {
+    cu::HandoffParams p;
+    p.words = words->data(), p.flags = flags->data(), p.exit_counter = counters->data(), p.timeouts = counters->data() + 1;
+    p.blocks = blocks, p.stages = kStages, p.fan_in = fan_in;
+    const std::string fan = fan_in == 1 ? "fan-in 1" : "fan-in all";
+    SmallOp k{"handoff 8 stages as 8 PDL kernels, " + fan, 0, 0}, q{"handoff 8 stages in one persistent kernel, " + fan, 0, 0};
+    Status st = time_or_report(s, [&] {
+      for (int stage = 1; stage <= kStages; ++stage) PG_CUDA_TRY(cu::launch_handoff_stage(p, stage, s));
+      return ok_status();
+    }, k.us, k.us_graph);
+    if (!st.ok()) std::printf("handoff (%s, kernels): %s\n", fan.c_str(), st.to_string().c_str());
+    st = time_or_report(s, [&] {
+      PG_CUDA_TRY(cu::launch_handoff_persistent(p, s));
+      return ok_status();
+    }, q.us, q.us_graph);
+    if (!st.ok()) std::printf("handoff (%s, persistent): %s\n", fan.c_str(), st.to_string().c_str());
+    unsigned timeouts = 0;
+    cudaMemcpy(&timeouts, counters->data() + 1, 4, cudaMemcpyDeviceToHost);
+    if (timeouts) q.name += " (" + std::to_string(timeouts) + " waits timed out: figures invalid)";
+    small.push_back(k);
+    small.push_back(q);
+  }
+}
+
 int run(int argc, char** argv) {
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
@@ -579,6 +671,7 @@ int run(int argc, char** argv) {
   }
 
   const std::vector<MoeResult> moe = bench_moe_decode(ceil.read_gbps, s);
+  bench_handoff(dp.sm_count, s, small);
 
   // The NVFP4 -> bf16 dequantize of the prefill paths (gemm/convert.cu): bytes read (codes +
   // scales) + bf16 written, against the device-to-device copy rate (a read + write stream).

@@ -26,4 +26,21 @@ enum class FillKind { kF32Pm1, kBf16Pm1, kFp8Finite, kScalePos, kBytes, kE4m3Sca
 cudaError_t launch_fill(void* p, size_t n_elems, FillKind kind, uint64_t seed, cudaStream_t stream,
                         float scale = 1.0f);
 
+// The handoff probes (handoff_probe.cu): `stages` dependent stages over `blocks` blocks, each block of
+// a stage reading the words of fan_in blocks of the stage before (1: its own producer; blocks: every
+// block, a grid barrier) through L2 and writing its own: as one launch per stage under PDL
+// (launch_handoff_stage, stage 1..stages), or all stages in one cooperative launch whose blocks wait
+// on flags (launch_handoff_persistent; blocks <= what the SMs hold at once). words: [stages + 1]
+// [blocks] (row 0 the input); flags: [stages + 1][blocks] and exit_counter zero before the first
+// persistent launch, and left zero by each; timeouts counts waits that gave up (0 when all is well).
+struct HandoffParams {
+  unsigned* words = nullptr;
+  unsigned* flags = nullptr;
+  unsigned* exit_counter = nullptr;
+  unsigned* timeouts = nullptr;
+  int blocks = 0, stages = 0, fan_in = 1;
+};
+cudaError_t launch_handoff_stage(const HandoffParams& p, int stage, cudaStream_t stream);
+cudaError_t launch_handoff_persistent(const HandoffParams& p, cudaStream_t stream);
+
 }  // namespace pg::ops::cuda
