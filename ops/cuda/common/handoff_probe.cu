@@ -10,7 +10,9 @@ namespace pg::ops::cuda {
 namespace {
 
 constexpr int kHandoffThreads = 128;
-constexpr int kHandoffSpinLimit = 1 << 22;  // ~0.3 s of polls: a block that never came counts as a timeout
+// Polls per wait (~0.1 s): a block that never came counts as a timeout, after which no block waits
+// again (the figures are then invalid, and a broken probe costs the run ~0.1 s, not hours).
+constexpr int kHandoffSpinLimit = 1 << 20;
 
 __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
   unsigned v;
@@ -53,6 +55,7 @@ __global__ void __launch_bounds__(kHandoffThreads) handoff_persistent_kernel(con
         const unsigned* f = p.flags + (s - 1) * p.blocks + (b + j) % p.blocks;
         int it = 0;
         while (ld_acquire_u32(f) == 0u && ++it < kHandoffSpinLimit) {
+          if ((it & 1023) == 0 && ld_acquire_u32(p.timeouts) != 0u) break;  // given up elsewhere
         }
         if (it >= kHandoffSpinLimit) atomicAdd(p.timeouts, 1u);
       }
