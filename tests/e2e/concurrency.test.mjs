@@ -64,7 +64,10 @@ test('a client that disconnects mid-stream is cancelled and its KV blocks return
     const generated = done['peregrine:generation_tokens_total'] - before['peregrine:generation_tokens_total'];
     const stepsAfter = done['peregrine:engine_steps_total'] - atAbort['peregrine:engine_steps_total'];
     console.log(`disconnect: ${generated} of 200 tokens generated; ${stepsAfter} engine steps after the abort was seen`);
-    assert.ok(generated < 60, `cancelled promptly (${generated} of 200 tokens generated)`);
+    // How many tokens come before the disconnect depends on how soon the client runs: 4-8 alone, 129
+    // once under a loaded 2-core CI run (2026-12-02). The server's part is what follows it: the request
+    // leaves within a few steps of the abort (stepsAfter), before its 200 tokens, as an abort.
+    assert.ok(generated < 200, `cancelled before the end (${generated} of 200 tokens generated)`);
     assert.ok(stepsAfter <= 3, `the request left within a step of the disconnect (${stepsAfter} steps)`);
     assert.equal(done[`peregrine:request_success_total{model_name="${MODEL}",finished_reason="abort"}`], 1);
     const r = await openai.completions.create({ model: MODEL, prompt: 'still there?', max_tokens: 2 });
