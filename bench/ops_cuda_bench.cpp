@@ -79,47 +79,69 @@ struct Events {
   }
 };
 
-// Times `launch(i)` (i = rotation index): median µs of single launches bracketed by events,
-// and µs per kernel when kGraphLaunches of them replay back-to-back from a CUDA graph.
+// Times `launch(i)` (i = rotation index): median µs of single launches bracketed by events, and
+// µs per kernel when graph_launches of them replay back-to-back from a CUDA graph (graph: else
+// us_graph = 0). A failure (a launch error, or one the graph capture refuses) returns its status,
+// the figures not measured left at -1.
 template <typename Launch>
-void time_kernel(cudaStream_t s, Launch launch, double& us_single, double& us_graph, bool graph = true,
-                 int graph_launches = kGraphLaunches) {
+Status time_launches(cudaStream_t s, Launch launch, double& us_single, double& us_graph, bool graph = true,
+                     int graph_launches = kGraphLaunches) {
+  us_single = us_graph = -1;
   int rot = 0;
-  for (int i = 0; i < kWarmup; ++i) BENCH_CHECK(launch(rot++));
-  BENCH_CHECK(cuda_status(cudaStreamSynchronize(s), "warm-up"));
+  for (int i = 0; i < kWarmup; ++i) PG_TRY(launch(rot++));
+  PG_CUDA_TRY(cudaStreamSynchronize(s));
   std::vector<double> t;
   for (int i = 0; i < kTimed; ++i) {
     Events e;
     cudaEventRecord(e.a, s);
-    BENCH_CHECK(launch(rot++));
+    PG_TRY(launch(rot++));
     cudaEventRecord(e.b, s);
-    BENCH_CHECK(cuda_status(cudaEventSynchronize(e.b), "timed run"));
+    PG_CUDA_TRY(cudaEventSynchronize(e.b));
     t.push_back(e.ms() * 1e3);
   }
   us_single = median(t);
-  us_graph = 0;
-  if (!graph) return;
+  if (!graph) {
+    us_graph = 0;
+    return ok_status();
+  }
 
   cudaGraph_t g = nullptr;
   cudaGraphExec_t ge = nullptr;
-  BENCH_CHECK(cuda_status(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture"));
-  for (int i = 0; i < graph_launches; ++i) BENCH_CHECK(launch(rot++));
-  BENCH_CHECK(cuda_status(cudaStreamEndCapture(s, &g), "end capture"));
-  BENCH_CHECK(cuda_status(cudaGraphInstantiate(&ge, g, 0), "instantiate"));
-  BENCH_CHECK(cuda_status(cudaGraphLaunch(ge, s), "graph warm-up"));
-  BENCH_CHECK(cuda_status(cudaStreamSynchronize(s), "graph warm-up"));
+  PG_CUDA_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < graph_launches; ++i) {
+    if (const Status st = launch(rot++); !st.ok()) {
+      cudaStreamEndCapture(s, &g);
+      if (g) cudaGraphDestroy(g);
+      return st;
+    }
+  }
+  PG_CUDA_TRY(cudaStreamEndCapture(s, &g));
+  if (const cudaError_t ie = cudaGraphInstantiate(&ge, g, 0); ie != cudaSuccess) {
+    cudaGraphDestroy(g);
+    PG_CUDA_TRY(ie);
+  }
+  PG_CUDA_TRY(cudaGraphLaunch(ge, s));
+  PG_CUDA_TRY(cudaStreamSynchronize(s));
   t.clear();
   for (int i = 0; i < kGraphReplays; ++i) {
     Events e;
     cudaEventRecord(e.a, s);
-    BENCH_CHECK(cuda_status(cudaGraphLaunch(ge, s), "graph launch"));
+    PG_CUDA_TRY(cudaGraphLaunch(ge, s));
     cudaEventRecord(e.b, s);
-    BENCH_CHECK(cuda_status(cudaEventSynchronize(e.b), "graph replay"));
+    PG_CUDA_TRY(cudaEventSynchronize(e.b));
     t.push_back(e.ms() * 1e3 / graph_launches);
   }
   us_graph = median(t);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
+  return ok_status();
+}
+
+// time_launches, and a failure ends the benchmark.
+template <typename Launch>
+void time_kernel(cudaStream_t s, Launch launch, double& us_single, double& us_graph, bool graph = true,
+                 int graph_launches = kGraphLaunches) {
+  BENCH_CHECK(time_launches(s, launch, us_single, us_graph, graph, graph_launches));
 }
 
 struct Ceiling {
@@ -486,57 +508,6 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
-// Times launch() like time_kernel, but a failure (e.g. a launch the graph capture refuses) is
-// reported and leaves the figure at -1 instead of ending the benchmark.
-template <typename Launch>
-Status time_or_report(cudaStream_t s, Launch launch, double& us_single, double& us_graph) {
-  us_single = us_graph = -1;
-  for (int i = 0; i < kWarmup; ++i) PG_TRY(launch());
-  PG_CUDA_TRY(cudaStreamSynchronize(s));
-  std::vector<double> t;
-  for (int i = 0; i < kTimed; ++i) {
-    Events e;
-    cudaEventRecord(e.a, s);
-    PG_TRY(launch());
-    cudaEventRecord(e.b, s);
-    PG_CUDA_TRY(cudaEventSynchronize(e.b));
-    t.push_back(e.ms() * 1e3);
-  }
-  us_single = median(t);
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  PG_CUDA_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kGraphLaunches; ++i) {
-    const Status st = launch();
-    if (!st.ok()) {
-      cudaStreamEndCapture(s, &g);
-      if (g) cudaGraphDestroy(g);
-      return st;
-    }
-  }
-  PG_CUDA_TRY(cudaStreamEndCapture(s, &g));
-  const cudaError_t ie = cudaGraphInstantiate(&ge, g, 0);
-  if (ie != cudaSuccess) {
-    cudaGraphDestroy(g);
-    PG_CUDA_TRY(ie);
-  }
-  PG_CUDA_TRY(cudaGraphLaunch(ge, s));
-  PG_CUDA_TRY(cudaStreamSynchronize(s));
-  t.clear();
-  for (int i = 0; i < kGraphReplays; ++i) {
-    Events e;
-    cudaEventRecord(e.a, s);
-    PG_CUDA_TRY(cudaGraphLaunch(ge, s));
-    cudaEventRecord(e.b, s);
-    PG_CUDA_TRY(cudaEventSynchronize(e.b));
-    t.push_back(e.ms() * 1e3 / kGraphLaunches);
-  }
-  us_graph = median(t);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return ok_status();
-}
-
 // What handing a decode step's data from one stage to the next costs (docs/decode-status.md, the
 // persistent launch): 8 dependent stages over one block per SM, each block reading the words of
 // fan_in blocks of the stage before, as 8 kernels under PDL or as one cooperative launch whose
@@ -560,12 +531,12 @@ void bench_handoff(int sm_count, cudaStream_t s, std::vector<SmallOp>& small) {
     p.blocks = blocks, p.stages = kStages, p.fan_in = fan_in;
     const std::string fan = fan_in == 1 ? "fan-in 1" : "fan-in all";
     SmallOp k{"handoff 8 stages as 8 PDL kernels, " + fan, 0, 0}, q{"handoff 8 stages in one persistent kernel, " + fan, 0, 0};
-    Status st = time_or_report(s, [&] {
+    Status st = time_launches(s, [&](int) {
       for (int stage = 1; stage <= kStages; ++stage) PG_CUDA_TRY(cu::launch_handoff_stage(p, stage, s));
       return ok_status();
     }, k.us, k.us_graph);
     if (!st.ok()) std::printf("handoff (%s, kernels): %s\n", fan.c_str(), st.to_string().c_str());
-    st = time_or_report(s, [&] {
+    st = time_launches(s, [&](int) {
       PG_CUDA_TRY(cu::launch_handoff_persistent(p, s));
       return ok_status();
     }, q.us, q.us_graph);

@@ -10,6 +10,7 @@
 
 #include "ops/cuda/common/cp_async.cuh"
 #include "ops/cuda/common/smem_limit.cuh"
+#include "ops/cuda/common/sync.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/mla_attention_params.h"
 
@@ -26,12 +27,6 @@ inline bool attention_pdl() {
     return v && std::strcmp(v, "1") == 0;
   }();
   return on;
-}
-
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
 }
 
 // A combiner waits at most this many polls (~64 ns apart: ~0.5 s) for its group's other splits,

@@ -5,6 +5,7 @@
 // ... mod blocks), adds them up and writes its own word.
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/probe.h"
+#include "ops/cuda/common/sync.cuh"
 
 namespace pg::ops::cuda {
 namespace {
@@ -13,15 +14,6 @@ constexpr int kHandoffThreads = 128;
 // Polls per wait (~0.1 s): a block that never came counts as a timeout, after which no block waits
 // again (the figures are then invalid, and a broken probe costs the run ~0.1 s, not hours).
 constexpr int kHandoffSpinLimit = 1 << 20;
-
-__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_u32(unsigned* p, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
 
 // Stage s of block b: the sum of the fan_in words of stage s - 1 (one per lane < fan_in, read through
 // L2), plus one, written as stage s's word of b.
@@ -54,8 +46,8 @@ __global__ void __launch_bounds__(kHandoffThreads) handoff_persistent_kernel(con
       for (int j = lane; j < p.fan_in; j += 32) {
         const unsigned* f = p.flags + (s - 1) * p.blocks + (b + j) % p.blocks;
         int it = 0;
-        while (ld_acquire_u32(f) == 0u && ++it < kHandoffSpinLimit) {
-          if ((it & 1023) == 0 && ld_acquire_u32(p.timeouts) != 0u) break;  // given up elsewhere
+        while (ld_acquire(f) == 0u && ++it < kHandoffSpinLimit) {
+          if ((it & 1023) == 0 && ld_acquire(p.timeouts) != 0u) break;  // given up elsewhere
         }
         if (it >= kHandoffSpinLimit) atomicAdd(p.timeouts, 1u);
       }
@@ -64,7 +56,7 @@ __global__ void __launch_bounds__(kHandoffThreads) handoff_persistent_kernel(con
     handoff_stage(p, s, b);
     if (threadIdx.x == 0) {
       __threadfence();
-      st_release_u32(p.flags + s * p.blocks + b, 1u);
+      st_release(p.flags + s * p.blocks + b, 1u);
     }
   }
   __shared__ int last;
