@@ -252,13 +252,14 @@ Result<DevMlp> stack_mlp(DeviceWeights& w, const std::vector<MlpSlice>& slices, 
   return d;
 }
 
-// PEREGRINE_COMPACT_HEADS=1: W_UK / W_UV of an FP8 kv_b_proj as HeadWeight::kFp8 (1 byte a weight),
-// of an NVFP4 one as bf16 with its scale_2 on the outputs (2 bytes), instead of f32 (4); off by
-// default until their GPU tests have run on the H200 (docs/decode-status.md).
+// W_UK / W_UV of an FP8 kv_b_proj as HeadWeight::kFp8 (1 byte a weight), of an NVFP4 one as bf16
+// with its scale_2 on the outputs (2 bytes), instead of f32 (4): the default since their GPU tests
+// and goldens passed on the H200 (2026-12-02). PEREGRINE_COMPACT_HEADS=0 keeps the f32 heads (an
+// A/B, and the path of a kv_b_proj whose blocks do not fit the compact layouts).
 bool compact_heads_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_COMPACT_HEADS");
-    return v && std::string_view(v) == "1";
+    return !(v && std::string_view(v) == "0");
   }();
   return on;
 }
@@ -312,9 +313,10 @@ Result<DevLayer> upload_layer(const ModelConfig& c, const LayerWeights& L, Uploa
   PG_ASSIGN_OR_RETURN(a.o, up.matrix(A.o_proj));
   // W_UK [nh, nope, R] -> [nh, R, nope]. kv_b_proj in bf16: W_UK / W_UV in bf16 (exact); in FP8 or
   // NVFP4: its dequantized values, kept exact in f32 (an NVFP4 value, e2m1 * e4m3 * scale_2,
-  // generally has no exact bf16); or, with PEREGRINE_COMPACT_HEADS=1, an FP8 one's e4m3 codes and
-  // block scales (upload_fp8_heads: the same values at a quarter of f32's bytes), an NVFP4 one's
-  // code x block scale in bf16 with scale_2 on the outputs (upload_nvfp4_heads: half).
+  // generally has no exact bf16) where the compact layouts do not fit (or PEREGRINE_COMPACT_HEADS=0);
+  // else an FP8 one's e4m3 codes and block scales (upload_fp8_heads: the same values at a quarter
+  // of f32's bytes), an NVFP4 one's code x block scale in bf16 with scale_2 on the outputs
+  // (upload_nvfp4_heads: half).
   double head_bytes = 0;
   if (compact_heads_enabled() && ops::fp8_heads_fit(A.kv_b_proj, nope, V)) {
     PG_ASSIGN_OR_RETURN(head_bytes, upload_fp8_heads(up, A.kv_b_proj, nh, nope, V, a));
@@ -507,10 +509,10 @@ Result<DevLayer> synth_layer(const ModelConfig& c, int64_t l, WeightFormat f, Sy
   }
   PG_ASSIGN_OR_RETURN(a.kv_a_norm, s.constant(R, 1.0f));
   PG_ASSIGN_OR_RETURN(a.o, s.matrix(H, nh * V, f));
-  // W_UK / W_UV in bf16 (2 bytes a weight, as a bf16 checkpoint's; a real FP8 / NVFP4 one loads
-  // them in f32 unless PEREGRINE_COMPACT_HEADS=1), or with that knob an FP8 model's as
-  // HeadWeight::kFp8 (DeepSeek's 128 x 128 blocks: one scale per row and 128 columns) and an NVFP4
-  // one's in bf16 with an output scale, as upload_layer gives them.
+  // W_UK / W_UV as upload_layer gives a real checkpoint's: an FP8 model's as HeadWeight::kFp8
+  // (DeepSeek's 128 x 128 blocks: one scale per row and 128 columns), an NVFP4 one's in bf16 with an
+  // output scale, a bf16 one's in bf16; with PEREGRINE_COMPACT_HEADS=0, bf16 for every dtype (a
+  // real FP8 / NVFP4 checkpoint then loads them in f32).
   double head_bytes = 2.0 * double(nh * (R * nope + V * R));
   if (compact_heads_enabled() && fp8) {
     a.head_format = ops::HeadWeight::kFp8, a.uk_group = a.uv_group = 128;
