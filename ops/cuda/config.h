@@ -15,10 +15,10 @@ constexpr int64_t kRmsNormSmallMaxN = 2047;
 inline int rmsnorm_threads(int64_t n) { return n <= kRmsNormSmallMaxN ? kRmsNormThreadsSmall : kRmsNormThreadsLarge; }
 
 // moe_routing: one warp per token; 4 warps per block keep the dynamic shared memory
-// (4 x (2 x n_experts + n_group) floats <= 33 KB at the CUDA path's 1024-expert limit) under the
-// 48 KB default.
+// (4 x 2 x n_experts floats <= 32 KB at the CUDA path's 1024-expert limit) under the 48 KB default.
 constexpr int kRoutingWarpsPerBlock = 4;
 constexpr int64_t kRoutingMaxExperts = 1024;  // one 32-bit "taken" mask per lane: 32 x 32 experts
 constexpr int64_t kRoutingMaxGroups = 32;     // the kept-group set is one 32-bit mask
+constexpr int64_t kRoutingMaxTopK = 32;       // lane k of the warp keeps the k-th choice
 
 }  // namespace pg::ops::cuda

@@ -44,9 +44,9 @@ Status rmsnorm_residual(const RmsNormResidualArgs& a, cudaStream_t stream) {
 
 Status moe_routing(const MoeRoutingArgs& a, cudaStream_t stream) {
   PG_TRY(validate(a));
-  if (a.n_experts > kRoutingMaxExperts || a.n_group > kRoutingMaxGroups)
-    return unsupported("moe_routing (CUDA): {} experts in {} groups; this kernel takes <= {} experts, <= {} groups",
-                       a.n_experts, a.n_group, kRoutingMaxExperts, kRoutingMaxGroups);
+  if (a.n_experts > kRoutingMaxExperts || a.n_group > kRoutingMaxGroups || a.top_k > kRoutingMaxTopK)
+    return unsupported("moe_routing (CUDA): top {} of {} experts in {} groups; this kernel takes <= {} experts, <= {} groups, top <= {}",
+                       a.top_k, a.n_experts, a.n_group, kRoutingMaxExperts, kRoutingMaxGroups, kRoutingMaxTopK);
   if (a.m > INT32_MAX - kRoutingWarpsPerBlock) return unsupported("moe_routing (CUDA): {} tokens", a.m);
   PG_CUDA_TRY(launch_moe_routing(moe_routing_params(a), stream));
   return ok_status();

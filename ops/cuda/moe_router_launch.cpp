@@ -35,6 +35,7 @@ Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream
   const WeightFormat wf = a.router->format;
   const int64_t max_tokens = std::min(fused_max_tokens < 0 ? default_fused_max_tokens() : fused_max_tokens, kRouterMaxFusedTokens);
   bool fused = counter && r.m <= max_tokens && r.n_experts <= kRoutingMaxExperts && r.n_group <= kRoutingMaxGroups &&
+               r.top_k <= kRoutingMaxTopK &&
                (wf == WeightFormat::kF32 || wf == WeightFormat::kBF16);
   LinearPlan plan;
   if (fused) {

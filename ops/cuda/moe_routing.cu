@@ -13,52 +13,65 @@
 namespace pg::ops::cuda {
 namespace {
 
-// (value, index) order of the contract: value descending, then index ascending. idx == INT_MAX
-// marks "no candidate", which loses to everything.
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-  if (bi == INT_MAX) return i != INT_MAX;
-  if (i == INT_MAX) return false;
-  return v > bv || (v == bv && i < bi);
+// The contract's order (value descending, then index ascending) as unsigned keys: a larger value
+// has a larger key, -0 and +0 the same one (they compare equal), every number (-inf too) a key >= 2;
+// NaN gets 1, below every number (the CPU's comparison sort leaves its place undefined), and 0
+// means "no candidate".
+__device__ __forceinline__ uint32_t order_key(float v) {
+  if (v != v) return 1u;
+  const uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// The best not-yet-taken element of vals[0..n) over the warp; every lane gets (value, index).
-// Lane l owns elements l + 32 j; bit j of `taken` marks those already chosen.
-__device__ __forceinline__ void warp_argmax(const float* vals, int n, uint32_t taken, float& bv, int& bi) {
+// The best not-yet-taken element of key[0..n) over the warp; every lane gets its index (INT_MAX if
+// none is left). Lane l owns elements l + 32 j; bit j of `taken` marks those already chosen. Two
+// warp reductions (redux.sync: the largest key, then the smallest index holding it) in place of a
+// shuffle tree of (value, index) pairs; within a lane, a strictly larger key keeps the lower index.
+__device__ __forceinline__ int warp_argmax(const uint32_t* key, int n, uint32_t taken) {
   const int lane = threadIdx.x % kWarpSize;
-  bv = -INFINITY, bi = INT_MAX;
-  for (int j = 0, e = lane; e < n; ++j, e += kWarpSize)
-    if (!((taken >> j) & 1u) && better(vals[e], e, bv, bi)) bv = vals[e], bi = e;
-#pragma unroll
-  for (int o = kWarpSize / 2; o > 0; o /= 2) {
-    const float ov = __shfl_xor_sync(kFullMask, bv, o);
-    const int oi = __shfl_xor_sync(kFullMask, bi, o);
-    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  uint32_t bk = 0;
+  int bi = INT_MAX;
+#pragma unroll 4
+  for (int j = 0, e = lane; e < n; ++j, e += kWarpSize) {
+    const uint32_t k = ((taken >> j) & 1u) ? 0u : key[e];
+    if (k > bk) bk = k, bi = e;
   }
+  const uint32_t top = __reduce_max_sync(kFullMask, bk);
+  if (top == 0) return INT_MAX;
+  return __reduce_min_sync(kFullMask, bk == top ? bi : INT_MAX);
 }
 
 __device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(x))); }
 
-// Routes token t with one warp; s_warp: its shared [2 E + G] floats. The logits are read through
-// L2 (ld.cg): in moe_router_kernel another block of the same grid wrote them.
-__device__ void route_token(const MoeRoutingParams& p, int t, float* s_warp) {
+// Routes token t with one warp; s_warp: its shared [2 E] floats (the scores, then the selection
+// values, which become their keys once the group scores are read). The logits are read through L2
+// (ld.cg): in moe_router_kernel another block of the same grid wrote them. The sums that decide
+// bits (softmax's, a group's top-2, the chosen scores') run in the CPU's order. Lane k keeps the
+// k-th choice (top_k <= 32). Not inlined: inlined into moe_router_kernel, ptxas spilled around
+// the division slow-path calls (20 bytes), here nothing.
+__device__ __noinline__ void route_token(const MoeRoutingParams& p, int t, float* s_warp) {
   const int lane = threadIdx.x % kWarpSize;
   const int E = p.n_experts, G = p.n_group, per_group = E / G;
-  float* s = s_warp;            // [E] scores
-  float* choice = s + E;        // [E] selection values
-  float* gscore = choice + E;   // [G]
+  float* s = s_warp;                                     // [E] scores
+  float* choice = s + E;                                 // [E] selection values
+  uint32_t* key = reinterpret_cast<uint32_t*>(choice);  // then their keys, in place
   const float* lg = p.logits + size_t(t) * E;
 
   if (p.sigmoid) {
+#pragma unroll 4  // independent exps in flight together (8 a lane at V3's 256 experts)
     for (int e = lane; e < E; e += kWarpSize) s[e] = 1.0f / (1.0f + exp_as_host(-__ldcg(lg + e)));
   } else {
     float mx = -INFINITY;
     for (int e = lane; e < E; e += kWarpSize) mx = fmaxf(mx, __ldcg(lg + e));
     mx = warp_max(mx);
+#pragma unroll 4
     for (int e = lane; e < E; e += kWarpSize) s[e] = exp_as_host(__ldcg(lg + e) - mx);
     __syncwarp();
     float sum = 0.0f;
-    if (lane == 0)
+    if (lane == 0) {
+#pragma unroll 8
       for (int e = 0; e < E; ++e) sum += s[e];  // sequential, as the CPU sums
+    }
     sum = __shfl_sync(kFullMask, sum, 0);
     __syncwarp();
     for (int e = lane; e < E; e += kWarpSize) s[e] /= sum;
@@ -66,51 +79,50 @@ __device__ void route_token(const MoeRoutingParams& p, int t, float* s_warp) {
   for (int e = lane; e < E; e += kWarpSize) choice[e] = s[e] + (p.noaux_tc ? p.bias[e] : 0.0f);
   __syncwarp();
 
+  uint32_t keep = ~0u;  // the kept groups (all unless group-limited)
   if (p.group_limited) {
-    for (int g = lane; g < G; g += kWarpSize) {
-      const float* c = choice + size_t(g) * per_group;
+    uint32_t gkey = 0;  // G <= 32: lane l owns group l
+    if (lane < G) {
+      const float* c = choice + size_t(lane) * per_group;
       float v1 = -INFINITY, v2 = -INFINITY;  // the two largest values (duplicates count twice)
+#pragma unroll 8
       for (int i = 0; i < per_group; ++i) {
-        if (c[i] > v1) v2 = v1, v1 = c[i];
-        else if (c[i] > v2) v2 = c[i];
+        const float v = c[i];
+        if (v > v1) v2 = v1, v1 = v;
+        else if (v > v2) v2 = v;
       }
-      gscore[g] = p.group_top2_sum ? (per_group >= 2 ? (0.0f + v1) + v2 : 0.0f + v1) : v1;
+      gkey = order_key(p.group_top2_sum ? (per_group >= 2 ? (0.0f + v1) + v2 : 0.0f + v1) : v1);
     }
-    __syncwarp();
-    uint32_t keep = 0, taken = 0;  // G <= 32: lane l owns group l only
+    keep = 0;
     for (int k = 0; k < p.topk_group; ++k) {
-      float bv;
-      int bi;
-      warp_argmax(gscore, G, taken, bv, bi);
+      const uint32_t top = __reduce_max_sync(kFullMask, gkey);
+      const int bi = __reduce_min_sync(kFullMask, gkey == top ? lane : INT_MAX);
       keep |= 1u << bi;
-      if (bi == lane) taken |= 1u;
+      if (bi == lane) gkey = 0;
     }
-    for (int e = lane; e < E; e += kWarpSize)
-      if (!((keep >> (e / per_group)) & 1u)) choice[e] = -INFINITY;
-    __syncwarp();
+    __syncwarp();  // every group's values are read before they become keys
   }
+  const uint32_t masked = order_key(-INFINITY);
+  for (int e = lane; e < E; e += kWarpSize)
+    key[e] = ((keep >> (e / per_group)) & 1u) ? order_key(choice[e]) : masked;
 
   uint32_t taken = 0;
-  float sum = 0.0f;  // lane 0: sum of the chosen scores, in selection order as the CPU
-  int32_t* out_idx = p.expert_idx + size_t(t) * p.top_k;
-  float* out_w = p.expert_weight + size_t(t) * p.top_k;
+  float sum = 0.0f, mine = 0.0f;  // every lane: the chosen scores summed in selection order, as the CPU
+  int mine_i = 0;
   for (int k = 0; k < p.top_k; ++k) {
-    float bv;
-    int bi;
-    warp_argmax(choice, E, taken, bv, bi);
+    const int bi = warp_argmax(key, E, taken);  // a lane reads only the keys it wrote
     if (bi % kWarpSize == lane) taken |= 1u << (bi / kWarpSize);
-    if (lane == 0) {
-      out_idx[k] = bi;
-      sum += s[bi];
-    }
+    const float v = s[bi];
+    sum += v;
+    if (lane == k) mine = v, mine_i = bi;
   }
-  if (lane == 0) {
-    for (int k = 0; k < p.top_k; ++k) {
-      float w = s[out_idx[k]];
-      if (p.normalize) w /= (sum + 1e-20f);
-      out_w[k] = w * p.routed_scaling_factor;
-    }
+  if (lane < p.top_k) {
+    float w = mine;
+    if (p.normalize) w /= (sum + 1e-20f);
+    p.expert_idx[size_t(t) * p.top_k + lane] = mine_i;
+    p.expert_weight[size_t(t) * p.top_k + lane] = w * p.routed_scaling_factor;
   }
+  __syncwarp();  // s / key are rewritten by the warp's next token
 }
 
 template <int kWarps>
@@ -121,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const _
   const int warp = threadIdx.x / kWarpSize;
   const int t = blockIdx.x * kWarps + warp;
   if (t >= p.m) return;  // whole warps only; no block-wide barrier below
-  route_token(p, t, smem + size_t(warp) * (2 * p.n_experts + p.n_group));
+  route_token(p, t, smem + size_t(warp) * 2 * p.n_experts);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -136,7 +148,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   constexpr int kVec = linear_vec_elems(F), kWarps = kRouterThreads / kWarpSize, kT = kRouterTokenTile;
   __shared__ float partial[kWarps][kT];
   __shared__ bool last;
-  extern __shared__ float smem[];  // the last block's routing: kRoutingWarpsPerBlock x [2 E + G]
+  extern __shared__ float smem[];  // the last block's routing: kRoutingWarpsPerBlock x [2 E]
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int k_split = p.k_split, kpart = warp % k_split;
   const int64_t row = int64_t(blockIdx.x) * (kWarps / k_split) + warp / k_split;
@@ -200,14 +212,14 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   if (threadIdx.x == 0) atomicExch(p.counter, 0u);  // every block has counted: ready for the next launch
   if (warp >= kRoutingWarpsPerBlock) return;
   for (int t = warp; t < p.m; t += kRoutingWarpsPerBlock)
-    route_token(p.routing, t, smem + size_t(warp) * (2 * p.n + p.routing.n_group));
+    route_token(p.routing, t, smem + size_t(warp) * 2 * p.n);
 }
 
 }  // namespace
 
 cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
-  const size_t smem = sizeof(float) * kRoutingWarpsPerBlock * size_t(2 * p.n_experts + p.n_group);
+  const size_t smem = sizeof(float) * kRoutingWarpsPerBlock * size_t(2 * p.n_experts);
   const unsigned blocks = unsigned((int64_t(p.m) + kRoutingWarpsPerBlock - 1) / kRoutingWarpsPerBlock);
   if (cudaError_t e = launch_pdl(moe_routing_kernel<kRoutingWarpsPerBlock>, dim3(blocks),
                                  dim3(kRoutingWarpsPerBlock * kWarpSize), smem, stream, p);
@@ -220,7 +232,7 @@ cudaError_t launch_moe_router(LinearWeight f, const MoeRouterParams& p, cudaStre
   if (p.m <= 0) return cudaSuccess;
   const int rows_per_block = kRouterThreads / kWarpSize / p.k_split;
   const dim3 grid(unsigned((p.n + rows_per_block - 1) / rows_per_block));
-  const size_t smem = sizeof(float) * kRoutingWarpsPerBlock * size_t(2 * p.n + p.routing.n_group);
+  const size_t smem = sizeof(float) * kRoutingWarpsPerBlock * size_t(2 * p.n);
   switch (f) {
     case LinearWeight::kF32: PG_LAUNCH_PDL(moe_router_kernel<LinearWeight::kF32>, grid, dim3(kRouterThreads), smem, stream, p); break;
     case LinearWeight::kBF16: PG_LAUNCH_PDL(moe_router_kernel<LinearWeight::kBF16>, grid, dim3(kRouterThreads), smem, stream, p); break;

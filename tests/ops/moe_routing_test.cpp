@@ -59,6 +59,7 @@ const RoutingCase kCases[] = {
     {"odd_groups", 33, 9, 3, 3, 2, kSig, kNoAux, false, 1.5f},
     {"single_expert", 5, 1, 1, 1, 1, kSig, kNoAux, true, 1.0f},
     {"kernel_limits", 50, 1024, 16, 32, 8, kSig, kNoAux, true, 2.0f},
+    {"top_k_limit", 40, 256, 32, 8, 4, kSig, kNoAux, true, 2.5f, true},  // kRoutingMaxTopK: every lane keeps a choice
 };
 
 MoeRoutingArgs args_of(const RoutingCase& c) {
@@ -145,6 +146,9 @@ TEST(MoeRoutingCudaArgs, OverTheKernelLimitsIsUnsupportedNotACrash) {
   a.logits = &dummy, a.bias = &dummy, a.expert_idx = &idx, a.expert_weight = &dummy;
   const Status s = cuda::moe_routing(a, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
+  a.n_experts = 64, a.top_k = 33;  // past kRoutingMaxTopK
+  const Status k = cuda::moe_routing(a, nullptr);
+  EXPECT_EQ(k.code(), StatusCode::kUnsupported) << k.to_string();
 }
 
 // ---------------------------------------------------------------------------------------------
