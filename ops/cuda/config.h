@@ -13,6 +13,9 @@ constexpr int kRmsNormThreadsLarge = 256;
 constexpr int kRmsNormThreadsSmall = 128;
 constexpr int64_t kRmsNormSmallMaxN = 2047;
 inline int rmsnorm_threads(int64_t n) { return n <= kRmsNormSmallMaxN ? kRmsNormThreadsSmall : kRmsNormThreadsLarge; }
+// Rows of up to this many float4 a thread stay in registers (rmsnorm_regs_kernel): 8192 floats at
+// 256 threads (V3's 7168), 4096 at 128.
+constexpr int kRmsNormRegsPerThread = 8;
 
 // moe_routing: one warp per token; 4 warps per block keep the dynamic shared memory
 // (4 x 2 x n_experts floats <= 32 KB at the CUDA path's 1024-expert limit) under the 48 KB default.

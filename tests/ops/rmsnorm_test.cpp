@@ -45,6 +45,7 @@ const NormCase kCases[] = {
     {"n_one", 4, 1},              {"n_seven", 3, 7},               {"prime_n", 2, 4099},
     {"strided", 3, 2048, 4, 8},   {"aliased_y_is_x", 4, 7168, 0, 0, true},
     {"misaligned", 3, 2048, 0, 0, false, true}, {"many_rows", 300, 512},
+    {"past_register_rows", 2, 12288},  // > kRmsNormRegsPerThread float4 a thread: the loop kernel
 };
 
 struct NormData {
