@@ -57,15 +57,26 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& p, int t, float
   uint32_t* key = reinterpret_cast<uint32_t*>(choice);  // then their keys, in place
   const float* lg = p.logits + size_t(t) * E;
 
+  // A lane's logits and biases first, all loads in flight together (8 a lane at V3's 256 experts:
+  // one round trip, where the rolled loops waited for each), into s and choice; then the scores.
+  float mx = -INFINITY;
+#pragma unroll 8
+  for (int e = lane; e < E; e += kWarpSize) {
+    const float x = __ldcg(lg + e);
+    s[e] = x;
+    mx = fmaxf(mx, x);
+    choice[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
+  }
   if (p.sigmoid) {
-#pragma unroll 4  // independent exps in flight together (8 a lane at V3's 256 experts)
-    for (int e = lane; e < E; e += kWarpSize) s[e] = 1.0f / (1.0f + exp_as_host(-__ldcg(lg + e)));
+#pragma unroll 4  // independent exps in flight together
+    for (int e = lane; e < E; e += kWarpSize) {
+      const float v = 1.0f / (1.0f + exp_as_host(-s[e]));
+      s[e] = v;
+      choice[e] = v + choice[e];
+    }
   } else {
-    float mx = -INFINITY;
-    for (int e = lane; e < E; e += kWarpSize) mx = fmaxf(mx, __ldcg(lg + e));
     mx = warp_max(mx);
-#pragma unroll 4
-    for (int e = lane; e < E; e += kWarpSize) s[e] = exp_as_host(__ldcg(lg + e) - mx);
+    for (int e = lane; e < E; e += kWarpSize) s[e] = exp_as_host(s[e] - mx);  // unrolled by 4, ptxas spilled
     __syncwarp();
     float sum = 0.0f;
     if (lane == 0) {
@@ -74,9 +85,12 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& p, int t, float
     }
     sum = __shfl_sync(kFullMask, sum, 0);
     __syncwarp();
-    for (int e = lane; e < E; e += kWarpSize) s[e] /= sum;
+    for (int e = lane; e < E; e += kWarpSize) {
+      const float v = s[e] / sum;
+      s[e] = v;
+      choice[e] = v + choice[e];
+    }
   }
-  for (int e = lane; e < E; e += kWarpSize) choice[e] = s[e] + (p.noaux_tc ? p.bias[e] : 0.0f);
   __syncwarp();
 
   uint32_t keep = ~0u;  // the kept groups (all unless group-limited)
