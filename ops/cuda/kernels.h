@@ -44,6 +44,7 @@ cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
 // at a time; the last block to finish routes (counter: zero between launches, reset by that block).
 constexpr int kRouterThreads = 256;  // = kLinearThreads: k_split divides its 8 warps, as linear's
 constexpr int kRouterTokenTile = 4;
+constexpr int kRouterChunkBatch = 4;  // 16-byte W chunks a lane loads before summing them
 // Steps of up to this many tokens take the one launch by default, whose last block routes them with
 // kRoutingWarpsPerBlock warps, one token each; larger steps launch linear, then moe_routing, whose
 // m / kRoutingWarpsPerBlock blocks route in parallel. The fused kernel serves up to

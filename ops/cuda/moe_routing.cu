@@ -49,7 +49,10 @@ __device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(
 // bits (softmax's, a group's top-2, the chosen scores') run in the CPU's order. Lane k keeps the
 // k-th choice (top_k <= 32). Not inlined: inlined into moe_router_kernel, ptxas spilled around
 // the division slow-path calls (20 bytes), here nothing.
-__device__ __noinline__ void route_token(const MoeRoutingParams& p, int t, float* s_warp) {
+__device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, float* s_warp) {
+  // A local copy: read through the reference, every field was reloaded after each shared store
+  // (a generic pointer that may alias them), three dependent loads an expert for the bias alone.
+  const MoeRoutingParams p = params;
   const int lane = threadIdx.x % kWarpSize;
   const int E = p.n_experts, G = p.n_group, per_group = E / G;
   float* s = s_warp;                                     // [E] scores
@@ -182,23 +185,42 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
     float acc[kT];
 #pragma unroll
     for (int i = 0; i < kT; ++i) acc[i] = 0.0f;
-    for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) {
-      float wf[kVec];
-      unpack_chunk<F>(ld_stream(wrow + c * kLinearVecBytes), wf);
+    // kRouterChunkBatch chunks a lane at a time: their W loads, then a token's x loads, go out
+    // together (one round trip each; a chunk an iteration waited for each: V3's 7 a lane took 7),
+    // summed in the same chunk order.
+    for (int64_t c0 = c_begin + lane; valid && c0 < c_end; c0 += kRouterChunkBatch * kWarpSize) {
+      uint4 wv[kRouterChunkBatch];
+#pragma unroll
+      for (int b = 0; b < kRouterChunkBatch; ++b) {
+        const int64_t c = c0 + b * kWarpSize;
+        if (c < c_end) wv[b] = ld_stream(wrow + c * kLinearVecBytes);
+      }
 #pragma unroll
       for (int i = 0; i < kT; ++i) {
         if (i < tv) {
-          const float* xp = p.x + int64_t(t0 + i) * p.x_stride + c * kVec;
-          float xf[kVec];
+          const float* xp = p.x + int64_t(t0 + i) * p.x_stride;
+          float4 xv[kRouterChunkBatch][kVec / 4];
 #pragma unroll
-          for (int q = 0; q < kVec / 4; ++q) {
-            const float4 v = ld_act4(xp + 4 * q);
-            xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
+          for (int b = 0; b < kRouterChunkBatch; ++b) {
+            const int64_t c = c0 + b * kWarpSize;
+            if (c < c_end)
+#pragma unroll
+              for (int q = 0; q < kVec / 4; ++q) xv[b][q] = ld_act4(xp + c * kVec + 4 * q);
           }
-          float d = 0.0f;
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) d = fmaf(wf[e], xf[e], d);
-          acc[i] += d;
+          for (int b = 0; b < kRouterChunkBatch; ++b) {
+            if (c0 + b * kWarpSize < c_end) {
+              float wf[kVec];
+              unpack_chunk<F>(wv[b], wf);
+              float d = 0.0f;
+#pragma unroll
+              for (int q = 0; q < kVec / 4; ++q) {
+                d = fmaf(wf[4 * q], xv[b][q].x, d), d = fmaf(wf[4 * q + 1], xv[b][q].y, d);
+                d = fmaf(wf[4 * q + 2], xv[b][q].z, d), d = fmaf(wf[4 * q + 3], xv[b][q].w, d);
+              }
+              acc[i] += d;
+            }
+          }
         }
       }
     }
