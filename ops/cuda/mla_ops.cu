@@ -6,6 +6,7 @@
 #include "ops/cuda/common/pdl.cuh"
 #include <cuda_runtime.h>
 
+#include "ops/cuda/common/sync.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/kernel.cuh"  // unpack_chunk: one 16-byte chunk of W -> f32
@@ -125,10 +126,11 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const __grid_constan
 // the block.
 __device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, int64_t t, float* scratch) {
   const int64_t R = p.kv_lora_rank, D = R + p.rope_dim, half = p.rope_dim / 2;
-  const int64_t pos = p.positions[t];
+  const int64_t pos = ld_now(p.positions + t);
+  const int32_t seq = ld_now(p.token_seq + t);  // with pos: one round trip (it had waited for pos's branch)
   // Out-of-range token data (a caller bug): skip the token, uniformly over the block.
   if (pos < 0 || pos / p.block_size >= p.max_blocks_per_seq) return;
-  const int32_t blk = p.block_tables[int64_t(p.token_seq[t]) * p.max_blocks_per_seq + pos / p.block_size];
+  const int32_t blk = p.block_tables[int64_t(seq) * p.max_blocks_per_seq + pos / p.block_size];
   if (blk < 0 || blk >= p.n_blocks) return;
   const float* src = p.kv + t * p.kv_stride;
   float* dst = p.cache + (int64_t(blk) * p.block_size + pos % p.block_size) * D;
@@ -206,6 +208,21 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
     for (int64_t seg = 0; seg < n_seg; ++seg) {
       const int64_t c0 = seg * kSeg + s;  // this lane's first chunk of the segment
       if (n_seg > 1 && !(t0 == t_begin && seg == 0)) load_w(c0);  // one segment: loaded once, above
+      // One token a pass (decode): the segment's x chunks are loaded together before any sum, one
+      // round trip (loaded chunk by chunk, each went out after the previous chunk's FMAs). Not for
+      // FP8 (16 floats a chunk): 92 -> 128 registers here, 105 -> 149 in mla_prep, below the 4 blocks
+      // an SM its grids are balanced for; bf16 / f32 stay <= 128 (bf16 72 -> 90, mla_prep 77 -> 105).
+      constexpr bool kX1 = kMTile == 1 && !kFp8;
+      float4 x1[kX1 ? kU : 1][kVec / 4];
+      if constexpr (kX1) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int64_t c = c0 + int64_t(u) * kL;
+          if (c < k_chunks)
+#pragma unroll
+            for (int q = 0; q < kVec / 4; ++q) x1[u][q] = ld_act4(xh + t0 * p.x_row_stride + c * kVec + 4 * q);
+        }
+      }
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int64_t c = c0 + int64_t(u) * kL;
@@ -220,7 +237,7 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
               float xf[kVec];
 #pragma unroll
               for (int q = 0; q < kVec / 4; ++q) {
-                const float4 v = ld_act4(xp + 4 * q);
+                const float4 v = kX1 ? x1[u][q] : ld_act4(xp + 4 * q);
                 xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
               }
 #pragma unroll
@@ -262,11 +279,12 @@ template <LinearWeight F, int kL, int kMTile>
 __global__ void __launch_bounds__(kHeadThreads) mla_prep_kernel(const __grid_constant__ MlaPrepParams p) {
   pdl_trigger();
   int64_t b = blockIdx.x;
-  if (b < p.uk_blocks) {
+  const int64_t small_blocks = p.kv.m * (1 + p.rope_slices);
+  if (b >= small_blocks) {
+    b -= small_blocks;
     head_linear_vec_block<F, kL, kMTile>(p.uk, b % p.uk_row_blocks, b / p.uk_row_blocks);
     return;
   }
-  b -= p.uk_blocks;
   pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
   if (b < p.kv.m) {
     __shared__ float scratch[kKvWriteThreads / kWarpSize];

@@ -116,10 +116,12 @@ cudaError_t launch_head_linear_scalar(LinearWeight f, const HeadLinearParams& p,
 // A decode step's three small MLA kernels are independent of each other (kv_write reads the kv
 // columns and writes the cache; rope rewrites the q_pe columns in place; W_UK reads the q_nope
 // columns), so one grid of kHeadThreads-thread blocks runs all three, each block one role:
-// [0, uk_blocks) the W_UK blocks of head_linear's vector path (row block b % row_blocks, token
-// block b / row_blocks), then m kv_write blocks (one per token), then m x rope_slices rope blocks.
-// Every role runs the very code of its own kernel, so the outputs are those of the three
-// launches bit for bit. The W_UK blocks load their first weights before waiting on PDL.
+// [0, m) the kv_write blocks (one per token), then m x rope_slices rope blocks, then uk_blocks W_UK
+// blocks of head_linear's vector path (row block b % row_blocks, token block b / row_blocks).
+// The short roles come first: after V3's 1,024 W_UK blocks (two waves at 4 an SM) kv_write's chain
+// of round trips started in the second wave. Every role runs the very code of its own kernel, so
+// the outputs are those of the three launches bit for bit. The W_UK blocks load their first
+// weights before waiting on PDL.
 static_assert(kKvWriteThreads == kHeadThreads && kRopeThreads == kHeadThreads, "one block size for every role");
 
 struct MlaPrepParams {
