@@ -79,7 +79,7 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
     }
   } else {
     mx = warp_max(mx);
-    for (int e = lane; e < E; e += kWarpSize) s[e] = exp_as_host(s[e] - mx);  // unrolled by 4, ptxas spilled
+    for (int e = lane; e < E; e += kWarpSize) s[e] = exp_as_host(s[e] - mx);  // rolled: unrolled by 4, ptxas spilled
     __syncwarp();
     float sum = 0.0f;
     if (lane == 0) {
