@@ -289,12 +289,12 @@ Status CudaRunner::Impl::init_buffers() {
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
     router_counter = static_cast<unsigned*>(v);
-    PG_CUDA_TRY(cudaMemset(router_counter, 0, 16));
+    PG_CUDA_TRY(cudaMemsetAsync(router_counter, 0, 16, stream));  // on `stream`: it does not wait for the legacy one
   }
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
     norm_counter = static_cast<unsigned*>(v);
-    PG_CUDA_TRY(cudaMemset(norm_counter, 0, 16));
+    PG_CUDA_TRY(cudaMemsetAsync(norm_counter, 0, 16, stream));
   }
   PG_TRY(f32(hidden_all, Tm * H));
   PG_TRY(f32(hidden, Tm * H));
@@ -398,8 +398,9 @@ Status CudaRunner::Impl::plan_kv() {
         opt.gpu_memory_utilization);
   PG_ASSIGN_OR_RETURN(void* v, acts.alloc(block_bytes * size_t(blocks + 1)));
   kv = static_cast<float*>(v);
-  // Zeroed once: a block never written reads as zeros, never as NaN bit patterns.
-  PG_CUDA_TRY(cudaMemset(kv, 0, block_bytes * size_t(blocks + 1)));
+  // Zeroed once: a block never written reads as zeros, never as NaN bit patterns. On `stream`
+  // (non-blocking): a memset on the legacy stream is not ordered before the first step's writes.
+  PG_CUDA_TRY(cudaMemsetAsync(kv, 0, block_bytes * size_t(blocks + 1), stream));
   n_blocks = blocks;
   return ok_status();
 }

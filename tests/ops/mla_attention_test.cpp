@@ -342,6 +342,9 @@ TEST_P(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
   DeviceData d = upload_case(h, c.max_ctx);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  // upload_case poisons the outputs and zeroes the counters on the legacy stream, which a
+  // non-blocking one does not wait for: a graph launched before those memsets ran reads 0xff counters.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
@@ -355,6 +358,7 @@ TEST_P(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
     h.args.ctx_len = h.ctx_len.data();
     PG_ASSERT_OK(d.ctx_len.upload(ctx.data(), ctx.size()));
     PG_ASSERT_OK(d.o_lat.fill_bytes(0xff));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the poisoning ran on the legacy stream
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     const std::string what =
@@ -531,6 +535,10 @@ TEST(MlaAttentionCudaTiming, Decode) {
           MlaCase c{"timing", heads, kR, kP, 64, std::vector<Seq>(size_t(sh.n_seqs), Seq{ctx, sh.q})};
           HostData h = make_data(c);
           DeviceData d = upload_case(h, ctx);
+          // Its memsets (outputs poisoned, counters zeroed) ran on the legacy stream, which `stream`
+          // (non-blocking) does not wait for: without this, a launch could read 0xff counters (an
+          // illegal address once under a loaded parallel ctest, 2026-12-02).
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           const int64_t m = sh.n_seqs * sh.q;
           constexpr int kLaunches = 20;
           const int kReplays = m * ctx * heads >= 4 * 32768 * 16 ? 1 : 5;  // the long V3 batches take ms each

@@ -665,6 +665,7 @@ TEST(MoeExpertsCudaTiming, DecodeShapesColdL2) {
     }
     gu.data = dgu, gu.scale_inv = sgu, dn.data = ddn, dn.scale_inv = sdn;
     gu.scale_fp8 = s8gu, dn.scale_fp8 = s8dn;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the memsets ran on the legacy stream, `stream` is non-blocking
     // Bytes one expert contributes: gate/up and down rows, plus their fp8 scales.
     const double expert_bytes =
         fp4 ? double(3 * sh.inter * sh.hidden) * (0.5 + 1.0 / 16.0)  // codes + e4m3 block scales
