@@ -10,7 +10,8 @@
 # Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
 # PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths),
 # PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300),
-# PG_SUITE_SKIP_SPEC=1 (no speculation bench of the embedded model),
+# PG_SUITE_SKIP_SPEC=1 (no speculation bench of the embedded model), PG_SUITE_MEMCHECK_OPS (a gtest filter of
+# ops_cuda_test to run under memcheck too),
 # PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d),
 # PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
@@ -313,6 +314,13 @@ if [ -n "$SAN" ] && [ -n "$GOLD" ] && [ "$(left)" -gt 90 ] && [ -z "${PG_SUITE_S
   note "memcheck (cuda_golden_test subset): rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 else
   note "memcheck: skipped (sanitizer '${SAN:-none}', time left $(left) s)"
+fi
+# PG_SUITE_MEMCHECK_OPS="gtest filter": also ops_cuda_test's matching cases under memcheck (new kernels,
+# a fault seen once), e.g. 'MlaAttentionCudaTiming.*:Cases/MlaAttentionCuda.*v3*'.
+if [ -n "${PG_SUITE_MEMCHECK_OPS:-}" ] && [ -n "$SAN" ] && [ -n "$OPSBIN" ] && [ "$(left)" -gt 60 ]; then
+  (cd "$ROOT" && timeout $(( $(left) - 30 )) "$SAN" --tool memcheck --error-exitcode 9 "$OPSBIN" \
+     --gtest_filter="$PG_SUITE_MEMCHECK_OPS" >"$OUT/memcheck_ops.log" 2>&1)
+  note "memcheck (ops_cuda_test '$PG_SUITE_MEMCHECK_OPS'): rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_ops.log" | tail -1)"
 fi
 
 # ---- 7. the rest, if time is left -------------------------------------------------------------
