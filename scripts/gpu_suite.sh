@@ -11,7 +11,7 @@
 # PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths),
 # PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300),
 # PG_SUITE_SKIP_SPEC=1 (no speculation bench of the embedded model), PG_SUITE_MEMCHECK_OPS (a gtest filter of
-# ops_cuda_test to run under memcheck too),
+# ops_cuda_test to run under memcheck too), PG_SUITE_AB_BASE (a baseline tree to A/B against, section 5a),
 # PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d),
 # PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
@@ -247,6 +247,40 @@ if [ -x "$PEREGRINE" ]; then
   done
 else
   note "peregrine not built: no model benchmarks"
+fi
+
+# ---- 5a. A/B against a baseline tree (PG_SUITE_AB_BASE=DIR, made by scripts/ab_base.sh SHA and carried):
+# its `peregrine` built here, then run alternately with this build's at batch 1 over PG_SUITE_AB_BENCHES
+# ("NAME:DTYPE:LAYERS ...") for PG_SUITE_AB_ROUNDS rounds: machines vary 2-3% between calls, not within one.
+AB_BENCHES=${PG_SUITE_AB_BENCHES-"moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4 deepseek-v3:fp8:4"}
+if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -x "$PEREGRINE" ] && [ "$(left)" -gt 150 ]; then
+  AB_BUILD="$(cd "$PG_SUITE_AB_BASE" && pwd)/build-ab"
+  rm -rf "$AB_BUILD"
+  if cmake -S "$PG_SUITE_AB_BASE" -B "$AB_BUILD" "${CMAKE_ARGS[@]}" >"$OUT/ab_configure.log" 2>&1 &&
+     timeout $(( $(left) - 90 )) ninja -C "$AB_BUILD" -j "$NPROC" peregrine >"$OUT/ab_build.log" 2>&1; then
+    for b in $AB_BENCHES; do
+      IFS=: read -r name dtype layers _ <<<"$b"
+      args=(bench --synthetic "$name" --dtype "$dtype" --batches 1)
+      [ "$layers" != 0 ] && args+=(--layers "$layers")
+      base="" head=""
+      for _r in $(seq "${PG_SUITE_AB_ROUNDS:-2}"); do
+        [ "$(left)" -lt 40 ] && break
+        for which in base head; do
+          bin=$PEREGRINE
+          [ "$which" = base ] && bin=$AB_BUILD/peregrine
+          v=$(timeout 40 "$bin" "${args[@]}" 2>>"$OUT/ab.err" | sed -n 's/^decode b=1 *\([0-9.]*\) tok\/s.*/\1/p' | head -1)
+          if [ "$which" = base ]; then base="$base ${v:-?}"; else head="$head ${v:-?}"; fi
+        done
+      done
+      delta=$(echo "$base|$head" | awk -F'|' '{nb=split($1,b," "); nh=split($2,h," "); sb=sh=cb=ch=0;
+        for(i=1;i<=nb;i++) if (b[i] ~ /^[0-9.]+$/) {sb+=b[i]; cb++}
+        for(i=1;i<=nh;i++) if (h[i] ~ /^[0-9.]+$/) {sh+=h[i]; ch++}
+        if (cb && ch && sb > 0) printf "%+.1f%%", 100*((sh/ch)/(sb/cb)-1)}')
+      note "A/B $name $dtype layers=$layers b=1 tok/s: base$base | head$head  $delta"
+    done
+  else
+    note "A/B: the baseline tree did not build (ab_configure.log, ab_build.log)"
+  fi
 fi
 
 # ---- 5b. NVFP4 quality of the embedded model, CUDA and CPU on the same text (issue #6) ----------
