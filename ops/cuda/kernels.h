@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "ops/cuda/linear/config.h"  // LinearWeight: the fmt-free weight formats
 
@@ -38,6 +39,17 @@ struct MoeRoutingParams {
   float routed_scaling_factor = 1.0f;
 };
 cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream);
+
+// moe_routing's order (value descending, then index ascending) as unsigned keys: a larger value has
+// a larger key, -0 and +0 the same one (they compare equal), every number (-inf too) a key >= 2;
+// NaN gets 1, below every number (the CPU's comparison sort leaves its place undefined), and 0
+// means "no candidate". Host-callable so a CPU test checks it against the float comparisons.
+__host__ __device__ inline uint32_t moe_routing_order_key(float v) {
+  if (v != v) return 1u;
+  uint32_t u = 0;
+  if (v != 0.0f) memcpy(&u, &v, sizeof(u));
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
 
 // moe_router: the router GEMV (f32 | bf16 weights, linear's vector path) and moe_routing in one
 // launch (moe_routing.cu). kRouterThreads / 32 / k_split rows per block; tokens kRouterTokenTile

@@ -13,15 +13,8 @@
 namespace pg::ops::cuda {
 namespace {
 
-// The contract's order (value descending, then index ascending) as unsigned keys: a larger value
-// has a larger key, -0 and +0 the same one (they compare equal), every number (-inf too) a key >= 2;
-// NaN gets 1, below every number (the CPU's comparison sort leaves its place undefined), and 0
-// means "no candidate".
-__device__ __forceinline__ uint32_t order_key(float v) {
-  if (v != v) return 1u;
-  const uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+// The contract's order as unsigned keys: moe_routing_order_key (kernels.h).
+__device__ __forceinline__ uint32_t order_key(float v) { return moe_routing_order_key(v); }
 
 // The best not-yet-taken element of key[0..n) over the warp; every lane gets its index (INT_MAX if
 // none is left). Lane l owns elements l + 32 j; bit j of `taken` marks those already chosen. Two

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "core/dtype.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernels.h"
 #include "ops/cuda/moe_router.h"
 #include "tests/ops/test_util.h"
 
@@ -137,6 +139,35 @@ TEST_P(MoeRoutingCuda, SameExpertsAndWeightsAsCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Models, MoeRoutingCuda, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<RoutingCase>& i) { return std::string(i.param.name); });
+
+// The kernel's selection order rests on moe_routing_order_key (kernels.h): for every pair of numbers, the
+// keys compare as the floats do (-0 == +0 included), NaN sits below every number, and no number takes
+// the "no candidate" key 0. Host code: it runs without a GPU.
+TEST(MoeRoutingOrderKey, OrdersAsTheFloatComparisons) {
+  std::vector<float> v = {-INFINITY, -FLT_MAX, -1.0f, -FLT_MIN, -FLT_TRUE_MIN, -0.0f, 0.0f, FLT_TRUE_MIN, FLT_MIN,
+                          0.5f, 1.0f, FLT_MAX, INFINITY};
+  for (uint64_t i = 0; v.size() < 4096; ++i) {
+    const uint32_t bits = uint32_t(splitmix64(77 + i));
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (!std::isnan(f)) v.push_back(f);
+  }
+  int64_t bad = 0;
+  for (float a : v) {
+    const uint32_t ka = cuda::moe_routing_order_key(a);
+    if (ka < 2) ++bad;
+    for (float b : v) {
+      const uint32_t kb = cuda::moe_routing_order_key(b);
+      if ((ka > kb) != (a > b) || (ka == kb) != (a == b)) ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "pairs whose keys do not compare as their floats";
+  for (uint32_t nan_bits : {0x7fc00000u, 0x7f800001u, 0xffc00000u, 0xffffffffu}) {
+    float nan;
+    std::memcpy(&nan, &nan_bits, 4);
+    EXPECT_EQ(cuda::moe_routing_order_key(nan), 1u) << std::hex << nan_bits;
+  }
+}
 
 TEST(MoeRoutingCudaArgs, OverTheKernelLimitsIsUnsupportedNotACrash) {
   MoeRoutingArgs a;
