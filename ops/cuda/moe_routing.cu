@@ -13,9 +13,6 @@
 namespace pg::ops::cuda {
 namespace {
 
-// The contract's order as unsigned keys: moe_routing_order_key (kernels.h).
-__device__ __forceinline__ uint32_t order_key(float v) { return moe_routing_order_key(v); }
-
 // The best not-yet-taken element of key[0..n) over the warp; every lane gets its index (INT_MAX if
 // none is left). Lane l owns elements l + 32 j; bit j of `taken` marks those already chosen. Two
 // warp reductions (redux.sync: the largest key, then the smallest index holding it) in place of a
@@ -101,7 +98,7 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
         if (v > v1) v2 = v1, v1 = v;
         else if (v > v2) v2 = v;
       }
-      gkey = order_key(p.group_top2_sum ? (per_group >= 2 ? (0.0f + v1) + v2 : 0.0f + v1) : v1);
+      gkey = moe_routing_order_key(p.group_top2_sum ? (per_group >= 2 ? (0.0f + v1) + v2 : 0.0f + v1) : v1);
     }
     keep = 0;
     for (int k = 0; k < p.topk_group; ++k) {
@@ -112,9 +109,9 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
     }
     __syncwarp();  // every group's values are read before they become keys
   }
-  const uint32_t masked = order_key(-INFINITY);
+  const uint32_t masked = moe_routing_order_key(-INFINITY);
   for (int e = lane; e < E; e += kWarpSize)
-    key[e] = ((keep >> (e / per_group)) & 1u) ? order_key(choice[e]) : masked;
+    key[e] = ((keep >> (e / per_group)) & 1u) ? moe_routing_order_key(choice[e]) : masked;
 
   uint32_t taken = 0;
   float sum = 0.0f, mine = 0.0f;  // every lane: the chosen scores summed in selection order, as the CPU

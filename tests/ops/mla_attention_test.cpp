@@ -203,6 +203,9 @@ DeviceData upload_case(const HostData& h, int64_t max_ctx) {
   if (w.ok()) d.ws = std::move(w).value();
   EXPECT_TRUE(d.ws.fill_bytes(0xff).ok());  // partials are written before they are read
   EXPECT_TRUE(cuda::mla_attention_workspace_init(d.ws.data(), d.ws.size(), nullptr).ok());  // counters only
+  // Done on the device when it returns: the tests launch on non-blocking streams too, which do not
+  // wait for the legacy stream's memsets (0xff counters read by a launch write past their group).
+  EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   d.args = a;
   d.args.q_lat = d.q_lat.data(), d.args.kv = d.kv.data();
   d.args.q_pe = d.q_pe.data() + (a.q_pe - h.q_pe.data());
@@ -342,9 +345,6 @@ TEST_P(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
   DeviceData d = upload_case(h, c.max_ctx);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  // upload_case poisons the outputs and zeroes the counters on the legacy stream, which a
-  // non-blocking one does not wait for: a graph launched before those memsets ran reads 0xff counters.
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
@@ -358,7 +358,6 @@ TEST_P(MlaAttentionCudaGraph, ReplayAtOtherContexts) {
     h.args.ctx_len = h.ctx_len.data();
     PG_ASSERT_OK(d.ctx_len.upload(ctx.data(), ctx.size()));
     PG_ASSERT_OK(d.o_lat.fill_bytes(0xff));
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the poisoning ran on the legacy stream
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     const std::string what =
@@ -535,10 +534,6 @@ TEST(MlaAttentionCudaTiming, Decode) {
           MlaCase c{"timing", heads, kR, kP, 64, std::vector<Seq>(size_t(sh.n_seqs), Seq{ctx, sh.q})};
           HostData h = make_data(c);
           DeviceData d = upload_case(h, ctx);
-          // Its memsets (outputs poisoned, counters zeroed) ran on the legacy stream, which `stream`
-          // (non-blocking) does not wait for: without this, a launch could read 0xff counters (an
-          // illegal address once under a loaded parallel ctest, 2026-12-02).
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           const int64_t m = sh.n_seqs * sh.q;
           constexpr int kLaunches = 20;
           const int kReplays = m * ctx * heads >= 4 * 32768 * 16 ? 1 : 5;  // the long V3 batches take ms each

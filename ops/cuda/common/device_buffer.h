@@ -62,9 +62,13 @@ class DeviceBuffer {
     if (n) PG_CUDA_TRY(cudaMemcpy(host, ptr_, n * sizeof(T), cudaMemcpyDeviceToHost));
     return ok_status();
   }
-  // Every byte set to `byte` (0xff poisons f32 with NaN).
+  // Every byte set to `byte` (0xff poisons f32 with NaN), done when it returns, as upload is: a
+  // cudaMemset runs on the legacy stream, which work on a non-blocking stream does not wait for.
   Status fill_bytes(int byte) {
-    if (n_) PG_CUDA_TRY(cudaMemset(ptr_, byte, bytes()));
+    if (n_) {
+      PG_CUDA_TRY(cudaMemset(ptr_, byte, bytes()));
+      PG_CUDA_TRY(cudaStreamSynchronize(nullptr));
+    }
     return ok_status();
   }
 
