@@ -37,17 +37,21 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
 
   pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
+  // ctx_len and token_seq in one round trip (an ordinary token_seq load was issued only after
+  // mla_block_rows' branch: a second one before the table's).
+  const int64_t ctx_len = ld_now(p.ctx_len + t);
+  const int32_t seq = ld_now(p.token_seq + t);
   load_q<kHeads>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
   cp_async_commit();
 
   MlaSplitRows rows_of;
-  if (!mla_block_rows(p, place, kHeads, p.ctx_len[t], rows_of)) {
+  if (!mla_block_rows(p, place, kHeads, ctx_len, rows_of)) {
     cp_async_wait_all();
     return;
   }
   const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
   const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
-  const int32_t* table = p.block_tables + int64_t(p.token_seq[t]) * p.max_blocks_per_seq;
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
   load_chunk(p, sK, chunk_blocks(p, table, begin, end), begin, end, 4 * p.d4);
   cp_async_commit();

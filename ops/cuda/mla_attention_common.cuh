@@ -181,17 +181,30 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
   const float* ml = p.ws_ml + item * p.n_splits * kHeads * 2;
   const float* o = p.ws_o + item * p.n_splits * kHeads * R;
   float* sInv = sW + n_act * kHeads;
-  // Weights: a warp per head, lanes over the splits.
+  // Weights: a warp per head, lanes over the splits; a lane's (max, sum) pairs are loaded once,
+  // together (one round trip), and kept in registers for both passes.
+  constexpr int kPerLane = kMlaMaxSplits / kWarpSize;
   for (int hh = warp; hh < hv; hh += kMlaWarps) {
+    float2 e[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int s = lane + kWarpSize * i;
+      if (s < n_act) e[i] = __ldcg(reinterpret_cast<const float2*>(ml + 2 * (s * kHeads + hh)));
+    }
     float mx = -INFINITY;
-    for (int s = lane; s < n_act; s += kWarpSize) mx = fmaxf(mx, __ldcg(ml + 2 * (s * kHeads + hh)));
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + kWarpSize * i < n_act) mx = fmaxf(mx, e[i].x);
     mx = warp_max(mx);
     float l = 0.0f;
-    for (int s = lane; s < n_act; s += kWarpSize) {
-      const float* e = ml + 2 * (s * kHeads + hh);
-      const float w = exp2f(__ldcg(e) - mx);
-      sW[s * kHeads + hh] = w;
-      l = fmaf(w, __ldcg(e + 1), l);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int s = lane + kWarpSize * i;
+      if (s < n_act) {
+        const float w = exp2f(e[i].x - mx);
+        sW[s * kHeads + hh] = w;
+        l = fmaf(w, e[i].y, l);
+      }
     }
     l = warp_sum(l);
     if (lane == 0) sInv[hh] = 1.0f / l;  // as the CPU: one reciprocal, then products
@@ -213,11 +226,24 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
       const float* src = o + hh * R + c;
       float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (valid) {
-#pragma unroll 4
-        for (int s = sub; s < n_act; s += tpq) {
-          const float w = sW[s * kHeads + hh];
-          const float4 v = __ldcg(reinterpret_cast<const float4*>(src + s * split_stride));
-          a.x = fmaf(w, v.x, a.x), a.y = fmaf(w, v.y, a.y), a.z = fmaf(w, v.z, a.z), a.w = fmaf(w, v.w, a.w);
+        // kMlaCombineBatch splits' loads issued before their sums (one round trip a batch: written
+        // as one `#pragma unroll` loop, ptxas issued each ld.cg after the previous one's FMAs),
+        // summed in the same order, s = sub, sub + tpq, ...
+        for (int s0 = sub; s0 < n_act; s0 += kMlaCombineBatch * tpq) {
+          float4 v[kMlaCombineBatch];
+#pragma unroll
+          for (int b = 0; b < kMlaCombineBatch; ++b) {
+            const int s = s0 + b * tpq;
+            if (s < n_act) v[b] = __ldcg(reinterpret_cast<const float4*>(src + s * split_stride));
+          }
+#pragma unroll
+          for (int b = 0; b < kMlaCombineBatch; ++b) {
+            const int s = s0 + b * tpq;
+            if (s < n_act) {
+              const float w = sW[s * kHeads + hh];
+              a.x = fmaf(w, v[b].x, a.x), a.y = fmaf(w, v[b].y, a.y), a.z = fmaf(w, v[b].z, a.z), a.w = fmaf(w, v[b].w, a.w);
+            }
+          }
         }
       }
       for (int off = 1; off < tpq; off *= 2) {

@@ -56,6 +56,7 @@ struct MlaTile {
 // 16 splits; m x head_groups x 2 > SMs (prefill, big batches): one split, no combine.
 constexpr int kMlaMaxSplits = 256;      // the combine's weights in shared memory
 constexpr int kMlaMaxCombiners = 32;    // blocks that share one group's combine
+constexpr int kMlaCombineBatch = 16;    // partial loads a combine thread issues before summing them
 constexpr int64_t kMlaMinSplitRows = kMlaChunkRows;  // at least one full chunk per split
 constexpr int64_t kMlaCounterSlots = 1024;  // counters at the workspace's head: >= items of a split plan
 constexpr int64_t kMlaSmallHeadWork = 32;   // m x n_heads up to this: 8 heads per block (more blocks)

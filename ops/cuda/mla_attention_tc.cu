@@ -83,11 +83,14 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   const int fg = lane / 4, ft = lane % 4;  // the mma fragments' row group and thread in group
 
   pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
+  // The context's round trip first (the table's and the cache rows' hang on it), both loads
+  // together: ordinary loads were issued after load_q's ~370 instructions, and token_seq's only
+  // after mla_block_rows' branch (a second round trip).
+  const int64_t ctx_len = ld_now(p.ctx_len + t);
+  const int32_t seq = ld_now(p.token_seq + t);
   float q[kQWordsPerThread][2];
   load_q(p, t, h0, q);  // in flight while the context and the cache rows are looked up
 
-  const int64_t ctx_len = p.ctx_len[t];
-  const int32_t seq = p.token_seq[t];  // with ctx_len: one round trip before the table's
   MlaSplitRows rows_of;
   if (!mla_block_rows(p, place, kH, ctx_len, rows_of)) return;
   const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
