@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Decode at batch 1 of synthetic models under several environment settings, alternating within one
+# device call (the H200s vary 2-3% between calls, not within one): for an A/B of a runtime knob.
+#   usage: scripts/bench_sweep.sh PEREGRINE ROUNDS "NAME:DTYPE:LAYERS ..." VARIANT...
+# A VARIANT is "-" (no setting) or "VAR=VAL[,VAR=VAL...]". Prints per bench and variant the tok/s of
+# each round, their mean and the change against the first variant. Extra bench flags: PG_SWEEP_ARGS.
+set -uo pipefail
+BIN=${1:?usage: scripts/bench_sweep.sh PEREGRINE ROUNDS BENCHES VARIANT...}
+ROUNDS=${2:?rounds}
+BENCHES=${3:?benches}
+shift 3
+[ $# -ge 1 ] || { echo "bench_sweep: no variants" >&2; exit 2; }
+for b in $BENCHES; do
+  IFS=: read -r name dtype layers <<<"$b"
+  args=(bench --synthetic "$name" --dtype "$dtype" --batches 1 --long-prefill 0 ${PG_SWEEP_ARGS:-})
+  [ "${layers:-0}" != 0 ] && args+=(--layers "$layers")
+  declare -A got=()
+  for _r in $(seq "$ROUNDS"); do
+    for v in "$@"; do
+      envs=()
+      [ "$v" != - ] && IFS=, read -r -a envs <<<"$v"
+      t=$(env "${envs[@]}" timeout 60 "$BIN" "${args[@]}" 2>/dev/null | sed -n 's/^decode b=1 *\([0-9.]*\) tok\/s.*/\1/p' | head -1)
+      got[$v]="${got[$v]:-} ${t:-?}"
+    done
+  done
+  base=""
+  for v in "$@"; do
+    mean=$(echo "${got[$v]}" | awk '{s=0;c=0; for(i=1;i<=NF;i++) if ($i ~ /^[0-9.]+$/) {s+=$i;c++}; if (c) printf "%.1f", s/c}')
+    [ -z "$base" ] && base=$mean
+    d=$(awk -v a="$mean" -v b="$base" 'BEGIN{if (a != "" && b > 0) printf "%+.1f%%", 100*(a/b-1)}')
+    printf 'sweep %s %s L%s %-60s %s | mean %s %s\n' "$name" "$dtype" "${layers:-0}" "$v" "${got[$v]}" "${mean:-?}" "$d"
+  done
+  unset got
+done
