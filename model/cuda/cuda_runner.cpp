@@ -525,6 +525,7 @@ Status CudaRunner::Impl::prefetch_mlp(const DevLayer& L, int64_t T, int at) {
     spans.push_back(r);
   cu::L2PrefetchParams p;
   p.evict_last = opt.l2_prefetch_evict_last;
+  p.kind = opt.l2_prefetch_loads ? cu::L2PrefetchKind::kLoad : cu::L2PrefetchKind::kBulk;
   int64_t left = opt.l2_prefetch_bytes;
   for (const cu::L2Range& r : spans) {
     if (left <= 0 || p.n == cu::kL2PrefetchMaxRanges) break;
@@ -898,6 +899,7 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
   }
   flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
   flag("PEREGRINE_L2_PREFETCH_EVICT_LAST", opt.l2_prefetch_evict_last);
+  flag("PEREGRINE_L2_PREFETCH_LOADS", opt.l2_prefetch_loads);
   if (const char* e = std::getenv("PEREGRINE_L2_PREFETCH_MB")) {
     char* end = nullptr;
     const long long mb = std::strtoll(e, &end, 10);
@@ -959,8 +961,9 @@ std::string CudaRunner::describe() const {
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
   const std::string l2 = m.opt.l2_prefetch_bytes <= 0
                              ? ""
-                             : fmt::format(", L2 prefetch {} MiB a layer at {}{}", m.opt.l2_prefetch_bytes >> 20,
-                                           m.opt.l2_prefetch_at, m.opt.l2_prefetch_evict_last ? " evict_last" : "");
+                             : fmt::format(", L2 prefetch {} MiB a layer at {}{}{}", m.opt.l2_prefetch_bytes >> 20,
+                                           m.opt.l2_prefetch_at, m.opt.l2_prefetch_evict_last ? " evict_last" : "",
+                                           m.opt.l2_prefetch_loads ? " loads" : "");
   return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{}{})", p.name, n_blocks_, block_size_, graphs,
                      m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "", l2,
                      m.opt.exact || m.opt.decode_attention == cu::MlaCores::kAuto ? ""

@@ -81,6 +81,7 @@ struct CudaRunnerOptions {
   int64_t l2_prefetch_bytes = 0;
   bool l2_prefetch_evict_last = false;
   int l2_prefetch_at = 1;
+  bool l2_prefetch_loads = false;  // plain loads over a wider grid, not bulk prefetches (PEREGRINE_L2_PREFETCH_LOADS)
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 

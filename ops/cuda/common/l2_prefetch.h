@@ -20,10 +20,15 @@ struct L2Range {
 constexpr int kL2PrefetchMaxRanges = 8;
 constexpr int64_t kL2PrefetchChunk = int64_t(64) << 10;  // bytes one bulk prefetch asks for
 
+// How the bytes are asked for: bulk prefetches (a few threads, fire and forget), or plain 16-byte
+// ld.global.cg loads over a wider grid (real reads: L2 keeps what they bring in).
+enum class L2PrefetchKind : int { kBulk = 0, kLoad = 1 };
+
 struct L2PrefetchParams {
   L2Range r[kL2PrefetchMaxRanges];
   int n = 0;
-  bool evict_last = false;  // L2::evict_last for the prefetched lines (else the normal policy)
+  bool evict_last = false;  // L2::evict_last for the prefetched lines (else the normal policy; bulk only)
+  L2PrefetchKind kind = L2PrefetchKind::kBulk;
 };
 
 // Prefetches every range's 16-byte-aligned interior (a partial 16 bytes at either end is left out:
