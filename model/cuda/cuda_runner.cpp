@@ -112,12 +112,6 @@ struct CudaRunner::Impl {
   void* prefill_ws = nullptr;
   size_t prefill_ws_bytes = 0;
   bool capturing = false;  // inside a graph capture: only the capturable ops
-  // The L2 prefetch's side branch (opt.l2_prefetch_bytes): forked from `stream` by side_fork,
-  // joined back by side_join before a step's last launches (join_side), so a captured graph has
-  // no loose end and an eager step's stream waits for it.
-  cudaStream_t side = nullptr;
-  cudaEvent_t side_fork = nullptr, side_join = nullptr;
-  bool side_open = false;
   std::unique_ptr<cu::GemmContext> gemm;
 
   uint8_t* d_inputs = nullptr;
@@ -162,9 +156,6 @@ struct CudaRunner::Impl {
       if (stage[i]) cudaFreeHost(stage[i]);
       if (stage_done[i]) cudaEventDestroy(stage_done[i]);
     }
-    if (side_fork) cudaEventDestroy(side_fork);
-    if (side_join) cudaEventDestroy(side_join);
-    if (side) cudaStreamDestroy(side);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -215,11 +206,6 @@ struct CudaRunner::Impl {
   // y += x_ · Wᵀ, then y_normed = rmsnorm(y) * wt (y: the residual stream).
   Status lin_acc_norm(const float* x_, const Matrix& W, float* y, const float* wt, float* y_normed, int64_t m);
   Status layer(const DevLayer& L, int64_t cache_layer, const Step& s);
-  // At fork point `at` of a decode-sized step (opt.l2_prefetch_at): the side branch prefetches L's
-  // always-read MLP weights into L2 (up to opt.l2_prefetch_bytes). join_side: `stream` waits for
-  // the branch (a no-op when none is open).
-  Status prefetch_mlp(const DevLayer& L, int64_t T, int at);
-  Status join_side();
   bool prefill_path(int64_t T) const { return prefill_ws && !capturing && T >= kPrefillGemmMinRows; }
   bool spec_graphs() const { return opt.use_graphs && opt.spec_graphs; }
   Status heads(const ops::HeadLinearArgs& h) {
@@ -276,9 +262,6 @@ Status CudaRunner::Impl::init_buffers() {
   n_cache_layers = c.num_hidden_layers + int64_t(w.mtp.size());
 
   PG_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  PG_CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-  PG_CUDA_TRY(cudaEventCreateWithFlags(&side_fork, cudaEventDisableTiming));
-  PG_CUDA_TRY(cudaEventCreateWithFlags(&side_join, cudaEventDisableTiming));
   for (int i = 0; i < kStageSlots; ++i) PG_CUDA_TRY(cudaEventCreateWithFlags(&stage_done[i], cudaEventDisableTiming));
 
   auto f32 = [&](float*& p, int64_t n) -> Status {
@@ -512,41 +495,6 @@ Status CudaRunner::Impl::lin_acc_norm(const float* x_, const Matrix& W, float* y
   return cu::linear_norm(a, norm_counter, stream);
 }
 
-Status CudaRunner::Impl::prefetch_mlp(const DevLayer& L, int64_t T, int at) {
-  if (opt.l2_prefetch_bytes <= 0 || at != opt.l2_prefetch_at || prefill_path(T)) return ok_status();
-  const DevMlp& mlp = L.mlp;
-  if (mlp.n_shared <= 0 || !mlp.gate_up.data || !mlp.down.data) return ok_status();
-  // The always-read experts are the stacks' last n_shared (a dense MLP: the whole of both), gate_up
-  // first: the order the MLP reads them.
-  std::vector<cu::L2Range> spans = matrix_row_spans(mlp.gate_up, mlp.n_experts * 2 * mlp.inter,
-                                                    (mlp.n_experts + mlp.n_shared) * 2 * mlp.inter);
-  for (const cu::L2Range& r : matrix_row_spans(mlp.down, mlp.n_experts * cfg.hidden_size,
-                                               (mlp.n_experts + mlp.n_shared) * cfg.hidden_size))
-    spans.push_back(r);
-  cu::L2PrefetchParams p;
-  p.evict_last = opt.l2_prefetch_evict_last;
-  p.kind = opt.l2_prefetch_loads ? cu::L2PrefetchKind::kLoad : cu::L2PrefetchKind::kBulk;
-  int64_t left = opt.l2_prefetch_bytes;
-  for (const cu::L2Range& r : spans) {
-    if (left <= 0 || p.n == cu::kL2PrefetchMaxRanges) break;
-    p.r[p.n++] = {r.p, std::min(r.bytes, left)};
-    left -= r.bytes;
-  }
-  PG_CUDA_TRY(cudaEventRecord(side_fork, stream));
-  PG_CUDA_TRY(cudaStreamWaitEvent(side, side_fork, 0));
-  PG_CUDA_TRY(cu::launch_l2_prefetch(p, side));
-  side_open = true;
-  return ok_status();
-}
-
-Status CudaRunner::Impl::join_side() {
-  if (!side_open) return ok_status();
-  side_open = false;
-  PG_CUDA_TRY(cudaEventRecord(side_join, side));
-  PG_CUDA_TRY(cudaStreamWaitEvent(stream, side_join, 0));
-  return ok_status();
-}
-
 Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const Step& s) {
   const ModelConfig& c = cfg;
   const int64_t T = s.T, H = c.hidden_size, nh = c.num_attention_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
@@ -574,7 +522,6 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
       PG_TRY(mark("q_kv_a_proj"));
     }
     kv_in = qkv + first, kv_row = first + D;
-    PG_TRY(prefetch_mlp(L, T, 0));
     // q_a_norm inside q_b's GEMV (qkv's q_a part stays raw).
     if (A.has_q_lora && fuse_norm(A.q_b, T) && cu::linear_norm_in_pays(T, first)) {
       PG_TRY(norm_lin(qkv, A.q_a_norm, A.q_b, q, T, first + D));  // [T, nh * qk]
@@ -621,7 +568,6 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   if (!prefill_path(T)) {  // GEMV-sized steps: the three in one launch (the same bits)
     PG_TRY(cu::mla_prep(ops::MlaPrepArgs{kw, ra, uk}, inv_freq, stream));
     PG_TRY(mark("mla_prep"));
-    PG_TRY(prefetch_mlp(L, T, 1));
   } else {
     PG_TRY(cu::mla_kv_write(kw, inv_freq, stream));
     PG_TRY(mark("kv_write"));
@@ -643,7 +589,6 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream,
                              opt.exact ? cu::MlaCores::kCuda : opt.decode_attention));
   PG_TRY(mark("mla_attention"));
-  PG_TRY(prefetch_mlp(L, T, 2));
 
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
   uv.x = o_lat, uv.x_row_stride = nh * R, uv.x_head_stride = R, uv.w = A.w_uv, uv.w_format = A.head_format;
@@ -706,7 +651,6 @@ Status CudaRunner::Impl::trunk(const Step& s) {
   e.table = &w.embed, e.tokens = s.tokens, e.y = x, e.m = s.T;
   PG_TRY(cu::embedding(e, stream));  // x [T, H]
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) PG_TRY(layer(w.layers[size_t(l)], l, s));
-  PG_TRY(join_side());
   return norm(x, w.norm, hidden_all, s.T, cfg.hidden_size);  // final RMSNorm of every token
 }
 
@@ -735,7 +679,6 @@ Status CudaRunner::Impl::mtp_device(int64_t mtp_idx, const Step& s, float* logit
   PG_TRY(norm(hidden, mt.hnorm, cat + H, T, H, H, 2 * H));
   PG_TRY(lin(cat, mt.eh_proj, x, T));  // x [T, H]
   PG_TRY(layer(mt.block, cfg.num_hidden_layers + mtp_idx, s));
-  PG_TRY(join_side());
   // hidden = the block output of the output rows; logits = shared_head(norm(hidden)).
   if (s.n_rows == 0) return ok_status();
   const Matrix table{ops::WeightFormat::kF32, T, H, x};
@@ -856,7 +799,6 @@ Result<cudaGraphExec_t> CudaRunner::Impl::capture(const std::function<Status()>&
   const Status st = enqueue();
   capturing = false;
   const cudaError_t end = cudaStreamEndCapture(stream, &g);
-  side_open = false;  // a failed enqueue may have left the branch open: the capture is over either way
   if (!st.ok()) {
     if (g) cudaGraphDestroy(g);
     return st;
@@ -898,15 +840,6 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
     if (v == "twopass") opt.decode_attention = cu::MlaCores::kCudaTwoPass;
   }
   flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
-  flag("PEREGRINE_L2_PREFETCH_EVICT_LAST", opt.l2_prefetch_evict_last);
-  flag("PEREGRINE_L2_PREFETCH_LOADS", opt.l2_prefetch_loads);
-  if (const char* e = std::getenv("PEREGRINE_L2_PREFETCH_MB")) {
-    char* end = nullptr;
-    const long long mb = std::strtoll(e, &end, 10);
-    if (end != e && *end == '\0' && mb >= 0 && mb <= 1024) opt.l2_prefetch_bytes = int64_t(mb) << 20;
-  }
-  if (const char* e = std::getenv("PEREGRINE_L2_PREFETCH_AT"); e && e[0] >= '0' && e[0] <= '2' && e[1] == '\0')
-    opt.l2_prefetch_at = e[0] - '0';
   return opt;
 }
 
@@ -959,13 +892,8 @@ std::string CudaRunner::describe() const {
     graphs = fmt::format("on: {} decode, {} verify, {} draft, {} draft-chain captured{}", m.counts.decode,
                          m.counts.verify, m.counts.draft, m.counts.chain,
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
-  const std::string l2 = m.opt.l2_prefetch_bytes <= 0
-                             ? ""
-                             : fmt::format(", L2 prefetch {} MiB a layer at {}{}{}", m.opt.l2_prefetch_bytes >> 20,
-                                           m.opt.l2_prefetch_at, m.opt.l2_prefetch_evict_last ? " evict_last" : "",
-                                           m.opt.l2_prefetch_loads ? " loads" : "");
-  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{}{})", p.name, n_blocks_, block_size_, graphs,
-                     m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "", l2,
+  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{})", p.name, n_blocks_, block_size_, graphs,
+                     m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "",
                      m.opt.exact || m.opt.decode_attention == cu::MlaCores::kAuto ? ""
                      : m.opt.decode_attention == cu::MlaCores::kTensor      ? ", tensor-core decode attention"
                      : m.opt.decode_attention == cu::MlaCores::kCudaTwoPass ? ", two-pass decode attention"
@@ -1293,7 +1221,6 @@ Result<std::vector<std::pair<std::string, double>>> CudaRunner::profile_layer(in
     m.prof = &ev;
     Status st = m.mark("start");
     if (st.ok()) st = m.layer(m.w.layers[size_t(layer_idx)], layer_idx, s);
-    if (st.ok()) st = m.join_side();
     m.prof = nullptr;
     if (st.ok()) st = synchronize();
     for (size_t i = 1; st.ok() && i < ev.size(); ++i) {
@@ -1324,7 +1251,7 @@ Result<double> CudaRunner::time_layer(int64_t layer_idx, int64_t batch, int64_t 
   s.max_ctx = ctx;
   PG_ASSIGN_OR_RETURN(cudaGraphExec_t exec, m.capture([&]() -> Status {
     for (int i = 0; i < iters; ++i) PG_TRY(m.layer(m.w.layers[size_t(layer_idx)], layer_idx, s));
-    return m.join_side();
+    return ok_status();
   }));
   cudaEvent_t e0, e1;
   PG_CUDA_TRY(cudaEventCreate(&e0));

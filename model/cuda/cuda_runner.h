@@ -71,17 +71,6 @@ struct CudaRunnerOptions {
   // 85.5 / 92.8 vs 81.0 / 86.5 us: the fused GEMVs lose more than the launches save), moonlight
   // nvfp4 4.6% (468.9 vs 491.5). PEREGRINE_FUSED_NORMS=0 / =1 overrides.
   bool fused_norms = false;
-  // Decode-sized steps (off the prefill path): the MLP weights every token reads (a MoE layer's
-  // shared experts, a dense MLP's), up to this many bytes a layer, are pulled into L2 by a launch on
-  // a side branch of the step (ops/cuda/common/l2_prefetch.h), forked after the op named by
-  // l2_prefetch_at, so they stream in while the attention chain's latency-bound kernels leave HBM
-  // idle, and the MLP then reads them from L2. 0: off. PEREGRINE_L2_PREFETCH_MB overrides (MiB);
-  // PEREGRINE_L2_PREFETCH_EVICT_LAST=1 marks the lines evict_last; PEREGRINE_L2_PREFETCH_AT = 0 / 1 / 2
-  // forks after q_kv_a / mla_prep / mla_attention.
-  int64_t l2_prefetch_bytes = 0;
-  bool l2_prefetch_evict_last = false;
-  int l2_prefetch_at = 1;
-  bool l2_prefetch_loads = false;  // plain loads over a wider grid, not bulk prefetches (PEREGRINE_L2_PREFETCH_LOADS)
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 

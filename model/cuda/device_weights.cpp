@@ -49,22 +49,6 @@ size_t matrix_bytes(const Matrix& m) {
   return b;
 }
 
-std::vector<cu::L2Range> matrix_row_spans(const Matrix& m, int64_t r0, int64_t r1) {
-  std::vector<cu::L2Range> spans;
-  if (!m.data || r1 <= r0) return spans;
-  const int64_t row_bytes = m.format == WeightFormat::kNvfp4 ? m.cols / 2 : m.cols * int64_t(matrix_elem_bytes(m));
-  spans.push_back({static_cast<const uint8_t*>(m.data) + r0 * row_bytes, (r1 - r0) * row_bytes});
-  if (m.format == WeightFormat::kFp8Block && m.scale_inv) {
-    const int64_t b0 = r0 / m.block_rows, b1 = (r1 + m.block_rows - 1) / m.block_rows;
-    spans.push_back({m.scale_inv + b0 * m.scale_cols(), (b1 - b0) * m.scale_cols() * 4});
-  }
-  if (m.format == WeightFormat::kNvfp4 && m.scale_fp8) {
-    const int64_t g = m.cols / ops::kNvfp4GroupSize;
-    spans.push_back({m.scale_fp8 + r0 * g, (r1 - r0) * g});
-  }
-  return spans;
-}
-
 namespace {
 
 // Bytes of `rows` rows of m's data (NVFP4: two codes per byte).

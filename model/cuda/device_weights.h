@@ -15,7 +15,6 @@
 #include "formats/model_config.h"
 #include "model/deepseek_weights.h"
 #include "ops/cuda/common/device_arena.h"
-#include "ops/cuda/common/l2_prefetch.h"
 #include "ops/head_linear.h"
 #include "ops/matrix.h"
 
@@ -87,8 +86,5 @@ Result<DeviceWeights> synthetic_weights(const ModelConfig& cfg, ops::WeightForma
 size_t matrix_elem_bytes(const ops::Matrix& m);
 // Bytes of a matrix including its block scales.
 size_t matrix_bytes(const ops::Matrix& m);
-// The device spans holding rows [r0, r1) of m: its data, then its block scales (FP8: the block rows
-// they fall in; NVFP4: their e4m3 scales). What an L2 prefetch of those rows asks for.
-std::vector<ops::cuda::L2Range> matrix_row_spans(const ops::Matrix& m, int64_t r0, int64_t r1);
 
 }  // namespace pg
