@@ -5,15 +5,13 @@
 #include <climits>
 #include <cstdint>
 
+#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/config.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/moe_router.h"
 
 namespace pg::ops::cuda {
-namespace {
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-}  // namespace
 
 Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   PG_TRY(validate(a));

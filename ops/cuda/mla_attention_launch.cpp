@@ -1,5 +1,6 @@
 // ops::cuda::mla_attention: validates the Args, plans the split-KV grid (mla_attention_params.h)
 // and launches through launch_mla_attention. Host C++ (no nvcc).
+#include "ops/cuda/common/align.h"
 #include "ops/cuda/mla_attention.h"
 
 #include <algorithm>
@@ -15,8 +16,6 @@ namespace {
 
 // The largest dynamic shared memory of one block on sm_90 (227 KB).
 constexpr size_t kMaxSmemBytes = 227 * 1024;
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
   return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor);

@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
@@ -10,11 +11,6 @@
 #include "ops/cuda/mla_ops_params.h"
 
 namespace pg::ops::cuda {
-namespace {
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-}  // namespace
 
 Status embedding(const EmbeddingArgs& a, cudaStream_t stream) {
   if (a.table) PG_TRY(check_kernel_format(*a.table, "embedding"));

@@ -5,6 +5,7 @@
 #include <bit>
 #include <climits>
 
+#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
@@ -53,8 +54,6 @@ const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
       return &e;
   return nullptr;
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace
 

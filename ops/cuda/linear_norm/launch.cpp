@@ -1,5 +1,6 @@
 // ops::cuda::linear_norm: validates, picks the path, tile and k_split by linear/config.h's
 // heuristics (those ops::cuda::linear uses), and launches. Host C++ (no nvcc).
+#include "ops/cuda/common/align.h"
 #include "ops/cuda/linear_norm/linear_norm.h"
 
 #include <climits>
@@ -36,8 +37,6 @@ const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
   }
   return same_m;
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // ops::cuda::moe_experts: validates, checks the CUDA path's limits, lays out the workspace, picks
 // the vector or scalar path per weight stack and the pair tile (config.h), and enqueues the plan,
 // gate_up and down kernels. Host C++ (no nvcc): the kernels are behind moe_experts/params.h.
+#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/moe_experts/moe_experts.h"
 
@@ -18,8 +19,6 @@
 
 namespace pg::ops::cuda {
 namespace {
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 MoeWeightParams weight_params(const Matrix& w) {
   MoeWeightParams p;
