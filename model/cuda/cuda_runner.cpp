@@ -596,21 +596,14 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
   PG_TRY(heads(uv));
   PG_TRY(mark("w_uv"));
-  // a = post_norm(residual): by o_proj's last block (fused_norms), else in a MoE layer inside the
-  // router's launch (moe_router's norm in front: the same bits as rmsnorm, one launch fewer), else
-  // its own launch.
-  bool norm_in_router = false;
   if (fuse_norm(A.o, T) && cu::linear_norm_out_pays(T, H)) {  // residual += o_proj(o); a = post_norm(residual), by o_proj's last block
     PG_TRY(lin_acc_norm(o, A.o, x, L.post_norm, a, T));
     PG_TRY(mark("o_proj+post_norm"));
   } else {
     PG_TRY(lin(o, A.o, x, T, /*acc=*/true));  // residual += o_proj(o)
     PG_TRY(mark("o_proj"));
-    norm_in_router = L.is_moe;
-    if (!norm_in_router) {
-      PG_TRY(norm(x, L.post_norm, a, T, H));
-      PG_TRY(mark("post_norm"));
-    }
+    PG_TRY(norm(x, L.post_norm, a, T, H));
+    PG_TRY(mark("post_norm"));
   }
   ops::MoeExpertsArgs me;
   me.x = a, me.y = x, me.m = T, me.hidden = H, me.accumulate = true;  // residual += mlp(a)
@@ -632,9 +625,8 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     // bf16 rounding of its input), then the routing, in one launch (decode-sized T).
     ops::MoeRouterArgs ro;
     ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;
-    if (norm_in_router) ro.x = x, ro.norm_weight = L.post_norm, ro.norm_eps = float(c.rms_norm_eps), ro.normed = a;
     PG_TRY(cu::moe_router(ro, router_counter, stream));
-    PG_TRY(mark(norm_in_router ? "post_norm+router" : "router"));
+    PG_TRY(mark("router"));
     if (routing_rec) {
       const int64_t K = c.num_experts_per_tok;
       PG_CUDA_TRY(cudaMemcpyAsync(routing_rec + cache_layer_idx * Tm * K, expert_idx, size_t(T * K) * 4,
@@ -643,9 +635,8 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     }
     me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
     // gate_up under PDL after the router (opt-in: it measured -0.5%); the routing record's copy
-    // would sit between them, and with the norm in the router the shared experts' blocks would
-    // read `a` before it is written.
-    me.after_router = cu::moe_gate_up_pdl_enabled() && !routing_rec && !norm_in_router;
+    // would sit between them.
+    me.after_router = cu::moe_gate_up_pdl_enabled() && !routing_rec;
   }
   if (prefill_path(T)) {
     PG_TRY(cu::moe_experts_gemm(*gemm, me, cu::MoeGemmWorkspace{prefill_ws, prefill_ws_bytes}, stream));

@@ -73,16 +73,6 @@ struct MoeRouterParams {
   int64_t n = 0, k = 0, x_stride = 0;
   int k_split = 1;            // linear_plan's for the same args
   MoeRoutingParams routing;
-  // The post-attention RMSNorm in front (norm_weight set; x then the residual, vec4 rows): the GEMV
-  // reads norm_weight * (x * inv), rmsnorm's expression, with inv summed in rmsnorm's order
-  // (norm_threads = rmsnorm_threads(k) <= kRouterThreads: a thread's float4s tid, tid + norm_threads,
-  // ..., then block_sum), so the logits and `normed` have the bits of rmsnorm, then the router.
-  // Block b writes the float4s b x kRouterThreads + tid, + grid x kRouterThreads, ... of each normed row.
-  const float* norm_weight = nullptr;  // [k] f32, 16-byte aligned
-  float* normed = nullptr;             // [m, k] f32, row stride normed_stride (16-byte aligned rows)
-  int64_t normed_stride = 0;
-  float norm_eps = 1e-6f;
-  int norm_threads = kRouterThreads;
 };
 cudaError_t launch_moe_router(LinearWeight f, const MoeRouterParams& p, cudaStream_t stream);
 

@@ -4,7 +4,6 @@
 #include <climits>
 #include <cstdlib>
 
-#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/config.h"
@@ -43,32 +42,15 @@ Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream
     PG_ASSIGN_OR_RETURN(plan, linear_plan(la));
     fused = plan.vector_path && (kRouterThreads / 32) % plan.k_split == 0;
   }
-  const int64_t hidden = a.router->cols, xs = a.x_stride ? a.x_stride : hidden;
-  const int64_t ns = a.normed_stride ? a.normed_stride : hidden;
-  // The norm inside the launch: rows of whole float4 (rmsnorm's vector path, whose order the
-  // kernel repeats) and rmsnorm's block no wider than the router's.
-  const bool norm_inside = a.norm_weight && fused && hidden % 4 == 0 && xs % 4 == 0 && ns % 4 == 0 && aligned16(a.x) &&
-                           aligned16(a.normed) && aligned16(a.norm_weight) && rmsnorm_threads(hidden) <= kRouterThreads;
-  if (a.norm_weight && !norm_inside) {  // rmsnorm first, then the router on its output
-    RmsNormArgs n;
-    n.x = a.x, n.weight = a.norm_weight, n.y = a.normed, n.m = r.m, n.n = hidden, n.x_stride = xs, n.y_stride = ns;
-    n.eps = a.norm_eps;
-    PG_TRY(rmsnorm(n, stream));
-    la.x = a.normed, la.x_stride = ns;
-  }
   if (!fused) {
     PG_TRY(linear(la, stream));
     return moe_routing(r, stream);
   }
   MoeRouterParams p;
-  p.x = la.x, p.w = a.router->data, p.logits = a.logits, p.counter = counter;
-  p.m = int(r.m), p.n = a.router->rows, p.k = hidden, p.x_stride = la.x_stride ? la.x_stride : hidden;
+  p.x = a.x, p.w = a.router->data, p.logits = a.logits, p.counter = counter;
+  p.m = int(r.m), p.n = a.router->rows, p.k = a.router->cols, p.x_stride = a.x_stride ? a.x_stride : a.router->cols;
   p.k_split = plan.k_split;
   p.routing = moe_routing_params(r);
-  if (norm_inside) {
-    p.norm_weight = a.norm_weight, p.normed = a.normed, p.normed_stride = ns, p.norm_eps = a.norm_eps;
-    p.norm_threads = rmsnorm_threads(hidden);
-  }
   PG_CUDA_TRY(launch_moe_router(wf == WeightFormat::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16, p, stream));
   return ok_status();
 }

@@ -143,57 +143,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const _
   route_token(p, t, smem + size_t(warp) * 2 * p.n_experts);
 }
 
-// The inverse RMS of rows t0 .. t0 + tv of x (p.norm_weight set) in rmsnorm's order: thread tid <
-// norm_threads chains the FMAs of its float4s tid, tid + norm_threads, ... as rmsnorm's kernels do,
-// then block_sum<norm_threads>'s reduction (warps past norm_threads / 32 hold zeros and are not
-// summed: the same adds), every thread getting the same bits. Then this block's float4s of the
-// normed rows are written (rmsnorm's y). Every thread must call it (barriers).
-template <int kT>
-__device__ __forceinline__ void router_norm(const MoeRouterParams& p, int t0, int tv, float (&inv)[kT],
-                                            float (*scratch)[kT]) {
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int n4 = int(p.k / 4), nt = p.norm_threads;
-  float ss[kT];
-#pragma unroll
-  for (int i = 0; i < kT; ++i) ss[i] = 0.0f;
-  if (tid < nt) {
-    for (int j = tid; j < n4; j += nt) {
-      float4 t[kT];
-#pragma unroll
-      for (int i = 0; i < kT; ++i)  // the tile's rows' loads together
-        if (i < tv) t[i] = ld_act4(p.x + int64_t(t0 + i) * p.x_stride + 4 * j);
-#pragma unroll
-      for (int i = 0; i < kT; ++i)
-        if (i < tv) {
-          ss[i] = fmaf(t[i].x, t[i].x, ss[i]), ss[i] = fmaf(t[i].y, t[i].y, ss[i]);
-          ss[i] = fmaf(t[i].z, t[i].z, ss[i]), ss[i] = fmaf(t[i].w, t[i].w, ss[i]);
-        }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kT; ++i) ss[i] = warp_sum(ss[i]);
-  if (lane == 0)
-#pragma unroll
-    for (int i = 0; i < kT; ++i) scratch[warp][i] = ss[i];
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < kT; ++i) {
-    const float ms = warp_sum(lane < nt / kWarpSize ? scratch[lane][i] : 0.0f) / float(p.k);
-    inv[i] = 1.0f / sqrtf(ms + p.norm_eps);  // IEEE sqrt and division, as rmsnorm's
-  }
-  __syncthreads();  // scratch is reused
-  for (int j = int(blockIdx.x) * kRouterThreads + tid; j < n4; j += int(gridDim.x) * kRouterThreads) {
-    const float4 w = __ldg(reinterpret_cast<const float4*>(p.norm_weight) + j);
-#pragma unroll
-    for (int i = 0; i < kT; ++i)
-      if (i < tv) {
-        const float4 t = ld_act4(p.x + int64_t(t0 + i) * p.x_stride + 4 * j);
-        *reinterpret_cast<float4*>(p.normed + int64_t(t0 + i) * p.normed_stride + 4 * j) =
-            make_float4(w.x * (t.x * inv[i]), w.y * (t.y * inv[i]), w.z * (t.z * inv[i]), w.w * (t.w * inv[i]));
-      }
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // moe_router: the router GEMV as linear_vec_kernel sums it, then routing in the grid's last block.
 // Warp w of block b: row b x (warps / k_split) + w / k_split, K slice w % k_split; per token, each
@@ -218,15 +167,11 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) prefetch_l2(wrow + c * kLinearVecBytes);
   pdl_wait();  // x comes from the kernel before
   // After the wait, so x is complete when a dependent launches: gate_up under PDL
-  // (MoeExpertsParams::gate_up_pdl) starts its shared experts on it before the routing is done
-  // (not with the norm in front: `normed`, its input, is written below).
+  // (MoeExpertsParams::gate_up_pdl) starts its shared experts on it before the routing is done.
   pdl_trigger();
-  const bool norm = p.norm_weight != nullptr;
 
   for (int t0 = 0; t0 < p.m; t0 += kT) {
     const int tv = min(kT, p.m - t0);
-    float inv[kT];
-    if (norm) router_norm<kT>(p, t0, tv, inv, partial);
     float acc[kT];
 #pragma unroll
     for (int i = 0; i < kT; ++i) acc[i] = 0.0f;
@@ -240,16 +185,6 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
         const int64_t c = c0 + b * kWarpSize;
         if (c < c_end) wv[b] = ld_stream(wrow + c * kLinearVecBytes);
       }
-      float4 g[kRouterChunkBatch][kVec / 4];  // with the norm: the chunks' norm weight (rmsnorm's w)
-      if (norm) {
-#pragma unroll
-        for (int b = 0; b < kRouterChunkBatch; ++b) {
-          const int64_t c = c0 + b * kWarpSize;
-          if (c < c_end)
-#pragma unroll
-            for (int q = 0; q < kVec / 4; ++q) g[b][q] = __ldg(reinterpret_cast<const float4*>(p.norm_weight + c * kVec) + q);
-        }
-      }
 #pragma unroll
       for (int i = 0; i < kT; ++i) {
         if (i < tv) {
@@ -261,15 +196,6 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
             if (c < c_end)
 #pragma unroll
               for (int q = 0; q < kVec / 4; ++q) xv[b][q] = ld_act4(xp + c * kVec + 4 * q);
-          }
-          if (norm) {  // rmsnorm's y = w * (x * inv), the values `normed` holds
-#pragma unroll
-            for (int b = 0; b < kRouterChunkBatch; ++b)
-#pragma unroll
-              for (int q = 0; q < kVec / 4; ++q) {
-                const float4 t = xv[b][q], w = g[b][q];
-                xv[b][q] = make_float4(w.x * (t.x * inv[i]), w.y * (t.y * inv[i]), w.z * (t.z * inv[i]), w.w * (t.w * inv[i]));
-              }
           }
 #pragma unroll
           for (int b = 0; b < kRouterChunkBatch; ++b) {

@@ -89,13 +89,6 @@ constexpr MoeTile moe_down_tile(LinearWeight f, bool vec, int m_tile) {
   return m_tile == 1 ? MoeTile{1, 8} : m_tile <= 4 ? MoeTile{2, 2} : MoeTile{1, 2};
 }
 
-// stream_dot (kernel.cu): a step's x chunks are loaded before its first FMA, with the weights in
-// flight, where they take at most kMoeXFirstMaxFloats registers a lane beside at most
-// kMoeXFirstMaxLoads weight chunks (bf16 at one token: the down's 4 x 2 tile, 16 floats and 8
-// chunks; its gate_up's 8 rows x 2 then spilled at 128 registers); others load each chunk's x as
-// they use it.
-constexpr int kMoeXFirstMaxFloats = 16;
-constexpr int kMoeXFirstMaxLoads = 8;
 // m = 1 ("direct": the token's slots are the pairs, no plan kernel) when the token's slots fit one
 // block of one warp each.
 constexpr int kMoeDirectMaxSlots = 16;

@@ -93,25 +93,6 @@ __device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], con
     if constexpr (kWaitAfterFirstLoads) {
       if (c == lane) pdl_wait();
     }
-    // Small register tiles: every x chunk of the step loaded here too, with the weights' loads in
-    // flight (written inside the u loop below, ptxas issued u + 1's x loads only after u's FMAs:
-    // kU - 1 more round trips a step). Same products, same order.
-    constexpr bool kXFirst = kVec && !kNvfp4 && kU * kM * kE <= kMoeXFirstMaxFloats && kR * kU <= kMoeXFirstMaxLoads;
-    float xs[kXFirst ? kU : 1][kXFirst ? kM : 1][kXFirst ? kE : 1];
-    if constexpr (kXFirst) {
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int64_t cc = c + int64_t(kWarpSize) * u;
-#pragma unroll
-        for (int i = 0; i < kM; ++i)
-          if (cc < n_chunks && i < m_valid)
-#pragma unroll
-            for (int q = 0; q < kE / 4; ++q) {
-              const float4 t = ld_act4(xrow[i] + cc * kE + 4 * q);
-              xs[u][i][4 * q] = t.x, xs[u][i][4 * q + 1] = t.y, xs[u][i][4 * q + 2] = t.z, xs[u][i][4 * q + 3] = t.w;
-            }
-      }
-    }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t cc = c + int64_t(kWarpSize) * u;
@@ -138,10 +119,7 @@ __device__ __forceinline__ void stream_dot(const uint8_t* const (&wrow)[kR], con
         for (int i = 0; i < kM; ++i) {
           if (i < m_valid) {
             float xf[kE];
-            if constexpr (kXFirst) {
-#pragma unroll
-              for (int e = 0; e < kE; ++e) xf[e] = xs[u][i][e];
-            } else if constexpr (kVec) {
+            if constexpr (kVec) {
 #pragma unroll
               for (int q = 0; q < kE / 4; ++q) {
                 const float4 t = ld_act4(xrow[i] + cc * kE + 4 * q);
