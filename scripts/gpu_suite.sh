@@ -197,7 +197,7 @@ fi
 
 # ---- 4c. the gated paths (off by default, or a default turned off): op tests and goldens with each --
 # PG_SUITE_GATED="VAR=VAL ..." ("" = none). Each flag gets the op tests of its path and the goldens.
-GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_COMPACT_HEADS=0 PEREGRINE_LINEAR_X_PREFETCH=1"}
+GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_COMPACT_HEADS=0"}
 OPSBIN=$(find "$BUILD" -name ops_cuda_test -type f -perm -u+x | head -1)
 for g in $GATED; do
   [ "$(left)" -lt 150 ] && { note "gated $g: skipped (time budget)"; continue; }
@@ -205,7 +205,6 @@ for g in $GATED; do
   case "$tag" in
     PEREGRINE_MOE_DIRECT_MULTI) ops_filter='*MoeExperts*:*MoeDirect*' ;;
     PEREGRINE_FUSED_NORMS) ops_filter='*LinearNorm*' ;;
-    PEREGRINE_LINEAR_X_PREFETCH) ops_filter='*LinearCuda*' ;;
     PEREGRINE_COMPACT_HEADS) ops_filter='-*' ;;  # =0: the goldens on f32 heads (the op tests run every head format anyway)
     *) ops_filter='-*' ;;  # e.g. PEREGRINE_DECODE_ATTENTION: the op tests run both kernels anyway
   esac

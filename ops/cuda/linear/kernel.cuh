@@ -114,12 +114,7 @@ struct LinearNoFusion {
 
 // Grid: x = row groups (kLinearWarps / k_split of them per block), y = m tiles.
 // Warp w of a block: row group blockIdx.x * (warps / k_split) + w / k_split, K slice w % k_split.
-// kXPrefetch (one token, not NVFP4; PEREGRINE_LINEAR_X_PREFETCH=1, an experiment): each step's x
-// chunks of u >= 1 are prefetched into L1 with the weights' loads. Written in the u loop, ptxas
-// issues u's x loads after u - 1's FMAs (SASS: 2 LDG, 16 FFMA, four times over at bf16 rows 2 x
-// unroll 4), each an L2 round trip for the previous kernel's output. It costs that tile 5
-// registers (64 -> 69: three blocks an SM where it had four), so it is measured before it is a default.
-template <LinearWeight F, int kMTile, int kRows, int kUnroll, typename Fusion, bool kXPrefetch = false>
+template <LinearWeight F, int kMTile, int kRows, int kUnroll, typename Fusion>
 __device__ __forceinline__ void linear_vec_body(const LinearParams& p, Fusion& fusion) {
   constexpr int kVec = linear_vec_elems(F);
   constexpr int kOut = kMTile * kRows;  // outputs of one warp; lane j < kOut writes output j
@@ -181,11 +176,6 @@ __device__ __forceinline__ void linear_vec_body(const LinearParams& p, Fusion& f
         const int64_t cc = c + int64_t(kWarpSize) * u;
         wv[u][r] = (cc < c_end && rvalid[r]) ? ld_stream(wrow[r] + cc * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
       }
-    if constexpr (kXPrefetch && !kNvfp4 && kMTile == 1) {
-#pragma unroll
-      for (int u = 1; u < kUnroll; ++u)
-        if (c + int64_t(kWarpSize) * u < c_end) prefetch_l1(xb + (c + int64_t(kWarpSize) * u) * kVec);
-    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t cc = c + int64_t(kWarpSize) * u;
@@ -262,17 +252,16 @@ __device__ __forceinline__ void linear_vec_body(const LinearParams& p, Fusion& f
   fusion.end();
 }
 
-template <LinearWeight F, int kMTile, int kRows, int kUnroll, bool kXPrefetch>
+template <LinearWeight F, int kMTile, int kRows, int kUnroll>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
     linear_vec_kernel(const __grid_constant__ LinearParams p) {
   LinearNoFusion none;
-  linear_vec_body<F, kMTile, kRows, kUnroll, LinearNoFusion, kXPrefetch>(p, none);
+  linear_vec_body<F, kMTile, kRows, kUnroll>(p, none);
 }
 
-template <LinearWeight F, int kMTile, int kRows, int kUnroll, bool kXPrefetch>
+template <LinearWeight F, int kMTile, int kRows, int kUnroll>
 cudaError_t launch_linear_vec(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  if (cudaError_t e = launch_pdl(linear_vec_kernel<F, kMTile, kRows, kUnroll, kXPrefetch>, grid, dim3(kLinearThreads), 0,
-                                 stream, p);
+  if (cudaError_t e = launch_pdl(linear_vec_kernel<F, kMTile, kRows, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

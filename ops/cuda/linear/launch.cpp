@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
-#include <cstdlib>
-#include <string_view>
 
 #include "ops/cuda/common/align.h"
 #include "ops/cuda/common/weight_format.h"
@@ -55,29 +53,6 @@ const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
     if (e.format == f && e.tile.m_tile == t.m_tile && e.tile.rows_per_warp == t.rows_per_warp && e.tile.unroll == t.unroll)
       return &e;
   return nullptr;
-}
-
-// The same tiles with x's L1 prefetch (launch_linear_vec's kXPrefetch), taken under
-// PEREGRINE_LINEAR_X_PREFETCH=1 where one is instantiated: an experiment to measure.
-#define PG_TILE_ENTRY(fmt, mt, rows, unroll) \
-  TileEntry{LinearWeight::fmt, LinearTile{mt, rows, unroll}, &launch_linear_vec<LinearWeight::fmt, mt, rows, unroll, true>},
-const TileEntry kXPrefetchTiles[] = {PG_LINEAR_X1_TILES_BF16(PG_TILE_ENTRY)};
-#undef PG_TILE_ENTRY
-
-bool x_prefetch_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("PEREGRINE_LINEAR_X_PREFETCH");
-    return e && std::string_view(e) == "1";
-  }();
-  return on;
-}
-
-LaunchFn tile_launch(LinearWeight f, const LinearTile& t) {
-  if (x_prefetch_enabled())
-    for (const TileEntry& e : kXPrefetchTiles)
-      if (e.format == f && e.tile.m_tile == t.m_tile && e.tile.rows_per_warp == t.rows_per_warp && e.tile.unroll == t.unroll)
-        return e.launch;
-  return find_tile(f, t)->launch;
 }
 
 }  // namespace
@@ -211,7 +186,7 @@ Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t 
   const int64_t m_tiles = (p.m + plan.tile.m_tile - 1) / plan.tile.m_tile;
   if (plan.blocks > INT32_MAX || m_tiles > 65535)
     return unsupported("linear: grid {} x {} is too large", plan.blocks, m_tiles);
-  PG_CUDA_TRY(tile_launch(f, plan.tile)(p, dim3(unsigned(plan.blocks), unsigned(m_tiles)), stream));
+  PG_CUDA_TRY(find_tile(f, plan.tile)->launch(p, dim3(unsigned(plan.blocks), unsigned(m_tiles)), stream));
   return ok_status();
 }
 

@@ -36,8 +36,6 @@ struct LinearParams {
 #define PG_LINEAR_TILES_BF16(X)                                                                \
   X(kBF16, 1, 4, 4) X(kBF16, 2, 4, 2) X(kBF16, 4, 2, 2) X(kBF16, 8, 2, 2) X(kBF16, 16, 1, 2) \
   X(kBF16, 1, 2, 4) X(kBF16, 1, 4, 2) X(kBF16, 1, 2, 8) X(kBF16, 1, 1, 8)
-// The one-token bf16 tiles also instantiated with x's L1 prefetch (an experiment, launch_linear_vec's kXPrefetch).
-#define PG_LINEAR_X1_TILES_BF16(X) X(kBF16, 1, 4, 4) X(kBF16, 1, 2, 4) X(kBF16, 1, 4, 2) X(kBF16, 1, 2, 8) X(kBF16, 1, 1, 8)
 #define PG_LINEAR_TILES_NVFP4(X)                                                                      \
   X(kNvfp4, 1, 4, 2) X(kNvfp4, 2, 2, 2) X(kNvfp4, 4, 2, 1) X(kNvfp4, 2, 4, 1)           \
   X(kNvfp4, 1, 2, 2) X(kNvfp4, 1, 2, 4) X(kNvfp4, 1, 4, 1) X(kNvfp4, 1, 1, 4)
@@ -47,9 +45,7 @@ struct LinearParams {
 
 // Vector path, grid (row-group blocks, m tiles) x kLinearThreads. Defined in linear/kernel.cuh,
 // instantiated in linear/instantiations/*.cu.
-// kXPrefetch: the one-token bf16 tiles also come with x's L1 prefetch (PEREGRINE_LINEAR_X_PREFETCH=1;
-// linear/kernel.cuh).
-template <LinearWeight F, int kMTile, int kRows, int kUnroll, bool kXPrefetch = false>
+template <LinearWeight F, int kMTile, int kRows, int kUnroll>
 cudaError_t launch_linear_vec(const LinearParams& p, dim3 grid, cudaStream_t stream);
 
 // NVFP4 and FP8 on the f16 tensor cores (linear/nvfp4_mma.cuh, fp8_mma.cuh): X(tiles, unroll).

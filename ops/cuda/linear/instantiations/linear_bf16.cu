@@ -7,11 +7,5 @@ namespace pg::ops::cuda {
   template cudaError_t launch_linear_vec<LinearWeight::fmt, mt, rows, unroll>(const LinearParams&, dim3, cudaStream_t);
 PG_LINEAR_TILES_BF16(PG_INSTANTIATE)
 #undef PG_INSTANTIATE
-// The one-token tiles with x's L1 prefetch (PEREGRINE_LINEAR_X_PREFETCH=1).
-#define PG_INSTANTIATE(fmt, mt, rows, unroll)                                                             \
-  template cudaError_t launch_linear_vec<LinearWeight::fmt, mt, rows, unroll, true>(const LinearParams&, dim3, \
-                                                                                  cudaStream_t);
-PG_LINEAR_X1_TILES_BF16(PG_INSTANTIATE)
-#undef PG_INSTANTIATE
 
 }  // namespace pg::ops::cuda
