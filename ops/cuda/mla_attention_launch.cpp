@@ -1,12 +1,12 @@
 // ops::cuda::mla_attention: validates the Args, plans the split-KV grid (mla_attention_params.h)
 // and launches through launch_mla_attention. Host C++ (no nvcc).
-#include "ops/cuda/common/align.h"
 #include "ops/cuda/mla_attention.h"
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 
+#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/mla_attention_params.h"

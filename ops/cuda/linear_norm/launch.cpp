@@ -1,10 +1,10 @@
 // ops::cuda::linear_norm: validates, picks the path, tile and k_split by linear/config.h's
 // heuristics (those ops::cuda::linear uses), and launches. Host C++ (no nvcc).
-#include "ops/cuda/common/align.h"
 #include "ops/cuda/linear_norm/linear_norm.h"
 
 #include <climits>
 
+#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/common/weight_format.h"

@@ -1,7 +1,6 @@
 // ops::cuda::moe_experts: validates, checks the CUDA path's limits, lays out the workspace, picks
 // the vector or scalar path per weight stack and the pair tile (config.h), and enqueues the plan,
 // gate_up and down kernels. Host C++ (no nvcc): the kernels are behind moe_experts/params.h.
-#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/moe_experts/moe_experts.h"
 
@@ -11,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/moe_experts/fp8_params.h"
