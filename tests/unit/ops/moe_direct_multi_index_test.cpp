@@ -389,7 +389,9 @@ TEST(MoeDirectMultiIndex, Nvfp4DownPartialsInRangeAndOnce) {
               const int hr = shared ? h_base + q + col : nth_set_bit(pairs, q + col);
               ASSERT_GE(hr, 0) << what;
               ASSERT_LT(hr, n_h) << what;
-              if (!shared) ASSERT_LT(hr, n_routed) << what;  // expert_weight index
+              if (!shared) {
+                ASSERT_LT(hr, n_routed) << what;  // expert_weight index
+              }
               ++written[size_t(kpart * n_h + hr)];
               steps_of_row[size_t(hr)] += s1 - s0;
             }
@@ -398,7 +400,9 @@ TEST(MoeDirectMultiIndex, Nvfp4DownPartialsInRangeAndOnce) {
           const bool read = hr >= n_routed || routed_id(s, idx, hr) >= 0;
           for (int kp = 0; kp < k_split; ++kp)
             EXPECT_EQ(written[size_t(kp * n_h + hr)], read ? 1 : 0) << what << " h row " << hr << " slice " << kp;
-          if (read) EXPECT_EQ(steps_of_row[size_t(hr)], k_steps) << what << " h row " << hr << ": K covered once";
+          if (read) {
+            EXPECT_EQ(steps_of_row[size_t(hr)], k_steps) << what << " h row " << hr << ": K covered once";
+          }
         }
       }
     }
