@@ -2,8 +2,10 @@
 # Decode at batch 1 of synthetic models under several environment settings, alternating within one
 # device call (the H200s vary 2-3% between calls, not within one): for an A/B of a runtime knob.
 #   usage: scripts/bench_sweep.sh PEREGRINE ROUNDS "NAME:DTYPE:LAYERS ..." VARIANT...
-# A VARIANT is "-" (no setting) or "VAR=VAL[,VAR=VAL...]". Prints per bench and variant the tok/s of
-# each round, their mean and the change against the first variant. Extra bench flags: PG_SWEEP_ARGS.
+# A VARIANT is "-" (no setting) or "VAR=VAL[,VAR=VAL...]", where "bin=PATH" runs that peregrine
+# instead (an A/B of two builds: gpu_suite.sh's section 5a). Prints per bench and variant the tok/s of
+# each round, their mean and the change against the first variant. Extra bench flags: PG_SWEEP_ARGS;
+# seconds a run may take: PG_SWEEP_TIMEOUT (60).
 set -uo pipefail
 BIN=${1:?usage: scripts/bench_sweep.sh PEREGRINE ROUNDS BENCHES VARIANT...}
 ROUNDS=${2:?rounds}
@@ -17,9 +19,15 @@ for b in $BENCHES; do
   declare -A got=()
   for _r in $(seq "$ROUNDS"); do
     for v in "$@"; do
-      envs=()
-      [ "$v" != - ] && IFS=, read -r -a envs <<<"$v"
-      t=$(env "${envs[@]}" timeout 60 "$BIN" "${args[@]}" 2>/dev/null | sed -n 's/^decode b=1 *\([0-9.]*\) tok\/s.*/\1/p' | head -1)
+      envs=() bin=$BIN
+      if [ "$v" != - ]; then
+        IFS=, read -r -a items <<<"$v"
+        for e in "${items[@]}"; do
+          if [ "${e%%=*}" = bin ]; then bin=${e#bin=}; else envs+=("$e"); fi
+        done
+      fi
+      t=$(env "${envs[@]}" timeout "${PG_SWEEP_TIMEOUT:-60}" "$bin" "${args[@]}" 2>/dev/null |
+        sed -n 's/^decode b=1 *\([0-9.]*\) tok\/s.*/\1/p' | head -1)
       got[$v]="${got[$v]:-} ${t:-?}"
     done
   done

@@ -258,26 +258,10 @@ if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -x "$PEREGRINE" ] && [ "$(left)" -gt 150 
   rm -rf "$AB_BUILD"
   if cmake -S "$PG_SUITE_AB_BASE" -B "$AB_BUILD" "${CMAKE_ARGS[@]}" >"$OUT/ab_configure.log" 2>&1 &&
      timeout $(( $(left) - 90 )) ninja -C "$AB_BUILD" -j "$NPROC" peregrine >"$OUT/ab_build.log" 2>&1; then
-    for b in $AB_BENCHES; do
-      IFS=: read -r name dtype layers _ <<<"$b"
-      args=(bench --synthetic "$name" --dtype "$dtype" --batches 1)
-      [ "$layers" != 0 ] && args+=(--layers "$layers")
-      base="" head=""
-      for _r in $(seq "${PG_SUITE_AB_ROUNDS:-2}"); do
-        [ "$(left)" -lt 40 ] && break
-        for which in base head; do
-          bin=$PEREGRINE
-          [ "$which" = base ] && bin=$AB_BUILD/peregrine
-          v=$(timeout 40 "$bin" "${args[@]}" 2>>"$OUT/ab.err" | sed -n 's/^decode b=1 *\([0-9.]*\) tok\/s.*/\1/p' | head -1)
-          if [ "$which" = base ]; then base="$base ${v:-?}"; else head="$head ${v:-?}"; fi
-        done
-      done
-      delta=$(echo "$base|$head" | awk -F'|' '{nb=split($1,b," "); nh=split($2,h," "); sb=sh=cb=ch=0;
-        for(i=1;i<=nb;i++) if (b[i] ~ /^[0-9.]+$/) {sb+=b[i]; cb++}
-        for(i=1;i<=nh;i++) if (h[i] ~ /^[0-9.]+$/) {sh+=h[i]; ch++}
-        if (cb && ch && sb > 0) printf "%+.1f%%", 100*((sh/ch)/(sb/cb)-1)}')
-      note "A/B $name $dtype layers=$layers b=1 tok/s: base$base | head$head  $delta"
-    done
+    # scripts/bench_sweep.sh's alternation, the baseline build first: the change is HEAD's against it.
+    PG_SWEEP_TIMEOUT=40 timeout $(( $(left) - 20 )) "$ROOT/scripts/bench_sweep.sh" "$PEREGRINE" "${PG_SUITE_AB_ROUNDS:-2}" \
+      "$AB_BENCHES" "bin=$AB_BUILD/peregrine" - >"$OUT/ab.txt" 2>>"$OUT/ab.err"
+    while read -r line; do note "A/B $line"; done <"$OUT/ab.txt"
   else
     note "A/B: the baseline tree did not build (ab_configure.log, ab_build.log)"
   fi
