@@ -87,9 +87,8 @@ __device__ __forceinline__ void mla_write_empty(const MlaAttentionParams& p, con
 // The cache rows of a token that no kernel of this step writes: rows < ctx_len - m. The step's m
 // tokens write their own rows (mla_prep, the kernel before), and a token's sequence has at most m
 // of them, all at or past ctx_len - m; ctx_len, token_seq and the block tables are the step's
-// inputs, uploaded before its first kernel. So a block reads those and stages these rows before
-// pdl_wait: under PDL they overlap the kernels before (PEREGRINE_ATTENTION_PDL=1); without it
-// they are the same loads as after the wait.
+// inputs, uploaded before its first kernel. So a block launched with PDL (p.prestage) reads
+// those and stages these rows before pdl_wait, overlapping the kernels before.
 __device__ __forceinline__ int mla_stable_rows(const MlaAttentionParams& p, int64_t ctx_len) {
   const int64_t ctx = ctx_len < p.max_rows ? ctx_len : p.max_rows;
   return int(ctx - p.m > 0 ? ctx - p.m : 0);
