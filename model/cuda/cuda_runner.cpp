@@ -262,11 +262,6 @@ Status CudaRunner::Impl::init_buffers() {
   n_cache_layers = c.num_hidden_layers + int64_t(w.mtp.size());
 
   PG_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  // An experiment (PEREGRINE_PREFER_SHARED=1): SMs split L1 / shared memory for the most shared
-  // memory in every kernel, so the attention's ~180 KB blocks never wait for an SM to change its
-  // split (a guess at why PDL on the attention launch has cost time).
-  if (const char* e = std::getenv("PEREGRINE_PREFER_SHARED"); e && std::string_view(e) == "1")
-    PG_CUDA_TRY(cudaDeviceSetCacheConfig(cudaFuncCachePreferShared));
   for (int i = 0; i < kStageSlots; ++i) PG_CUDA_TRY(cudaEventCreateWithFlags(&stage_done[i], cudaEventDisableTiming));
 
   auto f32 = [&](float*& p, int64_t n) -> Status {

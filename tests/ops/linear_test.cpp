@@ -370,43 +370,6 @@ TEST(LinearCudaTiles, EveryTileAndSplitMatchesCpu) {
           }
 }
 
-// The one-token bf16 tiles with x staged in shared memory (LinearVariant::x_smem) give the plain
-// kernel's bits: the same products summed in the same order, only x read from elsewhere. K = 1040
-// (a partial last step) and kLinearXSmemMaxK, every k_split.
-TEST(LinearCudaTiles, XInSharedMemoryGivesThePlainBits) {
-  PG_REQUIRE_CUDA();
-  for (int64_t k : {int64_t(1040), cuda::kLinearXSmemMaxK})
-    for (const cuda::LinearTile& t : cuda::linear_tiles(kBF16, 1))
-      for (int ks : {1, 2, 8}) {
-        const std::string name = "xsmem_k" + std::to_string(k) + "_r" + std::to_string(t.rows_per_warp) + "_u" +
-                                 std::to_string(t.unroll) + "_ks" + std::to_string(ks);
-        SCOPED_TRACE(name);
-        const int64_t n = 263;
-        HostWeights hw = make_host_weights({kBF16, n, k, 128, 0, false}, seed_of(name.c_str()));
-        std::vector<float> x(static_cast<size_t>(k));
-        parallel_fill(x, [&](uint64_t i) { return uniform_pm1(seed_of(name.c_str()) + 2, i); });
-        auto dx = to_device(x);
-        DeviceWeights dwt;
-        upload(hw, dwt);
-        std::vector<float> y[2];
-        for (int xs = 0; xs < 2; ++xs) {
-          auto dy = cuda::DeviceBuffer<float>::create(size_t(n));
-          PG_ASSERT_OK(dy.status());
-          PG_ASSERT_OK(dy->fill_bytes(0xff));
-          LinearArgs a;
-          a.x = dx.data(), a.w = &dwt.w, a.y = dy->data(), a.m = 1;
-          PG_ASSERT_OK(cuda::linear_variant(a, cuda::LinearVariant{1, t.rows_per_warp, t.unroll, ks, xs}, nullptr));
-          ASSERT_TRUE(sync_ok());
-          y[xs] = to_host(*dy);
-        }
-        int64_t differ = 0;
-        for (int64_t r = 0; r < n; ++r) differ += std::memcmp(&y[0][size_t(r)], &y[1][size_t(r)], sizeof(float)) != 0;
-        EXPECT_EQ(differ, 0) << "rows whose bits differ with x in shared memory";
-        EXPECT_FALSE(std::isnan(y[1][0]) || std::isnan(y[1][size_t(n - 1)])) << "outputs left unwritten";
-        if (HasFatalFailure()) return;
-      }
-}
-
 // Every NVFP4 tensor-core tile and k_split, m = 1, 3, 8 and 11 (two column tiles), at a prime N
 // and K = 33 chunks (a partial last k-step) and 4128 (k_split 8 leaves some warps no step); at
 // m = 1, K % 64 == 0 takes the staged-x path (nvfp4_x1_ok): 1088 (a partial last k-step,

@@ -24,10 +24,6 @@ constexpr int kLinearMaxMTile = 16;
 // lanes x >= 128 B is 2x that.
 constexpr int kLinearMinWarpsPerSm = 16;
 
-// The one-token bf16 GEMV with x staged in shared memory (LinearParams::x_smem): up to this k
-// (32 KB of f32: two blocks an SM keep their room).
-constexpr int64_t kLinearXSmemMaxK = 8192;
-
 // Bytes of W in one vector load, and elements of each format in it (NVFP4: two per byte, so one
 // 16-byte chunk is 32 elements = two 16-element scale blocks).
 constexpr int kLinearVecBytes = 16;

@@ -114,11 +114,7 @@ struct LinearNoFusion {
 
 // Grid: x = row groups (kLinearWarps / k_split of them per block), y = m tiles.
 // Warp w of a block: row group blockIdx.x * (warps / k_split) + w / k_split, K slice w % k_split.
-// kXSmem (m = 1, k <= kLinearXSmemMaxK, dynamic shared memory of k floats): the block loads x once,
-// every thread's float4s together, and the warps read their chunks from shared memory (SASS of
-// the plain tile: each unroll step's x loads issued after the previous step's FMAs, kUnroll
-// dependent L2 round trips a warp for the previous kernel's output).
-template <LinearWeight F, int kMTile, int kRows, int kUnroll, typename Fusion, bool kXSmem = false>
+template <LinearWeight F, int kMTile, int kRows, int kUnroll, typename Fusion>
 __device__ __forceinline__ void linear_vec_body(const LinearParams& p, Fusion& fusion) {
   constexpr int kVec = linear_vec_elems(F);
   constexpr int kOut = kMTile * kRows;  // outputs of one warp; lane j < kOut writes output j
@@ -150,7 +146,6 @@ __device__ __forceinline__ void linear_vec_body(const LinearParams& p, Fusion& f
     srow8[r] = kNvfp4 ? p.scale_fp8 + row * (p.k / kNvfp4Block) : nullptr;
   }
   const float* xb = p.x + m0 * p.x_stride;
-  static_assert(!kXSmem || (kMTile == 1 && F == LinearWeight::kBF16), "x in shared memory: one bf16 token");
 
   // PDL: the weights depend on no kernel, so this warp's first loads go to L2 before waiting for
   // the kernel that writes x (and may still read y).
@@ -164,24 +159,6 @@ __device__ __forceinline__ void linear_vec_body(const LinearParams& p, Fusion& f
     }
   pdl_wait();
   fusion.begin(xb, m_valid);
-  if constexpr (kXSmem) {
-    extern __shared__ float4 x_smem4[];
-    constexpr int kPerThread = int(kLinearXSmemMaxK / 4 / kLinearThreads);
-    const int k4 = int(p.k / 4);
-    float4 v[kPerThread];
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      const int i = threadIdx.x + j * kLinearThreads;
-      if (i < k4) v[j] = ld_act4(xb + 4 * i);
-    }
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      const int i = threadIdx.x + j * kLinearThreads;
-      if (i < k4) x_smem4[i] = v[j];
-    }
-    __syncthreads();
-    xb = reinterpret_cast<const float*>(x_smem4);
-  }
 
   float acc[kMTile][kRows];
 #pragma unroll
@@ -282,28 +259,11 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
   linear_vec_body<F, kMTile, kRows, kUnroll>(p, none);
 }
 
-// Rows <= 2 x <= 8 loads a lane keep the plain kernel's 4 blocks an SM (64 registers; without the
-// bound ptxas took 75 for rows 2 x unroll 4, hoisting the shared-memory x reads).
-template <LinearWeight F, int kMTile, int kRows, int kUnroll>
-__global__ void __launch_bounds__(kLinearThreads, kRows <= 2 && kRows * kUnroll <= 8 ? 4 : kLinearMinBlocksPerSm)
-    linear_vec_x_smem_kernel(const __grid_constant__ LinearParams p) {
-  LinearNoFusion none;
-  linear_vec_body<F, kMTile, kRows, kUnroll, LinearNoFusion, true>(p, none);
-}
-
 template <LinearWeight F, int kMTile, int kRows, int kUnroll>
 cudaError_t launch_linear_vec(const LinearParams& p, dim3 grid, cudaStream_t stream) {
-  cudaError_t e;
-  if constexpr (kMTile == 1 && F == LinearWeight::kBF16) {
-    if (p.x_smem)  // the launcher checked m = 1 and k <= kLinearXSmemMaxK
-      e = launch_pdl(linear_vec_x_smem_kernel<F, kMTile, kRows, kUnroll>, grid, dim3(kLinearThreads),
-                     size_t(p.k) * sizeof(float), stream, p);
-    else
-      e = launch_pdl(linear_vec_kernel<F, kMTile, kRows, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
-  } else {
-    e = launch_pdl(linear_vec_kernel<F, kMTile, kRows, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
-  }
-  if (e != cudaSuccess) return e;
+  if (cudaError_t e = launch_pdl(linear_vec_kernel<F, kMTile, kRows, kUnroll>, grid, dim3(kLinearThreads), 0, stream, p);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
-#include <cstdlib>
-#include <string_view>
 
 #include "ops/cuda/common/align.h"
 #include "ops/cuda/common/weight_format.h"
@@ -48,15 +46,6 @@ const MmaEntry* find_mma_tile(int tiles, int unroll) {
   for (const MmaEntry& e : kMmaTiles)
     if (e.tile.tiles == tiles && e.tile.unroll == unroll) return &e;
   return nullptr;
-}
-
-// PEREGRINE_LINEAR_X_SMEM=1: the one-token bf16 GEMV stages x in shared memory (an experiment).
-bool x_smem_requested() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_LINEAR_X_SMEM");
-    return v && std::string_view(v) == "1";
-  }();
-  return on;
 }
 
 const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
@@ -197,8 +186,6 @@ Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t 
   const int64_t m_tiles = (p.m + plan.tile.m_tile - 1) / plan.tile.m_tile;
   if (plan.blocks > INT32_MAX || m_tiles > 65535)
     return unsupported("linear: grid {} x {} is too large", plan.blocks, m_tiles);
-  p.x_smem = f == LinearWeight::kBF16 && p.m == 1 && p.k <= kLinearXSmemMaxK &&
-             (v.x_smem < 0 ? x_smem_requested() : v.x_smem == 1);
   PG_CUDA_TRY(find_tile(f, plan.tile)->launch(p, dim3(unsigned(plan.blocks), unsigned(m_tiles)), stream));
   return ok_status();
 }

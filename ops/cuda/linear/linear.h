@@ -21,7 +21,6 @@ struct LinearVariant {
   int rows_per_warp = 0;
   int unroll = 0;
   int k_split = 0;
-  int x_smem = -1;  // bf16, m = 1: x staged in shared memory (1), not (0), or as PEREGRINE_LINEAR_X_SMEM says (-1)
 };
 // linear() with a forced tile and/or k_split; unsupported when the tile is not instantiated.
 Status linear_variant(const LinearArgs& a, const LinearVariant& v, cudaStream_t stream);

@@ -27,9 +27,6 @@ struct LinearParams {
   int log2_block_cols = 7;  // vector path: block_cols is a power of two >= 16
   int k_split = 1;          // warps sharing one row group, each over a 1/k_split slice of K
   bool accumulate = false;
-  // bf16, m = 1, k <= kLinearXSmemMaxK, on request (PEREGRINE_LINEAR_X_SMEM=1): the block stages x
-  // in shared memory once instead of each warp loading its chunks from L2 (linear/kernel.cuh).
-  bool x_smem = false;
 };
 
 // Every instantiated vector-path tile: X(format, m_tile, rows_per_warp, unroll). The defaults of
