@@ -3,7 +3,6 @@
 // ops::cpu::mla_attention (same scores, a max-subtracted softmax, the same weighted sum of c_kv
 // rows); the order of the sums and the online rescaling differ (see
 // tests/ops/mla_attention_test.cpp for the tolerance this implies). Tiles and plan: mla_attention_params.h.
-#include <climits>
 #include <cmath>
 
 #include "ops/cuda/common/pdl.cuh"
@@ -37,42 +36,26 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const int64_t t = place.t, h0 = place.h0, item = place.item;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
 
-  // Launched with PDL (p.prestage), a block reads the step's inputs and stages the rows of earlier
-  // steps before pdl_wait (mla_stable_rows), then q and the step's own rows. Without it, q goes
-  // first, in flight while ctx_len and the table are read (the prestage order there cost moonlight
-  // bf16 decode 2.4%, H200, 20c1d40). ctx_len and token_seq in one round trip (an ordinary
-  // token_seq load was issued only after the rows' branch: a second one before the table's).
-  if (!p.prestage) pdl_wait();
+  pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
+  // ctx_len and token_seq in one round trip (an ordinary token_seq load was issued only after
+  // mla_block_rows' branch: a second one before the table's).
   const int64_t ctx_len = ld_now(p.ctx_len + t);
   const int32_t seq = ld_now(p.token_seq + t);
-  if (!p.prestage) {
-    load_q<kHeads>(p, sQ, t, h0);  // independent of the context
-    cp_async_commit();
-  }
+  load_q<kHeads>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
+  cp_async_commit();
+
   MlaSplitRows rows_of;
-  const bool any = mla_block_rows(p, place, ctx_len, rows_of);
-  const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
-  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
-  const int stable = p.prestage ? mla_stable_rows(p, ctx_len) : INT_MAX;
-  int32_t first_blocks = 0, next_blocks = 0;
-  if (any) {
-    first_blocks = chunk_blocks(p, table, begin, end);
-    load_chunk(p, sK, first_blocks, begin, end, 4 * p.d4, INT_MIN, stable);
-    cp_async_commit();
-    next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
-  }
-  if (p.prestage) pdl_wait();  // q and the step's own cache rows come from the kernels before
-  if (!any) {
+  if (!mla_block_rows(p, place, kHeads, ctx_len, rows_of)) {
     cp_async_wait_all();
-    mla_write_empty(p, place, kHeads, ctx_len);
     return;
   }
+  const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
   const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
-  if (p.prestage) {
-    load_q<kHeads>(p, sQ, t, h0);
-    if (stable < begin + kMlaChunkRows) load_chunk(p, sK, first_blocks, begin, end, 4 * p.d4, stable, INT_MAX);
-    cp_async_commit();
-  }
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
+
+  load_chunk(p, sK, chunk_blocks(p, table, begin, end), begin, end, 4 * p.d4);
+  cp_async_commit();
+  int32_t next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
 
   // Softmax state of this warp's heads, identical in every lane.
   float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];
@@ -234,9 +217,7 @@ cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads>>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  MlaAttentionParams q = p;
-  q.prestage = attention_pdl() && pdl_enabled();
-  return launch_pdl_if(q.prestage, mla_attention_kernel<kHeads>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, q);
+  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 // PDL knob. cp.async and the shared-memory opt-in are common/cp_async.cuh and common/smem_limit.cuh.
 #pragma once
 
-#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -57,41 +56,27 @@ __device__ __forceinline__ MlaBlockPlace mla_block_place(const MlaAttentionParam
 // The rows [begin, end) of a block's split, given its token's ctx_len, and how many splits hold
 // rows of the token (n_act; 1: the block normalizes and writes o_lat itself). False when the split
 // has none (past the token's context: grids are sized from a bound), or the context is empty
-// (outside the contract, validate rejects it on the host: split 0 then writes zeros, with
-// mla_write_empty after pdl_wait). Reads nothing but its arguments.
+// (outside the contract, validate rejects it on the host: split 0 writes zeros, nothing is read).
 struct MlaSplitRows {
   int begin = 0, end = 0, n_act = 0;
 };
-__device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, const MlaBlockPlace& w, int64_t ctx_len,
-                                               MlaSplitRows& r) {
+__device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, const MlaBlockPlace& w, int heads,
+                                               int64_t ctx_len, MlaSplitRows& r) {
   const int ctx = int(ctx_len < p.max_rows ? ctx_len : p.max_rows);
-  if (ctx <= 0) return false;
+  const int R = p.kv_lora_rank;
+  const int64_t H = p.n_heads;
+  if (ctx <= 0) {
+    if (w.s == 0)
+      for (int64_t i = threadIdx.x; i < int64_t(heads) * R; i += kMlaThreads)
+        if (w.h0 + i / R < H) p.o_lat[(w.t * H + w.h0 + i / R) * R + i % R] = 0.0f;
+    return false;
+  }
   const int split_rows = int(mla_split_rows(ctx, p.n_splits));
   if (int64_t(w.s) * split_rows >= ctx) return false;
   r.begin = w.s * split_rows;
   r.end = r.begin + split_rows < ctx ? r.begin + split_rows : ctx;
   r.n_act = (ctx + split_rows - 1) / split_rows;
   return true;
-}
-
-// A block without rows: split 0 of an empty context writes its heads' zeros (after pdl_wait).
-__device__ __forceinline__ void mla_write_empty(const MlaAttentionParams& p, const MlaBlockPlace& w, int heads,
-                                                int64_t ctx_len) {
-  if (ctx_len > 0 || w.s != 0) return;
-  const int R = p.kv_lora_rank;
-  const int64_t H = p.n_heads;
-  for (int64_t i = threadIdx.x; i < int64_t(heads) * R; i += kMlaThreads)
-    if (w.h0 + i / R < H) p.o_lat[(w.t * H + w.h0 + i / R) * R + i % R] = 0.0f;
-}
-
-// The cache rows of a token that no kernel of this step writes: rows < ctx_len - m. The step's m
-// tokens write their own rows (mla_prep, the kernel before), and a token's sequence has at most m
-// of them, all at or past ctx_len - m; ctx_len, token_seq and the block tables are the step's
-// inputs, uploaded before its first kernel. So a block launched with PDL (p.prestage) reads
-// those and stages these rows before pdl_wait, overlapping the kernels before.
-__device__ __forceinline__ int mla_stable_rows(const MlaAttentionParams& p, int64_t ctx_len) {
-  const int64_t ctx = ctx_len < p.max_rows ? ctx_len : p.max_rows;
-  return int(ctx - p.m > 0 ? ctx - p.m : 0);
 }
 
 // Logical block of cache position pos: a shift for the usual power-of-two block sizes.
@@ -114,17 +99,14 @@ __device__ __forceinline__ int32_t chunk_blocks(const MlaAttentionParams& p, con
 
 // Stages cache rows [c0, c0 + kRows) of one sequence into dst ([kRows][dp]), columns [0, width)
 // (a multiple of 4, >= D); rows at or past `end` and columns past D become zeros. `blocks`:
-// chunk_blocks<kRows>(c0) of this lane. Warp w takes rows w, w + 8, ...; lanes walk the row. Only
-// the rows at positions [lo, hi) are touched (the kernels stage a chunk's rows of earlier steps
-// before pdl_wait, the rest after it: mla_stable_rows); by default all of them.
+// chunk_blocks<kRows>(c0) of this lane. Warp w takes rows w, w + 8, ...; lanes walk the row.
 template <int kRows = kMlaChunkRows>
 __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, int32_t blocks, int c0, int end,
-                                           int width, int lo = INT_MIN, int hi = INT_MAX) {
+                                           int width) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int first = block_of(p, c0);
   for (int j = warp; j < kRows; j += kMlaWarps) {
     const int pos = c0 + j;
-    if (pos < lo || pos >= hi) continue;
     const bool valid = pos < end;
     const int lb = block_of(p, pos);
     const int32_t blk = __shfl_sync(kFullMask, blocks, valid ? lb - first : 0);

@@ -148,12 +148,6 @@ struct MlaAttentionParams {
   bool vec_kv = false;      // D % 4 == 0 and kv 16-byte aligned: 16-byte cp.async, else 4-byte
   bool vec_q = false;       // R, P and the q strides % 4 == 0, q pointers 16-byte aligned
   bool vec_out = false;     // R % 4 == 0 and o_lat / ws 16-byte aligned: float4 stores
-  // Launched with PDL (PEREGRINE_ATTENTION_PDL=1; set by the kernels' launchers): the split-KV
-  // kernels stage the rows of earlier steps before pdl_wait (mla_stable_rows), which asks that
-  // ctx_len, token_seq, block_tables and the cache rows < ctx_len - m be written by no kernel the
-  // launch may overlap (the CUDA runner uploads the first three before the step; the step's
-  // mla_prep writes rows >= ctx_len - m only).
-  bool prestage = false;
   // The two-pass kernels (mla_attention_two_pass.cu): scores [m][s_rows][kMlaTpHeads] f32 in the
   // workspace (after the counters), s_rows = the host's context bound; tp_blocks pass-1 blocks
   // per token, tp_slices pass-2 column slices of kMlaTpCols.

@@ -4,7 +4,6 @@
 // as M. Every f32 operand is split into a bf16 pair (split_bf16x2) and each product takes three
 // mmas, so the result stays near f32 (mla_attention_params.h). Faster than the CUDA cores
 // wherever both use 16-head blocks (V3, verify steps, batches); mla_cores_for picks (mla_attention.h).
-#include <climits>
 #include <cmath>
 
 #include "ops/cuda/common/bf16.cuh"
@@ -83,38 +82,25 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int fg = lane / 4, ft = lane % 4;  // the mma fragments' row group and thread in group
 
-  // Launched with PDL (p.prestage): the step's inputs and the rows of earlier steps before
-  // pdl_wait, as the CUDA-core kernel; without it q's loads go first, in flight while the context
-  // is looked up. ctx_len and token_seq in one round trip (the table's and the rows' hang on it).
-  if (!p.prestage) pdl_wait();
+  pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
+  // The context's round trip first (the table's and the cache rows' hang on it), both loads
+  // together: ordinary loads were issued after load_q's ~370 instructions, and token_seq's only
+  // after mla_block_rows' branch (a second round trip).
   const int64_t ctx_len = ld_now(p.ctx_len + t);
   const int32_t seq = ld_now(p.token_seq + t);
   float q[kQWordsPerThread][2];
-  if (!p.prestage) load_q(p, t, h0, q);
+  load_q(p, t, h0, q);  // in flight while the context and the cache rows are looked up
+
   MlaSplitRows rows_of;
-  const bool any = mla_block_rows(p, place, ctx_len, rows_of);
+  if (!mla_block_rows(p, place, kH, ctx_len, rows_of)) return;
   const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
-  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
-  const int stable = p.prestage ? mla_stable_rows(p, ctx_len) : INT_MAX;
-  int32_t first_blocks = 0, next_blocks = 0;
-  if (any) {
-    first_blocks = chunk_blocks(p, table, begin, end);
-    load_chunk(p, sK, first_blocks, begin, end, p.dk, INT_MIN, stable);
-    cp_async_commit();
-    next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
-  }
-  if (p.prestage) pdl_wait();  // q and the step's own cache rows come from the kernels before
-  if (!any) {
-    mla_write_empty(p, place, kH, ctx_len);
-    return;
-  }
   const bool direct = n_act == 1;
-  if (p.prestage) {
-    load_q(p, t, h0, q);
-    if (stable < begin + kMlaChunkRows) load_chunk(p, sK, first_blocks, begin, end, p.dk, stable, INT_MAX);
-    cp_async_commit();
-  }
-  store_q(p, q, sQh, sQl);  // while the first chunk's rows are in flight
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
+
+  load_chunk(p, sK, chunk_blocks(p, table, begin, end), begin, end, p.dk);
+  cp_async_commit();
+  int32_t next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
+  store_q(p, q, sQh, sQl);  // while the first chunk is in flight
 
   // Softmax state of this warp's 2 heads (2w, 2w + 1), identical in every lane.
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
@@ -270,9 +256,7 @@ cudaError_t launch_mla_attention_tc(const MlaAttentionParams& p, cudaStream_t st
   if (cudaError_t e = raise_smem_limit_once<mla_attention_tc_kernel>(); e != cudaSuccess) return e;
   const size_t smem = mla_tc_smem_floats(p.dk, p.dp, p.n_splits) * sizeof(float);
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  MlaAttentionParams q = p;
-  q.prestage = attention_pdl() && pdl_enabled();
-  return launch_pdl_if(q.prestage, mla_attention_tc_kernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, q);
+  return launch_pdl_if(attention_pdl(), mla_attention_tc_kernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
 }
 
 }  // namespace pg::ops::cuda
