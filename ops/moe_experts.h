@@ -44,7 +44,7 @@ struct MoeExpertsArgs {
   // CUDA, a launch-order promise of the caller: the kernel just before in the stream is the MoE
   // router (ops::cuda::moe_router), which lets its dependents launch only after x is complete. At
   // decode sizes the CUDA path then starts gate_up under PDL, its shared experts before the routing
-  // is done (the CUDA runner promises it with PEREGRINE_MOE_GATE_UP_PDL=1). Ignored elsewhere.
+  // is done (the CUDA runner promises it unless PEREGRINE_MOE_GATE_UP_PDL=0). Ignored elsewhere.
   bool after_router = false;
 };
 

@@ -68,14 +68,16 @@ bool moe_direct_multi_enabled() {
 }
 
 // Whether the CUDA runner asks for gate_up under PDL after the router (MoeExpertsArgs::after_router):
-// PEREGRINE_MOE_GATE_UP_PDL=1. Off by default: measured (H200, 2026-12-01, 2224e11, one call)
-// moonlight nvfp4 491.1 / 492.8 tok/s with it, 494.3 without; V3 nvfp4 4 layers 732.3 vs 736.0,
-// its MoE layer 249.8 vs 243.6 us. Starting the shared experts during the router buys nothing
-// while the routed blocks' latency sets the kernel's end.
+// on unless PEREGRINE_MOE_GATE_UP_PDL=0. Measured off at first (H200, 2026-12-01, 2224e11: moonlight
+// nvfp4 491.1 / 492.8 tok/s with it, 494.3 without; V3 nvfp4 4 layers 732.3 vs 736.0); with the router
+// and kernels since, it pays on the f32-x and FP8 experts and costs nothing on NVFP4 (H200, 2026-12-02,
+// 54a3cee, alternating in one call: moonlight bf16 432.1 -> 436.3 tok/s, fp8 502.4 -> 514.3, nvfp4 557.0
+// -> 556.8; V3 4 layers bf16 564.6 -> 566.2, nvfp4 799.1 -> 799.0; the same signs in two earlier calls
+// that day), and the goldens pass with it.
 bool moe_gate_up_pdl_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_MOE_GATE_UP_PDL");
-    return v && v[0] == '1';
+    return !(v && v[0] == '0');
   }();
   return on;
 }

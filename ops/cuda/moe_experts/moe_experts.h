@@ -29,7 +29,7 @@ Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_by
 // Whether m = 2..8 take the direct multi path (on unless PEREGRINE_MOE_DIRECT_MULTI=0; read once).
 bool moe_direct_multi_enabled();
 // Whether the CUDA runner starts gate_up under PDL after the router (it sets
-// MoeExpertsArgs::after_router; off unless PEREGRINE_MOE_GATE_UP_PDL=1; read once).
+// MoeExpertsArgs::after_router; on unless PEREGRINE_MOE_GATE_UP_PDL=0; read once).
 bool moe_gate_up_pdl_enabled();
 
 // The NVFP4 (and FP8) tensor-core kernels' choices (moe_experts/nvfp4_params.h) for the benchmark's sweep;
