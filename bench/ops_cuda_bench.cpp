@@ -549,12 +549,36 @@ void bench_handoff(int sm_count, cudaStream_t s, std::vector<SmallOp>& small) {
   }
 }
 
+// What a kernel's code costs it when the SMs' instruction caches do not hold it (docs/decode-status.md,
+// session 17): one block per SM running n FFMAs of straight-line code, launched back to back under
+// PDL in a graph, either the same kernel every launch (its code stays cached) or eight kernels of
+// identical bodies at distinct addresses in turn (8 x n x 16 bytes of code: cold at n = 4096, as a
+// decode layer's ~9 kernels of 1-6K instructions are). Rows of `small`, µs per launch.
+void bench_icache(int sm_count, cudaStream_t s, std::vector<SmallOp>& small) {
+  const int blocks = sm_count > 0 ? sm_count : 132;
+  auto sink = cu::DeviceBuffer<float>::create(128);
+  BENCH_CHECK(sink.status());
+  for (int n : {256, 1024, 4096}) {
+    for (bool turn : {false, true}) {
+      SmallOp o{"code " + std::to_string(n) + " instr, " + (turn ? "8 kernels in turn" : "one kernel"), 0, 0};
+      const Status st = time_launches(s, [&](int i) {
+        PG_CUDA_TRY(cu::launch_icache_probe(n, turn ? i % cu::kIcacheVariants : 0, blocks, sink->data(), s));
+        return ok_status();
+      }, o.us, o.us_graph, /*graph=*/true, /*graph_launches=*/8 * cu::kIcacheVariants);
+      if (!st.ok()) std::printf("icache probe (%s): %s\n", o.name.c_str(), st.to_string().c_str());
+      small.push_back(o);
+    }
+  }
+}
+
 int run(int argc, char** argv) {
   const char* json_path = nullptr;
+  bool probes_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--probes")) probes_only = true;
     else {
-      std::fprintf(stderr, "usage: bench_ops_cuda [--json PATH]\n");
+      std::fprintf(stderr, "usage: bench_ops_cuda [--json PATH] [--probes (the handoff and instruction probes only)]\n");
       return 2;
     }
   }
@@ -572,6 +596,15 @@ int run(int argc, char** argv) {
   BENCH_CHECK(cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream"));
   std::printf("device: %s, %d SMs, L2 %.0f MB, driver %d, memory clock x bus = %.0f GB/s\n", dp.name.c_str(), dp.sm_count,
               dp.l2_bytes / 1e6, driver, datasheet_gbps);
+  if (probes_only) {
+    std::vector<SmallOp> probes;
+    bench_handoff(dp.sm_count, s, probes);
+    bench_icache(dp.sm_count, s, probes);
+    std::printf("\nProbes:\n");
+    for (const SmallOp& o : probes) std::printf("  %-44s %7.2f us single, %7.2f us in a graph\n", o.name.c_str(), o.us, o.us_graph);
+    cudaStreamDestroy(s);
+    return 0;
+  }
 
   const Ceiling ceil = measure_ceiling(s, dp.sm_count);
   std::printf("\nHBM read ceiling (4 GiB read-only reduction, median of %d):\n", kTimed);
@@ -671,6 +704,7 @@ int run(int argc, char** argv) {
   }
 
   bench_handoff(dp.sm_count, s, small);  // last: a probe that went wrong costs only itself
+  bench_icache(dp.sm_count, s, small);
 
   std::printf("\nVariants (tile m/rows/unroll, k_split; ks0 = heuristic), M=1 unless named:\n");
   std::printf("  %-38s %-16s %9s %9s %7s\n", "shape", "tile", "us", "GB/s", "%ceil");

@@ -43,4 +43,10 @@ struct HandoffParams {
 cudaError_t launch_handoff_stage(const HandoffParams& p, int stage, cudaStream_t stream);
 cudaError_t launch_handoff_persistent(const HandoffParams& p, cudaStream_t stream);
 
+// The instruction probe (icache_probe.cu): one launch of `blocks` blocks whose warps run
+// n_instructions (256, 1024 or 4096) FFMAs of straight-line code, as variant 0..kIcacheVariants-1
+// (identical bodies at distinct code addresses); sink is never written for the bench's inputs.
+constexpr int kIcacheVariants = 8;
+cudaError_t launch_icache_probe(int n_instructions, int variant, int blocks, float* sink, cudaStream_t stream);
+
 }  // namespace pg::ops::cuda
