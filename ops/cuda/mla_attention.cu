@@ -16,7 +16,8 @@ namespace {
 using namespace mla;
 
 // One block = (token t, head group g, split s), placed by mla_block_place (mla_attention_common.cuh).
-template <int kHeads>
+// kVec: p.vec_kv, p.vec_q and p.vec_out all hold (attention_vec_kernel).
+template <int kHeads, bool kVec>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
   using Tile = MlaTile<kHeads>;
   extern __shared__ float4 smem4[];
@@ -41,7 +42,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   // mla_block_rows' branch: a second one before the table's).
   const int64_t ctx_len = ld_now(p.ctx_len + t);
   const int32_t seq = ld_now(p.token_seq + t);
-  load_q<kHeads>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
+  load_q<kHeads, kVec>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
   cp_async_commit();
 
   MlaSplitRows rows_of;
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
-  load_chunk(p, sK, chunk_blocks(p, table, begin, end), begin, end, 4 * p.d4);
+  load_chunk<kMlaChunkRows, kVec>(p, sK, chunk_blocks(p, table, begin, end), begin, end, 4 * p.d4);
   cp_async_commit();
   int32_t next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
 
@@ -77,7 +78,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
     const int c0 = begin + c * kMlaChunkRows;
     if (c + 1 < n_chunks) {
-      load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows, end, 4 * p.d4);
+      load_chunk<kMlaChunkRows, kVec>(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows,
+                                      end, 4 * p.d4);
       next_blocks = chunk_blocks(p, table, c0 + 2 * kMlaChunkRows, end);
     }
     cp_async_commit();
@@ -199,7 +201,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
       } else {
         dst = p.ws_o + ((item * n_splits + s) * kHeads + hh) * R;
       }
-      if (p.vec_out) {
+      if (kVec || p.vec_out) {
         *reinterpret_cast<float4*>(dst + c) = v;
       } else {
         const float e[4] = {v.x, v.y, v.z, v.w};
@@ -208,16 +210,23 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     }
   }
   if (direct) return;
-  finish_split<kHeads>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+  finish_split<kHeads, kVec>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+}
+
+template <int kHeads, bool kVec>
+cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
+  const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits) * sizeof(float);
+  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads, kVec>>();
+  if (e != cudaSuccess) return e;
+  const int64_t blocks = p.m * p.head_groups * p.n_splits;
+  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads, kVec>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem,
+                       stream, p);
 }
 
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits) * sizeof(float);
-  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads>>();
-  if (e != cudaSuccess) return e;
-  const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
+  const bool vec = p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel();
+  return vec ? launch<kHeads, true>(p, stream) : launch<kHeads, false>(p, stream);
 }
 
 }  // namespace

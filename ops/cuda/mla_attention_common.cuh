@@ -16,6 +16,18 @@
 
 namespace pg::ops::cuda::mla {
 
+// PEREGRINE_ATTENTION_VEC=1: where every vector path applies (vec_kv, vec_q, vec_out: DeepSeek's shapes
+// and aligned buffers), the split-KV kernels' instantiation without the scalar fallbacks (kVec): the
+// same executed path in ~16% less code (8-head kernel 6,128 -> ~5,170 SASS instructions). An
+// experiment on what a decode kernel's code size costs it (docs/decode-status.md, session 17).
+inline bool attention_vec_kernel() {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_ATTENTION_VEC");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 // The attention kernels are launched without PDL unless PEREGRINE_ATTENTION_PDL=1: with it,
 // moonlight nvfp4 decode ran 6% slower on the H200 (2026-12-01, 354dca7: CUDA-core kernel 456.4
 // vs 486.5 tok/s, tensor-core kernel 384.5 vs 406.4), though both kernels wait at their top and
@@ -100,7 +112,8 @@ __device__ __forceinline__ int32_t chunk_blocks(const MlaAttentionParams& p, con
 // Stages cache rows [c0, c0 + kRows) of one sequence into dst ([kRows][dp]), columns [0, width)
 // (a multiple of 4, >= D); rows at or past `end` and columns past D become zeros. `blocks`:
 // chunk_blocks<kRows>(c0) of this lane. Warp w takes rows w, w + 8, ...; lanes walk the row.
-template <int kRows = kMlaChunkRows>
+// kVec: the caller knows p.vec_kv (no scalar fallback in the code).
+template <int kRows = kMlaChunkRows, bool kVec = false>
 __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, int32_t blocks, int c0, int end,
                                            int width) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -113,7 +126,7 @@ __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* d
     const float* src = p.kv;
     if (valid) src = p.kv + (int64_t(blk) * p.block_size + (pos - lb * p.block_size)) * p.d;
     float* row = dst + j * p.dp;
-    if (p.vec_kv) {
+    if (kVec || p.vec_kv) {
       for (int f = lane; f < width / 4; f += kWarpSize) {
         const bool ok = valid && f < p.d4;
         cp_async16(row + 4 * f, ok ? src + 4 * f : p.kv, ok);
@@ -138,10 +151,11 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
 
 // Stages Q rows [q_lat | q_pe | 0 ...] of heads h0 .. h0 + kHeads (zeros past n_heads) into
 // sQ [kHeads][dp] with cp.async; only the 4 x d4 columns the score loop reads are written.
-template <int kHeads>
+// kVec: the caller knows p.vec_q.
+template <int kHeads, bool kVec = false>
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, int64_t t, int64_t h0) {
   const int R = p.kv_lora_rank;
-  if (p.vec_q) {  // R, P multiples of 4: a float4 is all q_lat or all q_pe
+  if (kVec || p.vec_q) {  // R, P multiples of 4: a float4 is all q_lat or all q_pe
     const int r4 = R / 4, n = kHeads * p.d4;
     for (int i = threadIdx.x; i < n; i += kMlaThreads) {
       const int hh = i / p.d4, f = i % p.d4;
@@ -172,7 +186,7 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, i
 // Σ_s 2^(m_s - M) l_s over the n_act splits, for the k-th slice of the group's outputs. Every
 // split's partial is complete (the caller waited); they are read through L2 (ld.cg), since L1 is
 // not coherent with the other SMs' writes. sW: [n_act][kHeads] weights then [kHeads] 1 / L.
-template <int kHeads>
+template <int kHeads, bool kVec = false>  // kVec: the caller knows p.vec_out
 __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, int64_t t, int64_t h0, int n_act,
                         int k, int n_comb) {
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize, R = p.kv_lora_rank;
@@ -211,7 +225,7 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
   }
   __syncthreads();
   const int64_t split_stride = int64_t(kHeads) * R;  // floats between two splits' partials
-  if (p.vec_out) {
+  if (kVec || p.vec_out) {
     // The slice's float4 outputs [q0, q1); tpq consecutive lanes share one output, each summing
     // every tpq-th split, then a shuffle sum (more loads in flight when the slice is small).
     const int r4 = R / 4, n = hv * r4;
@@ -276,7 +290,7 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
 // outputs are already stored in ws_o: its (max, sum) per head (sM, sL, in shared memory) go to
 // ws_ml, then the counter protocol below picks the combiners, which combine the group's splits
 // (sWork: shared memory for the combine's weights, free by now). Called by every thread.
-template <int kHeads>
+template <int kHeads, bool kVec = false>
 __device__ void finish_split(const MlaAttentionParams& p, const float* sM, const float* sL, int* sTicket, float* sWork,
                              int64_t item, int64_t t, int64_t h0, int s, int n_act) {
   const int tid = threadIdx.x, n_splits = p.n_splits;
@@ -309,7 +323,7 @@ __device__ void finish_split(const MlaAttentionParams& p, const float* sM, const
     if (atomicAdd(cnt, 1u) == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
   }
   __syncthreads();
-  combine<kHeads>(p, sWork, item, t, h0, n_act, k, n_comb);
+  combine<kHeads, kVec>(p, sWork, item, t, h0, n_act, k, n_comb);
 }
 
 }  // namespace pg::ops::cuda::mla

@@ -60,7 +60,9 @@ __device__ __forceinline__ void store_q(const MlaAttentionParams& p, const float
   }
 }
 
-// One block = (token t, head group g, split s), numbered as the CUDA-core kernel's.
+// One block = (token t, head group g, split s), numbered as the CUDA-core kernel's. kVec: p.vec_kv
+// and p.vec_out hold (attention_vec_kernel).
+template <bool kVec>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const __grid_constant__ MlaAttentionParams p) {
   extern __shared__ float4 smem4[];
   const int ksteps = p.dk / 16;
@@ -97,7 +99,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   const bool direct = n_act == 1;
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
-  load_chunk(p, sK, chunk_blocks(p, table, begin, end), begin, end, p.dk);
+  load_chunk<kMlaChunkRows, kVec>(p, sK, chunk_blocks(p, table, begin, end), begin, end, p.dk);
   cp_async_commit();
   int32_t next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
   store_q(p, q, sQh, sQl);  // while the first chunk is in flight
@@ -118,7 +120,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
     const int c0 = begin + c * kMlaChunkRows;
     if (c + 1 < n_chunks) {
-      load_chunk(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows, end, p.dk);
+      load_chunk<kMlaChunkRows, kVec>(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows,
+                                      end, p.dk);
       next_blocks = chunk_blocks(p, table, c0 + 2 * kMlaChunkRows, end);
     }
     cp_async_commit();
@@ -237,7 +240,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
       } else {
         dst = p.ws_o + ((item * n_splits + s) * kH + hh) * R + col;
       }
-      if (p.vec_out) {  // R % 4 == 0, 16-byte aligned bases: col even -> an aligned float2
+      if (kVec || p.vec_out) {  // R % 4 == 0, 16-byte aligned bases: col even -> an aligned float2
         *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
       } else {
         dst[0] = v0;
@@ -246,17 +249,28 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
     }
   }
   if (direct) return;
-  finish_split<kH>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+  finish_split<kH, kVec>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+}
+
+}  // namespace
+
+namespace {
+
+template <bool kVec>
+cudaError_t launch_tc(const MlaAttentionParams& p, cudaStream_t stream) {
+  if (cudaError_t e = raise_smem_limit_once<mla_attention_tc_kernel<kVec>>(); e != cudaSuccess) return e;
+  const size_t smem = mla_tc_smem_floats(p.dk, p.dp, p.n_splits) * sizeof(float);
+  const int64_t blocks = p.m * p.head_groups * p.n_splits;
+  return launch_pdl_if(attention_pdl(), mla_attention_tc_kernel<kVec>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem,
+                       stream, p);
 }
 
 }  // namespace
 
 cudaError_t launch_mla_attention_tc(const MlaAttentionParams& p, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
-  if (cudaError_t e = raise_smem_limit_once<mla_attention_tc_kernel>(); e != cudaSuccess) return e;
-  const size_t smem = mla_tc_smem_floats(p.dk, p.dp, p.n_splits) * sizeof(float);
-  const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  return launch_pdl_if(attention_pdl(), mla_attention_tc_kernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
+  const bool vec = p.vec_kv && p.vec_out && attention_vec_kernel();
+  return vec ? launch_tc<true>(p, stream) : launch_tc<false>(p, stream);
 }
 
 }  // namespace pg::ops::cuda
