@@ -252,10 +252,6 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   finish_split<kH, kVec>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
 }
 
-}  // namespace
-
-namespace {
-
 template <bool kVec>
 cudaError_t launch_tc(const MlaAttentionParams& p, cudaStream_t stream) {
   if (cudaError_t e = raise_smem_limit_once<mla_attention_tc_kernel<kVec>>(); e != cudaSuccess) return e;
