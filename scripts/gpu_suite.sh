@@ -12,7 +12,7 @@
 # PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300),
 # PG_SUITE_SKIP_SPEC=1 (no speculation bench of the embedded model), PG_SUITE_MEMCHECK_OPS (a gtest filter of
 # ops_cuda_test to run under memcheck too), PG_SUITE_AB_BASE (a baseline tree to A/B against, section 5a),
-# PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d),
+# PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d; PG_SUITE_NCU_METRICS: more metrics),
 # PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
@@ -301,6 +301,10 @@ fi
 # took > 200 s); the CSV goes to logs.tgz, scripts/ncu_step.py turns it into the kernels of one
 # decode step with their durations.
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+# PG_SUITE_NCU_METRICS: more metrics per kernel after the duration (e.g. the warps' stall reasons,
+# smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio, and smsp__inst_executed.sum with
+# smsp__warps_launched.sum for instructions per warp); ncu_step.py shows their means per kernel.
+NCU_METRICS="gpu__time_duration.sum${PG_SUITE_NCU_METRICS:+,$PG_SUITE_NCU_METRICS}"
 if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
   for b in $PG_SUITE_NCU; do
     IFS=: read -r name dtype layers spec <<<"$b"
@@ -310,7 +314,7 @@ if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
     # NAME:DTYPE:LAYERS:spec: also two replays of the k = 1 and k = 3 verify graphs (the last 4 steps).
     [ "${spec:-}" = spec ] && args+=(--speculative-tokens 1,3)
     PEREGRINE_PROFILE_DECODE=1 timeout $(( $(left) - 60 < 200 ? $(left) - 60 : 200 )) "$NCU" --profile-from-start off \
-      --graph-profiling node --metrics gpu__time_duration.sum --cache-control none --clock-control none --csv \
+      --graph-profiling node --metrics "$NCU_METRICS" --cache-control none --clock-control none --csv \
       --log-file "$OUT/ncu_${name}_${dtype}_${layers}.csv" "$PEREGRINE" "${args[@]}" \
       >"$OUT/ncu_${name}_${dtype}_${layers}.log" 2>&1
     note "ncu $b: rc=$?  $(python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --summary 2>&1 | tail -1)"
@@ -318,7 +322,7 @@ if [ -x "$PEREGRINE" ] && [ -n "$NCU" ] && [ -n "${PG_SUITE_NCU:-}" ]; then
     if [ "${spec:-}" = spec ]; then  # the last decode step next to the second replay of each verify graph
       python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" --compare=-5,-3,-1 2>&1 | head -24 >>"$SUMMARY"
     else
-      python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" 2>&1 | sed -n '/by kernel/,$p' | head -16 >>"$SUMMARY"
+      python3 scripts/ncu_step.py "$OUT/ncu_${name}_${dtype}_${layers}.csv" 2>&1 | sed -n '/by kernel/,$p' | head -40 >>"$SUMMARY"
     fi
   done
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The kernels of one step from an ncu CSV (gpu_suite.sh section 5d: `peregrine bench` under
-`ncu --graph-profiling node --metrics gpu__time_duration.sum --csv`).
+`ncu --graph-profiling node --metrics gpu__time_duration.sum[,more] --csv`). Metrics other than the
+duration (PG_SUITE_NCU_METRICS) are shown per kernel name as means over the step's launches.
 
 A step starts at an embedding_kernel launch. The bench runs prefills (thousands of kernels each)
 before its decode steps, which all have the same kernel count: by default the last segment of the
@@ -21,15 +22,63 @@ import re
 import sys
 
 
-def rows(path):
+def launches(path):
+    """(kernel name, us, {other metric: value}) per profiled launch, in launch order."""
     with open(path, newline="") as f:
         lines = [l for l in f if l.startswith('"')]  # ncu's own messages are not CSV rows
+    order, by_id = [], {}
     for r in csv.DictReader(lines):
-        if r.get("Metric Name") == "gpu__time_duration.sum":
+        key = r.get("ID")
+        if key not in by_id:
+            by_id[key] = [r["Kernel Name"], None, {}]
+            order.append(key)
+        name, v = r.get("Metric Name"), r["Metric Value"].replace(",", "")
+        try:
+            x = float(v)
+        except ValueError:
+            continue
+        if name == "gpu__time_duration.sum":
             unit = r.get("Metric Unit", "")
-            v = float(r["Metric Value"].replace(",", ""))
-            us = v / 1e3 if unit in ("nsecond", "ns") else v * 1e3 if unit in ("msecond", "ms") else v
-            yield r["Kernel Name"], us
+            by_id[key][1] = x / 1e3 if unit in ("nsecond", "ns") else x * 1e3 if unit in ("msecond", "ms") else x
+        else:
+            by_id[key][2][name] = x
+    return [tuple(by_id[k]) for k in order if by_id[k][1] is not None]
+
+
+def rows(path):
+    for name, us, _ in launches(path):
+        yield name, us
+
+
+# Short column names of the extra metrics gpu_suite.sh's PG_SUITE_NCU_METRICS may add.
+def metric_label(m):
+    m = re.sub(r"^smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio$", r"stall \1", m)
+    return {"smsp__inst_executed.sum": "inst", "smsp__warps_launched.sum": "warps",
+            "smsp__issue_active.avg.per_cycle_active": "issue/cyc"}.get(m, m)
+
+
+def extras_table(step):
+    """Per kernel name, the mean of each extra metric over its launches in the step (and instructions per
+    warp where both counts were collected)."""
+    names = sorted({m for _, _, e in step for m in e})
+    if not names:
+        return
+    agg = collections.OrderedDict()
+    for n, t, e in step:
+        a = agg.setdefault(short(n), [0, 0.0, collections.defaultdict(float)])
+        a[0] += 1
+        a[1] += t
+        for m, v in e.items():
+            a[2][m] += v
+    per_warp = "smsp__inst_executed.sum" in names and "smsp__warps_launched.sum" in names
+    print("\nby kernel, extra metrics (mean per launch" + ("; inst/warp = executed instructions per warp" if per_warp else "") + "):")
+    print("  " + " ".join(f"{metric_label(m)[:20]:>20}" for m in names) + (f" {'inst/warp':>10}" if per_warp else "") + "  kernel")
+    for k, (c, t, sums) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+        cells = " ".join(f"{sums[m] / c:20.3f}" for m in names)
+        if per_warp:
+            w = sums["smsp__warps_launched.sum"]
+            cells += f" {sums['smsp__inst_executed.sum'] / w if w else 0:10.0f}"
+        print(f"  {cells}  {k[:60]}")
 
 
 def short(name):
@@ -67,7 +116,8 @@ def main():
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--compare", default="")
     a = ap.parse_args()
-    ks = list(rows(a.csv))
+    full = launches(a.csv)
+    ks = [(n, t) for n, t, _ in full]
     if not ks:
         sys.exit(f"{a.csv}: no gpu__time_duration rows")
     starts = [i for i, (n, _) in enumerate(ks) if "embedding_kernel" in n]
@@ -97,6 +147,7 @@ def main():
         print("\nby kernel (count, total us, share):")
         for n, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
             print(f"  {c:4d} {s:9.1f} {100 * s / total:5.1f}%  {n}")
+        extras_table(full[lo:hi])
     print(f"step {step_no}: {len(step)} kernels, {total:.1f} us of kernel time (each alone)")
 
 

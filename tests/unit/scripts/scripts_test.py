@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""scripts/ncu_step.py and scripts/bench_sweep.sh on the build machine (no GPU): a generated ncu CSV
+and a stub `peregrine`. usage: scripts_test.py SOURCE_DIR"""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = sys.argv[1]
+FAILS = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+
+
+HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+          "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
+
+
+def write_csv(path, steps, extras=True):
+    """steps: lists of (kernel name, us); every launch also gets instructions, warps and a stall ratio."""
+    rows, i = [], 0
+    for step in steps:
+        for k, (name, us) in enumerate(step):
+            metrics = [("gpu__time_duration.sum", "nsecond", f"{us * 1000:,.0f}")]
+            if extras:
+                metrics += [("smsp__inst_executed.sum", "inst", str(1000 * (k + 1))),
+                            ("smsp__warps_launched.sum", "warp", "8"),
+                            ("smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio", "", f"0.{k + 1}")]
+            for m, unit, v in metrics:
+                rows.append([str(i), "1", "peregrine", "h", name, "1", "7", "(256, 1, 1)", "(132, 1, 1)", "0", "9.0",
+                             "Command line profiler metrics", m, unit, v])
+            i += 1
+    with open(path, "w", newline="") as f:
+        f.write("==PROF== Connected to process 1\n")  # ncu's own lines are not CSV rows
+        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        w.writerow(HEADER)
+        w.writerows(rows)
+
+
+def run(args, env=None):
+    p = subprocess.run(args, capture_output=True, text=True, env=env)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_ncu_step(tmp):
+    emb, att, norm = "embedding_kernel(P)", "void pg::ops::cuda::mla_attention_kernel<8, false>(P)", "void pg::ops::cuda::rmsnorm_kernel(P)"
+    decode = [(emb, 2.0), (att, 12.5), (norm, 3.1), (norm, 3.3)]
+    prefill = [(emb, 20.0)] + [(att, 100.0)] * 6
+    path = os.path.join(tmp, "step.csv")
+    write_csv(path, [prefill, decode, decode, [(emb, 2.0), (att, 99.0), (norm, 3.0), (norm, 3.0)]])
+    tool = os.path.join(ROOT, "scripts", "ncu_step.py")
+    rc, out = run([sys.executable, tool, path])
+    check(rc == 0, f"ncu_step.py: rc {rc}: {out}")
+    # The last step of the most common length (4 kernels): step 3, the 99 us attention.
+    check("step 3: 4 kernels, 107.0 us of kernel time (each alone)" in out, f"ncu_step.py default step: {out}")
+    check("     2       6.0" in out, f"ncu_step.py by-kernel rmsnorm total: {out}")
+    # Extra metrics: means per kernel name; instructions per warp = inst / warps (attention: 2000 / 8).
+    check("inst/warp" in out and "250  mla_attention_kernel<8, false>" in out, f"ncu_step.py extras: {out}")
+    check("stall no_instruction" in out, f"ncu_step.py stall label: {out}")
+    rc, out = run([sys.executable, tool, path, "--step", "1", "--summary"])
+    check(rc == 0 and out.strip() == "step 1: 4 kernels, 20.9 us of kernel time (each alone)", f"ncu_step.py --step 1: {out}")
+    rc, out = run([sys.executable, tool, path, "--compare=1,-1"])
+    check(rc == 0 and "total     20.9 | total    107.0" in out, f"ncu_step.py --compare: {out}")
+    rc, out = run([sys.executable, tool, path, "--step", "9"])
+    check(rc != 0 and "4 steps" in out, f"ncu_step.py --step past the end: rc {rc}: {out}")
+    plain = os.path.join(tmp, "plain.csv")  # durations only, as the suite's default collects
+    write_csv(plain, [decode, decode], extras=False)
+    rc, out = run([sys.executable, tool, plain])
+    check(rc == 0 and "extra metrics" not in out and "step 1: 4 kernels" in out, f"ncu_step.py durations only: {out}")
+    noemb = os.path.join(tmp, "noemb.csv")
+    write_csv(noemb, [[(att, 1.0)]])
+    rc, out = run([sys.executable, tool, noemb])
+    check(rc != 0 and "no embedding_kernel" in out, f"ncu_step.py without a step: rc {rc}: {out}")
+
+
+def test_bench_sweep(tmp):
+    # A stub peregrine: tok/s from the environment (STUB_TOKS), the round from a counter file, so the
+    # means and changes the sweep prints can be checked; FAIL_STUB=1 prints nothing (a failed run).
+    stub = os.path.join(tmp, "peregrine")
+    counter = os.path.join(tmp, "count")
+    with open(stub, "w") as f:
+        f.write(f"""#!/usr/bin/env bash
+n=$(cat {counter} 2>/dev/null || echo 0); echo $((n + 1)) > {counter}
+[ "${{FAIL_STUB:-}}" = 1 ] && exit 3
+echo "model        stub"
+echo "decode b=1   ${{STUB_TOKS:-100.0}} tok/s (1.000 ms/token) after 1024 prompt tokens"
+""")
+    os.chmod(stub, 0o755)
+    other = os.path.join(tmp, "other")
+    with open(other, "w") as f:
+        f.write("#!/usr/bin/env bash\necho 'decode b=1   90.0 tok/s'\n")
+    os.chmod(other, 0o755)
+    tool = os.path.join(ROOT, "scripts", "bench_sweep.sh")
+    rc, out = run(["bash", tool, stub, "2", "moonlight-16b-a3b:bf16:0 deepseek-v3:fp8:4", "-", "STUB_TOKS=110.0",
+                   "bin=" + other, "FAIL_STUB=1"])
+    check(rc == 0, f"bench_sweep.sh rc {rc}: {out}")
+    lines = [l for l in out.splitlines() if l.startswith("sweep ")]
+    check(len(lines) == 8, f"bench_sweep.sh: 8 sweep lines (2 benches x 4 variants): {out}")
+    check(any("moonlight-16b-a3b bf16 L0 -" in l and "100.0 100.0 | mean 100.0 +0.0%" in l for l in lines), f"base: {out}")
+    check(any("STUB_TOKS=110.0" in l and "| mean 110.0 +10.0%" in l for l in lines), f"env variant: {out}")
+    check(any("bin=" in l and "90.0 90.0 | mean 90.0 -10.0%" in l for l in lines), f"bin variant: {out}")
+    check(any("FAIL_STUB=1" in l and "? ? | mean ?" in l for l in lines), f"failed runs: {out}")
+    check(any("deepseek-v3 fp8 L4 -" in l for l in lines), f"layers field: {out}")
+    with open(counter) as f:  # 2 benches x 2 rounds x 3 variants run the stub (bin= runs the other)
+        check(f.read().strip() == "12", "bench_sweep.sh: the stub ran 12 times")
+    rc, out = run(["bash", tool, stub, "1", "x:bf16:0"])
+    check(rc != 0 and "no variants" in out, f"bench_sweep.sh without variants: rc {rc}: {out}")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    test_ncu_step(tmp)
+    test_bench_sweep(tmp)
+for f in FAILS:
+    print("FAIL:", f)
+print(f"scripts_test: {'FAILED' if FAILS else 'passed'}")
+sys.exit(1 if FAILS else 0)
