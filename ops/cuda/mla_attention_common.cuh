@@ -18,7 +18,7 @@ namespace pg::ops::cuda::mla {
 
 // PEREGRINE_ATTENTION_VEC=1: where every vector path applies (vec_kv, vec_q, vec_out: DeepSeek's shapes
 // and aligned buffers), the split-KV kernels' instantiation without the scalar fallbacks (kVec): the
-// same executed path in ~16% less code (8-head kernel 6,128 -> ~5,170 SASS instructions). An
+// same executed path in 16% less code (8-head kernel 6,113 -> 5,159 SASS instructions). An
 // experiment on what a decode kernel's code size costs it (docs/decode-status.md, session 17).
 inline bool attention_vec_kernel() {
   static const bool on = [] {

@@ -3,7 +3,7 @@
 // cycle a warp when the code is at hand), launched back to back under PDL as the decode step's
 // kernels are. The same kernel every launch finds its code in the SMs' instruction caches; eight
 // kernels of identical bodies at distinct addresses, taken in turn, find it cold when 8 x kN x 16
-// bytes exceed those caches (as a decode layer's ~9 kernels of 1-6K instructions each do), and
+// bytes exceed those caches (as a decode layer's ~9 kernels of 2-6K instructions each likely do), and
 // fetch it from L2. The difference per launch is the cold code's price per kN instructions.
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/probe.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""scripts/ncu_step.py and scripts/bench_sweep.sh on the build machine (no GPU): a generated ncu CSV
-and a stub `peregrine`. usage: scripts_test.py SOURCE_DIR"""
+"""scripts/ncu_step.py, scripts/bench_sweep.sh and scripts/sass_sizes.py on the build machine (no GPU):
+a generated ncu CSV, a stub `peregrine`, cuobjdump-format text. usage: scripts_test.py SOURCE_DIR"""
 import csv
 import os
 import subprocess
@@ -111,9 +111,49 @@ echo "decode b=1   ${{STUB_TOKS:-100.0}} tok/s (1.000 ms/token) after 1024 promp
     check(rc != 0 and "no variants" in out, f"bench_sweep.sh without variants: rc {rc}: {out}")
 
 
+SASS = """
+\tcode for sm_90a
+\t.target\tsm_90a
+
+\t\tFunction : _ZN2pg3ops4cuda3fooEv
+\t.headerflags\t@"EF_CUDA_ACCELERATORS EF_CUDA_SM90"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                          /* 0x00000a00ff017b82 */
+                                                                                   /* 0x000ff00000000800 */
+        /*0010*/                   S2R R0, SR_TID.X ;                              /* 0x0000000000007919 */
+        /*0020*/              @!P0 BRA 0x40 ;                                      /* 0x0000000000000947 */
+        /*0030*/                   NOP ;                                           /* 0x0000000000007918 */
+        /*0040*/                   EXIT ;                                          /* 0x000000000000794d */
+        /*0050*/                   BRA 0x50;                                       /* 0xfffffffc00fc7947 */
+        /*0060*/                   NOP;                                            /* 0x0000000000007918 */
+\t\t..........
+
+\t\tFunction : _ZN2pg3ops4cuda3barEi
+\t.headerflags\t@"EF_CUDA_ACCELERATORS EF_CUDA_SM90"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                          /* 0x00000a00ff017b82 */
+        /*0010*/                   EXIT ;                                          /* 0x000000000000794d */
+        /*0020*/                   BRA 0x20;                                       /* 0xfffffffc00fc7947 */
+"""
+
+
+def test_sass_sizes(tmp):
+    path = os.path.join(tmp, "k.sass")
+    with open(path, "w") as f:
+        f.write(SASS)
+    tool = os.path.join(ROOT, "scripts", "sass_sizes.py")
+    rc, out = run([sys.executable, tool, "--from-text", path])
+    # foo: LDC, S2R, the guarded BRA, EXIT (NOPs and the final self-branch are not counted); bar: LDC, EXIT.
+    check(rc == 0 and "      4  foo()" in out and "      2  bar(int)" in out
+          and "      6  total of 2 functions" in out, f"sass_sizes.py: rc {rc}: {out}")
+    rc, out = run([sys.executable, tool, "--from-text", path, "--grep", "bar"])
+    check(rc == 0 and "foo" not in out and "total of 1 functions" in out, f"sass_sizes.py --grep: {out}")
+    rc, out = run([sys.executable, tool, "no-such-binary", "--cuobjdump", "/no/such/cuobjdump"])
+    check(rc != 0 and "no cuobjdump" in out, f"sass_sizes.py without cuobjdump: rc {rc}: {out}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     test_ncu_step(tmp)
     test_bench_sweep(tmp)
+    test_sass_sizes(tmp)
 for f in FAILS:
     print("FAIL:", f)
 print(f"scripts_test: {'FAILED' if FAILS else 'passed'}")

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""SASS instructions per kernel of a CUDA build: what each launch's code costs in instruction fetch
+(docs/decode-status.md, session 17: a decode layer's ~9 kernels are 1-6K instructions each, far more
+than an SM's instruction caches hold, and the attention lost 2-4% when its code grew 7-20%).
+
+  sass_sizes.py LIB_OR_BINARY [--grep REGEX] [--cuobjdump PATH] [--top N]
+  sass_sizes.py --from-text SASS.txt ...   (the output of `cuobjdump -sass`, e.g. from another machine)
+
+Counts the instructions of each function (NOPs and the padding after the final branch excluded),
+prints them largest first with the demangled name, and the total of those shown. cuobjdump: --cuobjdump,
+else $CUOBJDUMP, else cuobjdump on the PATH, else /usr/local/cuda/bin/cuobjdump.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+INSTR = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+
+
+def sizes(text):
+    """{mangled function name: instruction count} from `cuobjdump -sass` text."""
+    out, name = {}, None
+    for line in text.splitlines():
+        if "Function :" in line:
+            name = line.split("Function :", 1)[1].strip()
+            out.setdefault(name, 0)
+            continue
+        m = INSTR.match(line)
+        if name is None or not m:
+            continue
+        op = m.group(1)
+        op = re.sub(r"^@!?U?P[0-9T]+\s+", "", op)  # the guard predicate
+        if op.startswith("NOP"):
+            continue
+        out[name] += 1
+    # The trailing `BRA` to itself after EXIT is padding, one per function: not counted.
+    return {k: max(v - 1, 0) for k, v in out.items()}
+
+
+def demangle(names):
+    tool = shutil.which("c++filt")
+    if not tool or not names:
+        return {n: n for n in names}
+    p = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True)
+    lines = p.stdout.splitlines()
+    return dict(zip(names, lines)) if len(lines) == len(names) else {n: n for n in names}
+
+
+def short(name):
+    name = re.sub(r"pg::ops::cuda::|\(anonymous namespace\)::|pg::engine::cuda::", "", name)
+    name = re.sub(r"\(pg::ops::cuda::LinearWeight\)|\(LinearWeight\)", "W", name)
+    return name
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binary", nargs="?")
+    ap.add_argument("--from-text")
+    ap.add_argument("--grep", default="")
+    ap.add_argument("--cuobjdump", default="")
+    ap.add_argument("--top", type=int, default=0)
+    a = ap.parse_args()
+    if a.from_text:
+        with open(a.from_text) as f:
+            text = f.read()
+    elif a.binary:
+        tool = a.cuobjdump or os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+        if not os.path.exists(tool) and not shutil.which(tool):
+            sys.exit(f"sass_sizes.py: no cuobjdump (tried {tool}); pass --cuobjdump PATH or --from-text FILE")
+        p = subprocess.run([tool, "-sass", a.binary], capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"sass_sizes.py: {tool} -sass {a.binary} failed: {p.stderr.strip()[:300]}")
+        text = p.stdout
+    else:
+        sys.exit("usage: sass_sizes.py LIB_OR_BINARY [--grep REGEX] [--top N] | --from-text SASS.txt")
+    s = sizes(text)
+    if not s:
+        sys.exit("sass_sizes.py: no SASS functions found")
+    names = demangle(sorted(s))
+    rows = [(v, short(names[k])) for k, v in s.items()]
+    if a.grep:
+        rx = re.compile(a.grep)
+        rows = [r for r in rows if rx.search(r[1])]
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    if a.top:
+        rows = rows[: a.top]
+    for v, n in rows:
+        print(f"{v:7d}  {n[:150]}")
+    print(f"{sum(v for v, _ in rows):7d}  total of {len(rows)} functions ({sum(v for v, _ in rows) * 16 / 1024:.0f} KB of code)")
+
+
+if __name__ == "__main__":
+    main()
