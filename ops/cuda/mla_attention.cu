@@ -16,16 +16,16 @@ namespace {
 using namespace mla;
 
 // One block = (token t, head group g, split s), placed by mla_block_place (mla_attention_common.cuh).
-// kVec: p.vec_kv, p.vec_q and p.vec_out all hold (attention_vec_kernel).
-template <int kHeads, bool kVec>
+// kVec: p.vec_kv, p.vec_q and p.vec_out all hold (attention_vec_kernel). kRows: p.chunk_rows.
+template <int kHeads, bool kVec, int kRows>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
-  using Tile = MlaTile<kHeads>;
+  using Tile = MlaTile<kHeads, kRows>;
   extern __shared__ float4 smem4[];
   float* sQ = reinterpret_cast<float*>(smem4);
   float* sK = sQ + kHeads * p.dp;  // the work region (see mla_smem_floats)
-  float* sRed = sK + mla_work_floats(kHeads, p.dp, p.n_splits);
-  float* sP = sRed + kMlaWarps * kHeads * kMlaChunkRows;
-  float* sAlpha = sP + kMlaChunkRows * Tile::kPStride;
+  float* sRed = sK + mla_work_floats(kHeads, p.dp, p.n_splits, kRows);
+  float* sP = sRed + kMlaWarps * kHeads * kRows;
+  float* sAlpha = sP + kRows * Tile::kPStride;
   float* sM = sAlpha + kHeads;
   float* sL = sM + kHeads;
   int* sTicket = reinterpret_cast<int*>(sL + kHeads);  // the combine's ticket (dynamic: no static smem)
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   cp_async_commit();
 
   MlaSplitRows rows_of;
-  if (!mla_block_rows(p, place, kHeads, ctx_len, rows_of)) {
+  if (!mla_block_rows<kRows>(p, place, kHeads, ctx_len, rows_of)) {
     cp_async_wait_all();
     return;
   }
@@ -54,9 +54,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
-  load_chunk<kMlaChunkRows, kVec>(p, sK, chunk_blocks(p, table, begin, end), begin, end, 4 * p.d4);
+  load_chunk<kRows, kVec>(p, sK, chunk_blocks<kRows>(p, table, begin, end), begin, end, 4 * p.d4);
   cp_async_commit();
-  int32_t next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
+  int32_t next_blocks = chunk_blocks<kRows>(p, table, begin + kRows, end);  // used a chunk later
 
   // Softmax state of this warp's heads, identical in every lane.
   float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];
@@ -68,23 +68,22 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const int phase = tid / (kMlaColQuads * Tile::kOctets);
   const bool pv_active = 4 * cq < R;
   float acc[kMlaOutHeads][4] = {};
-  // Score tile: rows r0 + kRowLanes x i (i < kRowsPerLane), float4 columns f = warp x kRowsPerLane
+  // Score tile: rows r0 + kRowLanes x i (i < kRowsPerLane), float4 columns f = warp x kColGroups
   // + q (mod kSlices).
   const int r0 = lane % Tile::kRowLanes, q = lane / Tile::kRowLanes;
 
-  const int n_chunks = (end - begin + kMlaChunkRows - 1) / kMlaChunkRows;
+  const int n_chunks = (end - begin + kRows - 1) / kRows;
   for (int c = 0; c < n_chunks; ++c) {
     cp_async_wait_all();
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
-    const int c0 = begin + c * kMlaChunkRows;
+    const int c0 = begin + c * kRows;
     if (c + 1 < n_chunks) {
-      load_chunk<kMlaChunkRows, kVec>(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows,
-                                      end, 4 * p.d4);
-      next_blocks = chunk_blocks(p, table, c0 + 2 * kMlaChunkRows, end);
+      load_chunk<kRows, kVec>(p, sK + ((c + 1) & 1) * kRows * p.dp, next_blocks, c0 + kRows, end, 4 * p.d4);
+      next_blocks = chunk_blocks<kRows>(p, table, c0 + 2 * kRows, end);
     }
     cp_async_commit();
-    const float* K = sK + (c & 1) * kMlaChunkRows * p.dp;
-    const int rows = end - c0 < kMlaChunkRows ? end - c0 : kMlaChunkRows;
+    const float* K = sK + (c & 1) * kRows * p.dp;
+    const int rows = end - c0 < kRows ? end - c0 : kRows;
 
     // Partial scores over this lane's slice of D.
     float sc[kHeads][Tile::kRowsPerLane];
@@ -92,7 +91,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     for (int h = 0; h < kHeads; ++h)
 #pragma unroll
       for (int i = 0; i < Tile::kRowsPerLane; ++i) sc[h][i] = 0.0f;
-    for (int f = warp * Tile::kRowsPerLane + q; f < p.d4; f += Tile::kSlices) {
+    for (int f = warp * Tile::kColGroups + q; f < p.d4; f += Tile::kSlices) {
       float4 k4[Tile::kRowsPerLane];
 #pragma unroll
       for (int i = 0; i < Tile::kRowsPerLane; ++i) k4[i] = lds4(K + (r0 + Tile::kRowLanes * i) * p.dp + 4 * f);
@@ -103,9 +102,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
         for (int i = 0; i < Tile::kRowsPerLane; ++i) sc[h][i] = dot4(qv, k4[i], sc[h][i]);
       }
     }
-    // Sum the warp's slices (lanes r0 + kRowLanes x q, q < kRowsPerLane); lane q keeps row
-    // r0 + kRowLanes x q.
-    float* red = sRed + warp * kHeads * kMlaChunkRows;
+    // Sum the warp's slices (lanes r0 + kRowLanes x q, q < kColGroups); lane q < kRowsPerLane keeps
+    // row r0 + kRowLanes x q.
+    float* red = sRed + warp * kHeads * kRows;
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
       float mine = 0.0f;
@@ -116,7 +115,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
         for (int o = Tile::kRowLanes; o < kWarpSize; o *= 2) v += __shfl_xor_sync(kFullMask, v, o);
         mine = q == i ? v : mine;
       }
-      red[h * kMlaChunkRows + r0 + Tile::kRowLanes * q] = mine;
+      if (Tile::kColGroups == Tile::kRowsPerLane || q < Tile::kRowsPerLane) red[h * kRows + r0 + Tile::kRowLanes * q] = mine;
     }
     __syncthreads();
 
@@ -125,15 +124,16 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     for (int k = 0; k < Tile::kHeadsPerWarp; ++k) {
       const int hh = warp * Tile::kHeadsPerWarp + k;
       float v = 0.0f;
+      if (kRows == kWarpSize || lane < kRows)
 #pragma unroll
-      for (int w = 0; w < kMlaWarps; ++w) v += sRed[(w * kHeads + hh) * kMlaChunkRows + lane];
+        for (int w = 0; w < kMlaWarps; ++w) v += sRed[(w * kHeads + hh) * kRows + lane];
       v = lane < rows ? v * p.scale_log2 : -INFINITY;
       const float m_new = fmaxf(m_run[k], warp_max(v));  // finite: row 0 of a chunk is always valid
       const float pr = exp2f(v - m_new);
       const float alpha = exp2f(m_run[k] - m_new);  // 0 on the first chunk (m_run = -inf)
       l_run[k] = l_run[k] * alpha + warp_sum(pr);
       m_run[k] = m_new;
-      sP[lane * Tile::kPStride + hh] = pr;
+      if (kRows == kWarpSize || lane < kRows) sP[lane * Tile::kPStride + hh] = pr;
       if (lane == 0) sAlpha[hh] = alpha;
     }
     __syncthreads();
@@ -213,20 +213,21 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   finish_split<kHeads, kVec>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
 }
 
-template <int kHeads, bool kVec>
+template <int kHeads, bool kVec, int kRows>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits) * sizeof(float);
-  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads, kVec>>();
+  const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits, kRows) * sizeof(float);
+  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads, kVec, kRows>>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads, kVec>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem,
-                       stream, p);
+  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads, kVec, kRows>, dim3(unsigned(blocks)),
+                       dim3(kMlaThreads), smem, stream, p);
 }
 
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   const bool vec = p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel();
-  return vec ? launch<kHeads, true>(p, stream) : launch<kHeads, false>(p, stream);
+  if (p.chunk_rows == 16) return vec ? launch<kHeads, true, 16>(p, stream) : launch<kHeads, false, 16>(p, stream);
+  return vec ? launch<kHeads, true, kMlaChunkRows>(p, stream) : launch<kHeads, false, kMlaChunkRows>(p, stream);
 }
 
 }  // namespace

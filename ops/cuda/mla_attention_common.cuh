@@ -72,6 +72,7 @@ __device__ __forceinline__ MlaBlockPlace mla_block_place(const MlaAttentionParam
 struct MlaSplitRows {
   int begin = 0, end = 0, n_act = 0;
 };
+template <int kRows = kMlaChunkRows>  // the kernel's chunk rows (p.chunk_rows)
 __device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, const MlaBlockPlace& w, int heads,
                                                int64_t ctx_len, MlaSplitRows& r) {
   const int ctx = int(ctx_len < p.max_rows ? ctx_len : p.max_rows);
@@ -83,7 +84,7 @@ __device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, cons
         if (w.h0 + i / R < H) p.o_lat[(w.t * H + w.h0 + i / R) * R + i % R] = 0.0f;
     return false;
   }
-  const int split_rows = int(mla_split_rows(ctx, p.n_splits));
+  const int split_rows = int(mla_split_rows(ctx, p.n_splits, kRows));
   if (int64_t(w.s) * split_rows >= ctx) return false;
   r.begin = w.s * split_rows;
   r.end = r.begin + split_rows < ctx ? r.begin + split_rows : ctx;

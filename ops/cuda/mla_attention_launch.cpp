@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
@@ -17,8 +19,21 @@ namespace {
 // The largest dynamic shared memory of one block on sm_90 (227 KB).
 constexpr size_t kMaxSmemBytes = 227 * 1024;
 
+// PEREGRINE_ATTENTION_CHUNK_ROWS=16: the CUDA-core kernel's plan in chunks of 16 rows instead of 32
+// (MlaPlan::chunk_rows; the kernel follows p.chunk_rows): at moonlight's batch 1 and 1K context 128
+// blocks of 16 rows instead of 64 of 32, each warp's score and P·V loops half as long. An experiment,
+// off by default (docs/decode-status.md, session 17); the workspace is sized by the same plan.
+int chunk_rows_requested() {
+  static const int rows = [] {
+    const char* v = std::getenv("PEREGRINE_ATTENTION_CHUNK_ROWS");
+    return v && std::string_view(v) == "16" ? 16 : kMlaChunkRows;
+  }();
+  return rows;
+}
+
 MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
-  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor);
+  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor,
+                  cores == MlaCores::kCuda ? chunk_rows_requested() : kMlaChunkRows);
 }
 
 }  // namespace
@@ -88,9 +103,10 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
       return unsupported("mla_attention (tensor cores): kv_lora_rank + rope_dim = {} > {}", d, kMlaTcMaxDk);
   }
   p.head_groups = int(plan.head_groups), p.n_splits = int(plan.n_splits), p.n_combiners = plan.n_combiners;
+  p.chunk_rows = plan.chunk_rows;
   const size_t smem = (two_pass ? std::max(mla_tp_scores_smem_floats(p.dp), kMlaTpPvSmemFloats)
                        : tc     ? mla_tc_smem_floats(p.dk, p.dp, p.n_splits)
-                                : mla_smem_floats(plan.heads, p.dp, p.n_splits)) *
+                                : mla_smem_floats(plan.heads, p.dp, p.n_splits, plan.chunk_rows)) *
                       sizeof(float);
   if (smem > kMaxSmemBytes)
     return unsupported("mla_attention (CUDA): kv_lora_rank + rope_dim = {} needs {} bytes of shared memory", d, smem);

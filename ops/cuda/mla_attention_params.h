@@ -29,17 +29,22 @@ constexpr int kMlaColQuads = 128;
 constexpr int kMlaMaxRank = 4 * kMlaColQuads;  // 512: kv_lora_rank limit
 constexpr int kMlaMergeFloats = kMlaOutHeads * 4 * kMlaColQuads;  // the row phases' merge buffer
 
-template <int kHeads>
+// kRows: cache rows per chunk, kMlaChunkRows; 16 on request (PEREGRINE_ATTENTION_CHUNK_ROWS=16, the
+// CUDA-core kernel: twice the splits at short contexts, half the rows a warp walks per split).
+template <int kHeads, int kRows = kMlaChunkRows>
 struct MlaTile {
   static_assert(kHeads == 8 || kHeads == 16, "8 or 16 heads per block");
-  static constexpr int kHeadsPerWarp = kHeads / kMlaWarps;        // softmax: heads of one warp
-  static constexpr int kRowsPerLane = kMlaChunkRows / kHeads;     // score tile rows (2 or 4)
-  static constexpr int kRowLanes = kMlaChunkRows / kRowsPerLane;  // lanes of one slice (16 or 8)
-  static constexpr int kSlices = kMlaWarps * kRowsPerLane;        // float4 column slices of D
-  static constexpr int kOctets = kHeads / kMlaOutHeads;           // P·V head octets
+  static_assert(kRows == 16 || kRows == 32, "16 or 32 rows per chunk");
+  static constexpr int kHeadsPerWarp = kHeads / kMlaWarps;   // softmax: heads of one warp
+  static constexpr int kRowsPerLane = kRows / kHeads;        // score tile rows (1, 2 or 4)
+  static constexpr int kRowLanes = kRows / kRowsPerLane;     // lanes of one column group (16 or 8)
+  static constexpr int kColGroups = 32 / kRowLanes;          // column groups of a warp (kRowsPerLane at 32 rows)
+  static constexpr int kSlices = kMlaWarps * kColGroups;     // float4 column slices of D
+  static constexpr int kOctets = kHeads / kMlaOutHeads;      // P·V head octets
   static constexpr int kPhases = kMlaThreads / (kOctets * kMlaColQuads);  // P·V row phases
   static constexpr int kPStride = kHeads + 4;  // sP row: 16-byte aligned, few store conflicts
-  static_assert(kHeadsPerWarp * kMlaWarps == kHeads && kRowsPerLane * kRowLanes == kMlaChunkRows);
+  static_assert(kHeadsPerWarp * kMlaWarps == kHeads && kRowsPerLane * kRowLanes == kRows);
+  static_assert(kColGroups >= kRowsPerLane && kColGroups * kRowLanes == 32);
   static_assert(kPhases * kOctets * kMlaColQuads == kMlaThreads && kPStride % 4 == 0);
 };
 
@@ -69,6 +74,7 @@ struct MlaPlan {
   int64_t head_groups = 1;  // ceil(n_heads / heads)
   int64_t n_splits = 1;     // splits per (token, head group); 1: no workspace, no combine
   int n_combiners = 1;      // blocks sharing a group's combine (1: the last one alone, no waiting)
+  int chunk_rows = kMlaChunkRows;  // rows per chunk and the split rows' unit (16: the CUDA-core kernel on request)
 };
 
 // From host-known bounds only: the grid stays valid (and the workspace large enough) for any
@@ -78,8 +84,11 @@ struct MlaPlan {
 // block they wait on is not yet resident: items x n_combiners <= SMs / 2 leaves half the SMs to
 // blocks that never wait (and the whole split grid, <= SMs blocks, fits in one wave anyway).
 // tensor_cores: the tensor-core kernel's plan, always 16 heads per block (one mma M tile).
-inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count, bool tensor_cores = false) {
+// chunk_rows: 16 or 32 (kMlaChunkRows; the tensor-core kernel takes 32 only).
+inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count, bool tensor_cores = false,
+                        int chunk_rows = kMlaChunkRows) {
   MlaPlan p;
+  p.chunk_rows = tensor_cores || chunk_rows != 16 ? kMlaChunkRows : 16;
   if (m <= 0 || n_heads <= 0) return p;
   p.heads = !tensor_cores && (n_heads <= 8 || m * n_heads <= kMlaSmallHeadWork) ? 8 : 16;
   p.head_groups = mla_ceil_div(n_heads, p.heads);
@@ -87,7 +96,7 @@ inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_coun
   const int64_t target = sm_count > 0 ? sm_count : kMlaDefaultSmCount;
   if (items * 2 > target || items > kMlaCounterSlots) return p;
   int64_t s = target / items;
-  const int64_t by_rows = mla_ceil_div(max_ctx, kMlaMinSplitRows);
+  const int64_t by_rows = mla_ceil_div(max_ctx, p.chunk_rows);
   s = s < by_rows ? s : by_rows;
   s = s < kMlaMaxSplits ? s : kMlaMaxSplits;
   p.n_splits = s > 1 ? s : 1;
@@ -100,12 +109,12 @@ inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_coun
   return p;
 }
 
-// Rows of one split of a token with ctx cache rows: a whole number of chunks, >= kMlaMinSplitRows,
-// such that n_splits splits cover ctx. Host and device compute it alike.
-__host__ __device__ inline int64_t mla_split_rows(int64_t ctx, int64_t n_splits) {
+// Rows of one split of a token with ctx cache rows: a whole number of chunks of chunk_rows, at least
+// one, such that n_splits splits cover ctx. Host and device compute it alike.
+__host__ __device__ inline int64_t mla_split_rows(int64_t ctx, int64_t n_splits, int64_t chunk_rows = kMlaChunkRows) {
   const int64_t per = (ctx + n_splits - 1) / n_splits;
-  const int64_t rows = (per + kMlaChunkRows - 1) / kMlaChunkRows * kMlaChunkRows;
-  return rows > kMlaMinSplitRows ? rows : kMlaMinSplitRows;
+  const int64_t rows = (per + chunk_rows - 1) / chunk_rows * chunk_rows;
+  return rows > chunk_rows ? rows : chunk_rows;
 }
 
 // Workspace floats of a plan: kMlaCounterSlots uint32 counters (first, at a fixed place for every
@@ -153,20 +162,21 @@ struct MlaAttentionParams {
   // per token, tp_slices pass-2 column slices of kMlaTpCols.
   float* ws_s = nullptr;
   int s_rows = 0, tp_blocks = 0, tp_slices = 0;
+  int chunk_rows = kMlaChunkRows;  // the CUDA-core kernel's rows per chunk (MlaPlan::chunk_rows): 16 or 32
 };
 
-// Shared memory floats of one block: sQ [heads][dp] | work | sRed [8 warps][heads][32] |
-// sP [32][heads + 4] | sAlpha, sM, sL [heads] | the combine's ticket (1 int). work holds the 2 K chunks, after the chunk loop the
+// Shared memory floats of one block (rows: the chunk's, 32 or 16): sQ [heads][dp] | work |
+// sRed [8 warps][heads][rows] | sP [rows][heads + 4] | sAlpha, sM, sL [heads] | the combine's ticket (1 int). work holds the 2 K chunks, after the chunk loop the
 // row phases' merge buffer, and in a combiner the weights [n_splits][heads] and [heads] inverses.
-__host__ __device__ inline size_t mla_work_floats(int heads, int dp, int n_splits) {
-  size_t w = 2 * size_t(kMlaChunkRows) * size_t(dp);
+__host__ __device__ inline size_t mla_work_floats(int heads, int dp, int n_splits, int rows = kMlaChunkRows) {
+  size_t w = 2 * size_t(rows) * size_t(dp);
   if (heads == 8 && w < size_t(kMlaMergeFloats)) w = kMlaMergeFloats;
   const size_t comb = size_t(n_splits + 1) * size_t(heads);
   return w > comb ? w : comb;
 }
-inline size_t mla_smem_floats(int heads, int dp, int n_splits) {
-  return size_t(heads) * dp + mla_work_floats(heads, dp, n_splits) + size_t(kMlaWarps) * heads * kMlaChunkRows +
-         size_t(kMlaChunkRows) * (heads + 4) + 3 * size_t(heads) + 1;
+inline size_t mla_smem_floats(int heads, int dp, int n_splits, int rows = kMlaChunkRows) {
+  return size_t(heads) * dp + mla_work_floats(heads, dp, n_splits, rows) + size_t(kMlaWarps) * heads * rows +
+         size_t(rows) * (heads + 4) + 3 * size_t(heads) + 1;
 }
 
 // The kernel at `heads` (8 or 16) per block. Defined in mla_attention.cu.

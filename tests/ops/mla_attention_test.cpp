@@ -448,8 +448,11 @@ TEST(MlaAttentionPlan, Invariants) {
     for (int64_t heads : {3, 4, 16, 128}) {
       for (int64_t m : {1, 2, 5, 8, 64, 300}) {
         for (int64_t ctx : {1, 31, 32, 33, 1024, 4097, 32768, 163840}) {
-          for (bool tc : {false, true}) {
-            const cuda::MlaPlan p = cuda::mla_plan(m, heads, ctx, sms, tc);
+          for (int variant = 0; variant < 4; ++variant) {  // CUDA / tensor cores x 32- / 16-row chunks
+            const bool tc = variant & 1;
+            const int chunk = variant & 2 ? 16 : cuda::kMlaChunkRows;
+            const cuda::MlaPlan p = cuda::mla_plan(m, heads, ctx, sms, tc, chunk);
+            EXPECT_EQ(p.chunk_rows, tc ? cuda::kMlaChunkRows : chunk);  // the tensor cores take 32 only
             const int64_t items = m * p.head_groups, slots = sms > 0 ? sms : cuda::kMlaDefaultSmCount;
             EXPECT_TRUE(p.heads == 8 || p.heads == 16);
             if (tc) {
@@ -463,7 +466,7 @@ TEST(MlaAttentionPlan, Invariants) {
             if (p.n_splits > 1) {
               EXPECT_LE(items * p.n_splits, slots) << "m=" << m << " heads=" << heads << " sms=" << sms;
               EXPECT_LE(items, cuda::kMlaCounterSlots);
-              EXPECT_LE((p.n_splits - 1) * cuda::kMlaMinSplitRows, ctx);
+              EXPECT_LE((p.n_splits - 1) * p.chunk_rows, ctx);
               EXPECT_LE(p.n_combiners, p.n_splits);
               if (p.n_combiners > 1) {
                 EXPECT_LE(items * p.n_combiners, sms / 2);
@@ -489,6 +492,19 @@ TEST(MlaAttentionPlan, Invariants) {
   const cuda::MlaPlan moon_tc = cuda::mla_plan(1, 16, 1024, 132, true);
   EXPECT_EQ(moon_tc.head_groups, 1);
   EXPECT_EQ(moon_tc.n_splits, 32);
+  // 16-row chunks (PEREGRINE_ATTENTION_CHUNK_ROWS=16): twice moonlight's splits at 1K, 128 blocks.
+  const cuda::MlaPlan moon16 = cuda::mla_plan(1, 16, 1024, 132, false, 16);
+  EXPECT_EQ(moon16.heads, 8);
+  EXPECT_EQ(moon16.chunk_rows, 16);
+  EXPECT_EQ(moon16.n_splits, 64);
+  for (int64_t ctx : {1, 15, 16, 17, 1000, 1024, 4097})
+    for (int64_t n : {1, 7, 64}) {
+      const int64_t rows = cuda::mla_split_rows(ctx, n, 16);
+      EXPECT_EQ(rows % 16, 0);
+      EXPECT_GE(rows, 16);
+      EXPECT_GE(rows * n, ctx) << "ctx=" << ctx << " n=" << n;
+      EXPECT_EQ(cuda::mla_split_rows(ctx, n), cuda::mla_split_rows(ctx, n, cuda::kMlaChunkRows));
+    }
   // kAuto: the CUDA cores only where their plan has 8-head blocks (moonlight's batch 1); never
   // the two passes (slower past ~1K rows: mla_attention.h).
   EXPECT_EQ(cuda::mla_cores_for(1, 16), cuda::MlaCores::kCuda);
