@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """SASS instructions per kernel of a CUDA build: what each launch's code costs in instruction fetch
-(docs/decode-status.md, session 17: a decode layer's ~9 kernels are 1-6K instructions each, far more
-than an SM's instruction caches hold, and the attention lost 2-4% when its code grew 7-20%).
+(docs/decode-status.md, session 17: a decode layer's ~9 kernels are 2-6K instructions each, likely more
+than an SM's instruction caches hold, and the attention lost 2-4% of decode speed when its code grew 7-20%).
 
   sass_sizes.py LIB_OR_BINARY [--grep REGEX] [--cuobjdump PATH] [--top N]
   sass_sizes.py --from-text SASS.txt ...   (the output of `cuobjdump -sass`, e.g. from another machine)
