@@ -45,11 +45,6 @@ def launches(path):
     return [tuple(by_id[k]) for k in order if by_id[k][1] is not None]
 
 
-def rows(path):
-    for name, us, _ in launches(path):
-        yield name, us
-
-
 # Short column names of the extra metrics gpu_suite.sh's PG_SUITE_NCU_METRICS may add.
 def metric_label(m):
     m = re.sub(r"^smsp__average_warps_issue_stalled_(.*)_per_issue_active\.ratio$", r"stall \1", m)

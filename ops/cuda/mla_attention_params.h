@@ -62,7 +62,6 @@ struct MlaTile {
 constexpr int kMlaMaxSplits = 256;      // the combine's weights in shared memory
 constexpr int kMlaMaxCombiners = 32;    // blocks that share one group's combine
 constexpr int kMlaCombineBatch = 16;    // partial loads a combine thread issues before summing them
-constexpr int64_t kMlaMinSplitRows = kMlaChunkRows;  // at least one full chunk per split
 constexpr int64_t kMlaCounterSlots = 1024;  // counters at the workspace's head: >= items of a split plan
 constexpr int64_t kMlaSmallHeadWork = 32;   // m x n_heads up to this: 8 heads per block (more blocks)
 constexpr int kMlaDefaultSmCount = 132;     // H100/H200 SXM, when the device cannot be asked
