@@ -503,7 +503,9 @@ TEST(MlaAttentionPlan, Invariants) {
       EXPECT_EQ(rows % 16, 0);
       EXPECT_GE(rows, 16);
       EXPECT_GE(rows * n, ctx) << "ctx=" << ctx << " n=" << n;
-      EXPECT_EQ(cuda::mla_split_rows(ctx, n), cuda::mla_split_rows(ctx, n, cuda::kMlaChunkRows));
+      const int64_t rows32 = cuda::mla_split_rows(ctx, n);  // the default unit: 32-row chunks
+      EXPECT_EQ(rows32 % cuda::kMlaChunkRows, 0);
+      EXPECT_GE(rows32, rows);
     }
   // kAuto: the CUDA cores only where their plan has 8-head blocks (moonlight's batch 1); never
   // the two passes (slower past ~1K rows: mla_attention.h).
