@@ -16,14 +16,17 @@
 
 namespace pg::ops::cuda::mla {
 
-// PEREGRINE_ATTENTION_VEC=1: where every vector path applies (vec_kv, vec_q, vec_out: DeepSeek's shapes
-// and aligned buffers), the split-KV kernels' instantiation without the scalar fallbacks (kVec): the
-// same executed path in 16% less code (8-head kernel 6,113 -> 5,159 SASS instructions). An
-// experiment on what a decode kernel's code size costs it (docs/decode-status.md, session 17).
+// Where every vector path applies (vec_kv, vec_q, vec_out: DeepSeek's shapes and aligned buffers),
+// the split-KV kernels' instantiation without the scalar fallbacks (kVec): the same executed path in
+// 16% less code (8-head kernel 6,113 -> 5,159 SASS instructions), and decode faster for it on the
+// H200 (2026-12-02, af7918a, b = 1 after 1,024 tokens: moonlight bf16 436.1 -> 445.6 tok/s, +2.2%;
+// nvfp4 557.4 -> 572.2, +2.7%; V3 4L nvfp4 +0.4%): a launch runs its code cold, so code it skips
+// still costs it (docs/decode-status.md, session 18). PEREGRINE_ATTENTION_VEC=0 launches the
+// instantiation with the fallbacks everywhere (the gated test of that path on DeepSeek's shapes).
 inline bool attention_vec_kernel() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_ATTENTION_VEC");
-    return v && std::strcmp(v, "1") == 0;
+    return !(v && std::strcmp(v, "0") == 0);
   }();
   return on;
 }
