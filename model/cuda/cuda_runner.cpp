@@ -88,6 +88,7 @@ struct CudaRunner::Impl {
 
   ops::RopeTable rope;
   float* inv_freq = nullptr;  // [P/2] f32
+  float* cos_sin = nullptr;   // [Tm, P] f32: the step's rope cos / sin (rope_cos_sin), read by every layer's mla_prep
   float softmax_scale = 1.0f;
 
   // Paged latent KV cache [n_cache_layers][n_blocks + 1][block_size][D] f32; the last block is
@@ -207,6 +208,13 @@ struct CudaRunner::Impl {
   Status lin_acc_norm(const float* x_, const Matrix& W, float* y, const float* wt, float* y_normed, int64_t m);
   Status layer(const DevLayer& L, int64_t cache_layer, const Step& s);
   bool prefill_path(int64_t T) const { return prefill_ws && !capturing && T >= kPrefillGemmMinRows; }
+  // The rope cos / sin of the step's positions, once for all its layers' mla_prep (GEMV-sized steps;
+  // the prefill path's rope and kv_write compute their own).
+  Status step_cos_sin(const Step& s) {
+    if (prefill_path(s.T)) return ok_status();
+    PG_TRY(cu::rope_cos_sin(s.positions, s.T, rope, inv_freq, cos_sin, stream));
+    return mark("rope_cos_sin");
+  }
   bool spec_graphs() const { return opt.use_graphs && opt.spec_graphs; }
   Status heads(const ops::HeadLinearArgs& h) {
     if (prefill_path(h.m)) return cu::head_linear_gemm(*gemm, h, prefill_ws, prefill_ws_bytes, stream);
@@ -303,6 +311,7 @@ Status CudaRunner::Impl::init_buffers() {
   PG_TRY(f32(logits, logit_rows * c.vocab_size));
   PG_TRY(f32(inv_freq, int64_t(rope.inv_freq.size())));
   PG_CUDA_TRY(cudaMemcpy(inv_freq, rope.inv_freq.data(), rope.inv_freq.size() * 4, cudaMemcpyHostToDevice));
+  PG_TRY(f32(cos_sin, Tm * 2 * int64_t(rope.inv_freq.size())));
 
   // Attention scratch: graphs run with max_ctx = max_model_len over their bucket's tokens; eager
   // steps with their own max context over up to Tm tokens. The need grows with the context and,
@@ -566,7 +575,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   uk.w_scale = A.w_uk_scale, uk.scale_group = A.uk_group, uk.y_scale = A.head_y_scale;
   uk.y = q_lat, uk.y_row_stride = nh * R, uk.y_head_stride = R, uk.m = T, uk.n_heads = nh, uk.n = R, uk.k = nope;
   if (!prefill_path(T)) {  // GEMV-sized steps: the three in one launch (the same bits)
-    PG_TRY(cu::mla_prep(ops::MlaPrepArgs{kw, ra, uk}, inv_freq, stream));
+    PG_TRY(cu::mla_prep(ops::MlaPrepArgs{kw, ra, uk}, cos_sin, stream));  // cos_sin: step_cos_sin()
     PG_TRY(mark("mla_prep"));
   } else {
     PG_TRY(cu::mla_kv_write(kw, inv_freq, stream));
@@ -650,6 +659,7 @@ Status CudaRunner::Impl::trunk(const Step& s) {
   ops::EmbeddingArgs e;
   e.table = &w.embed, e.tokens = s.tokens, e.y = x, e.m = s.T;
   PG_TRY(cu::embedding(e, stream));  // x [T, H]
+  PG_TRY(step_cos_sin(s));
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) PG_TRY(layer(w.layers[size_t(l)], l, s));
   return norm(x, w.norm, hidden_all, s.T, cfg.hidden_size);  // final RMSNorm of every token
 }
@@ -678,6 +688,7 @@ Status CudaRunner::Impl::mtp_device(int64_t mtp_idx, const Step& s, float* logit
   PG_TRY(norm(cat, mt.enorm, cat, T, H, 2 * H, 2 * H));
   PG_TRY(norm(hidden, mt.hnorm, cat + H, T, H, H, 2 * H));
   PG_TRY(lin(cat, mt.eh_proj, x, T));  // x [T, H]
+  PG_TRY(step_cos_sin(s));
   PG_TRY(layer(mt.block, cfg.num_hidden_layers + mtp_idx, s));
   // hidden = the block output of the output rows; logits = shared_head(norm(hidden)).
   if (s.n_rows == 0) return ok_status();

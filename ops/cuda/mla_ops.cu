@@ -93,13 +93,41 @@ __device__ __forceinline__ void rope_rotate(const float* in, float* out, int64_t
   out[i1] = __fadd_rn(__fmul_rn(a1, c), __fmul_rn(a0, s));
 }
 
-// Grid (token, slice of kRopeThreads (head, pair) items): the token's cos/sin pairs into shared
-// memory (each block recomputes them: rope_dim / 2 double sincos, cheaper than a second pass),
-// then one (head, pair) per thread, so that a decode step (m = 1, 128 heads x 32 pairs) spreads
-// over 32 blocks instead of looping 32 dependent load-store rounds in one.
-// One rope block: token t, slice `slice` of the (head, pair) items; cos_sin: shared [rope_dim].
+// The step's cos / sin: one thread per (token, pair), the values rope_cos_sin() above gives, into
+// [m, rope_dim] (cos of pair k at column k, its sin at rope_dim / 2 + k). Once per step, so that
+// mla_prep, every layer, reads them instead of computing them (mla_ops_params.h).
+__global__ void __launch_bounds__(kRopeThreads) rope_cos_sin_kernel(const __grid_constant__ RopeCosSinParams p) {
+  pdl_trigger();
+  pdl_wait();  // the kernels before may still read the previous step's values (PDL: ops/cuda/common/pdl.cuh)
+  const int64_t half = p.rope_dim / 2;
+  const int64_t i = int64_t(blockIdx.x) * kRopeThreads + threadIdx.x;
+  if (i >= p.m * half) return;
+  const int64_t t = i / half, k = i - t * half;
+  float c, s;
+  rope_cos_sin(__ldg(p.inv_freq + k), float(p.positions[t]), p.attention_factor, c, s);
+  p.cos_sin[t * p.rope_dim + k] = c;
+  p.cos_sin[t * p.rope_dim + half + k] = s;
+}
+
+// Grid (token, slice of kRopeThreads (head, pair) items), one (head, pair) per thread, so that a
+// decode step (m = 1, 128 heads x 32 pairs) spreads over 32 blocks instead of looping 32 dependent
+// load-store rounds in one. kTable: cos / sin from the step's p.cos_sin. Else the token's pairs
+// into shared memory first (each block recomputes them: rope_dim / 2 double sincos, cheaper than a
+// second pass).
+// One rope block: token t, slice `slice` of the (head, pair) items; cos_sin: shared [rope_dim]
+// (unused with kTable).
+template <bool kTable>
 __device__ __forceinline__ void rope_block(const RopeParams& p, int64_t t, int64_t slice, float* cos_sin) {
   const int64_t half = p.rope_dim / 2;
+  if constexpr (kTable) {
+    const int64_t j = slice * kRopeThreads + threadIdx.x;
+    if (j >= p.n_heads * half) return;
+    const int64_t h = j / half, k = j - h * half;
+    const float* cs = p.cos_sin + t * p.rope_dim;
+    float* x = p.x + t * p.row_stride + h * p.head_stride + p.offset;
+    rope_rotate(x, x, k, half, p.interleave, cs[k], cs[half + k]);
+    return;
+  }
   float* cs = cos_sin;
   float* sn = cos_sin + half;
   const float pos = float(p.positions[t]);
@@ -112,18 +140,20 @@ __device__ __forceinline__ void rope_block(const RopeParams& p, int64_t t, int64
   rope_rotate(x, x, k, half, p.interleave, cs[k], sn[k]);
 }
 
+template <bool kTable>
 __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const __grid_constant__ RopeParams p) {
   pdl_trigger();
   pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
   extern __shared__ float cos_sin[];  // [2, half]
-  rope_block(p, blockIdx.x, blockIdx.y, cos_sin);
+  rope_block<kTable>(p, blockIdx.x, blockIdx.y, cos_sin);
 }
 
 // ---------------------------------------------------------------------------------------------
 // mla_kv_write: one block per token. rmsnorm as rmsnorm.cu (same per-element expression as the
 // CPU, block-order sum of squares), then the rope pairs of k_pe straight from kv to the cache.
 // One kv_write block: token t; scratch: shared [kKvWriteThreads / 32]. Returns uniformly over
-// the block.
+// the block. kTable: the rope's cos / sin from the step's p.cos_sin.
+template <bool kTable>
 __device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, int64_t t, float* scratch) {
   const int64_t R = p.kv_lora_rank, D = R + p.rope_dim, half = p.rope_dim / 2;
   const int64_t pos = ld_now(p.positions + t);
@@ -141,19 +171,23 @@ __device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, in
   const float inv = 1.0f / sqrtf(ms + p.eps);  // IEEE sqrt and division, as the CPU's
   for (int64_t j = threadIdx.x; j < R; j += kKvWriteThreads) dst[j] = __ldg(p.norm_weight + j) * (src[j] * inv);
 
-  const float fpos = float(pos);
   for (int64_t k = threadIdx.x; k < half; k += kKvWriteThreads) {
     float c, s;
-    rope_cos_sin(__ldg(p.inv_freq + k), fpos, p.attention_factor, c, s);
+    if constexpr (kTable) {
+      c = p.cos_sin[t * p.rope_dim + k], s = p.cos_sin[t * p.rope_dim + half + k];
+    } else {
+      rope_cos_sin(__ldg(p.inv_freq + k), float(pos), p.attention_factor, c, s);
+    }
     rope_rotate(src + R, dst + R, k, half, p.interleave, c, s);
   }
 }
 
+template <bool kTable>
 __global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __grid_constant__ MlaKvWriteParams p) {
   pdl_trigger();
   pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
   __shared__ float scratch[kKvWriteThreads / kWarpSize];
-  mla_kv_write_block(p, blockIdx.x, scratch);
+  mla_kv_write_block<kTable>(p, blockIdx.x, scratch);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -274,7 +308,8 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __g
 }
 
 // ---------------------------------------------------------------------------------------------
-// mla_prep: the blocks of the three kernels above in one grid (mla_ops_params.h).
+// mla_prep: the blocks of the three kernels above in one grid (mla_ops_params.h), the rope's cos /
+// sin from the step's table (no double sincos in this kernel's code).
 template <LinearWeight F, int kL, int kMTile>
 __global__ void __launch_bounds__(kHeadThreads) mla_prep_kernel(const __grid_constant__ MlaPrepParams p) {
   pdl_trigger();
@@ -288,20 +323,18 @@ __global__ void __launch_bounds__(kHeadThreads) mla_prep_kernel(const __grid_con
   pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
   if (b < p.kv.m) {
     __shared__ float scratch[kKvWriteThreads / kWarpSize];
-    mla_kv_write_block(p.kv, b, scratch);
+    mla_kv_write_block<true>(p.kv, b, scratch);
     return;
   }
   b -= p.kv.m;
-  extern __shared__ float cos_sin[];  // [2, rope_dim / 2]
-  rope_block(p.rope, b / p.rope_slices, b % p.rope_slices, cos_sin);
+  rope_block<true>(p.rope, b / p.rope_slices, b % p.rope_slices, nullptr);
 }
 
 template <LinearWeight F, int kL>
 cudaError_t launch_prep_l(bool m_tile_one, const MlaPrepParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(p.uk_blocks + p.kv.m * (1 + p.rope_slices)));
-  const size_t smem = size_t(p.rope.rope_dim) * sizeof(float);
-  if (m_tile_one) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, 1>, grid, dim3(kHeadThreads), smem, stream, p);
-  else PG_LAUNCH_PDL(mla_prep_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), smem, stream, p);
+  if (m_tile_one) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, 1>, grid, dim3(kHeadThreads), 0, stream, p);
+  else PG_LAUNCH_PDL(mla_prep_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), 0, stream, p);
   return cudaGetLastError();
 }
 
@@ -373,20 +406,34 @@ cudaError_t launch_embedding(LinearWeight f, const EmbeddingParams& p, cudaStrea
   return cudaErrorInvalidValue;
 }
 
+cudaError_t launch_rope_cos_sin(const RopeCosSinParams& p, cudaStream_t stream) {
+  if (p.m <= 0) return cudaSuccess;
+  const int64_t blocks = (p.m * (p.rope_dim / 2) + kRopeThreads - 1) / kRopeThreads;
+  if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
+  PG_LAUNCH_PDL(rope_cos_sin_kernel, dim3(unsigned(blocks)), dim3(kRopeThreads), 0, stream, p);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_rope(const RopeParams& p, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
   if (p.m > INT32_MAX) return cudaErrorInvalidConfiguration;
   const int64_t slices = (p.n_heads * (p.rope_dim / 2) + kRopeThreads - 1) / kRopeThreads;
   if (slices > 65535) return cudaErrorInvalidConfiguration;
-  const size_t smem = size_t(p.rope_dim) * sizeof(float);  // cos and sin of rope_dim / 2 pairs
-  PG_LAUNCH_PDL(rope_kernel, dim3(dim3(unsigned(p.m), unsigned(slices))), dim3(kRopeThreads), smem, stream, p);
+  const dim3 grid(unsigned(p.m), unsigned(slices));
+  if (p.cos_sin) {
+    PG_LAUNCH_PDL(rope_kernel<true>, dim3(grid), dim3(kRopeThreads), 0, stream, p);
+  } else {
+    const size_t smem = size_t(p.rope_dim) * sizeof(float);  // cos and sin of rope_dim / 2 pairs
+    PG_LAUNCH_PDL(rope_kernel<false>, dim3(grid), dim3(kRopeThreads), smem, stream, p);
+  }
   return cudaGetLastError();
 }
 
 cudaError_t launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
   if (p.m > INT32_MAX) return cudaErrorInvalidConfiguration;
-  PG_LAUNCH_PDL(mla_kv_write_kernel, dim3(unsigned(p.m)), dim3(kKvWriteThreads), 0, stream, p);
+  if (p.cos_sin) PG_LAUNCH_PDL(mla_kv_write_kernel<true>, dim3(unsigned(p.m)), dim3(kKvWriteThreads), 0, stream, p);
+  else PG_LAUNCH_PDL(mla_kv_write_kernel<false>, dim3(unsigned(p.m)), dim3(kKvWriteThreads), 0, stream, p);
   return cudaGetLastError();
 }
 

@@ -34,9 +34,15 @@ Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaS
 // Other shapes take a generic warp-per-row kernel.
 Status head_linear(const HeadLinearArgs& a, cudaStream_t stream);
 
+// The cos / sin rope and mla_kv_write compute, of m positions at once: cos_sin [m, rope_dim] f32,
+// cos of pair k at column k, its sin at rope_dim / 2 + k (rope_dim = 2 x table.inv_freq.size());
+// inv_freq_device as for rope. A decode step computes them once for every layer's mla_prep.
+Status rope_cos_sin(const int64_t* positions, int64_t m, const RopeTable& table, const float* inv_freq_device,
+                    float* cos_sin, cudaStream_t stream);
+
 // mla_kv_write + rope (q_pe) + head_linear (W_UK) in one launch (ops/mla_prep.h), the same bits
-// as the three launchers above; inv_freq_device as for rope. Shapes off head_linear's vector
-// path take the three launches.
-Status mla_prep(const MlaPrepArgs& a, const float* inv_freq_device, cudaStream_t stream);
+// as the three launchers above. cos_sin_device: rope_cos_sin of a.kv_write.positions (the q_rope
+// positions are the same, validate() checks). Shapes off head_linear's vector path take three launches.
+Status mla_prep(const MlaPrepArgs& a, const float* cos_sin_device, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

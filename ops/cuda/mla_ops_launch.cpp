@@ -34,27 +34,30 @@ Status embedding(const EmbeddingArgs& a, cudaStream_t stream) {
 
 namespace {
 
-// The rope kernel's limits and Params (a non-empty RopeArgs that validated).
-Result<RopeParams> rope_params(const RopeArgs& a, const float* inv_freq_device) {
-  if (!inv_freq_device) return invalid_argument("rope (CUDA): no device inv_freq");
+// The rope kernel's limits and Params (a non-empty RopeArgs that validated); cos / sin computed
+// from inv_freq_device, else read from cos_sin_device (the step's, rope_cos_sin).
+Result<RopeParams> rope_params(const RopeArgs& a, const float* inv_freq_device, const float* cos_sin_device) {
+  if (!inv_freq_device && !cos_sin_device) return invalid_argument("rope (CUDA): no device inv_freq or cos / sin");
   if (a.m > INT32_MAX) return unsupported("rope (CUDA): {} rows", a.m);
   if (a.rope_dim * int64_t(sizeof(float)) > 48 * 1024)  // cos/sin in default shared memory
     return unsupported("rope (CUDA): rope_dim {}", a.rope_dim);
   if (a.n_heads * (a.rope_dim / 2) > int64_t(65535) * kRopeThreads)
     return unsupported("rope (CUDA): {} heads of {} pairs", a.n_heads, a.rope_dim / 2);
   RopeParams p;
-  p.x = a.x, p.positions = a.positions, p.inv_freq = inv_freq_device;
+  p.x = a.x, p.positions = a.positions, p.inv_freq = inv_freq_device, p.cos_sin = cos_sin_device;
   p.m = a.m, p.n_heads = a.n_heads, p.head_stride = a.head_stride, p.row_stride = a.row_stride;
   p.offset = a.offset, p.rope_dim = a.rope_dim;
   p.attention_factor = a.table->attention_factor, p.interleave = a.table->interleave;
   return p;
 }
 
-Result<MlaKvWriteParams> kv_write_params(const MlaKvWriteArgs& a, const float* inv_freq_device) {
-  if (!inv_freq_device) return invalid_argument("mla_kv_write (CUDA): no device inv_freq");
+Result<MlaKvWriteParams> kv_write_params(const MlaKvWriteArgs& a, const float* inv_freq_device,
+                                         const float* cos_sin_device) {
+  if (!inv_freq_device && !cos_sin_device) return invalid_argument("mla_kv_write (CUDA): no device inv_freq or cos / sin");
   if (a.m > INT32_MAX) return unsupported("mla_kv_write (CUDA): {} tokens", a.m);
   MlaKvWriteParams p;
   p.kv = a.kv, p.norm_weight = a.norm_weight, p.positions = a.positions, p.inv_freq = inv_freq_device;
+  p.cos_sin = cos_sin_device;
   p.block_tables = a.block_tables, p.token_seq = a.token_seq, p.cache = a.cache;
   p.m = a.m, p.kv_lora_rank = a.kv_lora_rank, p.rope_dim = a.rope_dim, p.block_size = a.block_size;
   p.max_blocks_per_seq = a.max_blocks_per_seq, p.n_blocks = a.n_blocks;
@@ -118,7 +121,7 @@ Status rope(const RopeArgs& a, const float* inv_freq_device, cudaStream_t stream
   if (!inv_freq_device) return invalid_argument("rope (CUDA): no device inv_freq");
   if (a.n_heads < 0) return invalid_argument("rope (CUDA): {} heads", a.n_heads);
   if (a.m == 0 || a.n_heads == 0) return ok_status();
-  PG_ASSIGN_OR_RETURN(const RopeParams p, rope_params(a, inv_freq_device));
+  PG_ASSIGN_OR_RETURN(const RopeParams p, rope_params(a, inv_freq_device, nullptr));
   PG_CUDA_TRY(launch_rope(p, stream));
   return ok_status();
 }
@@ -127,7 +130,7 @@ Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaS
   PG_TRY(validate(a));
   if (!inv_freq_device) return invalid_argument("mla_kv_write (CUDA): no device inv_freq");
   if (a.m == 0) return ok_status();
-  PG_ASSIGN_OR_RETURN(const MlaKvWriteParams p, kv_write_params(a, inv_freq_device));
+  PG_ASSIGN_OR_RETURN(const MlaKvWriteParams p, kv_write_params(a, inv_freq_device, nullptr));
   PG_CUDA_TRY(launch_mla_kv_write(p, stream));
   return ok_status();
 }
@@ -144,21 +147,38 @@ Status head_linear(const HeadLinearArgs& a, cudaStream_t stream) {
   return ok_status();
 }
 
-Status mla_prep(const MlaPrepArgs& a, const float* inv_freq_device, cudaStream_t stream) {
+Status rope_cos_sin(const int64_t* positions, int64_t m, const RopeTable& table, const float* inv_freq_device,
+                    float* cos_sin, cudaStream_t stream) {
+  if (m < 0) return invalid_argument("rope_cos_sin (CUDA): {} tokens", m);
+  if (m == 0) return ok_status();
+  if (!positions || !inv_freq_device || !cos_sin)
+    return invalid_argument("rope_cos_sin (CUDA): positions, device inv_freq and output are required");
+  if (table.inv_freq.empty()) return invalid_argument("rope_cos_sin (CUDA): an empty rope table");
+  RopeCosSinParams p;
+  p.positions = positions, p.inv_freq = inv_freq_device, p.cos_sin = cos_sin, p.m = m;
+  p.rope_dim = 2 * int64_t(table.inv_freq.size()), p.attention_factor = table.attention_factor;
+  PG_CUDA_TRY(launch_rope_cos_sin(p, stream));
+  return ok_status();
+}
+
+Status mla_prep(const MlaPrepArgs& a, const float* cos_sin_device, cudaStream_t stream) {
   PG_TRY(validate(a));
-  if (!inv_freq_device) return invalid_argument("mla_prep (CUDA): no device inv_freq");
+  if (!cos_sin_device) return invalid_argument("mla_prep (CUDA): no device cos / sin (rope_cos_sin)");
   if (a.kv_write.m == 0) return ok_status();
   const HeadLinearArgs& uk = a.w_uk;
   Result<HeadPlan> hp = head_plan(uk);
   const bool fused = hp.ok() && hp->vector_path && a.q_rope.n_heads > 0;
+  MlaPrepParams p;
+  PG_ASSIGN_OR_RETURN(p.kv, kv_write_params(a.kv_write, nullptr, cos_sin_device));
   if (!fused) {  // the generic head_linear path (odd dims): the three launches
-    PG_TRY(mla_kv_write(a.kv_write, inv_freq_device, stream));
-    PG_TRY(rope(a.q_rope, inv_freq_device, stream));
+    PG_CUDA_TRY(launch_mla_kv_write(p.kv, stream));
+    if (a.q_rope.m > 0 && a.q_rope.n_heads > 0) {
+      PG_ASSIGN_OR_RETURN(p.rope, rope_params(a.q_rope, nullptr, cos_sin_device));
+      PG_CUDA_TRY(launch_rope(p.rope, stream));
+    }
     return head_linear(uk, stream);
   }
-  MlaPrepParams p;
-  PG_ASSIGN_OR_RETURN(p.kv, kv_write_params(a.kv_write, inv_freq_device));
-  PG_ASSIGN_OR_RETURN(p.rope, rope_params(a.q_rope, inv_freq_device));
+  PG_ASSIGN_OR_RETURN(p.rope, rope_params(a.q_rope, nullptr, cos_sin_device));
   p.uk = hp->p;
   p.uk_row_blocks = hp->grid.x;
   p.uk_blocks = int64_t(hp->grid.x) * hp->grid.y;

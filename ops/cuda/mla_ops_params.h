@@ -31,10 +31,24 @@ cudaError_t launch_embedding(LinearWeight f, const EmbeddingParams& p, cudaStrea
 // ---- rope in place, grid (token, slice of (head, pair) items): one pair per thread. ----
 constexpr int kRopeThreads = 128;
 
+// ---- rope_cos_sin: the step's cos / sin of every (token, pair), one thread each. ----
+// A decode step computes them once for every layer's mla_prep, whose kernel then holds no double
+// sincos (its Payne-Hanek reduction included: ~1,900 of mla_prep's ~2,500 SASS instructions were
+// the kv_write and rope roles; a launch runs its code cold, docs/decode-status.md).
+struct RopeCosSinParams {
+  const int64_t* positions = nullptr;  // [m]
+  const float* inv_freq = nullptr;     // [rope_dim / 2] f32
+  float* cos_sin = nullptr;            // [m, rope_dim] f32: cos of pair k at column k, sin at rope_dim / 2 + k
+  int64_t m = 0, rope_dim = 0;
+  float attention_factor = 1.0f;
+};
+cudaError_t launch_rope_cos_sin(const RopeCosSinParams& p, cudaStream_t stream);
+
 struct RopeParams {
   float* x = nullptr;                  // [m, n_heads, ...] f32; rope part at `offset` of each head
   const int64_t* positions = nullptr;  // [m]
   const float* inv_freq = nullptr;     // [rope_dim / 2] f32 (device copy of RopeTable::inv_freq)
+  const float* cos_sin = nullptr;      // or the step's [m, rope_dim] from rope_cos_sin (then inv_freq is unused)
   int64_t m = 0, n_heads = 1, head_stride = 0, row_stride = 0, offset = 0, rope_dim = 0;
   float attention_factor = 1.0f;
   bool interleave = true;
@@ -50,6 +64,7 @@ struct MlaKvWriteParams {
   const float* norm_weight = nullptr;  // [R] f32
   const int64_t* positions = nullptr;  // [m]
   const float* inv_freq = nullptr;     // [P / 2] f32
+  const float* cos_sin = nullptr;      // or the step's [m, P] from rope_cos_sin (then inv_freq is unused)
   const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]
   const int32_t* token_seq = nullptr;     // [m]
   float* cache = nullptr;              // [n_blocks, block_size, R + P] f32

@@ -225,6 +225,55 @@ TEST_P(RopeCuda, MatchesCpuAtLargePositions) {
 INSTANTIATE_TEST_SUITE_P(Shapes, RopeCuda, ::testing::ValuesIn(kRopeCases),
                          [](const ::testing::TestParamInfo<RopeCase>& i) { return std::string(i.param.name); });
 
+// rope_cos_sin, the step's table mla_prep reads: against the CPU's rope of unit pairs (1, 0), whose
+// rotation is exactly (cos, sin): 1 x c - 0 x s and 0 x c + 1 x s round to c and s.
+TEST(RopeCosSinCuda, MatchesCpuRopeOfUnitPairs) {
+  PG_REQUIRE_CUDA();
+  constexpr int64_t kP = 64, kM = 37;
+  const RopeTable table = yarn_table(kP, true);
+  std::vector<int64_t> pos(kM);
+  for (int64_t i = 0; i < kM; ++i) pos[size_t(i)] = int64_t(splitmix64(seed_of("rope_cos_sin") + uint64_t(i)) % 163840);
+  pos[0] = 0, pos[1] = 1, pos[2] = 163839, pos[3] = 4096;
+  std::vector<float> unit(size_t(kM * kP), 0.0f);
+  for (size_t i = 0; i < unit.size(); i += 2) unit[i] = 1.0f;
+  RopeArgs a;
+  a.x = unit.data(), a.positions = pos.data(), a.table = &table, a.m = kM, a.n_heads = 1;
+  a.head_stride = kP, a.row_stride = kP, a.offset = 0, a.rope_dim = kP;
+  ASSERT_TRUE(validate(a).ok());
+  cpu::rope(a);
+
+  auto dpos = to_device(pos);
+  auto dfreq = to_device(table.inv_freq);
+  auto dcs = poisoned<float>(size_t(kM * kP));
+  PG_ASSERT_OK(cuda::rope_cos_sin(dpos.data(), kM, table, dfreq.data(), dcs.data(), nullptr));
+  ASSERT_TRUE(sync_ok());
+  const std::vector<float> cs = to_host(dcs);
+  int64_t bad = 0, not_same = 0;
+  for (int64_t t = 0; t < kM; ++t)
+    for (int64_t k = 0; k < kP / 2; ++k) {
+      const float c_cpu = unit[size_t(t * kP + 2 * k)], s_cpu = unit[size_t(t * kP + 2 * k + 1)];
+      const float c = cs[size_t(t * kP + k)], s = cs[size_t(t * kP + kP / 2 + k)];
+      bad += !(std::fabs(double(c) - c_cpu) <= kRopeMaxAbs) + !(std::fabs(double(s) - s_cpu) <= kRopeMaxAbs);
+      not_same += !same_bits(c, c_cpu) + !same_bits(s, s_cpu);
+    }
+  EXPECT_EQ(bad, 0) << "cos / sin values off the CPU's (or unwritten)";
+  std::printf("[ rope     ] rope_cos_sin %lld of %lld values not bit-equal to the CPU's\n", (long long)not_same,
+              (long long)(kM * kP));
+}
+
+TEST(RopeCosSinCuda, RejectsMissingBuffers) {
+  const RopeTable table = yarn_table(64, true);
+  float f = 0;
+  int64_t p = 0;
+  EXPECT_FALSE(cuda::rope_cos_sin(&p, -1, table, &f, &f, nullptr).ok());
+  EXPECT_FALSE(cuda::rope_cos_sin(nullptr, 1, table, &f, &f, nullptr).ok());
+  EXPECT_FALSE(cuda::rope_cos_sin(&p, 1, table, nullptr, &f, nullptr).ok());
+  EXPECT_FALSE(cuda::rope_cos_sin(&p, 1, table, &f, nullptr, nullptr).ok());
+  EXPECT_FALSE(cuda::rope_cos_sin(&p, 1, RopeTable{}, &f, &f, nullptr).ok());
+  MlaPrepArgs none;
+  EXPECT_FALSE(cuda::mla_prep(none, nullptr, nullptr).ok());
+}
+
 // ---------------------------------------------------------------------------------------------
 struct KvWriteCase {
   const char* name;
@@ -511,8 +560,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, HeadLinearCuda, ::testing::ValuesIn(kHeadCases)
 // Each launch is timed alone after a 256 MB memset has pushed W out of the 50 MB L2.
 // ---------------------------------------------------------------------------------------------
 // mla_prep: the fused launch against the three launches it replaces, bit for bit (every role runs
-// the same code on the same inputs), on the cache, q (q_pe roped in place) and q_lat, all
-// poisoned first. Each of the three is checked against the CPU above.
+// the same code on the same inputs, cos / sin from rope_cos_sin's table instead of computed in
+// place), on the cache, q (q_pe roped in place) and q_lat, all poisoned first. Each of the three is
+// checked against the CPU above.
 struct PrepCase {
   const char* name;
   HeadWeight w_format;
@@ -600,8 +650,11 @@ TEST_P(MlaPrepCuda, SameBitsAsTheThreeOps) {
     if (c.w_format == kHFP8) uk.w_scale = dws.data(), uk.scale_group = 128;
     uk.w_format = c.w_format, uk.y = dlat.data(), uk.y_row_stride = c.n_heads * c.R, uk.y_head_stride = c.R;
     uk.m = m, uk.n_heads = c.n_heads, uk.n = c.R, uk.k = c.nope;
-    if (fused) {
-      PG_ASSERT_OK(cuda::mla_prep(a, dfreq.data(), nullptr));
+    if (fused) {  // the cos / sin table of the step, then the launch that reads it
+      auto dcs = poisoned<float>(size_t(m * c.P));
+      PG_ASSERT_OK(cuda::rope_cos_sin(dpos.data(), m, table, dfreq.data(), dcs.data(), nullptr));
+      PG_ASSERT_OK(cuda::mla_prep(a, dcs.data(), nullptr));
+      ASSERT_TRUE(sync_ok());
     } else {
       PG_ASSERT_OK(cuda::mla_kv_write(kw, dfreq.data(), nullptr));
       PG_ASSERT_OK(cuda::rope(ra, dfreq.data(), nullptr));
