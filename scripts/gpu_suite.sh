@@ -352,9 +352,9 @@ BENCH=$(find "$BUILD" -name bench_ops_cuda -type f -perm -u+x | head -1)
 # PG_SUITE_SKIP_PROBES=1 or the whole bench runs below (it has them too).
 if [ -n "$BENCH" ] && [ "$(left)" -gt 40 ] && [ -z "${PG_SUITE_SKIP_PROBES:-}" ] &&
    { [ -n "${PG_SUITE_SKIP_OPS_BENCH:-}" ] || [ "$(left)" -le 120 ]; }; then
-  timeout 30 "$BENCH" --probes >"$OUT/probes.txt" 2>&1
+  timeout 60 "$BENCH" --probes >"$OUT/probes.txt" 2>&1
   note "bench_ops_cuda --probes: rc=$?"
-  grep -E "^  (handoff|code)" "$OUT/probes.txt" | tee -a "$SUMMARY"
+  grep -E "^  (handoff|code|read|=>)" "$OUT/probes.txt" | tee -a "$SUMMARY"
 fi
 if [ -n "$BENCH" ] && [ "$(left)" -gt 120 ] && [ -z "${PG_SUITE_SKIP_OPS_BENCH:-}" ]; then
   log "bench_ops_cuda"

@@ -9,8 +9,10 @@ namespace {
 template <LoadKind kKind>
 __device__ __forceinline__ uint4 load(const uint4* p) {
   uint4 v;
-  if constexpr (kKind == LoadKind::kNc) {
-    v = ops::cuda::ld_stream(p);
+  if constexpr (kKind == LoadKind::kStream) {
+    v = ops::cuda::ld_stream(p);  // the weights' load (evict-first)
+  } else if constexpr (kKind == LoadKind::kNc) {
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   } else if constexpr (kKind == LoadKind::kNcNoAlloc) {
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
@@ -71,6 +73,7 @@ __global__ void fill_kernel(void* p, size_t n, FillKind kind, uint64_t seed, flo
 
 const char* load_kind_name(LoadKind k) {
   switch (k) {
+    case LoadKind::kStream: return "ld_stream (nc.cs)";
     case LoadKind::kNc: return "ld.global.nc";
     case LoadKind::kNcNoAlloc: return "nc.L1::no_allocate";
     case LoadKind::kNcNoAllocL2Prefetch: return "nc.no_allocate.L2::256B";
@@ -81,6 +84,7 @@ const char* load_kind_name(LoadKind k) {
 template <int kUnroll>
 void launch_unrolled(const uint4* v, size_t n, int blocks, int threads, LoadKind kind, uint32_t* sink, cudaStream_t s) {
   switch (kind) {
+    case LoadKind::kStream: read_ceiling_kernel<kUnroll, LoadKind::kStream><<<blocks, threads, 0, s>>>(v, n, sink); break;
     case LoadKind::kNc: read_ceiling_kernel<kUnroll, LoadKind::kNc><<<blocks, threads, 0, s>>>(v, n, sink); break;
     case LoadKind::kNcNoAlloc: read_ceiling_kernel<kUnroll, LoadKind::kNcNoAlloc><<<blocks, threads, 0, s>>>(v, n, sink); break;
     case LoadKind::kNcNoAllocL2Prefetch:

@@ -9,12 +9,15 @@
 
 namespace pg::ops::cuda {
 
-// 16 bytes of read-only, read-once data (weights); p must be 16-byte aligned. The plain
-// non-coherent load: on the H200 a 4 GiB read-only reduction reached 4.53 TB/s with it and
-// 4.22 TB/s with ".L1::no_allocate.L2::256B" (bench_ops_cuda, 2026-11-30).
+// 16 bytes of read-only, read-once data (weights); p must be 16-byte aligned. The non-coherent
+// load, evict-first (".cs": LDG.E.EF.CONSTANT, no extra instruction): a decode step streams ~10 GB
+// of weights through the 50 MB L2, which would otherwise evict with them what every layer re-reads
+// (the kernels' code, ~30K instructions a layer, and the activations). On the H200 a 4 GiB
+// read-only reduction reached 4.53 TB/s with the plain ".nc" load and 4.22 TB/s with
+// ".L1::no_allocate.L2::256B" (bench_ops_cuda, 2026-11-30).
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.cs.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
