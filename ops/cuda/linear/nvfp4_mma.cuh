@@ -320,12 +320,13 @@ struct Nvfp4RingSrc {
   const uint8_t* w;
   const uint8_t* sc;
   int32_t dw[kTiles][2], ds[kTiles][2];
+  uint64_t l2_policy;  // the weights' copies: evict first (ld_stream's reason)
 };
 template <int kTiles>
 __device__ __forceinline__ Nvfp4RingSrc<kTiles> nvfp4_ring_src(const uint8_t* const (&wrow)[kTiles][2],
                                                                const uint8_t* const (&srow)[kTiles][2]) {
   Nvfp4RingSrc<kTiles> r;
-  r.w = wrow[0][0], r.sc = srow[0][0];
+  r.w = wrow[0][0], r.sc = srow[0][0], r.l2_policy = l2_evict_first_policy();
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
@@ -358,7 +359,7 @@ __device__ __forceinline__ void nvfp4_ring_issue(const Nvfp4RingSrc<kTiles>& src
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        cp_async16(&st.w[u][i][h][lane], w + src.dw[i][h], ok);
+        cp_async16(&st.w[u][i][h][lane], w + src.dw[i][h], ok, src.l2_policy);
         cp_async4(&st.sc[u][i][h][lane], sc + src.ds[i][h], ok);
       }
   }
