@@ -164,6 +164,7 @@ Status rope_cos_sin(const int64_t* positions, int64_t m, const RopeTable& table,
 Status mla_prep(const MlaPrepArgs& a, const float* cos_sin_device, cudaStream_t stream) {
   PG_TRY(validate(a));
   if (!cos_sin_device) return invalid_argument("mla_prep (CUDA): no device cos / sin (rope_cos_sin)");
+  if (a.q_rope.n_heads < 0) return invalid_argument("mla_prep (CUDA): q_rope has {} heads", a.q_rope.n_heads);
   if (a.kv_write.m == 0) return ok_status();
   const HeadLinearArgs& uk = a.w_uk;
   Result<HeadPlan> hp = head_plan(uk);

@@ -9,9 +9,9 @@
 
 namespace pg::ops::cuda {
 
-// How the ceiling kernel loads: ld.global.nc (as ops::cuda::ld_stream), with
-// .L1::no_allocate, or with .L1::no_allocate.L2::256B.
-enum class LoadKind { kStream, kNc, kNcNoAlloc, kNcNoAllocL2Prefetch };  // kStream: ld_stream, the weights' load
+// How the ceiling kernel loads: ops::cuda::ld_stream (the weights' load: ld.global.cs.nc, evict-first),
+// plain ld.global.nc, with .L1::no_allocate, or with .L1::no_allocate.L2::256B.
+enum class LoadKind { kStream, kNc, kNcNoAlloc, kNcNoAllocL2Prefetch };
 const char* load_kind_name(LoadKind k);
 
 // Reads `bytes` (a multiple of 16) once with 16-byte loads, `unroll` (4 or 8) loads in flight per
