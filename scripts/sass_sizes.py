@@ -5,6 +5,12 @@ than an SM's instruction caches hold, and the attention lost 2-4% of decode spee
 
   sass_sizes.py LIB_OR_BINARY [--grep REGEX] [--cuobjdump PATH] [--top N]
   sass_sizes.py --from-text SASS.txt ...   (the output of `cuobjdump -sass`, e.g. from another machine)
+  sass_sizes.py --lines REGEX CUBIN [--nvdisasm PATH] [--top N]   (or --from-text NVDISASM.txt)
+
+--lines: where a kernel's instructions come from, counted per source line (and the line of the
+kernel that inlined it), for the functions whose mangled name matches REGEX. CUBIN built with line
+info and the build's device flags, e.g. `nvcc -cubin -lineinfo -arch=sm_90a -O3 -std=c++20
+--expt-relaxed-constexpr -I. ops/cuda/mla_attention.cu -o /tmp/a.cubin`; read with `nvdisasm -gi`.
 
 Counts the instructions of each function (NOPs and the padding after the final branch excluded),
 prints them largest first with the demangled name, and the total of those shown. cuobjdump: --cuobjdump,
@@ -40,6 +46,60 @@ def sizes(text):
     return {k: max(v - 1, 0) for k, v in out.items()}
 
 
+def lines(text, rx):
+    """{function: {source site: instructions}} from `nvdisasm -gi` text, for functions matching rx.
+    nvdisasm annotates a run of instructions with the chain of lines it came from, innermost first
+    ("line L inlined at ..."), the function's own line last; a site is "file:line" of the innermost,
+    then " <- file:line" of the function's own line when they differ. NOPs are not counted."""
+    out, fn, site, chain = {}, None, "?", []
+    pat = re.compile(rx)
+    for line in text.splitlines():
+        m = re.match(r"\s*\.text\.(\S+):", line)
+        if m:
+            fn = m.group(1) if pat.search(m.group(1)) else None
+            if fn:
+                out.setdefault(fn, {})
+            site, chain = "?", []
+            continue
+        if fn is None:
+            continue
+        m = re.search(r'//## File "([^"]+)", line (\d+)', line)
+        if m:
+            chain.append(f"{os.path.basename(m.group(1))}:{m.group(2)}")
+            site = chain[0] if len(chain) == 1 or chain[0] == chain[-1] else f"{chain[0]} <- {chain[-1]}"
+            continue
+        chain = []
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        if m and not re.sub(r"^@!?U?P[0-9T]+\s+", "", m.group(1)).startswith("NOP"):
+            out[fn][site] = out[fn].get(site, 0) + 1
+    return out
+
+
+def main_lines(a):
+    if a.from_text:
+        with open(a.from_text) as f:
+            text = f.read()
+    elif a.binary:
+        tool = a.nvdisasm or os.environ.get("NVDISASM") or shutil.which("nvdisasm") or "/usr/local/cuda/bin/nvdisasm"
+        if not os.path.exists(tool) and not shutil.which(tool):
+            sys.exit(f"sass_sizes.py: no nvdisasm (tried {tool}); pass --nvdisasm PATH or --from-text FILE")
+        p = subprocess.run([tool, "-gi", a.binary], capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"sass_sizes.py: {tool} -gi {a.binary} failed: {p.stderr.strip()[:300]}")
+        text = p.stdout
+    else:
+        sys.exit("usage: sass_sizes.py --lines REGEX CUBIN | --lines REGEX --from-text NVDISASM.txt")
+    found = lines(text, a.lines)
+    if not found:
+        sys.exit(f"sass_sizes.py: no function matches '{a.lines}'")
+    names = demangle(sorted(found))
+    for fn in sorted(found):
+        sites = sorted(found[fn].items(), key=lambda kv: (-kv[1], kv[0]))
+        print(f"{sum(found[fn].values()):7d}  {short(names[fn])[:150]}")
+        for site, n in sites[: a.top or len(sites)]:
+            print(f"    {n:6d}  {site}")
+
+
 def demangle(names):
     tool = shutil.which("c++filt")
     if not tool or not names:
@@ -62,7 +122,11 @@ def main():
     ap.add_argument("--grep", default="")
     ap.add_argument("--cuobjdump", default="")
     ap.add_argument("--top", type=int, default=0)
+    ap.add_argument("--lines", default="", help="per source line, for the functions matching this regex")
+    ap.add_argument("--nvdisasm", default="")
     a = ap.parse_args()
+    if a.lines:
+        return main_lines(a)
     if a.from_text:
         with open(a.from_text) as f:
             text = f.read()

@@ -17,7 +17,8 @@ using namespace mla;
 
 // One block = (token t, head group g, split s), placed by mla_block_place (mla_attention_common.cuh).
 // kVec: p.vec_kv, p.vec_q and p.vec_out all hold (attention_vec_kernel). kRows: p.chunk_rows.
-template <int kHeads, bool kVec, int kRows>
+// kLean (with kVec): p.block_shift >= 0 (attention_lean_kernel).
+template <int kHeads, bool kVec, int kRows, bool kLean = false>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
   using Tile = MlaTile<kHeads, kRows>;
   extern __shared__ float4 smem4[];
@@ -32,7 +33,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
 
   const int n_splits = p.n_splits, R = p.kv_lora_rank;
   const int64_t H = p.n_heads;
-  const MlaBlockPlace place = mla_block_place(p, kHeads);
+  const MlaBlockPlace place = mla_block_place<kLean>(p, kHeads);
   const int s = place.s;
   const int64_t t = place.t, h0 = place.h0, item = place.item;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
@@ -42,11 +43,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   // mla_block_rows' branch: a second one before the table's).
   const int64_t ctx_len = ld_now(p.ctx_len + t);
   const int32_t seq = ld_now(p.token_seq + t);
-  load_q<kHeads, kVec>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
+  load_q<kHeads, kVec, kLean>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
   cp_async_commit();
 
   MlaSplitRows rows_of;
-  if (!mla_block_rows<kRows>(p, place, kHeads, ctx_len, rows_of)) {
+  if (!mla_block_rows<kRows, kLean>(p, place, kHeads, ctx_len, rows_of)) {
     cp_async_wait_all();
     return;
   }
@@ -54,9 +55,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
-  load_chunk<kRows, kVec>(p, sK, chunk_blocks<kRows>(p, table, begin, end), begin, end, 4 * p.d4);
+  load_chunk<kRows, kVec, kLean>(p, sK, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end, 4 * p.d4);
   cp_async_commit();
-  int32_t next_blocks = chunk_blocks<kRows>(p, table, begin + kRows, end);  // used a chunk later
+  int32_t next_blocks = chunk_blocks<kRows, kLean>(p, table, begin + kRows, end);  // used a chunk later
 
   // Softmax state of this warp's heads, identical in every lane.
   float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];
@@ -78,8 +79,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
     const int c0 = begin + c * kRows;
     if (c + 1 < n_chunks) {
-      load_chunk<kRows, kVec>(p, sK + ((c + 1) & 1) * kRows * p.dp, next_blocks, c0 + kRows, end, 4 * p.d4);
-      next_blocks = chunk_blocks<kRows>(p, table, c0 + 2 * kRows, end);
+      load_chunk<kRows, kVec, kLean>(p, sK + ((c + 1) & 1) * kRows * p.dp, next_blocks, c0 + kRows, end, 4 * p.d4);
+      next_blocks = chunk_blocks<kRows, kLean>(p, table, c0 + 2 * kRows, end);
     }
     cp_async_commit();
     const float* K = sK + (c & 1) * kRows * p.dp;
@@ -105,6 +106,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     // Sum the warp's slices (lanes r0 + kRowLanes x q, q < kColGroups); lane q < kRowsPerLane keeps
     // row r0 + kRowLanes x q.
     float* red = sRed + warp * kHeads * kRows;
+    // kLean: the lanes' column loops above end apart; reconverged here, ptxas drops the divergent
+    // fallback it otherwise emits around each of the shuffles below (WARPSYNC.COLLECTIVE).
+    if constexpr (kLean) __syncwarp();
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
       float mine = 0.0f;
@@ -210,22 +214,24 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     }
   }
   if (direct) return;
-  finish_split<kHeads, kVec>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+  finish_split<kHeads, kVec, kLean>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
 }
 
-template <int kHeads, bool kVec, int kRows>
+template <int kHeads, bool kVec, int kRows, bool kLean = false>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits, kRows) * sizeof(float);
-  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads, kVec, kRows>>();
+  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads, kVec, kRows, kLean>>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads, kVec, kRows>, dim3(unsigned(blocks)),
+  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads, kVec, kRows, kLean>, dim3(unsigned(blocks)),
                        dim3(kMlaThreads), smem, stream, p);
 }
 
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   const bool vec = p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel();
+  if (vec && p.chunk_rows == kMlaChunkRows && p.block_shift >= 0 && attention_lean_kernel())
+    return launch<kHeads, true, kMlaChunkRows, true>(p, stream);
   if (p.chunk_rows == 16) return vec ? launch<kHeads, true, 16>(p, stream) : launch<kHeads, false, 16>(p, stream);
   return vec ? launch<kHeads, true, kMlaChunkRows>(p, stream) : launch<kHeads, false, kMlaChunkRows>(p, stream);
 }

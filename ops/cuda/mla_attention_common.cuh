@@ -31,6 +31,25 @@ inline bool attention_vec_kernel() {
   return on;
 }
 
+// PEREGRINE_ATTENTION_LEAN=1 (an experiment, off by default; not yet run on a GPU): on top of the
+// vector instantiation, where the cache's block size is a power of two, the CUDA-core split-KV
+// kernel's 32-row instantiation with its rarely-taken and generic code out of line or cheaper
+// (kLean): the empty-context zero fill in a rolled, non-inlined function; the block's place, its
+// split's rows and the combine's slice in 32-bit arithmetic (the default's two 64-bit division
+// calls run in every block's prologue); block indices by shift only; Q staged without a division
+// per item; and a __syncwarp before the score reduction, without which ptxas wraps each of its
+// shuffles in a divergent fallback (65 WARPSYNC.COLLECTIVE blocks, ~330 instructions inside the
+// chunk loop at 8 heads). 8-head kernel 5,159 -> 3,521 SASS instructions, 16-head 4,906 -> 3,708;
+// the default instantiations' SASS unchanged (cuobjdump). The test of how much of the attention's
+// time is still its code (docs/decode-status.md, session 18).
+inline bool attention_lean_kernel() {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_ATTENTION_LEAN");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 // The attention kernels are launched without PDL unless PEREGRINE_ATTENTION_PDL=1: with it,
 // moonlight nvfp4 decode ran 6% slower on the H200 (2026-12-01, 354dca7: CUDA-core kernel 456.4
 // vs 486.5 tok/s, tensor-core kernel 384.5 vs 406.4), though both kernels wait at their top and
@@ -56,7 +75,18 @@ struct MlaBlockPlace {
   int64_t t = 0, h0 = 0, item = 0;
   int s = 0;
 };
+// kLean: in 32-bit arithmetic (a grid's blocks fit an unsigned; no 64-bit division subroutine).
+template <bool kLean = false>
 __device__ __forceinline__ MlaBlockPlace mla_block_place(const MlaAttentionParams& p, int heads) {
+  if constexpr (kLean) {
+    const int b = int(blockIdx.x), g = b % p.head_groups, b2 = b / p.head_groups;
+    MlaBlockPlace w;
+    w.s = b2 % p.n_splits;
+    w.t = p.m - 1 - b2 / p.n_splits;
+    w.h0 = int64_t(g) * heads;
+    w.item = w.t * p.head_groups + g;
+    return w;
+  }
   int64_t b = blockIdx.x;
   const int g = int(b % p.head_groups);
   b /= p.head_groups;
@@ -75,19 +105,37 @@ __device__ __forceinline__ MlaBlockPlace mla_block_place(const MlaAttentionParam
 struct MlaSplitRows {
   int begin = 0, end = 0, n_act = 0;
 };
-template <int kRows = kMlaChunkRows>  // the kernel's chunk rows (p.chunk_rows)
+// The empty context's zeros (kLean: out of line and rolled, never taken inside the contract): the
+// group's valid heads are hv x R contiguous floats of o_lat.
+static __device__ __noinline__ void mla_zero_o_lat(float* o_lat, int64_t t, int64_t h0, int64_t H, int R, int heads) {
+  const int hv = int(H - h0 < heads ? H - h0 : heads);
+  float* o = o_lat + (t * H + h0) * R;
+#pragma unroll 1
+  for (int i = threadIdx.x; i < hv * R; i += kMlaThreads) o[i] = 0.0f;
+}
+// mla_split_rows in 32-bit arithmetic (positions are ints on the device: mla_attention_launch.cpp).
+__device__ __forceinline__ int mla_split_rows32(int ctx, int n_splits, int chunk_rows) {
+  const int per = (ctx + n_splits - 1) / n_splits;
+  const int rows = (per + chunk_rows - 1) / chunk_rows * chunk_rows;
+  return rows > chunk_rows ? rows : chunk_rows;
+}
+template <int kRows = kMlaChunkRows, bool kLean = false>  // kRows: the kernel's chunk rows (p.chunk_rows)
 __device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, const MlaBlockPlace& w, int heads,
                                                int64_t ctx_len, MlaSplitRows& r) {
   const int ctx = int(ctx_len < p.max_rows ? ctx_len : p.max_rows);
   const int R = p.kv_lora_rank;
   const int64_t H = p.n_heads;
   if (ctx <= 0) {
-    if (w.s == 0)
-      for (int64_t i = threadIdx.x; i < int64_t(heads) * R; i += kMlaThreads)
-        if (w.h0 + i / R < H) p.o_lat[(w.t * H + w.h0 + i / R) * R + i % R] = 0.0f;
+    if constexpr (kLean) {
+      if (w.s == 0) mla_zero_o_lat(p.o_lat, w.t, w.h0, H, R, heads);
+    } else {
+      if (w.s == 0)
+        for (int64_t i = threadIdx.x; i < int64_t(heads) * R; i += kMlaThreads)
+          if (w.h0 + i / R < H) p.o_lat[(w.t * H + w.h0 + i / R) * R + i % R] = 0.0f;
+    }
     return false;
   }
-  const int split_rows = int(mla_split_rows(ctx, p.n_splits, kRows));
+  const int split_rows = kLean ? mla_split_rows32(ctx, p.n_splits, kRows) : int(mla_split_rows(ctx, p.n_splits, kRows));
   if (int64_t(w.s) * split_rows >= ctx) return false;
   r.begin = w.s * split_rows;
   r.end = r.begin + split_rows < ctx ? r.begin + split_rows : ctx;
@@ -95,8 +143,11 @@ __device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, cons
   return true;
 }
 
-// Logical block of cache position pos: a shift for the usual power-of-two block sizes.
+// Logical block of cache position pos: a shift for the usual power-of-two block sizes (kLean: the
+// launcher checked block_shift >= 0).
+template <bool kLean = false>
 __device__ __forceinline__ int block_of(const MlaAttentionParams& p, int pos) {
+  if constexpr (kLean) return pos >> p.block_shift;
   return p.block_shift >= 0 ? pos >> p.block_shift : pos / p.block_size;
 }
 
@@ -104,28 +155,28 @@ __device__ __forceinline__ int block_of(const MlaAttentionParams& p, int pos) {
 // of logical block c0 / block_size + l, for the blocks the chunk touches (<= 32: a chunk is at
 // most 32 rows), 0 elsewhere. One load per chunk, issued a chunk ahead by the kernels (a load per
 // staged row before: no measurable difference on the H200, 12.9 us either way at moonlight 1K).
-template <int kRows = kMlaChunkRows>
+template <int kRows = kMlaChunkRows, bool kLean = false>
 __device__ __forceinline__ int32_t chunk_blocks(const MlaAttentionParams& p, const int32_t* table, int c0, int end) {
   static_assert(kRows <= kWarpSize, "a lane per touched block");
   const int lane = threadIdx.x % kWarpSize;
   const int last = (c0 + kRows < end ? c0 + kRows : end) - 1;
-  const int b = block_of(p, c0) + lane;
-  return c0 < end && b <= block_of(p, last) ? table[b] : 0;
+  const int b = block_of<kLean>(p, c0) + lane;
+  return c0 < end && b <= block_of<kLean>(p, last) ? table[b] : 0;
 }
 
 // Stages cache rows [c0, c0 + kRows) of one sequence into dst ([kRows][dp]), columns [0, width)
 // (a multiple of 4, >= D); rows at or past `end` and columns past D become zeros. `blocks`:
 // chunk_blocks<kRows>(c0) of this lane. Warp w takes rows w, w + 8, ...; lanes walk the row.
 // kVec: the caller knows p.vec_kv (no scalar fallback in the code).
-template <int kRows = kMlaChunkRows, bool kVec = false>
+template <int kRows = kMlaChunkRows, bool kVec = false, bool kLean = false>
 __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* dst, int32_t blocks, int c0, int end,
                                            int width) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int first = block_of(p, c0);
+  const int first = block_of<kLean>(p, c0);
   for (int j = warp; j < kRows; j += kMlaWarps) {
     const int pos = c0 + j;
     const bool valid = pos < end;
-    const int lb = block_of(p, pos);
+    const int lb = block_of<kLean>(p, pos);
     const int32_t blk = __shfl_sync(kFullMask, blocks, valid ? lb - first : 0);
     const float* src = p.kv;
     if (valid) src = p.kv + (int64_t(blk) * p.block_size + (pos - lb * p.block_size)) * p.d;
@@ -155,10 +206,27 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
 
 // Stages Q rows [q_lat | q_pe | 0 ...] of heads h0 .. h0 + kHeads (zeros past n_heads) into
 // sQ [kHeads][dp] with cp.async; only the 4 x d4 columns the score loop reads are written.
-// kVec: the caller knows p.vec_q.
-template <int kHeads, bool kVec = false>
+// kVec: the caller knows p.vec_q. kLean (with kVec): thread f stages float4 column f of every head
+// (one pass at d4 = 144 <= kMlaThreads), no division per item.
+template <int kHeads, bool kVec = false, bool kLean = false>
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, int64_t t, int64_t h0) {
   const int R = p.kv_lora_rank;
+  if constexpr (kLean) {
+    static_assert(kVec, "the lean staging is the vector path's");
+    const int r4 = R / 4;
+    for (int f = threadIdx.x; f < p.d4; f += kMlaThreads) {
+      const bool lat = f < r4;
+      const float* base = lat ? p.q_lat + t * p.q_lat_row_stride + 4 * f : p.q_pe + t * p.q_pe_row_stride + 4 * (f - r4);
+      const int64_t hs = lat ? p.q_lat_head_stride : p.q_pe_head_stride;
+#pragma unroll
+      for (int hh = 0; hh < kHeads; ++hh) {
+        const int64_t h = h0 + hh;
+        const bool valid = h < p.n_heads;
+        cp_async16(sQ + hh * p.dp + 4 * f, valid ? base + h * hs : p.q_lat, valid);
+      }
+    }
+    return;
+  }
   if (kVec || p.vec_q) {  // R, P multiples of 4: a float4 is all q_lat or all q_pe
     const int r4 = R / 4, n = kHeads * p.d4;
     for (int i = threadIdx.x; i < n; i += kMlaThreads) {
@@ -190,7 +258,7 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, i
 // Σ_s 2^(m_s - M) l_s over the n_act splits, for the k-th slice of the group's outputs. Every
 // split's partial is complete (the caller waited); they are read through L2 (ld.cg), since L1 is
 // not coherent with the other SMs' writes. sW: [n_act][kHeads] weights then [kHeads] 1 / L.
-template <int kHeads, bool kVec = false>  // kVec: the caller knows p.vec_out
+template <int kHeads, bool kVec = false, bool kLean = false>  // kVec: the caller knows p.vec_out
 __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, int64_t t, int64_t h0, int n_act,
                         int k, int n_comb) {
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize, R = p.kv_lora_rank;
@@ -233,7 +301,9 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
     // The slice's float4 outputs [q0, q1); tpq consecutive lanes share one output, each summing
     // every tpq-th split, then a shuffle sum (more loads in flight when the slice is small).
     const int r4 = R / 4, n = hv * r4;
-    const int q0 = int(int64_t(n) * k / n_comb), q1 = int(int64_t(n) * (k + 1) / n_comb);
+    // kLean: n x n_comb <= 16 heads x 128 x 32 combiners fits an int.
+    const int q0 = kLean ? n * k / n_comb : int(int64_t(n) * k / n_comb);
+    const int q1 = kLean ? n * (k + 1) / n_comb : int(int64_t(n) * (k + 1) / n_comb);
     int tpq = 1;
     while (tpq < kWarpSize && (q1 - q0) * tpq * 2 <= kMlaThreads && tpq * 2 <= n_act) tpq *= 2;
     const int sub = tid % tpq, per_pass = kMlaThreads / tpq;
@@ -294,7 +364,7 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
 // outputs are already stored in ws_o: its (max, sum) per head (sM, sL, in shared memory) go to
 // ws_ml, then the counter protocol below picks the combiners, which combine the group's splits
 // (sWork: shared memory for the combine's weights, free by now). Called by every thread.
-template <int kHeads, bool kVec = false>
+template <int kHeads, bool kVec = false, bool kLean = false>
 __device__ void finish_split(const MlaAttentionParams& p, const float* sM, const float* sL, int* sTicket, float* sWork,
                              int64_t item, int64_t t, int64_t h0, int s, int n_act) {
   const int tid = threadIdx.x, n_splits = p.n_splits;
@@ -327,7 +397,7 @@ __device__ void finish_split(const MlaAttentionParams& p, const float* sM, const
     if (atomicAdd(cnt, 1u) == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
   }
   __syncthreads();
-  combine<kHeads, kVec>(p, sWork, item, t, h0, n_act, k, n_comb);
+  combine<kHeads, kVec, kLean>(p, sWork, item, t, h0, n_act, k, n_comb);
 }
 
 }  // namespace pg::ops::cuda::mla

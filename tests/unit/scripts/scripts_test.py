@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/ncu_step.py, scripts/bench_sweep.sh and scripts/sass_sizes.py on the build machine (no GPU):
-a generated ncu CSV, a stub `peregrine`, cuobjdump-format text. usage: scripts_test.py SOURCE_DIR"""
+a generated ncu CSV, a stub `peregrine`, cuobjdump- and nvdisasm-format text. usage: scripts_test.py SOURCE_DIR"""
 import csv
 import os
 import subprocess
@@ -150,10 +150,41 @@ def test_sass_sizes(tmp):
     check(rc != 0 and "no cuobjdump" in out, f"sass_sizes.py without cuobjdump: rc {rc}: {out}")
 
 
+NVDISASM = """
+	.section	.text._Z3foov,"ax",@progbits
+	.text._Z3foov:
+	//## File "/src/k.cu", line 10
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R0, SR_TID.X ;
+	//## File "/src/h.cuh", line 3 inlined at "/src/k.cu", line 12
+	//## File "/src/k.cu", line 12
+        /*0020*/              @!P0 FADD R2, R0, R0 ;
+        /*0030*/                   NOP ;
+        /*0040*/                   EXIT ;
+	.text._Z3barv:
+	//## File "/src/k.cu", line 20
+        /*0000*/                   EXIT ;
+"""
+
+
+def test_sass_lines(tmp):
+    path = os.path.join(tmp, "k.nvdisasm")
+    with open(path, "w") as f:
+        f.write(NVDISASM)
+    tool = os.path.join(ROOT, "scripts", "sass_sizes.py")
+    rc, out = run([sys.executable, tool, "--lines", "foo", "--from-text", path])
+    # foo: 2 at k.cu:10, then FADD and EXIT inlined from h.cuh:3 at k.cu:12 (the NOP not counted); bar not matched.
+    check(rc == 0 and "      4  foo()" in out and "     2  k.cu:10" in out and "     2  h.cuh:3 <- k.cu:12" in out
+          and "bar" not in out, f"sass_sizes.py --lines: rc {rc}: {out}")
+    rc, out = run([sys.executable, tool, "--lines", "nothing", "--from-text", path])
+    check(rc != 0 and "no function matches" in out, f"sass_sizes.py --lines with no match: rc {rc}: {out}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     test_ncu_step(tmp)
     test_bench_sweep(tmp)
     test_sass_sizes(tmp)
+    test_sass_lines(tmp)
 for f in FAILS:
     print("FAIL:", f)
 print(f"scripts_test: {'FAILED' if FAILS else 'passed'}")
