@@ -168,6 +168,18 @@ gpu_build_rc=$?
 note "build (GPU targets): rc=$gpu_build_rc, $(($(date +%s) - tb)) s"
 [ "$gpu_build_rc" -ne 0 ] && grep -A12 -m5 'error' "$OUT/build.log" | tail -60
 
+# The A/B baseline (section 5a) builds in the background from here, at low priority, while the GPU
+# tests run (they leave most cores idle): in session 18 a baseline built after them ran out of budget.
+AB_PID=""
+if [ -n "${PG_SUITE_AB_BASE:-}" ]; then
+  AB_BUILD="$(cd "$PG_SUITE_AB_BASE" && pwd)/build-ab"
+  rm -rf "$AB_BUILD"
+  ( cmake -S "$PG_SUITE_AB_BASE" -B "$AB_BUILD" "${CMAKE_ARGS[@]}" >"$OUT/ab_configure.log" 2>&1 &&
+    nice -n 19 ninja -C "$AB_BUILD" -j "$NPROC" peregrine >"$OUT/ab_build.log" 2>&1 ) &
+  AB_PID=$!
+  log "building the A/B baseline $PG_SUITE_AB_BASE in the background"
+fi
+
 export LD_LIBRARY_PATH="$RUN_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 count() { grep -E "tests passed|No tests were found" "$1" | tail -1; }
 log "ctest -L gpu"
@@ -251,20 +263,25 @@ else
 fi
 
 # ---- 5a. A/B against a baseline tree (PG_SUITE_AB_BASE=DIR, made by scripts/ab_base.sh SHA and carried):
-# its `peregrine` built here, then run alternately with this build's at batch 1 over PG_SUITE_AB_BENCHES
+# its `peregrine` built here (in the background since section 4), then run alternately with this build's at batch 1 over PG_SUITE_AB_BENCHES
 # ("NAME:DTYPE:LAYERS ...") for PG_SUITE_AB_ROUNDS rounds: machines vary 2-3% between calls, not within one.
 AB_BENCHES=${PG_SUITE_AB_BENCHES-"moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4 deepseek-v3:fp8:4"}
-if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -x "$PEREGRINE" ] && [ "$(left)" -gt 150 ]; then
-  AB_BUILD="$(cd "$PG_SUITE_AB_BASE" && pwd)/build-ab"
-  rm -rf "$AB_BUILD"
-  if cmake -S "$PG_SUITE_AB_BASE" -B "$AB_BUILD" "${CMAKE_ARGS[@]}" >"$OUT/ab_configure.log" 2>&1 &&
-     timeout $(( $(left) - 90 )) ninja -C "$AB_BUILD" -j "$NPROC" peregrine >"$OUT/ab_build.log" 2>&1; then
+ab_rc=1
+if [ -n "$AB_PID" ]; then
+  # The background build: waited for while time is left (its own cap: the time the sweep needs).
+  while kill -0 "$AB_PID" 2>/dev/null && [ "$(left)" -gt 90 ]; do sleep 2; done
+  kill -0 "$AB_PID" 2>/dev/null && { pkill -P "$AB_PID" 2>/dev/null; kill "$AB_PID" 2>/dev/null; }
+  wait "$AB_PID" 2>/dev/null
+  ab_rc=$?
+fi
+if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -x "$PEREGRINE" ] && [ "$(left)" -gt 60 ]; then
+  if [ "$ab_rc" -eq 0 ] && [ -x "$AB_BUILD/peregrine" ]; then
     # scripts/bench_sweep.sh's alternation, the baseline build first: the change is HEAD's against it.
     PG_SWEEP_TIMEOUT=40 timeout $(( $(left) - 20 )) "$ROOT/scripts/bench_sweep.sh" "$PEREGRINE" "${PG_SUITE_AB_ROUNDS:-2}" \
       "$AB_BENCHES" "bin=$AB_BUILD/peregrine" - >"$OUT/ab.txt" 2>>"$OUT/ab.err"
     while read -r line; do note "A/B $line"; done <"$OUT/ab.txt"
   else
-    note "A/B: the baseline tree did not build (ab_configure.log, ab_build.log)"
+    note "A/B: the baseline tree did not build in time (ab_configure.log, ab_build.log: $(tail -1 "$OUT/ab_build.log" 2>/dev/null | cut -c1-80))"
   fi
 fi
 
