@@ -3,6 +3,8 @@
 // whenever exp() rounds as the host's does (exp is evaluated in double, then rounded).
 #include "ops/cuda/common/pdl.cuh"
 #include <cfloat>
+#include <cstdlib>
+#include <cstring>
 #include <climits>
 
 #include "ops/cuda/common/warp.cuh"
@@ -17,6 +19,9 @@ namespace {
 // none is left). Lane l owns elements l + 32 j; bit j of `taken` marks those already chosen. Two
 // warp reductions (redux.sync: the largest key, then the smallest index holding it) in place of a
 // shuffle tree of (value, index) pairs; within a lane, a strictly larger key keeps the lower index.
+// kSync: reconverge before the reductions (the lanes' loops end apart; without it ptxas wraps
+// each reduction in a divergent fallback).
+template <bool kSync = false>
 __device__ __forceinline__ int warp_argmax(const uint32_t* key, int n, uint32_t taken) {
   const int lane = threadIdx.x % kWarpSize;
   uint32_t bk = 0;
@@ -26,6 +31,7 @@ __device__ __forceinline__ int warp_argmax(const uint32_t* key, int n, uint32_t 
     const uint32_t k = ((taken >> j) & 1u) ? 0u : key[e];
     if (k > bk) bk = k, bi = e;
   }
+  if constexpr (kSync) __syncwarp();
   const uint32_t top = __reduce_max_sync(kFullMask, bk);
   if (top == 0) return INT_MAX;
   return __reduce_min_sync(kFullMask, bk == top ? bi : INT_MAX);
@@ -38,8 +44,13 @@ __device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(
 // (ld.cg): in moe_router_kernel another block of the same grid wrote them. The sums that decide
 // bits (softmax's, a group's top-2, the chosen scores') run in the CPU's order. Lane k keeps the
 // k-th choice (top_k <= 32). Not inlined: inlined into moe_router_kernel, ptxas spilled around
-// the division slow-path calls (20 bytes), here nothing.
+// the division slow-path calls (20 bytes), here nothing. kScore: 0 = p.sigmoid decides (the
+// default); 1 = sigmoid, 2 = softmax, known at compile time, with the warp reconverged before each
+// warp-wide reduction (PEREGRINE_ROUTER_LEAN=1: the other scoring's code and the reductions'
+// divergent fallbacks out of the kernel).
+template <int kScore = 0>
 __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, float* s_warp) {
+  constexpr bool kLean = kScore != 0;
   // A local copy: read through the reference, every field was reloaded after each shared store
   // (a generic pointer that may alias them), three dependent loads an expert for the bias alone.
   const MoeRoutingParams p = params;
@@ -60,7 +71,10 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
     mx = fmaxf(mx, x);
     choice[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
   }
-  if (p.sigmoid) {
+  bool sigmoid;
+  if constexpr (kLean) sigmoid = kScore == 1;
+  else sigmoid = p.sigmoid;
+  if (sigmoid) {
 #pragma unroll 4  // independent exps in flight together
     for (int e = lane; e < E; e += kWarpSize) {
       const float v = 1.0f / (1.0f + exp_as_host(-s[e]));
@@ -101,6 +115,7 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
       gkey = moe_routing_order_key(p.group_top2_sum ? (per_group >= 2 ? (0.0f + v1) + v2 : 0.0f + v1) : v1);
     }
     keep = 0;
+    if constexpr (kLean) __syncwarp();
     for (int k = 0; k < p.topk_group; ++k) {
       const uint32_t top = __reduce_max_sync(kFullMask, gkey);
       const int bi = __reduce_min_sync(kFullMask, gkey == top ? lane : INT_MAX);
@@ -117,7 +132,7 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
   float sum = 0.0f, mine = 0.0f;  // every lane: the chosen scores summed in selection order, as the CPU
   int mine_i = 0;
   for (int k = 0; k < p.top_k; ++k) {
-    const int bi = warp_argmax(key, E, taken);  // a lane reads only the keys it wrote
+    const int bi = warp_argmax<kLean>(key, E, taken);  // a lane reads only the keys it wrote
     if (bi % kWarpSize == lane) taken |= 1u << (bi / kWarpSize);
     const float v = s[bi];
     sum += v;
@@ -150,7 +165,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const _
 // over chunks lane, lane + 32, ... of the slice, then warp_sum, then slice 0 adds slices 1.. in
 // order: the order of linear_vec_kernel at any tile (its rows and unroll change which loads are
 // in flight, not the sums), so the logits are linear()'s bits for the same k_split.
-template <LinearWeight F>
+// kScore: route_token's.
+template <LinearWeight F, int kScore = 0>
 __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid_constant__ MoeRouterParams p) {
   constexpr int kVec = linear_vec_elems(F), kWarps = kRouterThreads / kWarpSize, kT = kRouterTokenTile;
   __shared__ float partial[kWarps][kT];
@@ -238,7 +254,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   if (threadIdx.x == 0) atomicExch(p.counter, 0u);  // every block has counted: ready for the next launch
   if (warp >= kRoutingWarpsPerBlock) return;
   for (int t = warp; t < p.m; t += kRoutingWarpsPerBlock)
-    route_token(p.routing, t, smem + size_t(warp) * 2 * p.n);
+    route_token<kScore>(p.routing, t, smem + size_t(warp) * 2 * p.n);
 }
 
 }  // namespace
@@ -254,16 +270,42 @@ cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+namespace {
+
+// PEREGRINE_ROUTER_LEAN=1 (an experiment, off by default; not yet run on a GPU): moe_router's
+// instantiation for the model's scoring (route_token<1 or 2>): bf16, sigmoid 3,004 -> 2,583 SASS
+// instructions; the default instantiations' SASS unchanged (cuobjdump). What a launch's code costs
+// (docs/decode-status.md, session 18).
+bool router_lean() {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_ROUTER_LEAN");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+template <LinearWeight F>
+cudaError_t launch_router_f(const MoeRouterParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  if (!router_lean()) PG_LAUNCH_PDL(moe_router_kernel<F>, grid, dim3(kRouterThreads), smem, stream, p);
+  else if (p.routing.sigmoid) PG_LAUNCH_PDL(moe_router_kernel<F, 1>, grid, dim3(kRouterThreads), smem, stream, p);
+  else PG_LAUNCH_PDL(moe_router_kernel<F, 2>, grid, dim3(kRouterThreads), smem, stream, p);
+  return cudaSuccess;
+}
+
+}  // namespace
+
 cudaError_t launch_moe_router(LinearWeight f, const MoeRouterParams& p, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
   const int rows_per_block = kRouterThreads / kWarpSize / p.k_split;
   const dim3 grid(unsigned((p.n + rows_per_block - 1) / rows_per_block));
   const size_t smem = sizeof(float) * kRoutingWarpsPerBlock * size_t(2 * p.n);
+  cudaError_t e = cudaErrorInvalidValue;
   switch (f) {
-    case LinearWeight::kF32: PG_LAUNCH_PDL(moe_router_kernel<LinearWeight::kF32>, grid, dim3(kRouterThreads), smem, stream, p); break;
-    case LinearWeight::kBF16: PG_LAUNCH_PDL(moe_router_kernel<LinearWeight::kBF16>, grid, dim3(kRouterThreads), smem, stream, p); break;
-    default: return cudaErrorInvalidValue;
+    case LinearWeight::kF32: e = launch_router_f<LinearWeight::kF32>(p, grid, smem, stream); break;
+    case LinearWeight::kBF16: e = launch_router_f<LinearWeight::kBF16>(p, grid, smem, stream); break;
+    default: break;
   }
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 
