@@ -75,20 +75,26 @@ def lines(text, rx):
     return out
 
 
-def main_lines(a):
+def read_text(a, name, explicit, flag, usage):
+    """The disassembly: --from-text's file, else `name flag BINARY` (the tool from --name, $NAME, the
+    PATH, or /usr/local/cuda/bin)."""
     if a.from_text:
         with open(a.from_text) as f:
-            text = f.read()
-    elif a.binary:
-        tool = a.nvdisasm or os.environ.get("NVDISASM") or shutil.which("nvdisasm") or "/usr/local/cuda/bin/nvdisasm"
-        if not os.path.exists(tool) and not shutil.which(tool):
-            sys.exit(f"sass_sizes.py: no nvdisasm (tried {tool}); pass --nvdisasm PATH or --from-text FILE")
-        p = subprocess.run([tool, "-gi", a.binary], capture_output=True, text=True)
-        if p.returncode != 0:
-            sys.exit(f"sass_sizes.py: {tool} -gi {a.binary} failed: {p.stderr.strip()[:300]}")
-        text = p.stdout
-    else:
-        sys.exit("usage: sass_sizes.py --lines REGEX CUBIN | --lines REGEX --from-text NVDISASM.txt")
+            return f.read()
+    if not a.binary:
+        sys.exit(usage)
+    tool = explicit or os.environ.get(name.upper()) or shutil.which(name) or f"/usr/local/cuda/bin/{name}"
+    if not os.path.exists(tool) and not shutil.which(tool):
+        sys.exit(f"sass_sizes.py: no {name} (tried {tool}); pass --{name} PATH or --from-text FILE")
+    p = subprocess.run([tool, flag, a.binary], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"sass_sizes.py: {tool} {flag} {a.binary} failed: {p.stderr.strip()[:300]}")
+    return p.stdout
+
+
+def main_lines(a):
+    text = read_text(a, "nvdisasm", a.nvdisasm, "-gi",
+                     "usage: sass_sizes.py --lines REGEX CUBIN | --lines REGEX --from-text NVDISASM.txt")
     found = lines(text, a.lines)
     if not found:
         sys.exit(f"sass_sizes.py: no function matches '{a.lines}'")
@@ -127,19 +133,8 @@ def main():
     a = ap.parse_args()
     if a.lines:
         return main_lines(a)
-    if a.from_text:
-        with open(a.from_text) as f:
-            text = f.read()
-    elif a.binary:
-        tool = a.cuobjdump or os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
-        if not os.path.exists(tool) and not shutil.which(tool):
-            sys.exit(f"sass_sizes.py: no cuobjdump (tried {tool}); pass --cuobjdump PATH or --from-text FILE")
-        p = subprocess.run([tool, "-sass", a.binary], capture_output=True, text=True)
-        if p.returncode != 0:
-            sys.exit(f"sass_sizes.py: {tool} -sass {a.binary} failed: {p.stderr.strip()[:300]}")
-        text = p.stdout
-    else:
-        sys.exit("usage: sass_sizes.py LIB_OR_BINARY [--grep REGEX] [--top N] | --from-text SASS.txt")
+    text = read_text(a, "cuobjdump", a.cuobjdump, "-sass",
+                     "usage: sass_sizes.py LIB_OR_BINARY [--grep REGEX] [--top N] | --from-text SASS.txt")
     s = sizes(text)
     if not s:
         sys.exit("sass_sizes.py: no SASS functions found")
