@@ -5,10 +5,9 @@
 #pragma once
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "ops/cuda/common/cp_async.cuh"
+#include "ops/cuda/common/env.h"
 #include "ops/cuda/common/smem_limit.cuh"
 #include "ops/cuda/common/sync.cuh"
 #include "ops/cuda/common/warp.cuh"
@@ -24,10 +23,7 @@ namespace pg::ops::cuda::mla {
 // still costs it (docs/decode-status.md, session 18). PEREGRINE_ATTENTION_VEC=0 launches the
 // instantiation with the fallbacks everywhere (the gated test of that path on DeepSeek's shapes).
 inline bool attention_vec_kernel() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_ATTENTION_VEC");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_switch("PEREGRINE_ATTENTION_VEC", true);
   return on;
 }
 
@@ -43,10 +39,7 @@ inline bool attention_vec_kernel() {
 // the default instantiations' SASS unchanged (cuobjdump). The test of how much of the attention's
 // time is still its code (docs/decode-status.md, session 18).
 inline bool attention_lean_kernel() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_ATTENTION_LEAN");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = env_switch("PEREGRINE_ATTENTION_LEAN", false);
   return on;
 }
 
@@ -56,10 +49,7 @@ inline bool attention_lean_kernel() {
 // trigger after their chunk loop. Both kernels call pdl_wait / pdl_trigger either way (no-ops
 // without the attribute), so the knob needs no rebuild.
 inline bool attention_pdl() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_ATTENTION_PDL");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = env_switch("PEREGRINE_ATTENTION_PDL", false);
   return on;
 }
 

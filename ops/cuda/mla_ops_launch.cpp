@@ -173,7 +173,7 @@ Status mla_prep(const MlaPrepArgs& a, const float* cos_sin_device, cudaStream_t 
   PG_ASSIGN_OR_RETURN(p.kv, kv_write_params(a.kv_write, nullptr, cos_sin_device));
   if (!fused) {  // the generic head_linear path (odd dims): the three launches
     PG_CUDA_TRY(launch_mla_kv_write(p.kv, stream));
-    if (a.q_rope.m > 0 && a.q_rope.n_heads > 0) {
+    if (a.q_rope.n_heads > 0) {  // q_rope.m == kv_write.m > 0 (validated above)
       PG_ASSIGN_OR_RETURN(p.rope, rope_params(a.q_rope, nullptr, cos_sin_device));
       PG_CUDA_TRY(launch_rope(p.rope, stream));
     }

@@ -3,10 +3,9 @@
 // whenever exp() rounds as the host's does (exp is evaluated in double, then rounded).
 #include "ops/cuda/common/pdl.cuh"
 #include <cfloat>
-#include <cstdlib>
-#include <cstring>
 #include <climits>
 
+#include "ops/cuda/common/env.h"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/config.h"
 #include "ops/cuda/kernels.h"
@@ -277,10 +276,7 @@ namespace {
 // instructions; the default instantiations' SASS unchanged (cuobjdump). What a launch's code costs
 // (docs/decode-status.md, session 18).
 bool router_lean() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_ROUTER_LEAN");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = env_switch("PEREGRINE_ROUTER_LEAN", false);
   return on;
 }
 

@@ -9,9 +9,9 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
+
+#include "ops/cuda/common/env.h"
 
 namespace pg::ops::cuda {
 
@@ -21,10 +21,7 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_switch("PEREGRINE_PDL", true);
   return on;
 }
 
