@@ -43,10 +43,10 @@ __device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(
 // (ld.cg): in moe_router_kernel another block of the same grid wrote them. The sums that decide
 // bits (softmax's, a group's top-2, the chosen scores') run in the CPU's order. Lane k keeps the
 // k-th choice (top_k <= 32). Not inlined: inlined into moe_router_kernel, ptxas spilled around
-// the division slow-path calls (20 bytes), here nothing. kScore: 0 = p.sigmoid decides (the
-// default); 1 = sigmoid, 2 = softmax, known at compile time, with the warp reconverged before each
-// warp-wide reduction (PEREGRINE_ROUTER_LEAN=1: the other scoring's code and the reductions'
-// divergent fallbacks out of the kernel).
+// the division slow-path calls (20 bytes), here nothing. kScore: 1 = sigmoid, 2 = softmax, known
+// at compile time, with the warp reconverged before each warp-wide reduction (the default: the
+// other scoring's code and the reductions' divergent fallbacks out of the kernel); 0 = p.sigmoid
+// decides (PEREGRINE_ROUTER_LEAN=0).
 template <int kScore = 0>
 __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, float* s_warp) {
   constexpr bool kLean = kScore != 0;
@@ -271,12 +271,14 @@ cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
 
 namespace {
 
-// PEREGRINE_ROUTER_LEAN=1 (an experiment, off by default; not yet run on a GPU): moe_router's
-// instantiation for the model's scoring (route_token<1 or 2>): bf16, sigmoid 3,004 -> 2,583 SASS
-// instructions; the default instantiations' SASS unchanged (cuobjdump). What a launch's code costs
-// (docs/decode-status.md, session 18).
+// moe_router instantiated for the model's scoring (route_token<1 or 2>), reconverged before its
+// warp reductions: bf16 sigmoid 3,004 -> 2,583 SASS instructions. On the H200 (2026-12-02, ca4fa8d,
+// b = 1 after 1,024 tokens): moonlight bf16 +0.1%, fp8 +0.4%, nvfp4 +0.2%, and with the lean
+// attention +0.1 to +0.4% over it alone; V3 4L nvfp4 -0.2% (within its noise). What a launch's code
+// costs: docs/decode-status.md, session 18. PEREGRINE_ROUTER_LEAN=0 launches the instantiation
+// that takes the scoring at run time (the gated test of that path).
 bool router_lean() {
-  static const bool on = env_switch("PEREGRINE_ROUTER_LEAN", false);
+  static const bool on = env_switch("PEREGRINE_ROUTER_LEAN", true);
   return on;
 }
 
