@@ -18,6 +18,7 @@
 #include "model/rope_yarn.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
+#include "ops/cuda/common/probe.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm/gemm.h"
 #include "ops/cuda/head_linear_gemm.h"
@@ -185,6 +186,14 @@ struct CudaRunner::Impl {
              bool f32_input = false);
   // Profiling (profile_layer): an event after each op of a layer, with its name.
   Status mark(const char* name) {
+    if (capturing && !knockout.empty()) {  // the capture's node count at each op's end
+      cudaStreamCaptureStatus st;
+      cudaGraph_t g = nullptr;
+      PG_CUDA_TRY(cudaStreamGetCaptureInfo(stream, &st, nullptr, &g));
+      size_t n = 0;
+      if (st == cudaStreamCaptureStatusActive && g) PG_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &n));
+      capture_marks.push_back({n, name});
+    }
     if (!prof) return ok_status();
     cudaEvent_t e;
     PG_CUDA_TRY(cudaEventCreate(&e));
@@ -193,6 +202,16 @@ struct CudaRunner::Impl {
     return ok_status();
   }
   std::vector<std::pair<std::string, cudaEvent_t>>* prof = nullptr;
+  // PEREGRINE_KNOCKOUT=op,op,... or op/op/... (a timing probe; the output is garbage): the kernels
+  // of the ops whose mark() names (profile_layer's) contain one of the items run empty in every
+  // captured graph ("tail": what follows the last mark: the final norm, lm_head), so `peregrine
+  // bench` says what they cost inside the step. capture_marks: (nodes captured so far, name) at each mark.
+  std::string knockout = [] {
+    const char* v = std::getenv("PEREGRINE_KNOCKOUT");
+    return std::string(v ? v : "");
+  }();
+  std::vector<std::pair<size_t, std::string>> capture_marks;
+  Status knock_out(cudaGraph_t g);
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
   // fused_norms (decode-sized steps): whether a projection of W at m rows takes linear_norm (the
   // GEMV lin() would launch), and the two forms. NVFP4 outside exact mode (the f16 tensor-core
@@ -806,6 +825,7 @@ Status CudaRunner::Impl::replay(int64_t kind, const StepLayout& L, int64_t bucke
 Result<cudaGraphExec_t> CudaRunner::Impl::capture(const std::function<Status()>& enqueue) {
   cudaGraph_t g = nullptr;
   PG_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  capture_marks.clear();
   capturing = true;
   const Status st = enqueue();
   capturing = false;
@@ -815,11 +835,55 @@ Result<cudaGraphExec_t> CudaRunner::Impl::capture(const std::function<Status()>&
     return st;
   }
   PG_CUDA_TRY(end);
+  if (!knockout.empty()) {
+    const Status ko = knock_out(g);
+    capture_marks.clear();
+    if (!ko.ok()) {
+      cudaGraphDestroy(g);
+      return ko;
+    }
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
   PG_CUDA_TRY(inst);
   return exec;
+}
+
+// Nodes come back from cudaGraphGetNodes in the order they were captured (checked: the summary names
+// the first kernel of each knocked-out op).
+Status CudaRunner::Impl::knock_out(cudaGraph_t g) {
+  std::vector<std::string> items;
+  for (size_t a = 0; a <= knockout.size();) {
+    const size_t b = std::min(knockout.find_first_of(",/", a), knockout.size());
+    if (b > a) items.push_back(knockout.substr(a, b - a));
+    a = b + 1;
+  }
+  size_t n = 0;
+  PG_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  PG_CUDA_TRY(cudaGraphGetNodes(g, nodes.data(), &n));
+  std::map<std::string, std::pair<int, std::string>> hit;  // op -> (kernels emptied, first kernel's name)
+  size_t from = 0;
+  for (size_t i = 0; i <= capture_marks.size(); ++i) {
+    const size_t to = i < capture_marks.size() ? std::min(capture_marks[i].first, n) : n;
+    const std::string op = i < capture_marks.size() ? capture_marks[i].second : "tail";
+    bool match = false;
+    for (const std::string& it : items) match = match || op.find(it) != std::string::npos;
+    for (size_t k = from; match && k < to; ++k) {
+      const char* kname = cu::kernel_node_name(nodes[k]);
+      bool replaced = false;
+      PG_CUDA_TRY(cu::knock_out_kernel_node(nodes[k], &replaced));
+      auto& h = hit[op];
+      if (replaced && h.first++ == 0 && kname) h.second = kname;
+    }
+    from = std::max(from, to);
+  }
+  std::fprintf(stderr, "PEREGRINE_KNOCKOUT=%s (the output is garbage): a graph of %zu nodes, emptied:",
+               knockout.c_str(), n);
+  for (const auto& [op, h] : hit) std::fprintf(stderr, " %s x%d (%.60s)", op.c_str(), h.first, h.second.c_str());
+  std::fprintf(stderr, "\n");
+  return ok_status();
 }
 
 // ------------------------------------------------------------------------------------------------

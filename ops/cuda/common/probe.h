@@ -49,4 +49,12 @@ cudaError_t launch_handoff_persistent(const HandoffParams& p, cudaStream_t strea
 constexpr int kIcacheVariants = 8;
 cudaError_t launch_icache_probe(int n_instructions, int variant, int blocks, float* sink, cudaStream_t stream);
 
+// The knock-out probe (graph_knockout.cu; PEREGRINE_KNOCKOUT in model/cuda/cuda_runner.cpp): a
+// kernel node of a captured graph becomes an empty kernel of one warp, its edges (PDL's included)
+// kept, so the step computes garbage and its time says what the node cost inside the graph.
+// replaced: false (and nothing done) for a node that is not a kernel. kernel_node_name: the kernel's
+// (mangled) name, nullptr for other nodes.
+cudaError_t knock_out_kernel_node(cudaGraphNode_t node, bool* replaced);
+const char* kernel_node_name(cudaGraphNode_t node);
+
 }  // namespace pg::ops::cuda
