@@ -230,8 +230,9 @@ cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   const bool vec = p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel();
-  if (vec && p.chunk_rows == kMlaChunkRows && p.block_shift >= 0 && attention_lean_kernel())
-    return launch<kHeads, true, kMlaChunkRows, true>(p, stream);
+  if (vec && p.block_shift >= 0 && attention_lean_kernel())
+    return p.chunk_rows == 16 ? launch<kHeads, true, 16, true>(p, stream)
+                              : launch<kHeads, true, kMlaChunkRows, true>(p, stream);
   if (p.chunk_rows == 16) return vec ? launch<kHeads, true, 16>(p, stream) : launch<kHeads, false, 16>(p, stream);
   return vec ? launch<kHeads, true, kMlaChunkRows>(p, stream) : launch<kHeads, false, kMlaChunkRows>(p, stream);
 }

@@ -22,7 +22,8 @@ constexpr size_t kMaxSmemBytes = 227 * 1024;
 // PEREGRINE_ATTENTION_CHUNK_ROWS=16: the CUDA-core kernel's plan in chunks of 16 rows instead of 32
 // (MlaPlan::chunk_rows; the kernel follows p.chunk_rows): at moonlight's batch 1 and 1K context 128
 // blocks of 16 rows instead of 64 of 32, each warp's score and P·V loops half as long. An experiment,
-// off by default (docs/decode-status.md, session 17); the workspace is sized by the same plan.
+// off by default (docs/decode-status.md, session 17; with the lean instantiation where that applies
+// since session 19); the workspace is sized by the same plan.
 int chunk_rows_requested() {
   static const int rows = [] {
     const char* v = std::getenv("PEREGRINE_ATTENTION_CHUNK_ROWS");
