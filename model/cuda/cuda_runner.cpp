@@ -218,7 +218,7 @@ struct CudaRunner::Impl {
   // PEREGRINE_L2_PREFETCH=1..3 (an experiment, 0 by default): the latency-bound kernels of a decode
   // step ask the L2 for the weights the kernels after them stream (common/l2_prefetch.h), up to
   // PEREGRINE_L2_PREFETCH_MB (24) a launch: 1, the attention fetches W_UV, o_proj and the router;
-  // 2, and the shared experts' gate_up; 3, and the router their down.
+  // 2, also the router fetches the shared experts' gate_up; 3, and their down.
   int l2_prefetch = [] {
     const char* v = std::getenv("PEREGRINE_L2_PREFETCH");
     return v ? std::clamp(std::atoi(v), 0, 3) : 0;
@@ -647,11 +647,6 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     attn_pf.add(A.w_uv, uint64_t(nh * V * R * head_elem), l2_prefetch_budget);
     prefetch_rows(attn_pf, A.o, 0, A.o.rows, l2_prefetch_budget);
     if (L.is_moe) prefetch_rows(attn_pf, L.router, 0, L.router.rows, l2_prefetch_budget);
-    if (l2_prefetch >= 2 && L.is_moe && L.mlp.n_shared > 0) {  // the shared experts' gate_up rows
-      const int64_t I2 = 2 * L.mlp.inter;
-      prefetch_rows(attn_pf, L.mlp.gate_up, L.mlp.n_experts * I2, (L.mlp.n_experts + L.mlp.n_shared) * I2,
-                    l2_prefetch_budget);
-    }
   }
   if (opt.tensor_core_attention && prefill_path(T) && !s.prefill_runs.empty() && cu::mla_prefill_supported(R, P))
     PG_TRY(cu::mla_prefill(*gemm, m, s.prefill_runs, prefill_ws, prefill_ws_bytes, stream));
@@ -701,10 +696,12 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     ops::MoeRouterArgs ro;
     ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;
     if (norm_by_router) ro.x = x, ro.norm_weight = L.post_norm, ro.normed = a, ro.eps = float(c.rms_norm_eps);
-    cu::L2Prefetch router_pf;  // PEREGRINE_L2_PREFETCH=3: the shared experts' down rows
-    if (l2_prefetch >= 3 && !prefill_path(T) && L.mlp.n_shared > 0)
-      prefetch_rows(router_pf, L.mlp.down, L.mlp.n_experts * H, (L.mlp.n_experts + L.mlp.n_shared) * H,
-                    l2_prefetch_budget);
+    cu::L2Prefetch router_pf;  // PEREGRINE_L2_PREFETCH >= 2: the shared experts' weights
+    if (l2_prefetch >= 2 && !prefill_path(T) && L.mlp.n_shared > 0) {
+      const int64_t e0 = L.mlp.n_experts, e1 = L.mlp.n_experts + L.mlp.n_shared, I = L.mlp.inter;
+      prefetch_rows(router_pf, L.mlp.gate_up, e0 * 2 * I, e1 * 2 * I, l2_prefetch_budget);
+      if (l2_prefetch >= 3) prefetch_rows(router_pf, L.mlp.down, e0 * H, e1 * H, l2_prefetch_budget);
+    }
     PG_TRY(cu::moe_router(ro, router_counter, stream, -1, &router_pf));
     PG_TRY(mark(norm_by_router ? "post_norm+router" : "router"));
     if (routing_rec) {
