@@ -215,18 +215,6 @@ struct CudaRunner::Impl {
   // The MoE layers' post-attention RMSNorm inside moe_router (MoeRouterArgs::norm_weight; one launch
   // fewer a layer where the router's kernel can take it); PEREGRINE_ROUTER_NORM=0: the rmsnorm launch.
   bool router_norm = cu::env_switch("PEREGRINE_ROUTER_NORM", true);
-  // PEREGRINE_L2_PREFETCH=1..3 (an experiment, 0 by default): the latency-bound kernels of a decode
-  // step ask the L2 for the weights the kernels after them stream (common/l2_prefetch.h), up to
-  // PEREGRINE_L2_PREFETCH_MB (24) a launch: 1, the attention fetches W_UV, o_proj and the router;
-  // 2, also the router fetches the shared experts' gate_up; 3, and their down.
-  int l2_prefetch = [] {
-    const char* v = std::getenv("PEREGRINE_L2_PREFETCH");
-    return v ? std::clamp(std::atoi(v), 0, 3) : 0;
-  }();
-  uint64_t l2_prefetch_budget = [] {
-    const char* v = std::getenv("PEREGRINE_L2_PREFETCH_MB");
-    return uint64_t(v ? std::clamp(std::atoi(v), 1, 48) : 24) << 20;
-  }();
   Status knock_out(cudaGraph_t g);
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
   // fused_norms (decode-sized steps): whether a projection of W at m rows takes linear_norm (the
@@ -539,18 +527,6 @@ Status CudaRunner::Impl::lin_acc_norm(const float* x_, const Matrix& W, float* y
   return cu::linear_norm(a, norm_counter, stream);
 }
 
-// Rows [r0, r1) of W (its data, and its NVFP4 block scales) into a prefetch list, within budget.
-static void prefetch_rows(cu::L2Prefetch& pf, const ops::Matrix& W, int64_t r0, int64_t r1, uint64_t budget) {
-  if (!W.data || r1 <= r0) return;
-  const int64_t row_bytes = W.format == ops::WeightFormat::kF32     ? W.cols * 4
-                            : W.format == ops::WeightFormat::kBF16  ? W.cols * 2
-                            : W.format == ops::WeightFormat::kNvfp4 ? W.cols / 2
-                                                                    : W.cols;
-  pf.add(static_cast<const uint8_t*>(W.data) + r0 * row_bytes, uint64_t((r1 - r0) * row_bytes), budget);
-  if (W.format == ops::WeightFormat::kNvfp4 && W.scale_fp8)
-    pf.add(W.scale_fp8 + r0 * (W.cols / 16), uint64_t((r1 - r0) * (W.cols / 16)), budget);
-}
-
 Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const Step& s) {
   const ModelConfig& c = cfg;
   const int64_t T = s.T, H = c.hidden_size, nh = c.num_attention_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
@@ -639,20 +615,11 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   m.ctx_len = s.ctx_len, m.o_lat = o_lat, m.m = T, m.n_heads = nh, m.kv_lora_rank = R, m.rope_dim = P;
   m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
   m.softmax_scale = softmax_scale;
-  cu::L2Prefetch attn_pf;  // PEREGRINE_L2_PREFETCH: the weights after the attention, in their order
-  if (l2_prefetch >= 1 && !prefill_path(T)) {
-    const int64_t head_elem = A.head_format == ops::HeadWeight::kF32    ? 4
-                              : A.head_format == ops::HeadWeight::kBF16 ? 2
-                                                                        : 1;
-    attn_pf.add(A.w_uv, uint64_t(nh * V * R * head_elem), l2_prefetch_budget);
-    prefetch_rows(attn_pf, A.o, 0, A.o.rows, l2_prefetch_budget);
-    if (L.is_moe) prefetch_rows(attn_pf, L.router, 0, L.router.rows, l2_prefetch_budget);
-  }
   if (opt.tensor_core_attention && prefill_path(T) && !s.prefill_runs.empty() && cu::mla_prefill_supported(R, P))
     PG_TRY(cu::mla_prefill(*gemm, m, s.prefill_runs, prefill_ws, prefill_ws_bytes, stream));
   else
     PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream,
-                             opt.exact ? cu::MlaCores::kCuda : opt.decode_attention, &attn_pf));
+                             opt.exact ? cu::MlaCores::kCuda : opt.decode_attention));
   PG_TRY(mark("mla_attention"));
 
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
@@ -696,13 +663,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     ops::MoeRouterArgs ro;
     ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;
     if (norm_by_router) ro.x = x, ro.norm_weight = L.post_norm, ro.normed = a, ro.eps = float(c.rms_norm_eps);
-    cu::L2Prefetch router_pf;  // PEREGRINE_L2_PREFETCH >= 2: the shared experts' weights
-    if (l2_prefetch >= 2 && !prefill_path(T) && L.mlp.n_shared > 0) {
-      const int64_t e0 = L.mlp.n_experts, e1 = L.mlp.n_experts + L.mlp.n_shared, I = L.mlp.inter;
-      prefetch_rows(router_pf, L.mlp.gate_up, e0 * 2 * I, e1 * 2 * I, l2_prefetch_budget);
-      if (l2_prefetch >= 3) prefetch_rows(router_pf, L.mlp.down, e0 * H, e1 * H, l2_prefetch_budget);
-    }
-    PG_TRY(cu::moe_router(ro, router_counter, stream, -1, &router_pf));
+    PG_TRY(cu::moe_router(ro, router_counter, stream));
     PG_TRY(mark(norm_by_router ? "post_norm+router" : "router"));
     if (routing_rec) {
       const int64_t K = c.num_experts_per_tok;

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ops/cuda/common/l2_prefetch.h"
 #include "ops/cuda/config.h"         // the rmsnorm block (moe_router_norm_fits)
 #include "ops/cuda/linear/config.h"  // LinearWeight: the fmt-free weight formats
 
@@ -80,7 +79,6 @@ struct MoeRouterParams {
   const float* norm_weight = nullptr;
   float* normed = nullptr;
   float eps = 0.0f;
-  L2Prefetch prefetch;  // weights of the kernels after it, fetched into L2 while it runs (none by default)
 };
 // Whether moe_router_kernel can fold the RMSNorm of m rows of k: the norm's block is the router's
 // (rmsnorm_regs_kernel's order of sums at kRouterThreads, so the same bits) and the rows fit the

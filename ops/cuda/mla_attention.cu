@@ -5,7 +5,6 @@
 // tests/ops/mla_attention_test.cpp for the tolerance this implies). Tiles and plan: mla_attention_params.h.
 #include <cmath>
 
-#include "ops/cuda/common/l2_prefetch.cuh"
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/mla_attention_common.cuh"
@@ -39,7 +38,6 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const int64_t t = place.t, h0 = place.h0, item = place.item;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
 
-  l2_prefetch_share(p.prefetch);  // first: the blocks past the context exit below
   pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
   // ctx_len and token_seq in one round trip (an ordinary token_seq load was issued only after
   // mla_block_rows' branch: a second one before the table's).

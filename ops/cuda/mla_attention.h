@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "core/status.h"
-#include "ops/cuda/common/l2_prefetch.h"
 #include "ops/mla_attention.h"
 
 namespace pg::ops::cuda {
@@ -50,10 +49,8 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 // for any ctx_len <= bound (blocks past a token's ctx_len exit early). Validates the Args' shape
 // (ops::validate without its host read of ctx_len, which lives on the device here) and returns a
 // Status naming what is wrong. Limits: kv_lora_rank <= 512, kv_lora_rank + rope_dim small enough
-// for a block's shared memory (CUDA cores <= 660, tensor cores <= 704). prefetch (optional): byte
-// ranges the kernel's blocks ask the L2 to fetch as they start (common/l2_prefetch.h; the split-KV
-// kernels, not the two-pass ones), e.g. the weights of the projections after it.
+// for a block's shared memory (CUDA cores <= 660, tensor cores <= 704).
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
-                     cudaStream_t stream, MlaCores cores = MlaCores::kCuda, const L2Prefetch* prefetch = nullptr);
+                     cudaStream_t stream, MlaCores cores = MlaCores::kCuda);
 
 }  // namespace pg::ops::cuda

@@ -59,7 +59,7 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 }
 
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
-                     cudaStream_t stream, MlaCores cores, const L2Prefetch* prefetch) {
+                     cudaStream_t stream, MlaCores cores) {
   if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads);
   if (cores == MlaCores::kCudaTwoPass && !mla_two_pass_fits(a.m, a.n_heads)) cores = mla_cores_for(a.m, a.n_heads);
   // ops::validate reads ctx_len[t] on the host; here ctx_len is device memory, so validate the
@@ -137,7 +137,6 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
             p.q_lat_row_stride % 4 == 0 && p.q_lat_head_stride % 4 == 0 && p.q_pe_row_stride % 4 == 0 &&
             p.q_pe_head_stride % 4 == 0;
   p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!p.ws_o || aligned16(p.ws_o));
-  if (prefetch) p.prefetch = *prefetch;
   PG_CUDA_TRY(two_pass ? launch_mla_attention_two_pass(p, stream)
               : tc     ? launch_mla_attention_tc(p, stream)
                        : launch_mla_attention(p, plan.heads, stream));

@@ -8,8 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ops/cuda/common/l2_prefetch.h"
-
 namespace pg::ops::cuda {
 
 // ---- Tile constants ------------------------------------------------------------------------
@@ -164,7 +162,6 @@ struct MlaAttentionParams {
   float* ws_s = nullptr;
   int s_rows = 0, tp_blocks = 0, tp_slices = 0;
   int chunk_rows = kMlaChunkRows;  // the CUDA-core kernel's rows per chunk (MlaPlan::chunk_rows): 16 or 32
-  L2Prefetch prefetch;  // weights of the kernels after it, fetched into L2 while it runs (none by default)
 };
 
 // Shared memory floats of one block (rows: the chunk's, 32 or 16): sQ [heads][dp] | work |

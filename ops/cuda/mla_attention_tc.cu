@@ -7,7 +7,6 @@
 #include <cmath>
 
 #include "ops/cuda/common/bf16.cuh"
-#include "ops/cuda/common/l2_prefetch.cuh"
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
@@ -85,7 +84,6 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int fg = lane / 4, ft = lane % 4;  // the mma fragments' row group and thread in group
 
-  l2_prefetch_share(p.prefetch);  // first: the blocks past the context exit below
   pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
   // The context's round trip first (the table's and the cache rows' hang on it), both loads
   // together: ordinary loads were issued after load_q's ~370 instructions, and token_seq's only

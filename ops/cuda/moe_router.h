@@ -16,10 +16,8 @@ namespace pg::ops::cuda {
 // on one stream. The one-launch path takes f32 / bf16 routers on linear's vector path and up to
 // fused_max_tokens tokens (< 0: kRouterFusedTokens, or PEREGRINE_ROUTER_FUSED_MAX_TOKENS; at most
 // kRouterMaxFusedTokens); other cases launch linear, then moe_routing (counter unused). The bits
-// are the same either way. prefetch (optional, the one-launch path): byte ranges its blocks ask the
-// L2 to fetch as they start (common/l2_prefetch.h), e.g. the shared experts' weights.
-Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens = -1,
-                  const L2Prefetch* prefetch = nullptr);
+// are the same either way.
+Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens = -1);
 
 // The routing kernel's Params of a validated MoeRoutingArgs (cuda_ops.cpp), shared by both launchers.
 MoeRoutingParams moe_routing_params(const MoeRoutingArgs& a);

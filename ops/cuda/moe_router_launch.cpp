@@ -28,8 +28,7 @@ int64_t default_fused_max_tokens() {
 }
 }  // namespace
 
-Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens,
-                  const L2Prefetch* prefetch) {
+Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens) {
   PG_TRY(validate(a));
   const MoeRoutingArgs& r = a.routing;
   if (r.m == 0) return ok_status();
@@ -74,7 +73,6 @@ Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream
   if (norm_in) p.norm_weight = a.norm_weight, p.normed = a.normed, p.eps = a.eps;
   p.k_split = plan.k_split;
   p.routing = moe_routing_params(r);
-  if (prefetch) p.prefetch = *prefetch;
   PG_CUDA_TRY(launch_moe_router(wf == WeightFormat::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16, p, stream));
   return ok_status();
 }

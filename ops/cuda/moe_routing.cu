@@ -1,7 +1,6 @@
 // moe_routing on the GPU, and moe_router (the router GEMV + routing in one launch): one warp per token, the same arithmetic in the same order as
 // ops::cpu::moe_routing, so indices (and their tie order) match exactly and weights to the bit
 // whenever exp() rounds as the host's does (exp is evaluated in double, then rounded).
-#include "ops/cuda/common/l2_prefetch.cuh"
 #include "ops/cuda/common/pdl.cuh"
 #include <cfloat>
 #include <climits>
@@ -221,7 +220,6 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   const uint8_t* wrow = static_cast<const uint8_t*>(p.w) + (valid ? row : 0) * p.k * linear_elem_bytes(F);
 
   for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) prefetch_l2(wrow + c * kLinearVecBytes);
-  l2_prefetch_share(p.prefetch);
   pdl_wait();  // x comes from the kernel before
   // After the wait, so x is complete when a dependent launches: gate_up under PDL
   // (MoeExpertsParams::gate_up_pdl) starts its shared experts on it before the routing is done
