@@ -212,13 +212,9 @@ struct CudaRunner::Impl {
     return std::string(v ? v : "");
   }();
   std::vector<std::pair<size_t, std::string>> capture_marks;
-  // PEREGRINE_ROUTER_NORM=1 (an experiment, off): the MoE layers' post-attention RMSNorm inside
-  // moe_router (MoeRouterArgs::norm_weight; one launch fewer a layer where the router's kernel can
-  // take it). It lost on the H200 (2026-12-02, ea03bcd, b = 1 after 1,024 tokens: moonlight bf16
-  // -0.8%, nvfp4 -0.7%, V3 4L nvfp4 -0.4% against the rmsnorm launch): every router block then
-  // waits on a norm of its own (an L2 round trip and two block reductions) on the step's critical
-  // path, where the rmsnorm kernel ran ahead under PDL (docs/decode-status.md, session 19).
-  bool router_norm = cu::env_switch("PEREGRINE_ROUTER_NORM", false);
+  // The MoE layers' post-attention RMSNorm inside moe_router (MoeRouterArgs::norm_weight; one launch
+  // fewer a layer where the router's kernel can take it); PEREGRINE_ROUTER_NORM=0: the rmsnorm launch.
+  bool router_norm = cu::env_switch("PEREGRINE_ROUTER_NORM", true);
   Status knock_out(cudaGraph_t g);
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
   // fused_norms (decode-sized steps): whether a projection of W at m rows takes linear_norm (the
