@@ -16,16 +16,9 @@ struct MoeRouterArgs {
   const Matrix* router = nullptr;   // [n_experts, hidden] (gate.weight)
   float* logits = nullptr;          // [m, n_experts] f32: written, then routed
   MoeRoutingArgs routing;           // routing.logits == logits
-  // Optional, the MLP's RMSNorm folded in: x is then the residual stream, normed [m, hidden] (row
-  // stride hidden, not overlapping x) receives rmsnorm(x) * norm_weight (ops/rmsnorm.h, eps), and the
-  // router projects normed: the bits of rmsnorm, then moe_router on its output.
-  const float* norm_weight = nullptr;  // [hidden]
-  float* normed = nullptr;
-  float eps = 0.0f;
 };
 
-// The routing contract, a router of [routing.n_experts, hidden], and routing.logits == logits; with
-// norm_weight, a normed buffer apart from x's rows and a finite eps >= 0.
+// The routing contract, a router of [routing.n_experts, hidden], and routing.logits == logits.
 Status validate(const MoeRouterArgs& a);
 
 }  // namespace pg::ops

@@ -18,7 +18,6 @@
 #include "model/rope_yarn.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
-#include "ops/cuda/common/env.h"
 #include "ops/cuda/common/probe.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm/gemm.h"
@@ -212,9 +211,6 @@ struct CudaRunner::Impl {
     return std::string(v ? v : "");
   }();
   std::vector<std::pair<size_t, std::string>> capture_marks;
-  // The MoE layers' post-attention RMSNorm inside moe_router (MoeRouterArgs::norm_weight; one launch
-  // fewer a layer where the router's kernel can take it); PEREGRINE_ROUTER_NORM=0: the rmsnorm launch.
-  bool router_norm = cu::env_switch("PEREGRINE_ROUTER_NORM", true);
   Status knock_out(cudaGraph_t g);
   Status norm(const float* x_, const float* wt, float* y, int64_t m, int64_t n, int64_t xs = 0, int64_t ys = 0);
   // fused_norms (decode-sized steps): whether a projection of W at m rows takes linear_norm (the
@@ -628,19 +624,14 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
   PG_TRY(heads(uv));
   PG_TRY(mark("w_uv"));
-  // post_norm: by o_proj's last block (fused_norms), else inside moe_router (MoE layers), else alone.
-  const bool norm_by_o = fuse_norm(A.o, T) && cu::linear_norm_out_pays(T, H);
-  const bool norm_by_router = !norm_by_o && L.is_moe && router_norm;
-  if (norm_by_o) {  // residual += o_proj(o); a = post_norm(residual), by o_proj's last block
+  if (fuse_norm(A.o, T) && cu::linear_norm_out_pays(T, H)) {  // residual += o_proj(o); a = post_norm(residual), by o_proj's last block
     PG_TRY(lin_acc_norm(o, A.o, x, L.post_norm, a, T));
     PG_TRY(mark("o_proj+post_norm"));
   } else {
     PG_TRY(lin(o, A.o, x, T, /*acc=*/true));  // residual += o_proj(o)
     PG_TRY(mark("o_proj"));
-    if (!norm_by_router) {
-      PG_TRY(norm(x, L.post_norm, a, T, H));
-      PG_TRY(mark("post_norm"));
-    }
+    PG_TRY(norm(x, L.post_norm, a, T, H));
+    PG_TRY(mark("post_norm"));
   }
   ops::MoeExpertsArgs me;
   me.x = a, me.y = x, me.m = T, me.hidden = H, me.accumulate = true;  // residual += mlp(a)
@@ -662,9 +653,8 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     // bf16 rounding of its input), then the routing, in one launch (decode-sized T).
     ops::MoeRouterArgs ro;
     ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;
-    if (norm_by_router) ro.x = x, ro.norm_weight = L.post_norm, ro.normed = a, ro.eps = float(c.rms_norm_eps);
     PG_TRY(cu::moe_router(ro, router_counter, stream));
-    PG_TRY(mark(norm_by_router ? "post_norm+router" : "router"));
+    PG_TRY(mark("router"));
     if (routing_rec) {
       const int64_t K = c.num_experts_per_tok;
       PG_CUDA_TRY(cudaMemcpyAsync(routing_rec + cache_layer_idx * Tm * K, expert_idx, size_t(T * K) * 4,
@@ -674,8 +664,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
     // gate_up under PDL after the router (opt-in: it measured -0.5%); the routing record's copy
     // would sit between them.
-    // Not when the router writes a (its norm folded in): the shared experts' blocks read a at once.
-    me.after_router = cu::moe_gate_up_pdl_enabled() && !routing_rec && !norm_by_router;
+    me.after_router = cu::moe_gate_up_pdl_enabled() && !routing_rec;
   }
   if (prefill_path(T)) {
     PG_TRY(cu::moe_experts_gemm(*gemm, me, cu::MoeGemmWorkspace{prefill_ws, prefill_ws_bytes}, stream));

@@ -6,8 +6,7 @@
 
 namespace pg::ops::cpu {
 
-// routing.logits = x · routerᵀ (ops::cpu::linear; with norm_weight, of normed = ops::cpu::rmsnorm(x)),
-// then ops::cpu::moe_routing.
+// routing.logits = x · routerᵀ (ops::cpu::linear), then ops::cpu::moe_routing.
 void moe_router(const MoeRouterArgs& a, ThreadPool& pool);
 
 }  // namespace pg::ops::cpu

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ops/cuda/config.h"         // the rmsnorm block (moe_router_norm_fits)
 #include "ops/cuda/linear/config.h"  // LinearWeight: the fmt-free weight formats
 
 namespace pg::ops::cuda {
@@ -74,20 +73,7 @@ struct MoeRouterParams {
   int64_t n = 0, k = 0, x_stride = 0;
   int k_split = 1;            // linear_plan's for the same args
   MoeRoutingParams routing;
-  // The MLP's RMSNorm folded in (moe_router_norm_fits): x is the residual; every block normalizes
-  // the m rows itself into shared memory, block 0 also into normed [m, k].
-  const float* norm_weight = nullptr;
-  float* normed = nullptr;
-  float eps = 0.0f;
 };
-// Whether moe_router_kernel can fold the RMSNorm of m rows of k: the norm's block is the router's
-// (rmsnorm_regs_kernel's order of sums at kRouterThreads, so the same bits) and the rows fit the
-// shared memory set aside for them.
-constexpr int64_t kRouterNormMaxBytes = 32 * 1024;
-inline bool moe_router_norm_fits(int64_t m, int64_t k) {
-  return k % 4 == 0 && k > kRmsNormSmallMaxN && k / 4 <= int64_t(kRmsNormRegsPerThread) * kRouterThreads &&
-         kRmsNormThreadsLarge == kRouterThreads && m * k * int64_t(sizeof(float)) <= kRouterNormMaxBytes;
-}
 cudaError_t launch_moe_router(LinearWeight f, const MoeRouterParams& p, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

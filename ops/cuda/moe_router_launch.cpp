@@ -1,11 +1,9 @@
 // ops::cuda::moe_router: validates, asks linear_plan for the k_split linear() would use (the
-// logits' summation order), and launches the fused kernel (moe_routing.cu) or the two ops; a
-// folded RMSNorm (MoeRouterArgs::norm_weight) runs inside the fused kernel where it can.
+// logits' summation order), and launches the fused kernel (moe_routing.cu) or the two ops.
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
 
-#include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/config.h"
@@ -39,38 +37,18 @@ Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream
   bool fused = counter && r.m <= max_tokens && r.n_experts <= kRoutingMaxExperts && r.n_group <= kRoutingMaxGroups &&
                r.top_k <= kRoutingMaxTopK &&
                (wf == WeightFormat::kF32 || wf == WeightFormat::kBF16);
-  // The folded RMSNorm (norm_weight): inside the fused kernel where its block computes the norm's
-  // bits (moe_router_norm_fits, rmsnorm's vector path), else the rmsnorm launch first.
-  const bool norm = a.norm_weight != nullptr;
-  const int64_t xs = a.x_stride ? a.x_stride : a.router->cols;
-  bool norm_in = norm && fused && moe_router_norm_fits(r.m, a.router->cols) && xs % 4 == 0 && aligned16(a.x) &&
-                 aligned16(a.norm_weight) && aligned16(a.normed);
-  auto norm_first = [&]() -> Status {
-    RmsNormArgs rn;
-    rn.x = a.x, rn.x_stride = a.x_stride, rn.weight = a.norm_weight, rn.y = a.normed, rn.m = r.m;
-    rn.n = a.router->cols, rn.eps = a.eps;
-    PG_TRY(rmsnorm(rn, stream));
-    la.x = a.normed, la.x_stride = 0;
-    return ok_status();
-  };
-  if (norm && !norm_in) PG_TRY(norm_first());
   LinearPlan plan;
   if (fused) {
     PG_ASSIGN_OR_RETURN(plan, linear_plan(la));
     fused = plan.vector_path && (kRouterThreads / 32) % plan.k_split == 0;
-  }
-  if (norm_in && !fused) {
-    PG_TRY(norm_first());
-    norm_in = false;
   }
   if (!fused) {
     PG_TRY(linear(la, stream));
     return moe_routing(r, stream);
   }
   MoeRouterParams p;
-  p.x = la.x, p.w = a.router->data, p.logits = a.logits, p.counter = counter;
-  p.m = int(r.m), p.n = a.router->rows, p.k = a.router->cols, p.x_stride = la.x_stride ? la.x_stride : a.router->cols;
-  if (norm_in) p.norm_weight = a.norm_weight, p.normed = a.normed, p.eps = a.eps;
+  p.x = a.x, p.w = a.router->data, p.logits = a.logits, p.counter = counter;
+  p.m = int(r.m), p.n = a.router->rows, p.k = a.router->cols, p.x_stride = a.x_stride ? a.x_stride : a.router->cols;
   p.k_split = plan.k_split;
   p.routing = moe_routing_params(r);
   PG_CUDA_TRY(launch_moe_router(wf == WeightFormat::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16, p, stream));

@@ -157,45 +157,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const _
   route_token(p, t, smem + size_t(warp) * 2 * p.n_experts);
 }
 
-// moe_router's folded RMSNorm: rows t < p.m of p.x (the residual) normalized into sA [m, k] (and
-// by block 0 into p.normed), each as rmsnorm_regs_kernel<kRouterThreads> computes it (a thread's
-// float4s j = tid + i x kRouterThreads summed in that order, block_sum, one IEEE sqrt and division,
-// w x (x x inv)): the bits of the rmsnorm launch it replaces. scratch: kRouterThreads / 32 floats.
-static __device__ __forceinline__ void router_norm_rows(const MoeRouterParams& p, float* sA, float* scratch) {
-  constexpr int kPer = kRmsNormRegsPerThread;
-  const int n4 = int(p.k / 4), tid = int(threadIdx.x);
-  const float4* w4 = reinterpret_cast<const float4*>(p.norm_weight);
-  for (int t = 0; t < p.m; ++t) {
-    const float4* x = reinterpret_cast<const float4*>(p.x + int64_t(t) * p.x_stride);
-    float4 v[kPer];
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i)
-      if (tid + i * kRouterThreads < n4) v[i] = x[tid + i * kRouterThreads];
-#pragma unroll
-    for (int i = 0; i < kPer; ++i)
-      if (tid + i * kRouterThreads < n4)
-        ss = fmaf(v[i].x, v[i].x, ss), ss = fmaf(v[i].y, v[i].y, ss), ss = fmaf(v[i].z, v[i].z, ss),
-        ss = fmaf(v[i].w, v[i].w, ss);
-    const float ms = block_sum<kRouterThreads>(ss, scratch) / float(p.k);
-    const float inv = 1.0f / sqrtf(ms + p.eps);  // IEEE sqrt and division, as the CPU's
-    float4* a = reinterpret_cast<float4*>(sA + int64_t(t) * p.k);
-    float4* out = reinterpret_cast<float4*>(p.normed + int64_t(t) * p.k);
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int j = tid + i * kRouterThreads;
-      if (j < n4) {
-        const float4 w = __ldg(w4 + j);
-        const float4 y =
-            make_float4(w.x * (v[i].x * inv), w.y * (v[i].y * inv), w.z * (v[i].z * inv), w.w * (v[i].w * inv));
-        a[j] = y;
-        if (blockIdx.x == 0) out[j] = y;
-      }
-    }
-  }
-  __syncthreads();  // the rows in sA, read by every warp
-}
-
 // ---------------------------------------------------------------------------------------------
 // moe_router: the router GEMV as linear_vec_kernel sums it, then routing in the grid's last block.
 // Warp w of block b: row b x (warps / k_split) + w / k_split, K slice w % k_split; per token, each
@@ -203,14 +164,13 @@ static __device__ __forceinline__ void router_norm_rows(const MoeRouterParams& p
 // over chunks lane, lane + 32, ... of the slice, then warp_sum, then slice 0 adds slices 1.. in
 // order: the order of linear_vec_kernel at any tile (its rows and unroll change which loads are
 // in flight, not the sums), so the logits are linear()'s bits for the same k_split.
-// kScore: route_token's. kNorm: p.x is the residual, normalized first (router_norm_rows).
-template <LinearWeight F, int kScore = 0, bool kNorm = false>
+// kScore: route_token's.
+template <LinearWeight F, int kScore = 0>
 __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid_constant__ MoeRouterParams p) {
   constexpr int kVec = linear_vec_elems(F), kWarps = kRouterThreads / kWarpSize, kT = kRouterTokenTile;
   __shared__ float partial[kWarps][kT];
   __shared__ bool last;
-  // The last block's routing: kRoutingWarpsPerBlock x [2 E]; before it (kNorm) the normed rows [m, k].
-  extern __shared__ float smem[];
+  extern __shared__ float smem[];  // the last block's routing: kRoutingWarpsPerBlock x [2 E]
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int k_split = p.k_split, kpart = warp % k_split;
   const int64_t row = int64_t(blockIdx.x) * (kWarps / k_split) + warp / k_split;
@@ -222,15 +182,8 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) prefetch_l2(wrow + c * kLinearVecBytes);
   pdl_wait();  // x comes from the kernel before
   // After the wait, so x is complete when a dependent launches: gate_up under PDL
-  // (MoeExpertsParams::gate_up_pdl) starts its shared experts on it before the routing is done
-  // (not with kNorm, where this kernel writes the experts' input: the runner does not ask for it).
+  // (MoeExpertsParams::gate_up_pdl) starts its shared experts on it before the routing is done.
   pdl_trigger();
-  const float* xs = p.x;
-  int64_t x_stride = p.x_stride;
-  if constexpr (kNorm) {
-    router_norm_rows(p, smem, &partial[0][0]);
-    xs = smem, x_stride = p.k;
-  }
 
   for (int t0 = 0; t0 < p.m; t0 += kT) {
     const int tv = min(kT, p.m - t0);
@@ -250,7 +203,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
 #pragma unroll
       for (int i = 0; i < kT; ++i) {
         if (i < tv) {
-          const float* xp = xs + int64_t(t0 + i) * x_stride;
+          const float* xp = p.x + int64_t(t0 + i) * p.x_stride;
           float4 xv[kRouterChunkBatch][kVec / 4];
 #pragma unroll
           for (int b = 0; b < kRouterChunkBatch; ++b) {
@@ -329,12 +282,11 @@ bool router_lean() {
   return on;
 }
 
-template <LinearWeight F, bool kNorm>
+template <LinearWeight F>
 cudaError_t launch_router_f(const MoeRouterParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  const dim3 block(kRouterThreads);
-  if (!router_lean()) PG_LAUNCH_PDL((moe_router_kernel<F, 0, kNorm>), grid, block, smem, stream, p);
-  else if (p.routing.sigmoid) PG_LAUNCH_PDL((moe_router_kernel<F, 1, kNorm>), grid, block, smem, stream, p);
-  else PG_LAUNCH_PDL((moe_router_kernel<F, 2, kNorm>), grid, block, smem, stream, p);
+  if (!router_lean()) PG_LAUNCH_PDL(moe_router_kernel<F>, grid, dim3(kRouterThreads), smem, stream, p);
+  else if (p.routing.sigmoid) PG_LAUNCH_PDL(moe_router_kernel<F, 1>, grid, dim3(kRouterThreads), smem, stream, p);
+  else PG_LAUNCH_PDL(moe_router_kernel<F, 2>, grid, dim3(kRouterThreads), smem, stream, p);
   return cudaSuccess;
 }
 
@@ -344,22 +296,11 @@ cudaError_t launch_moe_router(LinearWeight f, const MoeRouterParams& p, cudaStre
   if (p.m <= 0) return cudaSuccess;
   const int rows_per_block = kRouterThreads / kWarpSize / p.k_split;
   const dim3 grid(unsigned((p.n + rows_per_block - 1) / rows_per_block));
-  size_t smem = sizeof(float) * kRoutingWarpsPerBlock * size_t(2 * p.n);
-  const bool norm = p.norm_weight != nullptr;
-  if (norm) {  // the normed rows share the routing's shared memory (used before it)
-    if (!moe_router_norm_fits(p.m, p.k)) return cudaErrorInvalidValue;
-    smem = smem > sizeof(float) * size_t(p.m * p.k) ? smem : sizeof(float) * size_t(p.m * p.k);
-  }
+  const size_t smem = sizeof(float) * kRoutingWarpsPerBlock * size_t(2 * p.n);
   cudaError_t e = cudaErrorInvalidValue;
   switch (f) {
-    case LinearWeight::kF32:
-      e = norm ? launch_router_f<LinearWeight::kF32, true>(p, grid, smem, stream)
-               : launch_router_f<LinearWeight::kF32, false>(p, grid, smem, stream);
-      break;
-    case LinearWeight::kBF16:
-      e = norm ? launch_router_f<LinearWeight::kBF16, true>(p, grid, smem, stream)
-               : launch_router_f<LinearWeight::kBF16, false>(p, grid, smem, stream);
-      break;
+    case LinearWeight::kF32: e = launch_router_f<LinearWeight::kF32>(p, grid, smem, stream); break;
+    case LinearWeight::kBF16: e = launch_router_f<LinearWeight::kBF16>(p, grid, smem, stream); break;
     default: break;
   }
   if (e != cudaSuccess) return e;
