@@ -17,8 +17,9 @@ using namespace mla;
 
 // One block = (token t, head group g, split s), placed by mla_block_place (mla_attention_common.cuh).
 // kVec: p.vec_kv, p.vec_q and p.vec_out all hold (attention_vec_kernel). kRows: p.chunk_rows.
-// kLean (with kVec): p.block_shift >= 0 (attention_lean_kernel).
-template <int kHeads, bool kVec, int kRows, bool kLean = false>
+// kLean (with kVec): p.block_shift >= 0 (attention_lean_kernel). kRelease (with kLean): the combine's
+// arrival by one release atomic (release_arrive, an experiment).
+template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
   using Tile = MlaTile<kHeads, kRows>;
   extern __shared__ float4 smem4[];
@@ -214,25 +215,27 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     }
   }
   if (direct) return;
-  finish_split<kHeads, kVec, kLean>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+  finish_split<kHeads, kVec, kLean, kRelease>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
 }
 
-template <int kHeads, bool kVec, int kRows, bool kLean = false>
+template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits, kRows) * sizeof(float);
-  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads, kVec, kRows, kLean>>();
+  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease>>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads, kVec, kRows, kLean>, dim3(unsigned(blocks)),
-                       dim3(kMlaThreads), smem, stream, p);
+  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease>,
+                       dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
 }
 
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   const bool vec = p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel();
-  if (vec && p.block_shift >= 0 && attention_lean_kernel())
-    return p.chunk_rows == 16 ? launch<kHeads, true, 16, true>(p, stream)
-                              : launch<kHeads, true, kMlaChunkRows, true>(p, stream);
+  if (vec && p.block_shift >= 0 && attention_lean_kernel()) {
+    if (p.chunk_rows == 16) return launch<kHeads, true, 16, true>(p, stream);
+    return release_arrive() ? launch<kHeads, true, kMlaChunkRows, true, true>(p, stream)
+                            : launch<kHeads, true, kMlaChunkRows, true>(p, stream);
+  }
   if (p.chunk_rows == 16) return vec ? launch<kHeads, true, 16>(p, stream) : launch<kHeads, false, 16>(p, stream);
   return vec ? launch<kHeads, true, kMlaChunkRows>(p, stream) : launch<kHeads, false, kMlaChunkRows>(p, stream);
 }

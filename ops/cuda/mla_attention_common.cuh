@@ -354,7 +354,7 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
 // outputs are already stored in ws_o: its (max, sum) per head (sM, sL, in shared memory) go to
 // ws_ml, then the counter protocol below picks the combiners, which combine the group's splits
 // (sWork: shared memory for the combine's weights, free by now). Called by every thread.
-template <int kHeads, bool kVec = false, bool kLean = false>
+template <int kHeads, bool kVec = false, bool kLean = false, bool kRelease = false>  // kRelease: grid_arrive's
 __device__ void finish_split(const MlaAttentionParams& p, const float* sM, const float* sL, int* sTicket, float* sWork,
                              int64_t item, int64_t t, int64_t h0, int s, int n_act) {
   const int tid = threadIdx.x, n_splits = p.n_splits;
@@ -372,18 +372,14 @@ __device__ void finish_split(const MlaAttentionParams& p, const float* sM, const
   // to 0 (every combiner has stopped polling by then).
   const int n_comb = p.n_combiners < n_act ? p.n_combiners : n_act;
   unsigned* cnt = p.counters + item;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    const unsigned ticket = atomicAdd(cnt, 1u);
-    *sTicket = ticket >= unsigned(n_act - n_comb) ? int(ticket - unsigned(n_act - n_comb)) : -1;
-  }
+  const unsigned ticket = grid_arrive<kRelease>(cnt);
+  if (tid == 0) *sTicket = ticket >= unsigned(n_act - n_comb) ? int(ticket - unsigned(n_act - n_comb)) : -1;
   __syncthreads();
   const int k = *sTicket;
   if (k < 0) return;
   if (tid == 0) {
     for (int it = 0; it < kMlaSpinLimit && ld_acquire(cnt) < unsigned(n_act); ++it) __nanosleep(64);
-    __threadfence();
+    if constexpr (!kRelease) __threadfence();  // (kRelease: the acquire load above suffices)
     if (atomicAdd(cnt, 1u) == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
   }
   __syncthreads();

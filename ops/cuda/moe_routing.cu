@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "ops/cuda/common/env.h"
+#include "ops/cuda/common/sync.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/config.h"
 #include "ops/cuda/kernels.h"
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const _
 // order: the order of linear_vec_kernel at any tile (its rows and unroll change which loads are
 // in flight, not the sums), so the logits are linear()'s bits for the same k_split.
 // kScore: route_token's.
-template <LinearWeight F, int kScore = 0>
+template <LinearWeight F, int kScore = 0, bool kRelease = false>  // kRelease: grid_arrive's
 __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid_constant__ MoeRouterParams p) {
   constexpr int kVec = linear_vec_elems(F), kWarps = kRouterThreads / kWarpSize, kT = kRouterTokenTile;
   __shared__ float partial[kWarps][kT];
@@ -244,12 +245,11 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   }
 
   // The last block to finish routes every token (threadFenceReduction: publish, then count).
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.counter, 1u) == gridDim.x - 1;
+  const unsigned arrived = grid_arrive<kRelease>(p.counter);
+  if (threadIdx.x == 0) last = arrived == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
-  __threadfence();
+  if constexpr (!kRelease) __threadfence();  // (kRelease: thread 0's acq_rel add was the acquire)
   if (threadIdx.x == 0) atomicExch(p.counter, 0u);  // every block has counted: ready for the next launch
   if (warp >= kRoutingWarpsPerBlock) return;
   for (int t = warp; t < p.m; t += kRoutingWarpsPerBlock)
@@ -284,9 +284,13 @@ bool router_lean() {
 
 template <LinearWeight F>
 cudaError_t launch_router_f(const MoeRouterParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  if (!router_lean()) PG_LAUNCH_PDL(moe_router_kernel<F>, grid, dim3(kRouterThreads), smem, stream, p);
-  else if (p.routing.sigmoid) PG_LAUNCH_PDL(moe_router_kernel<F, 1>, grid, dim3(kRouterThreads), smem, stream, p);
-  else PG_LAUNCH_PDL(moe_router_kernel<F, 2>, grid, dim3(kRouterThreads), smem, stream, p);
+  const dim3 block(kRouterThreads);
+  if (!router_lean()) PG_LAUNCH_PDL(moe_router_kernel<F>, grid, block, smem, stream, p);
+  else if (release_arrive() && p.routing.sigmoid)
+    PG_LAUNCH_PDL((moe_router_kernel<F, 1, true>), grid, block, smem, stream, p);
+  else if (release_arrive()) PG_LAUNCH_PDL((moe_router_kernel<F, 2, true>), grid, block, smem, stream, p);
+  else if (p.routing.sigmoid) PG_LAUNCH_PDL(moe_router_kernel<F, 1>, grid, block, smem, stream, p);
+  else PG_LAUNCH_PDL(moe_router_kernel<F, 2>, grid, block, smem, stream, p);
   return cudaSuccess;
 }
 

@@ -15,4 +15,13 @@ inline bool env_switch(const char* name, bool default_on) {
   return default_on;
 }
 
+// PEREGRINE_RELEASE_ARRIVE=1 (an experiment, off; not yet run on a GPU): the lean 32-row attention's
+// split combine and the lean moe_router's last block arrive with one acq_rel atomic after the
+// barrier instead of a fence.sc in every thread (common/sync.cuh grid_arrive; instantiations of
+// their own, the default ones' SASS unchanged).
+inline bool release_arrive() {
+  static const bool on = env_switch("PEREGRINE_RELEASE_ARRIVE", false);
+  return on;
+}
+
 }  // namespace pg::ops::cuda
