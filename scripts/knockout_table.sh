@@ -4,7 +4,8 @@
 # kernels run empty; the output is garbage, the timing is not), then per model and op the µs per step
 # the op costs, 1e6 / tok/s (as run) - 1e6 / tok/s (without it). On the device, after a build:
 #   usage: scripts/knockout_table.sh PEREGRINE ROUNDS "NAME:DTYPE:LAYERS ..." [OP ...]
-# OPs: mark() names or parts of them, "/" joining several into one setting (default: every op of a
+# OPs: mark() names or parts of them, or k:KERNEL (kernels by name, e.g. k:moe_gate_up), "/" joining
+# several into one setting (default: every op of a
 # layer, the tail (final norm + lm_head), and the two halves: everything but the weight streams, and
 # the weight streams alone). Extra bench flags: PG_SWEEP_ARGS (as bench_sweep.sh).
 set -uo pipefail
@@ -14,7 +15,7 @@ BENCHES=${3:?benches}
 shift 3
 OPS=("$@")
 [ ${#OPS[@]} -gt 0 ] || OPS=(input_norm q_kv_a q_a_norm/q_b_proj mla_prep mla_attention w_uv o_proj post_norm router
-  moe_experts/dense_mlp tail input_norm/q_a_norm/mla_prep/mla_attention/w_uv/post_norm/router/rope_cos_sin
+  moe_experts/dense_mlp k:moe_gate_up k:moe_down tail input_norm/q_a_norm/mla_prep/mla_attention/w_uv/post_norm/router/rope_cos_sin
   q_kv_a/q_b_proj/o_proj/moe_experts/dense_mlp/tail)
 variants=(-)
 for op in "${OPS[@]}"; do variants+=("PEREGRINE_KNOCKOUT=$op"); done

@@ -205,7 +205,9 @@ struct CudaRunner::Impl {
   // PEREGRINE_KNOCKOUT=op,op,... or op/op/... (a timing probe; the output is garbage): the kernels
   // of the ops whose mark() names (profile_layer's) contain one of the items run empty in every
   // captured graph ("tail": what follows the last mark: the final norm, lm_head), so `peregrine
-  // bench` says what they cost inside the step. capture_marks: (nodes captured so far, name) at each mark.
+  // bench` says what they cost inside the step; an item "k:NAME" empties the kernels whose mangled
+  // names contain NAME wherever they are (k:moe_gate_up, k:moe_down: the two halves of moe_experts).
+  // capture_marks: (nodes captured so far, name) at each mark.
   std::string knockout = [] {
     const char* v = std::getenv("PEREGRINE_KNOCKOUT");
     return std::string(v ? v : "");
@@ -868,13 +870,17 @@ Status CudaRunner::Impl::knock_out(cudaGraph_t g) {
   for (size_t i = 0; i <= capture_marks.size(); ++i) {
     const size_t to = i < capture_marks.size() ? std::min(capture_marks[i].first, n) : n;
     const std::string op = i < capture_marks.size() ? capture_marks[i].second : "tail";
-    bool match = false;
-    for (const std::string& it : items) match = match || op.find(it) != std::string::npos;
-    for (size_t k = from; match && k < to; ++k) {
+    bool match = false;  // by the op's name; "k:" items by the kernel's (mangled) name, below
+    for (const std::string& it : items) match = match || (it.rfind("k:", 0) != 0 && op.find(it) != std::string::npos);
+    for (size_t k = from; k < to; ++k) {
       const char* kname = cu::kernel_node_name(nodes[k]);
+      const std::string* kitem = nullptr;  // the "k:" item naming this kernel
+      for (const std::string& it : items)
+        if (!kitem && it.rfind("k:", 0) == 0 && kname && std::strstr(kname, it.c_str() + 2)) kitem = &it;
+      if (!match && !kitem) continue;
       bool replaced = false;
       PG_CUDA_TRY(cu::knock_out_kernel_node(nodes[k], &replaced));
-      auto& h = hit[op];
+      auto& h = hit[match ? op : op + "/" + *kitem];
       if (replaced && h.first++ == 0 && kname) h.second = kname;
     }
     from = std::max(from, to);
