@@ -5,9 +5,9 @@
 # the op costs, 1e6 / tok/s (as run) - 1e6 / tok/s (without it). On the device, after a build:
 #   usage: scripts/knockout_table.sh PEREGRINE ROUNDS "NAME:DTYPE:LAYERS ..." [OP ...]
 # OPs: mark() names or parts of them, or k:KERNEL (kernels by name, e.g. k:moe_gate_up), "/" joining
-# several into one setting (default: every op of a
-# layer, the tail (final norm + lm_head), and the two halves: everything but the weight streams, and
-# the weight streams alone). Extra bench flags: PG_SWEEP_ARGS (as bench_sweep.sh).
+# several into one setting (default: every op of a layer, the MoE's two kernels, the tail (final norm
+# + lm_head), and the two halves: everything but the weight streams, and the weight streams alone).
+# Extra bench flags: PG_SWEEP_ARGS (as bench_sweep.sh).
 set -uo pipefail
 BIN=${1:?usage: scripts/knockout_table.sh PEREGRINE ROUNDS BENCHES [OP ...]}
 ROUNDS=${2:?rounds}
@@ -23,8 +23,8 @@ for op in "${OPS[@]}"; do variants+=("PEREGRINE_KNOCKOUT=$op"); done
   awk '/^sweep /{
     key = $2 " " $3 " " $4; v = $5; sub(/^PEREGRINE_KNOCKOUT=/, "", v)
     mean = ""; for (i = 1; i <= NF; i++) if ($i == "mean") mean = $(i + 1)
-    if (v == "-") { base[key] = mean; order[++n] = key; print ""; printf "%s: %s tok/s, %.0f us a step\n", key, mean, 1e6 / mean; next }
+    if (v == "-") { base[key] = mean; print ""; printf "%s: %s tok/s, %.0f us a step\n", key, mean, 1e6 / mean; next }
     if (mean + 0 > 0 && base[key] + 0 > 0)
       printf "  %-58s %8.1f tok/s  %7.0f us a step (%5.1f%%)\n", v, mean, 1e6 / base[key] - 1e6 / mean, 100 * (1 - base[key] / mean)
     else printf "  %-58s failed\n", v
-  }' 2>&1
+  }'

@@ -855,10 +855,12 @@ Result<cudaGraphExec_t> CudaRunner::Impl::capture(const std::function<Status()>&
 // Nodes come back from cudaGraphGetNodes in the order they were captured (checked: the summary names
 // the first kernel of each knocked-out op).
 Status CudaRunner::Impl::knock_out(cudaGraph_t g) {
-  std::vector<std::string> items;
+  std::vector<std::string> ops, kernels;  // the items naming ops, and those naming kernels ("k:NAME")
   for (size_t a = 0; a <= knockout.size();) {
     const size_t b = std::min(knockout.find_first_of(",/", a), knockout.size());
-    if (b > a) items.push_back(knockout.substr(a, b - a));
+    const std::string it = knockout.substr(a, b - a);
+    if (it.rfind("k:", 0) == 0) kernels.push_back(it.substr(2));
+    else if (!it.empty()) ops.push_back(it);
     a = b + 1;
   }
   size_t n = 0;
@@ -870,17 +872,16 @@ Status CudaRunner::Impl::knock_out(cudaGraph_t g) {
   for (size_t i = 0; i <= capture_marks.size(); ++i) {
     const size_t to = i < capture_marks.size() ? std::min(capture_marks[i].first, n) : n;
     const std::string op = i < capture_marks.size() ? capture_marks[i].second : "tail";
-    bool match = false;  // by the op's name; "k:" items by the kernel's (mangled) name, below
-    for (const std::string& it : items) match = match || (it.rfind("k:", 0) != 0 && op.find(it) != std::string::npos);
+    const bool op_hit =
+        std::any_of(ops.begin(), ops.end(), [&](const std::string& o) { return op.find(o) != op.npos; });
     for (size_t k = from; k < to; ++k) {
       const char* kname = cu::kernel_node_name(nodes[k]);
-      const std::string* kitem = nullptr;  // the "k:" item naming this kernel
-      for (const std::string& it : items)
-        if (!kitem && it.rfind("k:", 0) == 0 && kname && std::strstr(kname, it.c_str() + 2)) kitem = &it;
-      if (!match && !kitem) continue;
+      const auto kit = std::find_if(kernels.begin(), kernels.end(),
+                                    [&](const std::string& s) { return kname && std::strstr(kname, s.c_str()); });
+      if (!op_hit && kit == kernels.end()) continue;
       bool replaced = false;
       PG_CUDA_TRY(cu::knock_out_kernel_node(nodes[k], &replaced));
-      auto& h = hit[match ? op : op + "/" + *kitem];
+      auto& h = hit[op_hit ? op : op + "/k:" + *kit];
       if (replaced && h.first++ == 0 && kname) h.second = kname;
     }
     from = std::max(from, to);
