@@ -209,7 +209,7 @@ fi
 
 # ---- 4c. the gated paths (off by default, or a default turned off): op tests and goldens with each --
 # PG_SUITE_GATED="VAR=VAL ..." ("" = none). Each flag gets the op tests of its path and the goldens.
-GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_COMPACT_HEADS=0 PEREGRINE_ATTENTION_VEC=0 PEREGRINE_ATTENTION_LEAN=0 PEREGRINE_ROUTER_LEAN=0 PEREGRINE_RELEASE_ARRIVE=1"}
+GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_COMPACT_HEADS=0 PEREGRINE_ATTENTION_VEC=0 PEREGRINE_ATTENTION_LEAN=0 PEREGRINE_ROUTER_LEAN=0 PEREGRINE_RELEASE_ARRIVE=0"}
 OPSBIN=$(find "$BUILD" -name ops_cuda_test -type f -perm -u+x | head -1)
 for g in $GATED; do
   [ "$(left)" -lt 150 ] && { note "gated $g: skipped (time budget)"; continue; }

@@ -21,9 +21,9 @@ __device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
 // A block's arrival on a grid-wide counter once its threads have stored what another block of the
 // grid will read (threadFenceReduction's protocol); returns the counter's value before the add to
 // thread 0 (0 to the others; callers broadcast through shared memory). Two forms:
-// - kRelease = false: every thread's __threadfence (fence.sc.gpu: MEMBAR.SC.GPU and an L1
+// - kRelease = false (PEREGRINE_RELEASE_ARRIVE=0): every thread's __threadfence (fence.sc.gpu: MEMBAR.SC.GPU and an L1
 //   invalidate, in each of the block's threads), a barrier, thread 0's atomicAdd;
-// - kRelease = true (PEREGRINE_RELEASE_ARRIVE=1, an experiment): the barrier, then thread 0's
+// - kRelease = true (the default): the barrier, then thread 0's
 //   atom.add.acq_rel.gpu alone, a release cumulative over the stores the barrier ordered before it
 //   (the CUTLASS grid barrier's pattern) and an acquire of what the blocks before it published.
 // Either way the reader of the other blocks' stores loads them through L2 (ld.cg, ld_acquire), after
