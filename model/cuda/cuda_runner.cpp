@@ -18,6 +18,7 @@
 #include "model/rope_yarn.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
+#include "ops/cuda/common/env.h"
 #include "ops/cuda/common/probe.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm/gemm.h"
@@ -613,18 +614,20 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   m.ctx_len = s.ctx_len, m.o_lat = o_lat, m.m = T, m.n_heads = nh, m.kv_lora_rank = R, m.rope_dim = P;
   m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
   m.softmax_scale = softmax_scale;
-  if (opt.tensor_core_attention && prefill_path(T) && !s.prefill_runs.empty() && cu::mla_prefill_supported(R, P))
-    PG_TRY(cu::mla_prefill(*gemm, m, s.prefill_runs, prefill_ws, prefill_ws_bytes, stream));
-  else
-    PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream,
-                             opt.exact ? cu::MlaCores::kCuda : opt.decode_attention));
-  PG_TRY(mark("mla_attention"));
-
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]
   uv.x = o_lat, uv.x_row_stride = nh * R, uv.x_head_stride = R, uv.w = A.w_uv, uv.w_format = A.head_format;
   uv.w_scale = A.w_uv_scale, uv.scale_group = A.uv_group, uv.y_scale = A.head_y_scale;
   uv.y = o, uv.y_row_stride = nh * V, uv.y_head_stride = V, uv.m = T, uv.n_heads = nh, uv.n = V, uv.k = R;
-  PG_TRY(heads(uv));
+  // Deferred (PEREGRINE_ATTENTION_DEFER): the attention leaves its split partials, W_UV combines them.
+  cu::MlaPartials parts;
+  if (opt.tensor_core_attention && prefill_path(T) && !s.prefill_runs.empty() && cu::mla_prefill_supported(R, P))
+    PG_TRY(cu::mla_prefill(*gemm, m, s.prefill_runs, prefill_ws, prefill_ws_bytes, stream));
+  else
+    PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream,
+                             opt.exact ? cu::MlaCores::kCuda : opt.decode_attention,
+                             !opt.exact && cu::attention_defer() && cu::head_linear_combine_ok(uv) ? &parts : nullptr));
+  PG_TRY(mark("mla_attention"));
+  PG_TRY(parts.deferred ? cu::head_linear_combine(uv, parts, stream) : heads(uv));
   PG_TRY(mark("w_uv"));
   if (fuse_norm(A.o, T) && cu::linear_norm_out_pays(T, H)) {  // residual += o_proj(o); a = post_norm(residual), by o_proj's last block
     PG_TRY(lin_acc_norm(o, A.o, x, L.post_norm, a, T));

@@ -18,8 +18,10 @@ using namespace mla;
 // One block = (token t, head group g, split s), placed by mla_block_place (mla_attention_common.cuh).
 // kVec: p.vec_kv, p.vec_q and p.vec_out all hold (attention_vec_kernel). kRows: p.chunk_rows.
 // kLean (with kVec): p.block_shift >= 0 (attention_lean_kernel). kRelease (with kLean): the combine's
-// arrival by one release atomic (release_arrive, an experiment).
-template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false>
+// arrival by one release atomic (release_arrive). kDefer (with kLean, p.defer): no combine here;
+// every split, the only one too, leaves its partial (ws_o, ws_ml) for W_UV's kernel to combine
+// (head_linear_combine, mla_ops.cu): no fence, ticket or waiting combiners on the critical path.
+template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
   using Tile = MlaTile<kHeads, kRows>;
   extern __shared__ float4 smem4[];
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     return;
   }
   const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
-  const bool direct = n_act == 1;  // the only split: normalize and write o_lat here
+  const bool direct = !kDefer && n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
   load_chunk<kRows, kVec, kLean>(p, sK, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end, 4 * p.d4);
@@ -214,24 +216,41 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
       }
     }
   }
-  if (direct) return;
-  finish_split<kHeads, kVec, kLean, kRelease>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+  if constexpr (kDefer) {  // the (max, sum) per head beside the partial; W_UV's kernel combines
+    if (tid < kHeads && h0 + tid < H) {
+      float* ml = p.ws_ml + ((item * n_splits + s) * kHeads + tid) * 2;
+      ml[0] = sM[tid];
+      ml[1] = sL[tid];
+    }
+  } else {
+    if (direct) return;
+    finish_split<kHeads, kVec, kLean, kRelease>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+  }
 }
 
-template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false>
+template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
+  constexpr auto kKernel = mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease, kDefer>;
   const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits, kRows) * sizeof(float);
-  cudaError_t e = raise_smem_limit_once<mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease>>();
+  cudaError_t e = raise_smem_limit_once<kKernel>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  return launch_pdl_if(attention_pdl(), mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease>,
-                       dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
+  return launch_pdl_if(attention_pdl(), kKernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
+}
+
+// The lean instantiations apply (the vector paths, a power-of-two block size, 32-row chunks unless asked).
+bool lean_applies(const MlaAttentionParams& p) {
+  return p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel() && p.block_shift >= 0 && attention_lean_kernel();
 }
 
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   const bool vec = p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel();
-  if (vec && p.block_shift >= 0 && attention_lean_kernel()) {
+  if (p.defer) {
+    if (!mla_attention_defer_ok(p)) return cudaErrorInvalidValue;
+    return launch<kHeads, true, kMlaChunkRows, true, true, true>(p, stream);
+  }
+  if (lean_applies(p)) {
     if (p.chunk_rows == 16) return launch<kHeads, true, 16, true>(p, stream);
     return release_arrive() ? launch<kHeads, true, kMlaChunkRows, true, true>(p, stream)
                             : launch<kHeads, true, kMlaChunkRows, true>(p, stream);
@@ -241,6 +260,10 @@ cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool mla_attention_defer_ok(const MlaAttentionParams& p) {
+  return lean_applies(p) && p.chunk_rows == kMlaChunkRows && p.n_splits > 1 && p.ws_o && p.ws_ml;
+}
 
 cudaError_t launch_mla_attention(const MlaAttentionParams& p, int heads, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;

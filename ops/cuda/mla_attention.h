@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "ops/cuda/mla_attention_params.h"
 #include "ops/mla_attention.h"
 
 namespace pg::ops::cuda {
@@ -50,7 +51,13 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 // (ops::validate without its host read of ctx_len, which lives on the device here) and returns a
 // Status naming what is wrong. Limits: kv_lora_rank <= 512, kv_lora_rank + rope_dim small enough
 // for a block's shared memory (CUDA cores <= 660, tensor cores <= 704).
+//
+// defer_to (optional): asks for the deferred form. Where the plan allows it (the lean CUDA-core
+// kernel with more than one split: mla_attention_defer_ok) the splits leave their partials in the
+// workspace uncombined, o_lat is not written, and *defer_to describes them (deferred = true) for
+// head_linear_combine (mla_ops.h), which must run next on the stream; elsewhere the attention
+// runs as without it and defer_to->deferred is false.
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
-                     cudaStream_t stream, MlaCores cores = MlaCores::kCuda);
+                     cudaStream_t stream, MlaCores cores = MlaCores::kCuda, MlaPartials* defer_to = nullptr);
 
 }  // namespace pg::ops::cuda

@@ -59,7 +59,8 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 }
 
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
-                     cudaStream_t stream, MlaCores cores) {
+                     cudaStream_t stream, MlaCores cores, MlaPartials* defer_to) {
+  if (defer_to) *defer_to = MlaPartials{};
   if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads);
   if (cores == MlaCores::kCudaTwoPass && !mla_two_pass_fits(a.m, a.n_heads)) cores = mla_cores_for(a.m, a.n_heads);
   // ops::validate reads ctx_len[t] on the host; here ctx_len is device memory, so validate the
@@ -137,6 +138,15 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
             p.q_lat_row_stride % 4 == 0 && p.q_lat_head_stride % 4 == 0 && p.q_pe_row_stride % 4 == 0 &&
             p.q_pe_head_stride % 4 == 0;
   p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!p.ws_o || aligned16(p.ws_o));
+  if (defer_to && !tc && !two_pass) {
+    p.defer = mla_attention_defer_ok(p);
+    if (p.defer) {
+      MlaPartials& d = *defer_to;
+      d.deferred = true, d.ws_o = p.ws_o, d.ws_ml = p.ws_ml, d.ctx_len = p.ctx_len;
+      d.n_splits = p.n_splits, d.heads = plan.heads, d.head_groups = p.head_groups, d.chunk_rows = p.chunk_rows;
+      d.max_rows = p.max_rows, d.n_heads = p.n_heads, d.kv_lora_rank = p.kv_lora_rank;
+    }
+  }
   PG_CUDA_TRY(two_pass ? launch_mla_attention_two_pass(p, stream)
               : tc     ? launch_mla_attention_tc(p, stream)
                        : launch_mla_attention(p, plan.heads, stream));

@@ -162,7 +162,28 @@ struct MlaAttentionParams {
   float* ws_s = nullptr;
   int s_rows = 0, tp_blocks = 0, tp_slices = 0;
   int chunk_rows = kMlaChunkRows;  // the CUDA-core kernel's rows per chunk (MlaPlan::chunk_rows): 16 or 32
+  // The deferred form (mla_attention_defer_ok): every split leaves its partial in ws_o / ws_ml and
+  // no block combines; W_UV's kernel does (MlaPartials, head_linear_combine).
+  bool defer = false;
 };
+
+// The split partials of a deferred launch, for the kernel that combines them (W_UV's): where they
+// are and the plan that laid them out. A token's active splits follow from its ctx_len as in the
+// attention (mla_split_rows over n_splits in chunks of chunk_rows, ctx clamped to max_rows; none
+// when ctx <= 0: o_lat is zero). Head h of token t is item t x head_groups + h / heads, slot h % heads:
+// ws_o[((item x n_splits + s) x heads + slot) x R + c], ws_ml[((item x n_splits + s) x heads + slot) x 2 + {0, 1}].
+struct MlaPartials {
+  bool deferred = false;  // set by mla_attention when it left the combine to W_UV
+  const float* ws_o = nullptr;
+  const float* ws_ml = nullptr;
+  const int64_t* ctx_len = nullptr;
+  int n_splits = 0, heads = 0, head_groups = 0, chunk_rows = 0, max_rows = 0;
+  int64_t n_heads = 0, kv_lora_rank = 0;
+};
+
+// Whether p (its plan, paths and workspace) can take the deferred form: the lean CUDA-core
+// kernel at 32-row chunks with more than one split. Defined in mla_attention.cu.
+bool mla_attention_defer_ok(const MlaAttentionParams& p);
 
 // Shared memory floats of one block (rows: the chunk's, 32 or 16): sQ [heads][dp] | work |
 // sRed [8 warps][heads][rows] | sP [rows][heads + 4] | sAlpha, sM, sL [heads] | the combine's ticket (1 int). work holds the 2 K chunks, after the chunk loop the

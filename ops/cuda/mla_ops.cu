@@ -6,6 +6,9 @@
 #include "ops/cuda/common/pdl.cuh"
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <type_traits>
+
 #include "ops/cuda/common/sync.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
@@ -196,8 +199,13 @@ __global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __g
 // owns tokens [t_begin, t_end), kMTile per pass.
 // One block of (row block bx, token block by). It loads its first segment of W (weights depend
 // on no kernel) before waiting on PDL for x, so those loads overlap the kernel before.
-template <LinearWeight F, int kL, int kMTile>
-__device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p, int64_t bx, int64_t by) {
+// stage_x (optional): called by every thread after the wait with the lane group's head h, returns
+// where to read head h's x (head_linear_combine_kernel's o_lat, combined into shared memory) in
+// place of p.x + h x_head_stride; without it the code is head_linear's and mla_prep's as it was.
+template <LinearWeight F, int kL, int kMTile, class StageX = std::nullptr_t>
+__device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p, int64_t bx, int64_t by,
+                                                      [[maybe_unused]] StageX stage_x = nullptr) {
+  constexpr bool kStaged = !std::is_same_v<StageX, std::nullptr_t>;
   constexpr int kVec = linear_vec_elems(F), kElemBytes = linear_elem_bytes(F);
   constexpr int kG = kWarpSize / kL, kR = kHeadRowsPerLane, kU = kHeadChunksPerLane, kSeg = kL * kU;
   static_assert(kL >= 1 && kL <= kWarpSize && kWarpSize % kL == 0, "lane groups tile the warp");
@@ -210,7 +218,8 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
   const int64_t row = valid ? row0 : 0, h = row / p.n;
   const int64_t row_bytes = p.k * kElemBytes;
   const uint8_t* wr = static_cast<const uint8_t*>(p.w) + row * row_bytes;
-  const float* xh = p.x + h * p.x_head_stride;
+  const float* xh = nullptr;
+  if constexpr (!kStaged) xh = p.x + h * p.x_head_stride;
   float* yh = p.y + h * p.y_head_stride + (row - h * p.n);
   const int64_t k_chunks = p.k / kVec, n_seg = (k_chunks + kSeg - 1) / kSeg;
   const int64_t t_begin = by * p.tokens_per_block, t_end = min(p.m, t_begin + p.tokens_per_block);
@@ -232,6 +241,7 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
   };
   load_w(s);  // the first pass's segment 0, before the wait
   pdl_wait();  // x comes from the kernel before (PDL: ops/cuda/common/pdl.cuh)
+  if constexpr (kStaged) xh = stage_x(p, h);  // head h's x, rows x_row_stride apart
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kMTile) {
     const int mv = int(min(int64_t(kMTile), t_end - t0));
     float acc[kMTile][kR];
@@ -305,6 +315,116 @@ template <LinearWeight F, int kL, int kMTile>
 __global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __grid_constant__ HeadLinearParams p) {
   pdl_trigger();
   head_linear_vec_block<F, kL, kMTile>(p, blockIdx.x, blockIdx.y);
+}
+
+// ---------------------------------------------------------------------------------------------
+// head_linear_combine: W_UV over o_lat combined from the deferred attention's split partials
+// (MlaPartials; mla_attention.cu's kDefer). A block combines, after the wait, the o_lat of each
+// (token, head) its rows need into shared memory ([token][head - its first][R], p.heads_per_block
+// heads), with the arithmetic of the attention's combine() (mla_attention_common.cuh) in split
+// order: w_s = 2^(m_s - M) over the token's active splits, L = sum w_s l_s, o = (sum w_s o_s) / L,
+// zeros for an empty context; then its GEMV reads x from there (its first weights were loaded
+// before the wait). Per (token, head): ctx_len, every split's (max, sum) and the first
+// kHeadCombineBatch splits' partials go out together (a split past the token's active ones gets no
+// weight, so its stale partial is never used), then the rest in batches. The fence, ticket and
+// waiting combiners of the attention's own combine, its o_lat stores and W_UV's o_lat loads leave
+// the critical path; each of the 8 blocks of a moonlight head reads its 33 partials (66 KB) from L2.
+constexpr int kHeadCombineBatch = 16;
+
+__device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t h_first, int64_t h_last, int m,
+                                                   int heads_per_block, float* sx, float* sw) {
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int R = int(d.kv_lora_rank), n_splits = d.n_splits, q4 = R / 4;
+  float* s_inv = sw + kMlaMaxSplits;
+  int* s_nact = reinterpret_cast<int*>(s_inv + 1);
+  const int64_t split_floats = int64_t(d.heads) * R;  // between two splits' partials
+  const int nh = int(h_last - h_first + 1);
+  for (int i = 0; i < m * nh; ++i) {
+    const int t = i / nh;
+    const int64_t h = h_first + i % nh;
+    const int64_t item = int64_t(t) * d.head_groups + h / d.heads, slot = h % d.heads;
+    const float* o = d.ws_o + (item * n_splits * d.heads + slot) * R;
+    float4 v[kHeadCombineBatch];
+#pragma unroll
+    for (int b = 0; b < kHeadCombineBatch; ++b)
+      if (b < n_splits && tid < q4) v[b] = __ldcg(reinterpret_cast<const float4*>(o + b * split_floats) + tid);
+    if (warp == 0) {  // the weights: lanes over the splits
+      const float* ml = d.ws_ml + (item * n_splits * d.heads + slot) * 2;
+      const int64_t ctx_len = __ldcg(d.ctx_len + t);
+      constexpr int kPerLane = kMlaMaxSplits / kWarpSize;
+      float2 e[kPerLane];
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int s = lane + kWarpSize * j;
+        if (s < n_splits) e[j] = __ldcg(reinterpret_cast<const float2*>(ml + int64_t(s) * d.heads * 2));
+      }
+      const int ctx = int(ctx_len < d.max_rows ? ctx_len : d.max_rows);
+      int n_act = 0;
+      if (ctx > 0) {
+        const int rows = int(mla_split_rows(ctx, n_splits, d.chunk_rows));
+        n_act = (ctx + rows - 1) / rows;
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        if (lane + kWarpSize * j < n_act) mx = fmaxf(mx, e[j].x);
+      mx = warp_max(mx);
+      float l = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int s = lane + kWarpSize * j;
+        if (s < n_act) {
+          const float w = exp2f(e[j].x - mx);
+          sw[s] = w;
+          l = fmaf(w, e[j].y, l);
+        }
+      }
+      l = warp_sum(l);
+      if (lane == 0) *s_inv = n_act > 0 ? 1.0f / l : 0.0f, *s_nact = n_act;  // as the CPU: one reciprocal
+    }
+    __syncthreads();
+    const int n_act = *s_nact;
+    if (tid < q4) {
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int b = 0; b < kHeadCombineBatch; ++b)
+        if (b < n_act) {
+          const float w = sw[b];
+          a.x = fmaf(w, v[b].x, a.x), a.y = fmaf(w, v[b].y, a.y), a.z = fmaf(w, v[b].z, a.z), a.w = fmaf(w, v[b].w, a.w);
+        }
+      for (int s0 = kHeadCombineBatch; s0 < n_act; s0 += kHeadCombineBatch) {
+#pragma unroll
+        for (int b = 0; b < kHeadCombineBatch; ++b)
+          if (s0 + b < n_act) v[b] = __ldcg(reinterpret_cast<const float4*>(o + (s0 + b) * split_floats) + tid);
+#pragma unroll
+        for (int b = 0; b < kHeadCombineBatch; ++b)
+          if (s0 + b < n_act) {
+            const float w = sw[s0 + b];
+            a.x = fmaf(w, v[b].x, a.x), a.y = fmaf(w, v[b].y, a.y), a.z = fmaf(w, v[b].z, a.z), a.w = fmaf(w, v[b].w, a.w);
+          }
+      }
+      const float inv = *s_inv;
+      float* dst = sx + (int64_t(t) * heads_per_block + (h - h_first)) * R;
+      reinterpret_cast<float4*>(dst)[tid] = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+    }
+    __syncthreads();  // sw is rewritten for the next (token, head); sx complete after the last
+  }
+}
+
+template <LinearWeight F, int kL, int kMTile>
+__global__ void __launch_bounds__(kHeadThreads) head_linear_combine_kernel(const __grid_constant__ HeadCombineParams p) {
+  pdl_trigger();
+  __shared__ float4 sx4[kHeadCombineFloats / 4];  // [token][head - h_first][R]: the block's combined o_lat
+  __shared__ float sw[kMlaMaxSplits + 2];          // one (token, head)'s weights, 1 / L, n_act
+  constexpr int64_t kRowsPerBlock = int64_t(kHeadWarps) * (kWarpSize / kL) * kHeadRowsPerLane;
+  const int64_t rows = p.lin.n_heads * p.lin.n, r0 = int64_t(blockIdx.x) * kRowsPerBlock;
+  const int64_t h_first = r0 / p.lin.n, h_last = (min(r0 + kRowsPerBlock, rows) - 1) / p.lin.n;
+  head_linear_vec_block<F, kL, kMTile>(p.lin, blockIdx.x, 0, [&](const HeadLinearParams& lin, int64_t h) {
+    float* sx = reinterpret_cast<float*>(sx4);
+    head_combine_stage(p.parts, h_first, h_last, int(lin.m), p.heads_per_block, sx, sw);
+    // Groups past the last row run on row 0 (head 0, maybe not this block's): any staged head, never stored.
+    return static_cast<const float*>(sx) + (h >= h_first ? h - h_first : 0) * lin.k;
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -444,6 +564,35 @@ cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, c
     case LinearWeight::kF32: return launch_head_vec_f<LinearWeight::kF32>(lanes, m_tile_one, p, grid, stream);
     case LinearWeight::kBF16: return launch_head_vec_f<LinearWeight::kBF16>(lanes, m_tile_one, p, grid, stream);
     case LinearWeight::kFp8Block: return launch_head_vec_f<LinearWeight::kFp8Block>(lanes, m_tile_one, p, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+template <LinearWeight F, int kL>
+cudaError_t launch_head_combine_l(bool m_tile_one, const HeadCombineParams& p, dim3 grid, cudaStream_t stream) {
+  if (m_tile_one) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, 1>, grid, dim3(kHeadThreads), 0, stream, p);
+  else PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), 0, stream, p);
+  return cudaGetLastError();
+}
+
+template <LinearWeight F>
+cudaError_t launch_head_combine_f(int lanes, bool m_tile_one, const HeadCombineParams& p, dim3 grid, cudaStream_t stream) {
+  switch (lanes) {
+    case 4: return launch_head_combine_l<F, 4>(m_tile_one, p, grid, stream);
+    case 8: return launch_head_combine_l<F, 8>(m_tile_one, p, grid, stream);
+    case 16: return launch_head_combine_l<F, 16>(m_tile_one, p, grid, stream);
+    case 32: return launch_head_combine_l<F, 32>(m_tile_one, p, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_head_linear_combine(LinearWeight f, int lanes, bool m_tile_one, const HeadCombineParams& p,
+                                      dim3 grid, cudaStream_t stream) {
+  if (p.lin.m <= 0) return cudaSuccess;
+  switch (f) {
+    case LinearWeight::kF32: return launch_head_combine_f<LinearWeight::kF32>(lanes, m_tile_one, p, grid, stream);
+    case LinearWeight::kBF16: return launch_head_combine_f<LinearWeight::kBF16>(lanes, m_tile_one, p, grid, stream);
+    case LinearWeight::kFp8Block: return launch_head_combine_f<LinearWeight::kFp8Block>(lanes, m_tile_one, p, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "ops/embedding.h"
+#include "ops/cuda/mla_attention_params.h"
 #include "ops/head_linear.h"
 #include "ops/mla_kv_write.h"
 #include "ops/mla_prep.h"
@@ -33,6 +34,15 @@ Status mla_kv_write(const MlaKvWriteArgs& a, const float* inv_freq_device, cudaS
 // per block in 16-byte loads and reused for the block's tokens (all of them for m <= 64).
 // Other shapes take a generic warp-per-row kernel.
 Status head_linear(const HeadLinearArgs& a, cudaStream_t stream);
+
+// head_linear whose x (o_lat [m, n_heads, R]) is the combine of a deferred mla_attention's split
+// partials (mla_attention's defer_to; the partials must have been written by the launch just
+// before on `stream`): W_UV's op with the attention's combine in its prologue. a.x is not read.
+// head_linear_combine_ok says whether a's shape takes it (the vector path, k <= 512, and a block's
+// tokens x heads x k within kHeadCombineFloats: moonlight / V3 up to 8 tokens); where it does not,
+// run the attention without defer_to and head_linear after it.
+bool head_linear_combine_ok(const HeadLinearArgs& a);
+Status head_linear_combine(const HeadLinearArgs& a, const MlaPartials& parts, cudaStream_t stream);
 
 // The cos / sin rope and mla_kv_write compute, of m positions at once: cos_sin [m, rope_dim] f32,
 // cos of pair k at column k, its sin at rope_dim / 2 + k (rope_dim = 2 x table.inv_freq.size());

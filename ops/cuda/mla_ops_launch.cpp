@@ -147,6 +147,32 @@ Status head_linear(const HeadLinearArgs& a, cudaStream_t stream) {
   return ok_status();
 }
 
+bool head_linear_combine_ok(const HeadLinearArgs& a) {
+  if (a.m <= 0 || !validate(a).ok()) return false;
+  Result<HeadPlan> hp = head_plan(a);
+  if (!hp.ok() || !hp->vector_path || hp->grid.y != 1 || a.k > kMlaMaxRank || a.k % 4 != 0) return false;
+  const int hpb = head_combine_heads_per_block(head_rows_per_block(hp->lanes), a.n, a.n_heads * a.n);
+  return a.m * hpb * a.k <= kHeadCombineFloats;
+}
+
+Status head_linear_combine(const HeadLinearArgs& a, const MlaPartials& parts, cudaStream_t stream) {
+  if (!parts.deferred) return invalid_argument("head_linear_combine (CUDA): the attention's partials were not deferred");
+  if (!head_linear_combine_ok(a))
+    return unsupported("head_linear_combine (CUDA): m={} heads={} n={} k={} is off its path (head_linear_combine_ok)",
+                       a.m, a.n_heads, a.n, a.k);
+  if (parts.n_heads != a.n_heads || parts.kv_lora_rank != a.k)
+    return invalid_argument("head_linear_combine (CUDA): partials of {} heads x {}, W_UV of {} heads x k={}",
+                            parts.n_heads, parts.kv_lora_rank, a.n_heads, a.k);
+  PG_ASSIGN_OR_RETURN(HeadPlan hp, head_plan(a));
+  HeadCombineParams p;
+  p.lin = hp.p;
+  p.heads_per_block = head_combine_heads_per_block(head_rows_per_block(hp.lanes), a.n, a.n_heads * a.n);
+  p.lin.x = nullptr, p.lin.x_row_stride = int64_t(p.heads_per_block) * a.k, p.lin.x_head_stride = a.k;  // the staged copy
+  p.parts = parts;
+  PG_CUDA_TRY(launch_head_linear_combine(hp.f, hp.lanes, hp.m_tile_one, p, hp.grid, stream));
+  return ok_status();
+}
+
 Status rope_cos_sin(const int64_t* positions, int64_t m, const RopeTable& table, const float* inv_freq_device,
                     float* cos_sin, cudaStream_t stream) {
   if (m < 0) return invalid_argument("rope_cos_sin (CUDA): {} tokens", m);

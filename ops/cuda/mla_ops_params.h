@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "ops/cuda/linear/config.h"  // LinearWeight, linear_vec_elems: the fmt-free weight formats
+#include "ops/cuda/mla_attention_params.h"  // MlaPartials: head_linear_combine's input
 
 namespace pg::ops::cuda {
 
@@ -123,6 +124,26 @@ struct HeadLinearParams {
 // Vector path: grid (row blocks, token blocks) x kHeadThreads; `lanes` from head_lanes_per_row.
 cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, const HeadLinearParams& p, dim3 grid,
                                    cudaStream_t stream);
+// head_linear_combine (W_UV after a deferred mla_attention): the vector path's blocks with x
+// combined from the attention's split partials into shared memory per block (mla_ops.cu): one
+// grid row of blocks (every token in each block); a block's rows touch at most heads_per_block
+// heads, staged [m][heads_per_block][R] (x_row_stride heads_per_block x R), which must fit in
+// kHeadCombineFloats.
+constexpr int64_t kHeadCombineFloats = 4096;  // 16 KB: moonlight / V3 (R 512, one head a block) up to 8 tokens
+struct HeadCombineParams {
+  HeadLinearParams lin;
+  MlaPartials parts;
+  int heads_per_block = 1;
+};
+// The most heads (n rows each, `rows` in all) the rows of one block of rows_per_block touch.
+inline int head_combine_heads_per_block(int64_t rows_per_block, int64_t n, int64_t rows) {
+  int64_t most = 1;
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_block)
+    most = std::max(most, (std::min(r0 + rows_per_block, rows) - 1) / n - r0 / n + 1);
+  return int(most);
+}
+cudaError_t launch_head_linear_combine(LinearWeight f, int lanes, bool m_tile_one, const HeadCombineParams& p,
+                                      dim3 grid, cudaStream_t stream);
 // Generic path (any k, n, strides, alignment): one warp per row of W, tokens along grid.y.
 constexpr int kHeadScalarTokensPerBlock = 64;
 cudaError_t launch_head_linear_scalar(LinearWeight f, const HeadLinearParams& p, cudaStream_t stream);

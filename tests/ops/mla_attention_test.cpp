@@ -21,9 +21,11 @@
 #include <tuple>
 #include <vector>
 
+#include "core/dtype.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/mla_attention.h"
 #include "ops/cuda/mla_attention_params.h"
+#include "ops/cuda/mla_ops.h"
 #include "tests/ops/test_util.h"
 
 namespace pg::ops::test {
@@ -332,6 +334,131 @@ INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionCuda,
                                                               cuda::MlaCores::kCudaTwoPass)),
                          [](const ::testing::TestParamInfo<std::tuple<MlaCase, cuda::MlaCores>>& i) {
                            return std::string(std::get<0>(i.param).name) + "_" + cores_name(std::get<1>(i.param));
+                         });
+
+// The deferred form: the attention leaves its split partials and W_UV's kernel combines them
+// (mla_attention's defer_to, head_linear_combine). y = W_UV · o_lat against W_UV · (the CPU's
+// o_lat) in double: per output r, sum_c |W_rc| tol_o[c] (the attention's bound, carried through
+// the GEMV) plus the GEMV's own rounding, lambda sqrt(n_gpu) u sum_c |W_rc o_c| with n_gpu = 8 +
+// k/8 + 5 roundings (mla_ops_test.cpp's head_linear bound, one side). Then again at shorter
+// contexts on the same workspace: the longer run's partials sit in the splits past the new
+// contexts' active ones and must not be read.
+struct DeferCase {
+  MlaCase c;
+  HeadWeight format;
+  bool deferred;     // whether the plan takes the deferred form (more than one split)
+  int64_t v = 128;   // W_UV's rows a head (v_head_dim)
+};
+void PrintTo(const DeferCase& d, std::ostream* os) { *os << d.c.name; }
+
+class MlaAttentionDeferredCuda : public ::testing::TestWithParam<DeferCase> {};
+
+TEST_P(MlaAttentionDeferredCuda, MatchesCpu) {
+  PG_REQUIRE_CUDA();
+  const DeferCase& dc = GetParam();
+  const MlaCase& c = dc.c;
+  HostData h = make_data(c);
+  const int64_t m = h.args.m, H = c.n_heads, R = c.r, V = dc.v;
+  const uint64_t seed = seed_of(std::string(c.name) + "_w_uv");
+  // W_UV [H, V, R] in the case's format, and its f32 values.
+  std::vector<float> wf(size_t(H * V * R));
+  std::vector<uint16_t> wb;
+  std::vector<uint8_t> wq;
+  std::vector<float> wscale;
+  const int64_t kGroup = std::min<int64_t>(128, R);  // FP8: columns per scale (R is a power of two here)
+  if (dc.format == HeadWeight::kBF16) {
+    wb.resize(wf.size());
+    for (size_t i = 0; i < wb.size(); ++i) wf[i] = bf16_to_f32(wb[i] = f32_to_bf16(uniform_pm1(seed, i)));
+  } else if (dc.format == HeadWeight::kFp8) {
+    wq.resize(wf.size()), wscale.resize(size_t(H * V * (R / kGroup)));
+    for (size_t i = 0; i < wq.size(); ++i) {  // finite e4m3 codes
+      const uint8_t b = uint8_t(splitmix64(seed + i) >> 56);
+      wq[i] = (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;
+    }
+    for (size_t i = 0; i < wscale.size(); ++i) wscale[i] = std::exp2(-8.0f + 2.0f * uniform_pm1(seed + 5, i));
+    for (size_t i = 0; i < wq.size(); ++i) wf[i] = f8e4m3_to_f32(wq[i]) * wscale[i / R * (R / kGroup) + i % R / kGroup];
+  } else {
+    for (size_t i = 0; i < wf.size(); ++i) wf[i] = uniform_pm1(seed, i);
+  }
+  auto dwf = to_device(wf);
+  auto dwb = wb.empty() ? cuda::DeviceBuffer<uint16_t>() : to_device(wb);
+  auto dwq = wq.empty() ? cuda::DeviceBuffer<uint8_t>() : to_device(wq);
+  auto dws = wscale.empty() ? cuda::DeviceBuffer<float>() : to_device(wscale);
+  auto dy = poisoned<float>(size_t(m * H * V));
+
+  DeviceData d = upload_case(h, h.max_ctx);
+  HeadLinearArgs uv;
+  uv.x = d.o_lat.data(), uv.x_row_stride = H * R, uv.x_head_stride = R, uv.w_format = dc.format;
+  uv.w = dc.format == HeadWeight::kBF16 ? static_cast<const void*>(dwb.data())
+         : dc.format == HeadWeight::kFp8 ? static_cast<const void*>(dwq.data())
+                                         : dwf.data();
+  if (dc.format == HeadWeight::kFp8) uv.w_scale = dws.data(), uv.scale_group = kGroup;
+  uv.y = dy.data(), uv.y_row_stride = H * V, uv.y_head_stride = V, uv.m = m, uv.n_heads = H, uv.n = V, uv.k = R;
+  ASSERT_TRUE(cuda::head_linear_combine_ok(uv)) << c.name;
+
+  auto run_and_check = [&](const char* tag) {
+    cuda::MlaPartials parts;
+    PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cuda::MlaCores::kCuda, &parts));
+    ASSERT_EQ(parts.deferred, dc.deferred) << c.name << ": the plan's deferred form";
+    PG_ASSERT_OK(dy.fill_bytes(0xff));
+    PG_ASSERT_OK(parts.deferred ? cuda::head_linear_combine(uv, parts, nullptr) : cuda::head_linear(uv, nullptr));
+    ASSERT_TRUE(sync_ok());
+    const std::vector<float> y = to_host(dy);
+    const std::vector<float> o = cpu_reference(h);
+    const std::vector<double> tol_o = tolerances(h.args, cuda::MlaCores::kCuda);
+    std::vector<float> ref(y.size());
+    std::vector<double> tol(y.size());
+    const double n_gpu = 8 + std::ceil(double(R) / 8) + 5;
+    ThreadPool::global().parallel_for(m * H * V, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t t = i / (H * V), hh = i / V % H, r = i % V;
+        const float* w = &wf[size_t((hh * V + r) * R)];
+        const float* x = &o[size_t((t * H + hh) * R)];
+        const double* tx = &tol_o[size_t((t * H + hh) * R)];
+        double y_ref = 0, carried = 0, absdot = 0;
+        for (int64_t k = 0; k < R; ++k) {
+          y_ref += double(w[k]) * x[k];
+          carried += std::fabs(double(w[k])) * tx[k];
+          absdot += std::fabs(double(w[k]) * x[k]);
+        }
+        ref[size_t(i)] = float(y_ref);
+        tol[size_t(i)] = carried + kLambda * std::sqrt(n_gpu) * kF32Unit * absdot + kF32Unit * std::fabs(y_ref);
+      }
+    }, 64);
+    const std::string what = std::string(c.name) + " deferred " + tag;
+    expect_close(what.c_str(), y, ref, tol, c.min_cosine);
+  };
+  run_and_check("");
+  // Shorter contexts on the same workspace (a third of each, at least 1).
+  for (int64_t& n : h.ctx_len) n = std::max<int64_t>(1, n / 3);
+  h.args.ctx_len = h.ctx_len.data();
+  PG_ASSERT_OK(d.ctx_len.upload(h.ctx_len.data(), h.ctx_len.size()));
+  run_and_check("(shorter contexts)");
+}
+
+const DeferCase kDeferCases[] = {
+    {{"moonlight_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}}, HeadWeight::kBF16, true},
+    {{"moonlight_ctx1024", kMoonH, kR, kP, 64, {{1024, 1}}}, HeadWeight::kFp8, true},
+    {{"moonlight_ctx4097", kMoonH, kR, kP, 16, {{4097, 1}}}, HeadWeight::kBF16, true},
+    {{"moonlight_ctx17", kMoonH, kR, kP, 16, {{17, 1}}}, HeadWeight::kBF16, false},  // one split: no deferral
+    {{"moonlight_bound32k_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}, 32768}, HeadWeight::kF32, true},
+    {{"moonlight_bound8k_batch2", kMoonH, kR, kP, 16, {{17, 1}, {200, 1}}, 8192}, HeadWeight::kBF16, true},
+    {{"moonlight_verify5", kMoonH, kR, kP, 16, {{1000, 5}}}, HeadWeight::kBF16, true},
+    {{"moonlight_verify_two_seqs", kMoonH, kR, kP, 64, {{700, 5}, {64, 3}}}, HeadWeight::kFp8, true},
+    {{"moonlight_peaky_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}, 0, 8.0f, 1.0f, 1.0 - 1e-4}, HeadWeight::kBF16, true},
+    {{"v3_ctx1000", kV3H, kR, kP, 16, {{1000, 1}}}, HeadWeight::kBF16, true},
+    {{"v3_batch3", kV3H, kR, kP, 64, {{33, 1}, {2048, 1}, {5, 1}}}, HeadWeight::kFp8, true},
+    // The embedded and golden models' dims: blocks of W_UV rows that span several heads.
+    {{"tiny4_r64_ctx1000", 4, 64, 16, 16, {{1000, 1}}}, HeadWeight::kBF16, true, 32},
+    {{"tiny4_r32_verify4", 4, 32, 8, 64, {{300, 4}}}, HeadWeight::kF32, true, 16},
+    {{"tiny4_r32_batch3", 4, 32, 8, 16, {{40, 1}, {7, 1}, {129, 1}}}, HeadWeight::kFp8, true, 16},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionDeferredCuda, ::testing::ValuesIn(kDeferCases),
+                         [](const ::testing::TestParamInfo<DeferCase>& i) {
+                           return std::string(i.param.c.name) + (i.param.format == HeadWeight::kBF16  ? "_bf16"
+                                                                 : i.param.format == HeadWeight::kFp8 ? "_fp8"
+                                                                                                      : "_f32");
                          });
 
 // One capture with a bound, replayed with the device-side ctx_len changed: the graph stays valid.

@@ -24,4 +24,13 @@ inline bool release_arrive() {
   return on;
 }
 
+// PEREGRINE_ATTENTION_DEFER=1 (an experiment, off): at batch-1-sized decode steps the split-KV
+// attention leaves its partials uncombined and W_UV's kernel combines them in its prologue
+// (ops/cuda/mla_ops.h head_linear_combine): the split combine's fence, ticket and waiting
+// combiners, the o_lat stores and W_UV's o_lat loads leave the layer's critical path.
+inline bool attention_defer() {
+  static const bool on = env_switch("PEREGRINE_ATTENTION_DEFER", false);
+  return on;
+}
+
 }  // namespace pg::ops::cuda
