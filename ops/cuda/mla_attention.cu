@@ -238,17 +238,17 @@ cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   return launch_pdl_if(attention_pdl(), kKernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
 }
 
-// The lean instantiations apply (the vector paths, a power-of-two block size, 32-row chunks unless asked).
-bool lean_applies(const MlaAttentionParams& p) {
-  return p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel() && p.block_shift >= 0 && attention_lean_kernel();
-}
+// The vector instantiations apply (attention_vec_kernel); the lean ones too where the cache's block
+// size is a power of two (attention_lean_kernel).
+bool vec_applies(const MlaAttentionParams& p) { return p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel(); }
+bool lean_applies(const MlaAttentionParams& p) { return vec_applies(p) && p.block_shift >= 0 && attention_lean_kernel(); }
 
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  const bool vec = p.vec_kv && p.vec_q && p.vec_out && attention_vec_kernel();
-  if (p.defer) {
+  const bool vec = vec_applies(p);
+  if (p.defer) {  // no combine in the kernel: kRelease plays no part
     if (!mla_attention_defer_ok(p)) return cudaErrorInvalidValue;
-    return launch<kHeads, true, kMlaChunkRows, true, true, true>(p, stream);
+    return launch<kHeads, true, kMlaChunkRows, true, false, true>(p, stream);
   }
   if (lean_applies(p)) {
     if (p.chunk_rows == 16) return launch<kHeads, true, 16, true>(p, stream);
