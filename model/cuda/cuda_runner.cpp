@@ -625,7 +625,10 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   else
     PG_TRY(cu::mla_attention(m, s.max_ctx, mla_ws, mla_ws_floats, stream,
                              opt.exact ? cu::MlaCores::kCuda : opt.decode_attention,
-                             !opt.exact && cu::attention_defer() && cu::head_linear_combine_ok(uv) ? &parts : nullptr));
+                             !opt.exact && cu::attention_defer() && T <= cu::attention_defer_max_tokens() &&
+                                     cu::head_linear_combine_ok(uv)
+                                 ? &parts
+                                 : nullptr));
   PG_TRY(mark("mla_attention"));
   PG_TRY(parts.deferred ? cu::head_linear_combine(uv, parts, stream) : heads(uv));
   PG_TRY(mark("w_uv"));

@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
 }
 
 // moe_router on one thread block cluster (PEREGRINE_ROUTER_CLUSTER; moonlight's and V2-Lite's
-// 64 x 2048 router): C = gridDim.x <= 8 blocks, block b owns rows [b R, b R + R), R = ceil(n / C).
+// 64 x 2048 router): C = gridDim.x <= 16 blocks, block b owns rows [b R, b R + R), R = ceil(n / C).
 // What it removes from the fused kernel's critical path: the weights' L2 round trip after the wait
 // (every lane holds its weight chunks in registers, loaded before pdl_wait: at most
 // kRouterClusterMaxChunks), the grid-wide arrive (fence, ticket atomic) and the last block's
@@ -389,9 +389,13 @@ bool router_lean() {
 
 // PEREGRINE_ROUTER_CLUSTER=1: moe_router_cluster_kernel where the router fits it (bf16, up to
 // kRouterTokenTile tokens, kRouterClusterMaxChunks chunks a lane). Off by default until measured.
-bool router_cluster() {
-  static const bool on = env_switch("PEREGRINE_ROUTER_CLUSTER", false);
-  return on;
+// The value is the cluster's size: 1 = 8 blocks (portable), 16 = 16 blocks (non-portable, Hopper).
+int router_cluster() {
+  static const int v = [] {
+    const int c = env_int("PEREGRINE_ROUTER_CLUSTER", 0);
+    return c == 1 ? kRouterClusterMaxBlocks : c == 16 ? 16 : 0;
+  }();
+  return v;
 }
 
 // The cluster kernel's launch: one cluster of C = min(8, n) blocks under PDL. Returns
@@ -411,13 +415,17 @@ cudaError_t launch_router_cluster_nc(const MoeRouterParams& p, unsigned blocks, 
   attr[1].val.clusterDim.x = blocks, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 2;
+  if (blocks > 8) {
+    static const cudaError_t allowed = cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (allowed != cudaSuccess) return allowed;
+  }
   return cudaLaunchKernelEx(&cfg, kKernel, p);
 }
 
-cudaError_t launch_router_cluster(const MoeRouterParams& p, cudaStream_t stream) {
+cudaError_t launch_router_cluster(const MoeRouterParams& p, int cluster, cudaStream_t stream) {
   if (p.m > kRouterTokenTile || p.n < 1 || p.k_split < 1 || (kRouterThreads / kWarpSize) % p.k_split)
     return cudaErrorNotSupported;
-  const int64_t blocks = std::min<int64_t>(kRouterClusterMaxBlocks, p.n);
+  const int64_t blocks = std::min<int64_t>(cluster, p.n);
   const int64_t rows = (p.n + blocks - 1) / blocks, groups = kRouterThreads / kWarpSize / p.k_split;
   const int64_t tasks = (rows + groups - 1) / groups;
   const int64_t k_chunks = p.k / linear_vec_elems(LinearWeight::kBF16);
@@ -440,8 +448,8 @@ template <LinearWeight F>
 cudaError_t launch_router_f(const MoeRouterParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
   const dim3 block(kRouterThreads);
   if constexpr (F == LinearWeight::kBF16) {
-    if (router_cluster()) {
-      if (const cudaError_t e = launch_router_cluster(p, stream); e != cudaErrorNotSupported) return e;
+    if (const int cluster = router_cluster(); cluster > 0) {
+      if (const cudaError_t e = launch_router_cluster(p, cluster, stream); e != cudaErrorNotSupported) return e;
     }
   }
   if (!router_lean()) PG_LAUNCH_PDL(moe_router_kernel<F>, grid, block, smem, stream, p);
