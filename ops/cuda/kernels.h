@@ -63,11 +63,6 @@ constexpr int kRouterChunkBatch = 4;  // 16-byte W chunks a lane loads before su
 // kRouterMaxFusedTokens (its tiles re-read W from L1/L2), but routing 8 tokens a warp cost moonlight's
 // fp8 MoE layer 62 us at 32 tokens against 12 at one (H200, 2026-12-02, bench's ops at b = 32).
 constexpr int64_t kRouterFusedTokens = 4;
-// moe_router on one thread block cluster (PEREGRINE_ROUTER_CLUSTER, moe_routing.cu): the 16-byte
-// weight chunks a lane holds in registers from before its wait; routers needing more (per lane:
-// ceil(n / 8) rows x k / 8 chunks / 256 lanes, rounded up per K slice) take the fused kernel.
-constexpr int kRouterClusterMaxChunks = 8;
-constexpr int kRouterClusterMaxBlocks = 8;  // the portable cluster size
 constexpr int64_t kRouterMaxFusedTokens = 64;
 struct MoeRouterParams {
   const float* x = nullptr;   // [m, k] f32, row stride x_stride; 16-byte aligned rows

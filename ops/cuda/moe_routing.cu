@@ -2,9 +2,7 @@
 // ops::cpu::moe_routing, so indices (and their tie order) match exactly and weights to the bit
 // whenever exp() rounds as the host's does (exp is evaluated in double, then rounded).
 #include "ops/cuda/common/pdl.cuh"
-#include <cooperative_groups.h>
 #include <cfloat>
-#include <algorithm>
 #include <climits>
 
 #include "ops/cuda/common/env.h"
@@ -50,9 +48,7 @@ __device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(
 // at compile time, with the warp reconverged before each warp-wide reduction (the default: the
 // other scoring's code and the reductions' divergent fallbacks out of the kernel); 0 = p.sigmoid
 // decides (PEREGRINE_ROUTER_LEAN=0).
-// kSmemLogits: p.logits is a generic address of shared memory (moe_router_cluster_kernel's leader
-// block, where the cluster's blocks left them), read with plain loads.
-template <int kScore = 0, bool kSmemLogits = false>
+template <int kScore = 0>
 __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, float* s_warp) {
   constexpr bool kLean = kScore != 0;
   // A local copy: read through the reference, every field was reloaded after each shared store
@@ -70,9 +66,7 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
   float mx = -INFINITY;
 #pragma unroll 8
   for (int e = lane; e < E; e += kWarpSize) {
-    float x;
-    if constexpr (kSmemLogits) x = lg[e];
-    else x = __ldcg(lg + e);
+    const float x = __ldcg(lg + e);
     s[e] = x;
     mx = fmaxf(mx, x);
     choice[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
@@ -262,105 +256,6 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
     route_token<kScore>(p.routing, t, smem + size_t(warp) * 2 * p.n);
 }
 
-// moe_router on one thread block cluster (PEREGRINE_ROUTER_CLUSTER; moonlight's and V2-Lite's
-// 64 x 2048 router): C = gridDim.x <= 16 blocks, block b owns rows [b R, b R + R), R = ceil(n / C).
-// What it removes from the fused kernel's critical path: the weights' L2 round trip after the wait
-// (every lane holds its weight chunks in registers, loaded before pdl_wait: at most
-// kRouterClusterMaxChunks), the grid-wide arrive (fence, ticket atomic) and the last block's
-// reload of the logits through L2: each block writes its logits into the leader's (rank 0) shared
-// memory (distributed shared memory), one cluster barrier, and the leader's warps route.
-// Warp w takes K slice s = w % k_split for rows b R + w / k_split + j (8 / k_split), j = 0, 1, ...
-// (its tasks): a lane's chunks of the slice are the fused kernel's (c_begin + lane + 32 i), so it
-// loads each token's x chunk once for all of its rows; per (row, slice) the same FMA chains from 0
-// added in chunk order, warp_sum, then the slices added in order: linear()'s bits for the same
-// k_split, as the fused kernel's. m <= kRouterTokenTile (one token tile).
-template <LinearWeight F, int kScore, int kNc>  // kNc >= the chunks a lane owns per task
-__global__ void __launch_bounds__(kRouterThreads) moe_router_cluster_kernel(const __grid_constant__ MoeRouterParams p) {
-  constexpr int kVec = linear_vec_elems(F), kWarps = kRouterThreads / kWarpSize;
-  constexpr int kTasks = kRouterClusterMaxChunks / kNc;  // >= a warp's rows (the launch checks)
-  __shared__ float partial[kWarps][kTasks][kRouterTokenTile];  // [warp][task][token]
-  extern __shared__ float smem[];  // [kRoutingWarpsPerBlock][2 n] routing (the leader), then [m][n] logits
-  // Every block has started before any writes into the leader's shared memory (arrive now, wait
-  // before those writes: the blocks of a cluster are co-scheduled, so this costs no round trip).
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int ks = p.k_split, kpart = warp % ks, groups = kWarps / ks;
-  const int R = int((p.n + gridDim.x - 1) / gridDim.x);
-  const int64_t r0 = int64_t(blockIdx.x) * R;
-  const int64_t k_chunks = p.k / kVec, per_part = (k_chunks + ks - 1) / ks;
-  const int64_t c_begin = kpart * per_part, c_end = min(k_chunks, c_begin + per_part);
-  // Task j: row r0 + warp / ks + groups j of the block's R; chunk i: c_begin + lane + 32 i.
-  auto row_of = [&](int j) { return r0 + warp / ks + int64_t(groups) * j; };
-  auto row_ok = [&](int j) { return warp / ks + groups * j < R && row_of(j) < p.n; };
-  auto chunk_of = [&](int i) { return c_begin + lane + int64_t(kWarpSize) * i; };
-
-  uint4 wv[kTasks][kNc];  // zeros where absent
-#pragma unroll
-  for (int j = 0; j < kTasks; ++j)
-#pragma unroll
-    for (int i = 0; i < kNc; ++i) {
-      const int64_t c = chunk_of(i);
-      wv[j][i] = row_ok(j) && c < c_end ? ld_stream(static_cast<const uint8_t*>(p.w) +
-                                                    row_of(j) * p.k * linear_elem_bytes(F) + c * kLinearVecBytes)
-                                        : make_uint4(0, 0, 0, 0);
-    }
-  pdl_wait();     // x comes from the kernel before
-  pdl_trigger();  // after the wait, as the fused kernel (gate_up's shared experts read x at once)
-
-  for (int t = 0; t < p.m; ++t) {  // m <= kRouterTokenTile
-    const float* xp = p.x + int64_t(t) * p.x_stride;
-    float4 xv[kNc][kVec / 4];  // a lane's x chunks, loaded once for all of its rows
-#pragma unroll
-    for (int i = 0; i < kNc; ++i) {
-      const int64_t c = chunk_of(i);
-#pragma unroll
-      for (int q = 0; q < kVec / 4; ++q)
-        xv[i][q] = c < c_end ? ld_act4(xp + c * kVec + 4 * q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int j = 0; j < kTasks; ++j) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kNc; ++i) {
-        if (chunk_of(i) < c_end) {  // the fused kernel's chunk order, FMA chain from 0 per chunk
-          float wf[kVec];
-          unpack_chunk<F>(wv[j][i], wf);
-          float d = 0.0f;
-#pragma unroll
-          for (int q = 0; q < kVec / 4; ++q) {
-            d = fmaf(wf[4 * q], xv[i][q].x, d), d = fmaf(wf[4 * q + 1], xv[i][q].y, d);
-            d = fmaf(wf[4 * q + 2], xv[i][q].z, d), d = fmaf(wf[4 * q + 3], xv[i][q].w, d);
-          }
-          acc += d;
-        }
-      }
-      acc = warp_sum(acc);
-      if (lane == 0) partial[warp][j][t] = acc;
-    }
-  }
-  __syncthreads();
-  float* s_logits = smem + kRoutingWarpsPerBlock * 2 * p.n;  // [m][n]
-  float* leader = cooperative_groups::this_cluster().map_shared_rank(s_logits, 0);
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block has started
-  // Thread (row rl, token t): slice 0's sum plus slices 1.. in order (the fused kernel's combine).
-  for (int idx = threadIdx.x; idx < R * p.m; idx += blockDim.x) {
-    const int rl = idx % R, t = idx / R;
-    const int64_t row = r0 + rl;
-    if (row >= p.n) continue;
-    const int w0 = (rl % groups) * ks, j = rl / groups;
-    float mine = partial[w0][j][t];
-    for (int s = 1; s < ks; ++s) mine += partial[w0 + s][j][t];
-    p.logits[int64_t(t) * p.n + row] = mine;
-    leader[int64_t(t) * p.n + row] = mine;
-  }
-  // Release / acquire: the leader reads every block's logits after this.
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-  if (blockIdx.x != 0 || warp >= kRoutingWarpsPerBlock) return;  // one cluster: block 0 is rank 0
-  MoeRoutingParams r = p.routing;
-  r.logits = s_logits;
-  for (int t = warp; t < p.m; t += kRoutingWarpsPerBlock) route_token<kScore, true>(r, t, smem + size_t(warp) * 2 * p.n);
-}
-
 }  // namespace
 
 cudaError_t launch_moe_routing(const MoeRoutingParams& p, cudaStream_t stream) {
@@ -387,71 +282,9 @@ bool router_lean() {
   return on;
 }
 
-// PEREGRINE_ROUTER_CLUSTER=1: moe_router_cluster_kernel where the router fits it (bf16, up to
-// kRouterTokenTile tokens, kRouterClusterMaxChunks chunks a lane). Off by default until measured.
-// The value is the cluster's size: 1 = 8 blocks (portable), 16 = 16 blocks (non-portable, Hopper).
-int router_cluster() {
-  static const int v = [] {
-    const int c = env_int("PEREGRINE_ROUTER_CLUSTER", 0);
-    return c == 1 ? kRouterClusterMaxBlocks : c == 16 ? 16 : 0;
-  }();
-  return v;
-}
-
-// The cluster kernel's launch: one cluster of C = min(8, n) blocks under PDL. Returns
-// cudaErrorNotSupported (nothing launched) where the router does not fit it.
-template <int kScore, int kNc>
-cudaError_t launch_router_cluster_nc(const MoeRouterParams& p, unsigned blocks, size_t smem, cudaStream_t stream) {
-  constexpr auto kKernel = moe_router_cluster_kernel<LinearWeight::kBF16, kScore, kNc>;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kRouterThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = blocks, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 2;
-  if (blocks > 8) {
-    static const cudaError_t allowed = cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (allowed != cudaSuccess) return allowed;
-  }
-  return cudaLaunchKernelEx(&cfg, kKernel, p);
-}
-
-cudaError_t launch_router_cluster(const MoeRouterParams& p, int cluster, cudaStream_t stream) {
-  if (p.m > kRouterTokenTile || p.n < 1 || p.k_split < 1 || (kRouterThreads / kWarpSize) % p.k_split)
-    return cudaErrorNotSupported;
-  const int64_t blocks = std::min<int64_t>(cluster, p.n);
-  const int64_t rows = (p.n + blocks - 1) / blocks, groups = kRouterThreads / kWarpSize / p.k_split;
-  const int64_t tasks = (rows + groups - 1) / groups;
-  const int64_t k_chunks = p.k / linear_vec_elems(LinearWeight::kBF16);
-  const int64_t nc = ((k_chunks + p.k_split - 1) / p.k_split + kWarpSize - 1) / kWarpSize;
-  int knc = 1;
-  while (knc < nc) knc *= 2;
-  if (knc > kRouterClusterMaxChunks || tasks > kRouterClusterMaxChunks / knc) return cudaErrorNotSupported;
-  const size_t smem = sizeof(float) * size_t(kRoutingWarpsPerBlock * 2 + p.m) * size_t(p.n);
-  const unsigned b = unsigned(blocks);
-  const bool sig = p.routing.sigmoid;
-  switch (knc) {
-    case 1: return sig ? launch_router_cluster_nc<1, 1>(p, b, smem, stream) : launch_router_cluster_nc<2, 1>(p, b, smem, stream);
-    case 2: return sig ? launch_router_cluster_nc<1, 2>(p, b, smem, stream) : launch_router_cluster_nc<2, 2>(p, b, smem, stream);
-    case 4: return sig ? launch_router_cluster_nc<1, 4>(p, b, smem, stream) : launch_router_cluster_nc<2, 4>(p, b, smem, stream);
-    default: return sig ? launch_router_cluster_nc<1, 8>(p, b, smem, stream) : launch_router_cluster_nc<2, 8>(p, b, smem, stream);
-  }
-}
-
 template <LinearWeight F>
 cudaError_t launch_router_f(const MoeRouterParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
   const dim3 block(kRouterThreads);
-  if constexpr (F == LinearWeight::kBF16) {
-    if (const int cluster = router_cluster(); cluster > 0) {
-      if (const cudaError_t e = launch_router_cluster(p, cluster, stream); e != cudaErrorNotSupported) return e;
-    }
-  }
   if (!router_lean()) PG_LAUNCH_PDL(moe_router_kernel<F>, grid, block, smem, stream, p);
   else if (release_arrive() && p.routing.sigmoid)
     PG_LAUNCH_PDL((moe_router_kernel<F, 1, true>), grid, block, smem, stream, p);

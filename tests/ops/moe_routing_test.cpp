@@ -200,8 +200,8 @@ const RouterCase kRouterCases[] = {
     {"moonlight_bf16_m1", WeightFormat::kBF16, 1, 2048, 0, {"", 1, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
     {"moonlight_bf16_m3", WeightFormat::kBF16, 3, 2048, 0, {"", 3, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
     {"moonlight_bf16_m8", WeightFormat::kBF16, 8, 2048, 0, {"", 8, 64, 6, 1, 1, kSig, kNoAux, true, 2.446f}},
-    // Shapes for the cluster kernel (PEREGRINE_ROUTER_CLUSTER=1): softmax scoring, rows that do not
-    // fill the last block (60 / 8), a short K (another k_split), one expert a block's few rows.
+    // More shapes for the fused kernel: softmax scoring, a row count that is not a multiple of the
+    // block's rows, a short K (another k_split), few experts.
     {"v2_lite_softmax_bf16_m2", WeightFormat::kBF16, 2, 2048, 0, {"", 2, 64, 6, 1, 1, kSoft, kGreedy, false, 1.0f}},
     {"rows60_bf16_m4", WeightFormat::kBF16, 4, 1024, 0, {"", 4, 60, 4, 1, 1, kSig, kNoAux, true, 1.5f}},
     {"experts12_bf16_m1_k512", WeightFormat::kBF16, 1, 512, 0, {"", 1, 12, 2, 1, 1, kSig, kNoAux, true, 1.0f}},
