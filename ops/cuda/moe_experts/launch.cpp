@@ -143,6 +143,9 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   if (v.gate_up_warps != 0 && v.gate_up_warps != 4 && v.gate_up_warps != kMoeWarps)
     return invalid_argument("moe_experts: gate_up at {} warps per block (PEREGRINE_MOE_NVFP4_GATE_UP_WARPS): 4 or {}",
                             v.gate_up_warps, kMoeWarps);
+  if (v.gate_up_k_split != 0 && v.gate_up_k_split != 1 && v.gate_up_k_split != 2)
+    return invalid_argument("moe_experts: gate_up's K in {} parts (PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT): 1 or 2",
+                            v.gate_up_k_split);
   if (a.m == 0) return ok_status();
   // The kernels index pairs, tokens and rows in 32-bit ints and launch a fixed grid.
   const int64_t n_pairs = a.m * (a.top_k + a.n_shared), max_active = std::min(a.n_experts, a.m * a.top_k);
@@ -213,7 +216,11 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     if (v.gate_up_unroll) t.unroll = v.gate_up_unroll;
     const bool four_ok = t.tiles == 1 && (t.unroll == 2 || t.unroll == 4);  // the 4-warp instantiations
     const int warps = v.gate_up_warps ? v.gate_up_warps : four_ok ? kMoeNvfp4GateUpWarps : kMoeWarps;
-    PG_CUDA_TRY(launch_moe_gate_up_nvfp4(p, t, warps, v.gate_up_multi_staged, v.gate_up_blocks_per_sm, stream));
+    const int k_split = v.gate_up_k_split ? v.gate_up_k_split : moe_nvfp4_gate_up_k_split(a.hidden);
+    if (k_split == 2 && !(t.tiles == 1 && t.unroll == 2))
+      return unsupported("moe_experts: gate_up's K in halves runs the 1x2 tile, not {}x{}", t.tiles, t.unroll);
+    PG_CUDA_TRY(
+        launch_moe_gate_up_nvfp4(p, t, warps, k_split, v.gate_up_multi_staged, v.gate_up_blocks_per_sm, stream));
   } else if (gu_fp8) {
     PG_CUDA_TRY(launch_moe_gate_up_fp8(p, v.fp8_gate_up_staged, stream));
   } else {

@@ -97,11 +97,25 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
 // the ring's copy sources stay in registers, no spill; 104 before, 4 per SM): moonlight's 2-token
 // grid of 14 slots x 44 blocks is 616 blocks, one wave at 5 per SM (1.17 waves at 4). At one token
 // the launch caps the blocks per SM (gate_up_launch).
-template <int kTiles, int kUnroll, bool kStagedX, int kWarps>
-__global__ void __launch_bounds__(kWarps * kWarpSize, kStagedX && kWarps == 4 ? 5 : kMoeMinBlocksPerSm * kMoeWarps / kWarps)
+//
+// kKSplit = 2 (moe_nvfp4_gate_up_k_split): each row's K in two halves summed apart, then added
+// (acc = first half's + second half's). Staged: twice the warps for the same rows, warp w on rows
+// of row warp w % (kWarps / 2) and half w / (kWarps / 2), the halves meeting in shared memory (at
+// moonlight's one-token grid 10.7 warps an SM did not hide the unpack's dependent chains: ncu, 16%
+// occupancy, 52% of cycles with no eligible warp); per lane, one warp streams both halves into
+// two sums. The same bits on every path for a given split.
+template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1>
+__global__ void __launch_bounds__(kWarps * kWarpSize,
+                                  kStagedX && kKSplit > 1  ? 3
+                                  : kStagedX && kWarps == 4 ? 5
+                                                            : kMoeMinBlocksPerSm * kMoeWarps / kWarps)
     moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
+  static_assert(kKSplit == 1 || kKSplit == 2, "K in one or two halves");
   constexpr int kJ = 8 * kTiles;  // inter rows per warp
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  constexpr int kRowWarps = kStagedX ? kWarps / kKSplit : kWarps;  // warps with distinct rows
+  const int warp_id = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  constexpr bool kHalves = kStagedX && kKSplit > 1;  // warps split by K half
+  const int warp = kHalves ? warp_id % kRowWarps : warp_id, half = kHalves ? warp_id / kRowWarps : 0;
   const int slot = blockIdx.y;
   const bool shared = slot >= p.max_active;
   int64_t expert;
@@ -131,7 +145,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kStagedX && kWarps == 4 ? 
     lo = slots > 1 ? j * kMmaTokens : 0, hi = slots > 1 ? min(p.m, lo + kMmaTokens) : p.m;
     h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
   }
-  const int64_t j0 = (int64_t(blockIdx.x) * kWarps + warp) * kJ;
+  const int64_t j0 = (int64_t(blockIdx.x) * kRowWarps + warp) * kJ;
   // kStagedX: warps past inter stay for the block's barrier (staging x) with no k-steps, write nothing.
   if (!kStagedX && j0 >= p.inter) return;
 
@@ -149,6 +163,9 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kStagedX && kWarps == 4 ? 
       s2[i][h] = scale_2_of(p.gate_up, row);
     }
   const int64_t k_chunks = p.hidden / 32, k_steps = (k_chunks + 3) / 4;
+  const int64_t k_half = (k_steps + kKSplit - 1) / kKSplit;  // k-steps of the first half
+  // This warp's k-steps (staged: its half; per lane: all of them, in halves below).
+  const int64_t s0 = kHalves ? min(k_steps, half * k_half) : 0, s1 = kHalves ? min(k_steps, s0 + k_half) : k_steps;
 
   for (int q = lo + int(blockIdx.z) * kMmaTokens; q < hi; q += int(gridDim.z) * kMmaTokens) {
     const int m_valid = min(kMmaTokens, hi - q);
@@ -170,11 +187,33 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kStagedX && kWarps == 4 ? 
       nvfp4_mma_stream_ring<kTiles, kUnroll>(
           wrow, srow, [&] { moe_stage_h_rows(p.x, p.hidden, rows, k_chunks, k_steps, gate_up_nvfp4_smem); },
           gate_up_nvfp4_smem + token * row_vecs, nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden, rows),
-          k_chunks, 0, j0 < p.inter ? k_steps : 0, acc, /*wait=*/!shared);
+          k_chunks, s0, j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared);
+      if constexpr (kKSplit > 1) {  // the second half's sums to the first half's warp
+        __shared__ float s_half[kRowWarps][kTiles][4][kWarpSize];
+        if (half == 1)
+#pragma unroll
+          for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) s_half[warp][i][j][lane] = acc[i][j];
+        __syncthreads();
+        if (half == 1) return;
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] += s_half[warp][i][j][lane];
+      }
       if (j0 >= p.inter) return;
     } else {
-      nvfp4_mma_stream<kTiles, kUnroll, false>(wrow, srow, g < m_valid ? p.x + token * p.hidden : nullptr, k_chunks,
-                                               0, k_steps, acc);
+      const float* xr = g < m_valid ? p.x + token * p.hidden : nullptr;
+      nvfp4_mma_stream<kTiles, kUnroll, false>(wrow, srow, xr, k_chunks, 0, k_half, acc);
+      if constexpr (kKSplit > 1) {  // the second half into its own sums, then added as the staged path adds them
+        float acc2[kTiles][4];
+        nvfp4_mma_stream<kTiles, kUnroll, false>(wrow, srow, xr, k_chunks, k_half, k_steps, acc2);
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] += acc2[i][j];
+      }
     }
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
@@ -521,15 +560,18 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
   }
 }
 
-template <int kTiles, int kUnroll, int kWarps = kMoeWarps>
+// kKSplit = 2: the staged kernel at kWarps warps (kWarps / 2 rows' warps), the per-lane one at
+// kWarps / 2 warps streaming both halves: the same grid.
+template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1>
 cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
-  constexpr int kRowsPerBlock = kWarps * 8 * kTiles;
+  constexpr int kRowsPerBlock = kWarps / kKSplit * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared * p.shared_slots), unsigned(moe_gate_up_splits(p.m)));
   // x staged per block: m = 1 always; 2..8 tokens where the m rows leave room for 4 blocks per SM.
   const int rows = p.direct ? 1 : p.m;
   size_t smem = moe_nvfp4_gate_up_staged_bytes(rows, p.hidden, kWarps, kTiles, kUnroll);
-  if ((p.direct || (p.direct_multi && multi_staged && smem <= kMoeNvfp4GateUpMultiStagedMaxBytes)) &&
+  const size_t multi_max = kKSplit > 1 ? kMoeNvfp4GateUpSplitMultiStagedMaxBytes : kMoeNvfp4GateUpMultiStagedMaxBytes;
+  if ((p.direct || (p.direct_multi && multi_staged && smem <= multi_max)) &&
       nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
     // < 0 (the default): at one token, the blocks an SM must hold for the grid to fit in one wave.
     // Registers (80) and shared memory would let 6 share an SM, and placed unevenly some SMs then
@@ -546,15 +588,16 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
     if (blocks_per_sm > 0 && per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
-    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps>;
+    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize), smem, stream, p);
         e != cudaSuccess)
       return e;
     return cudaGetLastError();
   }
-  if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false, kWarps>, grid,
-                                    dim3(kWarps * kWarpSize), 0, stream, p);
+  constexpr int kLaneWarps = kWarps / kKSplit;
+  if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false, kLaneWarps, kKSplit>,
+                                    grid, dim3(kLaneWarps * kWarpSize), 0, stream, p);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();
@@ -622,9 +665,14 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, bool multi_staged,
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, int k_split, bool multi_staged,
                                      int blocks_per_sm, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
+  if (k_split == 2) {  // instantiated for the default tile at 4 rows' warps a block (whatever `warps` says)
+    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 8, 2>(p, multi_staged, blocks_per_sm, stream);
+    return cudaErrorInvalidValue;
+  }
+  if (k_split != 1) return cudaErrorInvalidValue;
   if (warps == 4) {  // instantiated for one tile, unroll 2 (the default) and 4
     if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, multi_staged, blocks_per_sm, stream);
     if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, multi_staged, blocks_per_sm, stream);

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "ops/cuda/common/env.h"
 #include "ops/cuda/linear/config.h"
 #include "ops/cuda/moe_experts/params.h"
 
@@ -42,6 +43,16 @@ inline size_t moe_nvfp4_gate_up_staged_bytes(int rows, int64_t k, int warps, int
          size_t(warps) * size_t(kNvfp4RingStages(tiles, unroll)) * size_t(kNvfp4RingStageBytes * tiles * unroll);
 }
 constexpr size_t kMoeNvfp4GateUpMultiStagedMaxBytes = size_t(55) << 10;
+// gate_up's K in halves (moe_gate_up_nvfp4_kernel's kKSplit): 1 or 2, from the shape alone, so every
+// step size (decode, verify, batches) sums a token's rows alike. 8-warp blocks of 80 registers fit
+// 3 an SM: their 2..8-token staged blocks may take a third of its shared memory.
+// PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1|2 overrides it for every launch. Not yet measured: 1.
+inline int moe_nvfp4_gate_up_k_split(int64_t /*hidden*/) {
+  static const int forced = env_int("PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT", 0);
+  if (forced == 1 || forced == 2) return forced;
+  return 1;
+}
+constexpr size_t kMoeNvfp4GateUpSplitMultiStagedMaxBytes = size_t(74) << 10;
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
 inline MmaTile moe_nvfp4_down_tile() { return {1, 2}; }
 // down at m = 1 with h staged (moe_down_direct_nvfp4_kernel's kStaged mode; off unless asked for, see
@@ -103,7 +114,7 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 // blocks_per_sm > 0: the staged kernel's shared memory padded so that at most that many blocks fit
 // an SM; < 0: at one token, ceil(blocks / SMs) (one even wave), else no padding; 0: none
 // (PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N sets it).
-cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, bool multi_staged,
+cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, int k_split, bool multi_staged,
                                      int blocks_per_sm, cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
 // staged per block when `staged` and moe_nvfp4_down_staged_bytes fits, or the weights prefetched
