@@ -28,8 +28,11 @@ __device__ __forceinline__ const uint8_t* codes_row(const MoeWeightParams& w, in
 __device__ __forceinline__ const uint8_t* scales_row(const MoeWeightParams& w, int64_t row) {
   return w.scale_fp8 + row * w.scale_fp8_cols;
 }
+__device__ __forceinline__ float scale_2_raw(const MoeWeightParams& w, int64_t row) {
+  return w.scale_2_rows ? __ldg(w.scale_2_rows + row / w.scale_2_group_rows) : w.scale_2;
+}
 __device__ __forceinline__ float scale_2_of(const MoeWeightParams& w, int64_t row) {
-  return (w.scale_2_rows ? __ldg(w.scale_2_rows + row / w.scale_2_group_rows) : w.scale_2) * kE2m1F16Unscale;
+  return scale_2_raw(w, row) * kE2m1F16Unscale;
 }
 
 // Rows g and g + 8 of the 16-row down tile at row0 of `expert` (lane g's mma rows): codes, e4m3
@@ -160,7 +163,9 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       const int64_t row = expert * 2 * p.inter + h * int64_t(p.inter) + j;
       wrow[i][h] = codes_row(p.gate_up, row, p.hidden);
       srow[i][h] = scales_row(p.gate_up, row);
-      s2[i][h] = scale_2_of(p.gate_up, row);
+      // Raw here, times 2^14 where used (exact either way): a multiply here waited for the load
+      // before the ring's first copies went out (ncu, 2026-12-03: ptxas kept it in the load's block).
+      s2[i][h] = scale_2_raw(p.gate_up, row);
     }
   const int64_t k_chunks = p.hidden / 32, k_steps = (k_chunks + 3) / 4;
   const int64_t k_half = (k_steps + kKSplit - 1) / kKSplit;  // k-steps of the first half
@@ -222,7 +227,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
         const int pair = 2 * t + c;
         const int64_t j = j0 + 8 * i + g;
         if (pair < m_valid && j < p.inter) {
-          const float gate = acc[i][c] * s2[i][0], up = acc[i][2 + c] * s2[i][1];
+          const float gate = acc[i][c] * (s2[i][0] * kE2m1F16Unscale), up = acc[i][2 + c] * (s2[i][1] * kE2m1F16Unscale);
           // h row: shared pair (s, t) at h_base + t; routed: the plan's pair position, or (direct,
           // direct multi) the pair's flat index.
           const int64_t h_row = shared ? h_base + q + pair : p.direct_multi ? nth_set_bit(pairs, q + pair) : q + pair;
@@ -278,6 +283,14 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       wrow[i][h] = codes_row(p.down, row, p.inter);
       srow[i][h] = scales_row(p.down, row);
     }
+  // Each output row's scale_2 (raw), loaded before the weights and the wait where registers allow
+  // (one tile; at two the 64-register kernels spilled): otherwise the epilogue loads it after the
+  // mmas, one more round trip on the layer's path.
+  auto s2_row = [&](int i, int h) {
+    return scale_2_raw(p.down, (valid ? expert : 0) * p.hidden + min(row0 + kMmaRows * i + g + 8 * h, int64_t(p.hidden) - 1));
+  };
+  float s2[kTiles][2] = {};
+  if constexpr (kTiles == 1) s2[0][0] = s2_row(0, 0), s2[0][1] = s2_row(0, 1);
   const int64_t k_chunks = p.inter / 32, k_steps = valid ? (k_chunks + 3) / 4 : 0;
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
   const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
@@ -318,8 +331,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = kMmaRows * i + g + 8 * h;
-        const int64_t row = expert * p.hidden + min(row0 + r, int64_t(p.hidden) - 1);
-        s_part[rank * k_split + kpart][r] = valid ? wgt * (acc[i][2 * h] * scale_2_of(p.down, row)) : 0.0f;
+        const float s2r = kTiles == 1 ? s2[i][h] : s2_row(i, h);
+        s_part[rank * k_split + kpart][r] = valid ? wgt * (acc[i][2 * h] * (s2r * kE2m1F16Unscale)) : 0.0f;
       }
   }
   __syncthreads();

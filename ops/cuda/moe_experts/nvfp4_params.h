@@ -44,13 +44,17 @@ inline size_t moe_nvfp4_gate_up_staged_bytes(int rows, int64_t k, int warps, int
 }
 constexpr size_t kMoeNvfp4GateUpMultiStagedMaxBytes = size_t(55) << 10;
 // gate_up's K in halves (moe_gate_up_nvfp4_kernel's kKSplit): 1 or 2, from the shape alone, so every
-// step size (decode, verify, batches) sums a token's rows alike. 8-warp blocks of 80 registers fit
-// 3 an SM: their 2..8-token staged blocks may take a third of its shared memory.
-// PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1|2 overrides it for every launch. Not yet measured: 1.
-inline int moe_nvfp4_gate_up_k_split(int64_t /*hidden*/) {
+// step size (decode, verify, batches) sums a token's rows alike. 8-warp blocks of 72 registers fit
+// 3 an SM: their 2..8-token staged blocks may take a third of its shared memory. Measured (H200,
+// 2026-12-03, 97119f2, one call alternating, b = 1 after 1,024 tokens): V3 4L nvfp4 805.3 -> 812.6
+// tok/s (+0.9%; hidden 7168: 56 k-steps a row, 28 a warp), moonlight nvfp4 613.1 -> 607.4 (-0.9%;
+// hidden 2048: 8 k-steps a warp do not pay for a second warp's ~460-instruction prologue, ncu) and
+// its verify steps 2.293 / 2.808 / 3.230 -> 2.345 / 2.852 / 3.249 ms. So halves from 4096 up.
+// PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1|2 overrides it for every launch.
+inline int moe_nvfp4_gate_up_k_split(int64_t hidden) {
   static const int forced = env_int("PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT", 0);
   if (forced == 1 || forced == 2) return forced;
-  return 1;
+  return hidden >= 4096 ? 2 : 1;
 }
 constexpr size_t kMoeNvfp4GateUpSplitMultiStagedMaxBytes = size_t(74) << 10;
 // down: 16 output rows per tile; the direct path (m = 1) has one warp per (slot, row tile).
