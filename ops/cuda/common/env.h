@@ -24,8 +24,8 @@ inline bool release_arrive() {
   return on;
 }
 
-// PEREGRINE_ATTENTION_DEFER (default on; =0 off): at decode steps of up to a few tokens the
-// split-KV attention leaves its partials uncombined and W_UV's kernel combines them after its wait
+// PEREGRINE_ATTENTION_DEFER (default on; =0 off): at decode steps of up to
+// attention_defer_max_tokens() tokens the split-KV attention leaves its partials uncombined and W_UV's kernel combines them after its wait
 // (ops/cuda/mla_ops.h head_linear_combine): the split combine's fence, ticket and waiting
 // combiners, the o_lat stores and W_UV's o_lat loads leave the layer's critical path. Session 20
 // on the H200 (one call, alternating): moonlight bf16 +1.9%, fp8 +4.1%, nvfp4 +2.2%.
