@@ -492,7 +492,8 @@ void run_case(const MoeCase& c) {
       std::vector<float> got_split;  // against the CPU within the same derived tolerance
       for (int64_t t = 0; t < m; ++t)
         for (int64_t o = 0; o < H; ++o) got_split.push_back(y_split[size_t(t * ys + o)]);
-      const Diff ds = compare(got_split.data(), ref.data(), int64_t(got_split.size()), [&](int64_t i) { return tol[size_t(i)]; });
+      const Diff ds =
+          compare(got_split.data(), ref.data(), int64_t(got_split.size()), [&](int64_t i) { return tol[size_t(i)]; });
       EXPECT_EQ(ds.non_finite, 0) << "K in halves: " << ds.summary();
       EXPECT_EQ(ds.over_tol, 0) << "K in halves: " << ds.summary();
       if (m >= 2) {
@@ -504,14 +505,16 @@ void run_case(const MoeCase& c) {
             << "K in halves: x per lane differs from x staged";
         int64_t differ = 0;
         for (int64_t t = 0; t < m; ++t) {
+          const int64_t k0 = t * c.top_k, k1 = (t + 1) * c.top_k;
           auto dx1 = to_device(std::vector<float>(x.begin() + t * H, x.begin() + (t + 1) * H));
-          auto di1 = to_device(std::vector<int32_t>(r.idx.begin() + t * c.top_k, r.idx.begin() + (t + 1) * c.top_k));
-          auto dw1 = to_device(std::vector<float>(r.weight.begin() + t * c.top_k, r.weight.begin() + (t + 1) * c.top_k));
+          auto di1 = to_device(std::vector<int32_t>(r.idx.begin() + k0, r.idx.begin() + k1));
+          auto dw1 = to_device(std::vector<float>(r.weight.begin() + k0, r.weight.begin() + k1));
           auto dy1 = to_device(std::vector<float>(static_cast<size_t>(ys), 0.0f));
           PG_ASSERT_OK(run(1, dx1.data(), di1.data(), dw1.data(), true, dy1.data()));
           ASSERT_TRUE(sync_ok());
           const std::vector<float> y1 = to_host(dy1);
-          for (int64_t o = 0; o < H; ++o) differ += std::memcmp(&y1[size_t(o)], &y_split[size_t(t * ys + o)], sizeof(float)) != 0;
+          for (int64_t o = 0; o < H; ++o)
+            differ += std::memcmp(&y1[size_t(o)], &y_split[size_t(t * ys + o)], sizeof(float)) != 0;
         }
         EXPECT_EQ(differ, 0) << "K in halves: " << differ << " outputs differ from the tokens run alone";
       }

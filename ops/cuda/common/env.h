@@ -25,10 +25,11 @@ inline bool release_arrive() {
 }
 
 // PEREGRINE_ATTENTION_DEFER (default on; =0 off): at decode steps of up to
-// attention_defer_max_tokens() tokens the split-KV attention leaves its partials uncombined and W_UV's kernel combines them after its wait
-// (ops/cuda/mla_ops.h head_linear_combine): the split combine's fence, ticket and waiting
-// combiners, the o_lat stores and W_UV's o_lat loads leave the layer's critical path. Session 20
-// on the H200 (one call, alternating): moonlight bf16 +1.9%, fp8 +4.1%, nvfp4 +2.2%.
+// attention_defer_max_tokens() tokens the split-KV attention leaves its partials uncombined and
+// W_UV's kernel combines them after its wait (ops/cuda/mla_ops.h head_linear_combine): the split
+// combine's fence, ticket and waiting combiners, the o_lat stores and W_UV's o_lat loads leave the
+// layer's critical path. Session 20 on the H200 (one call, alternating): moonlight bf16 +1.9%, fp8
+// +4.1%, nvfp4 +2.2%.
 inline bool attention_defer() {
   static const bool on = env_switch("PEREGRINE_ATTENTION_DEFER", true);
   return on;

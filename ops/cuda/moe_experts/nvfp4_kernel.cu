@@ -227,7 +227,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
         const int pair = 2 * t + c;
         const int64_t j = j0 + 8 * i + g;
         if (pair < m_valid && j < p.inter) {
-          const float gate = acc[i][c] * (s2[i][0] * kE2m1F16Unscale), up = acc[i][2 + c] * (s2[i][1] * kE2m1F16Unscale);
+          const float gate = acc[i][c] * (s2[i][0] * kE2m1F16Unscale);
+          const float up = acc[i][2 + c] * (s2[i][1] * kE2m1F16Unscale);
           // h row: shared pair (s, t) at h_base + t; routed: the plan's pair position, or (direct,
           // direct multi) the pair's flat index.
           const int64_t h_row = shared ? h_base + q + pair : p.direct_multi ? nth_set_bit(pairs, q + pair) : q + pair;
@@ -287,7 +288,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   // (one tile; at two the 64-register kernels spilled): otherwise the epilogue loads it after the
   // mmas, one more round trip on the layer's path.
   auto s2_row = [&](int i, int h) {
-    return scale_2_raw(p.down, (valid ? expert : 0) * p.hidden + min(row0 + kMmaRows * i + g + 8 * h, int64_t(p.hidden) - 1));
+    return scale_2_raw(p.down, (valid ? expert : 0) * p.hidden +
+                                   min(row0 + kMmaRows * i + g + 8 * h, int64_t(p.hidden) - 1));
   };
   float s2[kTiles][2] = {};
   if constexpr (kTiles == 1) s2[0][0] = s2_row(0, 0), s2[0][1] = s2_row(0, 1);
@@ -583,7 +585,8 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
   // x staged per block: m = 1 always; 2..8 tokens where the m rows leave room for 4 blocks per SM.
   const int rows = p.direct ? 1 : p.m;
   size_t smem = moe_nvfp4_gate_up_staged_bytes(rows, p.hidden, kWarps, kTiles, kUnroll);
-  const size_t multi_max = kKSplit > 1 ? kMoeNvfp4GateUpSplitMultiStagedMaxBytes : kMoeNvfp4GateUpMultiStagedMaxBytes;
+  const size_t multi_max =
+      kKSplit > 1 ? kMoeNvfp4GateUpSplitMultiStagedMaxBytes : kMoeNvfp4GateUpMultiStagedMaxBytes;
   if ((p.direct || (p.direct_multi && multi_staged && smem <= multi_max)) &&
       nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
     // < 0 (the default): at one token, the blocks an SM must hold for the grid to fit in one wave.
@@ -609,8 +612,9 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
     return cudaGetLastError();
   }
   constexpr int kLaneWarps = kWarps / kKSplit;
-  if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false, kLaneWarps, kKSplit>,
-                                    grid, dim3(kLaneWarps * kWarpSize), 0, stream, p);
+  constexpr auto kLaneKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false, kLaneWarps, kKSplit>;
+  if (cudaError_t e =
+          launch_pdl_if(p.gate_up_pdl, kLaneKernel, grid, dim3(kLaneWarps * kWarpSize), 0, stream, p);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();
