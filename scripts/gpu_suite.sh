@@ -13,7 +13,8 @@
 # PG_SUITE_SKIP_SPEC=1 (no speculation bench of the embedded model), PG_SUITE_MEMCHECK_OPS (a gtest filter of
 # ops_cuda_test to run under memcheck too), PG_SUITE_AB_BASE (a baseline tree to A/B against, section 5a),
 # PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d; PG_SUITE_NCU_METRICS: more metrics),
-# PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c).
+# PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c;
+# PG_SUITE_GATED_OPS_TIMEOUT: seconds for each one's op tests, 60).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
 # folders the GPU run needs (core, ops, ops/cuda, tests/ops, bench_ops_cuda); the summary says so.
@@ -226,7 +227,7 @@ for g in $GATED; do
     *) ops_filter='-*' ;;  # e.g. PEREGRINE_DECODE_ATTENTION: the op tests run both kernels anyway
   esac
   if [ -n "$OPSBIN" ]; then
-    (cd "$ROOT" && env "$g" timeout 60 "$OPSBIN" --gtest_filter="$ops_filter" >"$OUT/gated_${name}_ops.log" 2>&1)
+    (cd "$ROOT" && env "$g" timeout "${PG_SUITE_GATED_OPS_TIMEOUT:-60}" "$OPSBIN" --gtest_filter="$ops_filter" >"$OUT/gated_${name}_ops.log" 2>&1)
     note "gated $g ops ($ops_filter): rc=$?  $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gated_${name}_ops.log" | head -2 | tr '\n' ' ')"
   fi
   if [ -n "$GOLDBIN" ]; then
