@@ -11,6 +11,7 @@
 #include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
+#include "ops/cuda/common/env.h"
 #include "ops/cuda/mla_attention_params.h"
 
 namespace pg::ops::cuda {
@@ -138,8 +139,8 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
             p.q_lat_row_stride % 4 == 0 && p.q_lat_head_stride % 4 == 0 && p.q_pe_row_stride % 4 == 0 &&
             p.q_pe_head_stride % 4 == 0;
   p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!p.ws_o || aligned16(p.ws_o));
-  if (defer_to && !tc && !two_pass) {
-    p.defer = mla_attention_defer_ok(p);
+  if (defer_to && !two_pass) {
+    p.defer = tc ? attention_defer_tc() && mla_attention_tc_defer_ok(p) : mla_attention_defer_ok(p);
     if (p.defer) {
       MlaPartials& d = *defer_to;
       d.deferred = true, d.ws_o = p.ws_o, d.ws_ml = p.ws_ml, d.ctx_len = p.ctx_len;

@@ -184,6 +184,9 @@ struct MlaPartials {
 // Whether p (its plan, paths and workspace) can take the deferred form: the lean CUDA-core
 // kernel at 32-row chunks with more than one split. Defined in mla_attention.cu.
 bool mla_attention_defer_ok(const MlaAttentionParams& p);
+// The same for the tensor-core kernel (its vector instantiation with more than one split; defined in
+// mla_attention_tc.cu). Taken only where attention_defer_tc() (PEREGRINE_ATTENTION_DEFER_TC=1) asks.
+bool mla_attention_tc_defer_ok(const MlaAttentionParams& p);
 
 // Shared memory floats of one block (rows: the chunk's, 32 or 16): sQ [heads][dp] | work |
 // sRed [8 warps][heads][rows] | sP [rows][heads + 4] | sAlpha, sM, sL [heads] | the combine's ticket (1 int). work holds the 2 K chunks, after the chunk loop the

@@ -61,8 +61,10 @@ __device__ __forceinline__ void store_q(const MlaAttentionParams& p, const float
 }
 
 // One block = (token t, head group g, split s), numbered as the CUDA-core kernel's. kVec: p.vec_kv
-// and p.vec_out hold (attention_vec_kernel).
-template <bool kVec>
+// and p.vec_out hold (attention_vec_kernel). kDefer (p.defer, PEREGRINE_ATTENTION_DEFER_TC): as the
+// lean CUDA-core kernel's deferred form, every split leaves its partial (the only split too) and its
+// heads' (max, sum) in ws_ml and exits; W_UV's kernel combines (head_linear_combine).
+template <bool kVec, bool kDefer = false>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const __grid_constant__ MlaAttentionParams p) {
   extern __shared__ float4 smem4[];
   const int ksteps = p.dk / 16;
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   MlaSplitRows rows_of;
   if (!mla_block_rows(p, place, kH, ctx_len, rows_of)) return;
   const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
-  const bool direct = n_act == 1;
+  const bool direct = !kDefer && n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
   load_chunk<kMlaChunkRows, kVec>(p, sK, chunk_blocks(p, table, begin, end), begin, end, p.dk);
@@ -248,25 +250,42 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
       }
     }
   }
-  if (direct) return;
-  finish_split<kH, kVec>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+  if constexpr (kDefer) {  // the (max, sum) per head beside the partial; W_UV's kernel combines
+    if (tid < kH && h0 + tid < H) {
+      float* ml = p.ws_ml + ((item * n_splits + s) * kH + tid) * 2;
+      ml[0] = sM[tid];
+      ml[1] = sL[tid];
+    }
+  } else {
+    if (direct) return;
+    finish_split<kH, kVec>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+  }
 }
 
-template <bool kVec>
+template <bool kVec, bool kDefer = false>
 cudaError_t launch_tc(const MlaAttentionParams& p, cudaStream_t stream) {
-  if (cudaError_t e = raise_smem_limit_once<mla_attention_tc_kernel<kVec>>(); e != cudaSuccess) return e;
+  constexpr auto kKernel = mla_attention_tc_kernel<kVec, kDefer>;
+  if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
   const size_t smem = mla_tc_smem_floats(p.dk, p.dp, p.n_splits) * sizeof(float);
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
-  return launch_pdl_if(attention_pdl(), mla_attention_tc_kernel<kVec>, dim3(unsigned(blocks)), dim3(kMlaThreads), smem,
-                       stream, p);
+  return launch_pdl_if(attention_pdl(), kKernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
 }
+
+bool tc_vec_applies(const MlaAttentionParams& p) { return p.vec_kv && p.vec_out && attention_vec_kernel(); }
 
 }  // namespace
 
+bool mla_attention_tc_defer_ok(const MlaAttentionParams& p) {
+  return tc_vec_applies(p) && p.n_splits > 1 && p.ws_o && p.ws_ml;
+}
+
 cudaError_t launch_mla_attention_tc(const MlaAttentionParams& p, cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
-  const bool vec = p.vec_kv && p.vec_out && attention_vec_kernel();
-  return vec ? launch_tc<true>(p, stream) : launch_tc<false>(p, stream);
+  if (p.defer) {
+    if (!mla_attention_tc_defer_ok(p)) return cudaErrorInvalidValue;
+    return launch_tc<true, true>(p, stream);
+  }
+  return tc_vec_applies(p) ? launch_tc<true>(p, stream) : launch_tc<false>(p, stream);
 }
 
 }  // namespace pg::ops::cuda

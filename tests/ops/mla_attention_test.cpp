@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/common/env.h"
 #include "ops/cuda/mla_attention.h"
 #include "ops/cuda/mla_attention_params.h"
 #include "ops/cuda/mla_ops.h"
@@ -396,16 +397,20 @@ TEST_P(MlaAttentionDeferredCuda, MatchesCpu) {
   uv.y = dy.data(), uv.y_row_stride = H * V, uv.y_head_stride = V, uv.m = m, uv.n_heads = H, uv.n = V, uv.k = R;
   ASSERT_TRUE(cuda::head_linear_combine_ok(uv)) << c.name;
 
-  auto run_and_check = [&](const char* tag) {
+  // The CUDA-core kernel, then the tensor-core one (deferred only where PEREGRINE_ATTENTION_DEFER_TC=1;
+  // its plan splits these contexts as the CUDA-core one does: more than one split where that has).
+  auto run_and_check = [&](const char* tag, cuda::MlaCores cores) {
+    const bool tc = cores == cuda::MlaCores::kTensor;
     cuda::MlaPartials parts;
-    PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cuda::MlaCores::kCuda, &parts));
-    ASSERT_EQ(parts.deferred, dc.deferred) << c.name << ": the plan's deferred form";
+    PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cores, &parts));
+    ASSERT_EQ(parts.deferred, dc.deferred && (!tc || cuda::attention_defer_tc()))
+        << c.name << (tc ? " (tensor cores)" : "") << ": the plan's deferred form";
     PG_ASSERT_OK(dy.fill_bytes(0xff));
     PG_ASSERT_OK(parts.deferred ? cuda::head_linear_combine(uv, parts, nullptr) : cuda::head_linear(uv, nullptr));
     ASSERT_TRUE(sync_ok());
     const std::vector<float> y = to_host(dy);
     const std::vector<float> o = cpu_reference(h);
-    const std::vector<double> tol_o = tolerances(h.args, cuda::MlaCores::kCuda);
+    const std::vector<double> tol_o = tolerances(h.args, cores);
     std::vector<float> ref(y.size());
     std::vector<double> tol(y.size());
     const double n_gpu = 8 + std::ceil(double(R) / 8) + 5;
@@ -425,15 +430,15 @@ TEST_P(MlaAttentionDeferredCuda, MatchesCpu) {
         tol[size_t(i)] = carried + kLambda * std::sqrt(n_gpu) * kF32Unit * absdot + kF32Unit * std::fabs(y_ref);
       }
     }, 64);
-    const std::string what = std::string(c.name) + " deferred " + tag;
+    const std::string what = std::string(c.name) + (tc ? " tensor cores" : "") + " deferred " + tag;
     expect_close(what.c_str(), y, ref, tol, c.min_cosine);
   };
-  run_and_check("");
+  for (cuda::MlaCores cores : {cuda::MlaCores::kCuda, cuda::MlaCores::kTensor}) run_and_check("", cores);
   // Shorter contexts on the same workspace (a third of each, at least 1).
   for (int64_t& n : h.ctx_len) n = std::max<int64_t>(1, n / 3);
   h.args.ctx_len = h.ctx_len.data();
   PG_ASSERT_OK(d.ctx_len.upload(h.ctx_len.data(), h.ctx_len.size()));
-  run_and_check("(shorter contexts)");
+  for (cuda::MlaCores cores : {cuda::MlaCores::kCuda, cuda::MlaCores::kTensor}) run_and_check("(shorter contexts)", cores);
 }
 
 const DeferCase kDeferCases[] = {

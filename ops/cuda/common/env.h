@@ -35,6 +35,15 @@ inline bool attention_defer() {
   return on;
 }
 
+// PEREGRINE_ATTENTION_DEFER_TC=1 (default off; new in session 21, not yet run on a GPU): the deferred
+// form for the tensor-core attention too (V3's decode, the 16-head blocks): its splits leave their
+// partials and W_UV's kernel combines them, as the lean CUDA-core kernel's (session 20: moonlight
+// +1.9 to +4.1%).
+inline bool attention_defer_tc() {
+  static const bool on = env_switch("PEREGRINE_ATTENTION_DEFER_TC", false);
+  return on;
+}
+
 // A non-negative integer from the environment, else the default (unset, empty or not a number).
 inline int env_int(const char* name, int default_value) {
   const char* v = std::getenv(name);
