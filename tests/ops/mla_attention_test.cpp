@@ -438,7 +438,8 @@ TEST_P(MlaAttentionDeferredCuda, MatchesCpu) {
   for (int64_t& n : h.ctx_len) n = std::max<int64_t>(1, n / 3);
   h.args.ctx_len = h.ctx_len.data();
   PG_ASSERT_OK(d.ctx_len.upload(h.ctx_len.data(), h.ctx_len.size()));
-  for (cuda::MlaCores cores : {cuda::MlaCores::kCuda, cuda::MlaCores::kTensor}) run_and_check("(shorter contexts)", cores);
+  for (cuda::MlaCores cores : {cuda::MlaCores::kCuda, cuda::MlaCores::kTensor})
+    run_and_check("(shorter contexts)", cores);
 }
 
 const DeferCase kDeferCases[] = {
