@@ -218,7 +218,10 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     const int warps = v.gate_up_warps ? v.gate_up_warps : four_ok ? kMoeNvfp4GateUpWarps : kMoeWarps;
     const int k_split = v.gate_up_k_split ? v.gate_up_k_split : moe_nvfp4_gate_up_k_split(a.hidden);
     if (k_split == 2 && !(t.tiles == 1 && t.unroll == 2))
-      return unsupported("moe_experts: gate_up's K in halves runs the 1x2 tile, not {}x{}", t.tiles, t.unroll);
+      return unsupported(
+          "moe_experts: gate_up's K in halves runs the 1x2 tile, not {}x{} (PEREGRINE_MOE_NVFP4_TILES); "
+          "set PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1 to sweep tiles",
+          t.tiles, t.unroll);
     PG_CUDA_TRY(
         launch_moe_gate_up_nvfp4(p, t, warps, k_split, v.gate_up_multi_staged, v.gate_up_blocks_per_sm, stream));
   } else if (gu_fp8) {
