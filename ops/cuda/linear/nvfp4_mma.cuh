@@ -340,28 +340,61 @@ __device__ __forceinline__ Nvfp4RingSrc<kTiles> nvfp4_ring_src(const uint8_t* co
   return r;
 }
 
+// nvfp4_ring_src for rings of whole k-steps (nvfp4_ring_issue's kWholeSteps): w and sc point at
+// this lane's chunk t of k-step 0 (codes) and its chunk pair's scale word, so a stage's sources are
+// w + 64 s and sc + 8 s.
+template <int kTiles>
+__device__ __forceinline__ Nvfp4RingSrc<kTiles> nvfp4_ring_src_lane(const uint8_t* const (&wrow)[kTiles][2],
+                                                                    const uint8_t* const (&srow)[kTiles][2]) {
+  const int t = threadIdx.x % 4;
+  const uint8_t* w0[kTiles][2];
+  const uint8_t* s0[kTiles][2];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w0[i][h] = wrow[i][h] + t * kLinearVecBytes, s0[i][h] = srow[i][h] + 2 * (t & ~1);
+  return nvfp4_ring_src(w0, s0);
+}
+
 // Issues k-steps [s, s + kUnroll)'s copies into st (steps past s1 are not copied: never read;
 // chunks past k_chunks read as zero, from the row's last chunk's address) and commits them as one
-// group.
-template <int kTiles, int kUnroll>
+// group. kWholeSteps: src from nvfp4_ring_src_lane and k_chunks % 4 == 0, so every chunk of a step
+// below s1 is inside K: no clamp and no zero fill, a stage's sources one offset from the lane's.
+template <int kTiles, int kUnroll, bool kWholeSteps = false>
 __device__ __forceinline__ void nvfp4_ring_issue(const Nvfp4RingSrc<kTiles>& src, int64_t k_chunks, int64_t s,
                                                  int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st) {
   const int lane = threadIdx.x % kWarpSize, t = lane % 4;
+  if constexpr (kWholeSteps) {
+    const uint8_t* w = src.w + int(s) * (4 * kLinearVecBytes);
+    const uint8_t* sc = src.sc + int(s) * 8;  // 4 chunks' 2 scale bytes a k-step
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    if (s + u >= s1) break;  // warp-uniform
-    const int c = int(s + u) * 4 + t, last = int(k_chunks) - 1;
-    const bool ok = c <= last;
-    const int cc = min(c, last);
-    const uint8_t* w = src.w + cc * kLinearVecBytes;
-    const uint8_t* sc = src.sc + 2 * (cc & ~1);  // the chunk pair's 4 scale bytes (k_chunks is even)
+    for (int u = 0; u < kUnroll; ++u) {
+      if (s + u >= s1) break;  // warp-uniform
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i)
+      for (int i = 0; i < kTiles; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        cp_async16(&st.w[u][i][h][lane], w + src.dw[i][h], ok, src.l2_policy);
-        cp_async4(&st.sc[u][i][h][lane], sc + src.ds[i][h], ok);
-      }
+        for (int h = 0; h < 2; ++h) {
+          cp_async16(&st.w[u][i][h][lane], w + u * (4 * kLinearVecBytes) + src.dw[i][h], true, src.l2_policy);
+          cp_async4(&st.sc[u][i][h][lane], sc + u * 8 + src.ds[i][h], true);
+        }
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (s + u >= s1) break;  // warp-uniform
+      const int c = int(s + u) * 4 + t, last = int(k_chunks) - 1;
+      const bool ok = c <= last;
+      const int cc = min(c, last);
+      const uint8_t* w = src.w + cc * kLinearVecBytes;
+      const uint8_t* sc = src.sc + 2 * (cc & ~1);  // the chunk pair's 4 scale bytes (k_chunks is even)
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          cp_async16(&st.w[u][i][h][lane], w + src.dw[i][h], ok, src.l2_policy);
+          cp_async4(&st.sc[u][i][h][lane], sc + src.ds[i][h], ok);
+        }
+    }
   }
   cp_async_commit();
 }
@@ -434,7 +467,8 @@ struct Nvfp4Ring {
 // changes no f32 sum but a -0's sign). wait = false (block-uniform): x is known complete without
 // waiting for the kernel before (the MoE gate_up's shared experts under PDL). kRingStages: the
 // ring's depth (the MoE gate_up may run deeper rings where its blocks' shared memory allows).
-template <int kTiles, int kUnroll, int kRingStages = nvfp4_ring_stages<kTiles, kUnroll>(), class StageX>
+template <int kTiles, int kUnroll, int kRingStages = nvfp4_ring_stages<kTiles, kUnroll>(), bool kWholeSteps = false,
+          class StageX>
 __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wrow)[kTiles][2],
                                                       const uint8_t* const (&srow)[kTiles][2], StageX&& stage_x,
                                                       const uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
@@ -443,9 +477,9 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages of this warp
-  const Nvfp4RingSrc<kTiles> src = nvfp4_ring_src(wrow, srow);
+  const Nvfp4RingSrc<kTiles> src = kWholeSteps ? nvfp4_ring_src_lane(wrow, srow) : nvfp4_ring_src(wrow, srow);
   auto issue = [&](int j, Nvfp4RingStage<kTiles, kUnroll>& st) {
-    nvfp4_ring_issue(src, k_chunks, s0 + int64_t(j) * kUnroll, s1, st);
+    nvfp4_ring_issue<kTiles, kUnroll, kWholeSteps>(src, k_chunks, s0 + int64_t(j) * kUnroll, s1, st);
   };
   Nvfp4Ring<kTiles, kUnroll, kRingStages> r{ring, n};
   r.start(issue);

@@ -90,7 +90,7 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
 // routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
 // (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass. kStagedX: m = 1
-// (p.direct) or 2..8 (p.direct_multi), nvfp4_x1_ok: the step's x rows (m of them) are staged once
+// (p.direct) or 2..8 (p.direct_multi), nvfp4_x1_ok and K % 128 == 0: the step's x rows (m of them) are staged once
 // per block as f16 B fragments (moe_nvfp4_gate_up_staged_bytes), lane g reads its pair's token
 // row, and the weights stream through each warp's shared-memory ring (nvfp4_mma_stream_ring; the
 // same f16 values in the same mma slots, the same sums in the same order as the per-lane path).
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // moe_nvfp4_gate_up_staged_bytes: m rows of x, then the rings
       const int rows = p.direct ? 1 : p.m;
       const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
-      nvfp4_mma_stream_ring<kTiles, kUnroll, kStages>(
+      nvfp4_mma_stream_ring<kTiles, kUnroll, kStages, /*kWholeSteps=*/true>(
           wrow, srow, [&] { moe_stage_h_rows(p.x, p.hidden, rows, k_chunks, k_steps, gate_up_nvfp4_smem); },
           gate_up_nvfp4_smem + token * row_vecs,
           nvfp4_x1_ring<kTiles, kUnroll, kStages>(gate_up_nvfp4_smem, p.hidden, rows),
@@ -602,7 +602,9 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
     if (!p.direct && smem > multi_max)
       return gate_up_launch<kTiles, kUnroll, kWarps, kKSplit>(p, multi_staged, blocks_per_sm, stream);
   }
-  if ((p.direct || (p.direct_multi && multi_staged && smem <= multi_max)) &&
+  // The rings copy whole k-steps (K % 128 == 0: no chunk of a step outside K) and a lane's two
+  // scales as one aligned 4-byte word.
+  if ((p.direct || (p.direct_multi && multi_staged && smem <= multi_max)) && p.hidden % 128 == 0 &&
       nvfp4_x1_ok(p.hidden, p.gate_up.scale_fp8) && p.gate_up.scale_fp8_cols % 4 == 0) {
     // < 0 (the default): at one token, the blocks an SM must hold for the grid to fit in one wave.
     // Registers (80) and shared memory would let 6 share an SM, and placed unevenly some SMs then
