@@ -60,8 +60,10 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
   // Item i = (row r, vector j of the row): one division for the thread's first item, then (r, j)
   // advance by the block's stride (a 64-bit division per item took ~60 instructions, ncu 2026-12-01).
   const int per_row = int(all_steps) * kNvfp4MmaXStepVecs, total = rows * per_row, stride = int(blockDim.x);
-  const int dr = stride / per_row, dj = stride % per_row;
-  int r = int(threadIdx.x) / per_row, j = int(threadIdx.x) % per_row;
+  // A block no wider than a row (the gate_up's x: 128 or 256 threads, rows of >= 256 items): no division.
+  const bool narrow = stride <= per_row;
+  const int dr = narrow ? 0 : stride / per_row, dj = narrow ? stride : stride % per_row;
+  int r = narrow ? 0 : int(threadIdx.x) / per_row, j = narrow ? int(threadIdx.x) : int(threadIdx.x) % per_row;
   for (int i0 = int(threadIdx.x); i0 < total; i0 += kBatch * stride) {
     float4 lo[kBatch], hi[kBatch];
 #pragma unroll
