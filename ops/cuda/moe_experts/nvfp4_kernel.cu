@@ -116,7 +116,7 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
 // SM, 2 stages of 2 k-steps) ~21 KB, short of the ~36 KB the H200's bandwidth-latency product asks
 // of each SM; deeper rings fill the shared memory the one-token launch pads anyway.
 //
-// kCols (an experiment, PEREGRINE_MOE_NVFP4_GATE_UP_COLS=1; staged, one token): the mmas in
+// kCols (an experiment, PEREGRINE_MOE_NVFP4_GATE_UP_COLS=1; staged, one token, one K): the mmas in
 // the column form (nvfp4_mma_tile_cols: the block scales on the f32 sums, not on each weight); its
 // bits differ from the 2..8-token kernels', so a verify step no longer matches decode bit for bit.
 template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1,
@@ -212,6 +212,16 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
           gate_up_nvfp4_smem + token * row_vecs,
           nvfp4_x1_ring<kTiles, kUnroll, kStages>(gate_up_nvfp4_smem, p.hidden, rows), k_chunks, s0,
           j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared, s_zero);
+      if constexpr (kCols) {  // a row's sum: this lane's two columns, then lane t ^ 1's (lane t = 0 writes)
+        static_assert(kKSplit == 1, "the column form with one K");
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i) {
+          float gsum = acc[i][0] + acc[i][1], usum = acc[i][2] + acc[i][3];
+          gsum += __shfl_xor_sync(kFullMask, gsum, 1);
+          usum += __shfl_xor_sync(kFullMask, usum, 1);
+          acc[i][0] = gsum, acc[i][2] = usum;
+        }
+      }
       if constexpr (kKSplit > 1) {  // the second half's sums to the first half's warp
         __shared__ float s_half[kRowWarps][kTiles][4][kWarpSize];
         if (half == 1)
@@ -225,15 +235,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
         for (int i = 0; i < kTiles; ++i)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[i][j] += s_half[warp][i][j][lane];
-      }
-      if constexpr (kCols) {  // a row's sum: this lane's two columns, then lane t ^ 1's (lane t = 0 writes)
-#pragma unroll
-        for (int i = 0; i < kTiles; ++i) {
-          float gsum = acc[i][0] + acc[i][1], usum = acc[i][2] + acc[i][3];
-          gsum += __shfl_xor_sync(kFullMask, gsum, 1);
-          usum += __shfl_xor_sync(kFullMask, usum, 1);
-          acc[i][0] = gsum, acc[i][2] = usum;
-        }
       }
       if (j0 >= p.inter) return;
     } else {
@@ -724,10 +725,8 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, in
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
   const bool default_tile = tile.tiles == 1 && tile.unroll == 2;
   static const bool cols = env_int("PEREGRINE_MOE_NVFP4_GATE_UP_COLS", 0) == 1;
-  if (cols && p.direct && default_tile && (stages == 0 || stages == 2)) {
-    if (k_split == 2) return gate_up_launch<1, 2, 8, 2, 2, true>(p, multi_staged, blocks_per_sm, stream);
-    if (k_split == 1 && warps == 4) return gate_up_launch<1, 2, 4, 1, 2, true>(p, multi_staged, blocks_per_sm, stream);
-  }
+  if (cols && p.direct && default_tile && k_split == 1 && warps == 4 && (stages == 0 || stages == 2))
+    return gate_up_launch<1, 2, 4, 1, 2, true>(p, multi_staged, blocks_per_sm, stream);
   if (stages != 0 && stages != kNvfp4RingStages(tile.tiles, tile.unroll)) {  // deeper rings: the default tile only
     if (!default_tile) return cudaErrorInvalidValue;
     // K in halves: 3 deep at most (8-warp blocks; 4 would leave V3 two blocks an SM).
