@@ -424,63 +424,6 @@ __device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUn
   }
 }
 
-// ---- The column form at one token (an experiment: PEREGRINE_MOE_NVFP4_GATE_UP_COLS=1, the MoE gate_up
-// only; its bits differ from the 2..8-token kernels', so it is not a default) ----
-// At m = 1 the mma's 8 columns hold one token. Here column n holds token 0's x over chunk n only
-// (lane (g, t) supplies B for column g from its chunk t: x where g == t, zeros elsewhere), so D[r][n]
-// is row r's sum over chunk n of one block, and the block scales multiply D in f32 (two FFMAs per
-// output) instead of every weight in f16 (HMUL2 on each A register): the mmas of words 0, 1 (block
-// 0) accumulate into d[0] and of words 2, 3 (block 1) into d[1], from zero each k-step. Lane (g, t)
-// ends with rows g, g + 8 over chunks 2t, 2t + 1 (t < 2; lanes t >= 2 hold empty columns): the
-// row's sum is its two columns plus those of lane t ^ 1. sc[h]: the 4 scale bytes of row g + 8h for
-// chunks 2t, 2t + 1 ([chunk 2t: block 0, 1][chunk 2t + 1: block 0, 1]).
-__device__ __forceinline__ void nvfp4_mma_tile_cols(const uint4 (&w)[2], const uint32_t (&sc)[2],
-                                                    const uint32_t (&b)[4][4], float (&acc)[4]) {
-  float d[2][4] = {};
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    uint32_t lo[4], hi[4];  // rows g, g + 8: the codes alone, exact f16 (code x 2^-14)
-    const uint32_t wlo = q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w;
-    const uint32_t whi = q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w;
-    e2m1x8_to_f16x2(wlo, lo);
-    e2m1x8_to_f16x2(whi, hi);
-    mma_m16n8k16_f16(d[q / 2], lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
-    mma_m16n8k16_f16(d[q / 2], lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {  // row g + 8h: d fragments 2h (column 2t) and 2h + 1 (column 2t + 1)
-    const float2 c0 = f16x2_bits_to_f32(e4m3x2_to_f16x2_bits(sc[h]));     // chunk 2t: blocks 0, 1
-    const float2 c1 = f16x2_bits_to_f32(e4m3x2_hi_to_f16x2_bits(sc[h]));  // chunk 2t + 1
-    acc[2 * h] = fmaf(d[1][2 * h], c0.y, fmaf(d[0][2 * h], c0.x, acc[2 * h]));
-    acc[2 * h + 1] = fmaf(d[1][2 * h + 1], c1.y, fmaf(d[0][2 * h + 1], c1.x, acc[2 * h + 1]));
-  }
-}
-
-// nvfp4_ring_work in the column form: xl is this lane's staged x (token 0's row at chunk t where g ==
-// t, else a zero k-step), xstride its uint4 per k-step (16, or 0 on the zeros).
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_ring_work_cols(const Nvfp4RingStage<kTiles, kUnroll>& st, const uint4* xl,
-                                                     int xstride, int64_t s, int64_t s1, float (&acc)[kTiles][4]) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int sl = (lane & ~3) | ((lane & 1) << 1);  // the lane that copied chunk pair t % 2's scale word
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    if (s + u >= s1) break;  // warp-uniform
-    uint32_t b[4][4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint4 v = xl[int(s + u) * xstride + 4 * q];
-      b[q][0] = v.x, b[q][1] = v.y, b[q][2] = v.z, b[q][3] = v.w;
-    }
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const uint4 w[2] = {st.w[u][i][0][lane], st.w[u][i][1][lane]};
-      const uint32_t sc[2] = {st.sc[u][i][0][sl], st.sc[u][i][1][sl]};
-      nvfp4_mma_tile_cols(w, sc, b, acc[i]);
-    }
-  }
-}
-
 // A warp's ring of kStages slots over its stages 0 .. total - 1 (issue(J, stage) copies stage J
 // and commits its group; J = 0, 1, ... in order): start() puts stages 0 .. kStages - 2 in flight;
 // next(J) issues stage J + kStages - 1 into the slot stage J - 1 used (this lane's own reads of it are done), waits for stage J and
@@ -524,15 +467,13 @@ struct Nvfp4Ring {
 // changes no f32 sum but a -0's sign). wait = false (block-uniform): x is known complete without
 // waiting for the kernel before (the MoE gate_up's shared experts under PDL). kRingStages: the
 // ring's depth (the MoE gate_up may run deeper rings where its blocks' shared memory allows).
-// kCols: one token in the column form (nvfp4_mma_tile_cols; acc as it leaves it), zeros a zero k-step.
 template <int kTiles, int kUnroll, int kRingStages = nvfp4_ring_stages<kTiles, kUnroll>(), bool kWholeSteps = false,
-          bool kCols = false, class StageX>
+          class StageX>
 __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wrow)[kTiles][2],
                                                       const uint8_t* const (&srow)[kTiles][2], StageX&& stage_x,
                                                       const uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
                                                       int64_t k_chunks, int64_t s0, int64_t s1,
-                                                      float (&acc)[kTiles][4], bool wait = true,
-                                                      const uint4* zeros = nullptr) {
+                                                      float (&acc)[kTiles][4], bool wait = true) {
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages of this warp
@@ -545,15 +486,7 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
   if (wait) pdl_wait();
   stage_x();
   __syncthreads();
-  if constexpr (kCols) {  // zeros: a zero k-step of staged x (16 uint4) for the lanes whose column is empty
-    const int lane = threadIdx.x % kWarpSize, t = lane % 4;
-    const bool mine = lane / 4 == t;
-    const uint4* xl = (mine ? xs : zeros) + t;
-    const int xstride = mine ? kNvfp4MmaXStepVecs : 0;
-    for (int j = 0; j < n; ++j) nvfp4_ring_work_cols(r.next(j, issue), xl, xstride, s0 + int64_t(j) * kUnroll, s1, acc);
-  } else {
-    for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
-  }
+  for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
 }
 
 // The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front

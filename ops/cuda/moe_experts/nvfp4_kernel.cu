@@ -115,12 +115,8 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
 // an SM are its warps x (kStages - 1) x kUnroll KB: at moonlight's one-token grid (10.7 warps an
 // SM, 2 stages of 2 k-steps) ~21 KB, short of the ~36 KB the H200's bandwidth-latency product asks
 // of each SM; deeper rings fill the shared memory the one-token launch pads anyway.
-//
-// kCols (an experiment, PEREGRINE_MOE_NVFP4_GATE_UP_COLS=1; staged, one token, one K): the mmas in
-// the column form (nvfp4_mma_tile_cols: the block scales on the f32 sums, not on each weight); its
-// bits differ from the 2..8-token kernels', so a verify step no longer matches decode bit for bit.
 template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1,
-          int kStages = kNvfp4RingStages(kTiles, kUnroll), bool kCols = false>
+          int kStages = kNvfp4RingStages(kTiles, kUnroll)>
 __global__ void __launch_bounds__(kWarps * kWarpSize,
                                   kStagedX && kKSplit > 1  ? 3
                                   : kStagedX && kWarps == 4 ? 5
@@ -202,26 +198,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // moe_nvfp4_gate_up_staged_bytes: m rows of x, then the rings
       const int rows = p.direct ? 1 : p.m;
       const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
-      __shared__ uint4 s_zero[kCols ? kNvfp4MmaXStepVecs : 1];  // kCols: the empty columns' x
-      nvfp4_mma_stream_ring<kTiles, kUnroll, kStages, /*kWholeSteps=*/true, kCols>(
-          wrow, srow,
-          [&] {
-            if (kCols && threadIdx.x < kNvfp4MmaXStepVecs) s_zero[threadIdx.x] = make_uint4(0, 0, 0, 0);
-            moe_stage_h_rows(p.x, p.hidden, rows, k_chunks, k_steps, gate_up_nvfp4_smem);
-          },
+      nvfp4_mma_stream_ring<kTiles, kUnroll, kStages, /*kWholeSteps=*/true>(
+          wrow, srow, [&] { moe_stage_h_rows(p.x, p.hidden, rows, k_chunks, k_steps, gate_up_nvfp4_smem); },
           gate_up_nvfp4_smem + token * row_vecs,
-          nvfp4_x1_ring<kTiles, kUnroll, kStages>(gate_up_nvfp4_smem, p.hidden, rows), k_chunks, s0,
-          j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared, s_zero);
-      if constexpr (kCols) {  // a row's sum: this lane's two columns, then lane t ^ 1's (lane t = 0 writes)
-        static_assert(kKSplit == 1, "the column form with one K");
-#pragma unroll
-        for (int i = 0; i < kTiles; ++i) {
-          float gsum = acc[i][0] + acc[i][1], usum = acc[i][2] + acc[i][3];
-          gsum += __shfl_xor_sync(kFullMask, gsum, 1);
-          usum += __shfl_xor_sync(kFullMask, usum, 1);
-          acc[i][0] = gsum, acc[i][2] = usum;
-        }
-      }
+          nvfp4_x1_ring<kTiles, kUnroll, kStages>(gate_up_nvfp4_smem, p.hidden, rows),
+          k_chunks, s0, j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared);
       if constexpr (kKSplit > 1) {  // the second half's sums to the first half's warp
         __shared__ float s_half[kRowWarps][kTiles][4][kWarpSize];
         if (half == 1)
@@ -608,7 +589,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 // kWarps / 2 warps streaming both halves: the same grid. kStages: the staged kernel's ring depth;
 // a 2..8-token launch whose deeper rings do not fit takes the default depth.
 template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1,
-          int kStages = kNvfp4RingStages(kTiles, kUnroll), bool kCols = false>
+          int kStages = kNvfp4RingStages(kTiles, kUnroll)>
 cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps / kKSplit * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -642,7 +623,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
     if (blocks_per_sm > 0 && per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
-    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit, kStages, kCols>;
+    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit, kStages>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize), smem, stream, p);
         e != cudaSuccess)
@@ -724,9 +705,6 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, in
                                      int blocks_per_sm, int stages, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
   const bool default_tile = tile.tiles == 1 && tile.unroll == 2;
-  static const bool cols = env_int("PEREGRINE_MOE_NVFP4_GATE_UP_COLS", 0) == 1;
-  if (cols && p.direct && default_tile && k_split == 1 && warps == 4 && (stages == 0 || stages == 2))
-    return gate_up_launch<1, 2, 4, 1, 2, true>(p, multi_staged, blocks_per_sm, stream);
   if (stages != 0 && stages != kNvfp4RingStages(tile.tiles, tile.unroll)) {  // deeper rings: the default tile only
     if (!default_tile) return cudaErrorInvalidValue;
     // K in halves: 3 deep at most (8-warp blocks; 4 would leave V3 two blocks an SM).
