@@ -54,7 +54,7 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 //
 // defer_to (optional): asks for the deferred form. Where the plan allows it (the lean CUDA-core
 // kernel with more than one split: mla_attention_defer_ok; the tensor-core kernel's vector
-// instantiation likewise where PEREGRINE_ATTENTION_DEFER_TC=1: mla_attention_tc_defer_ok) the
+// instantiation likewise unless PEREGRINE_ATTENTION_DEFER_TC=0: mla_attention_tc_defer_ok) the
 // splits leave their partials in the workspace uncombined, o_lat is not written, and *defer_to
 // describes them (deferred = true) for
 // head_linear_combine (mla_ops.h), which must run next on the stream; elsewhere the attention

@@ -185,7 +185,7 @@ struct MlaPartials {
 // kernel at 32-row chunks with more than one split. Defined in mla_attention.cu.
 bool mla_attention_defer_ok(const MlaAttentionParams& p);
 // The same for the tensor-core kernel (its vector instantiation with more than one split; defined in
-// mla_attention_tc.cu). Taken only where attention_defer_tc() (PEREGRINE_ATTENTION_DEFER_TC=1) asks.
+// mla_attention_tc.cu). Taken unless PEREGRINE_ATTENTION_DEFER_TC=0 (attention_defer_tc()).
 bool mla_attention_tc_defer_ok(const MlaAttentionParams& p);
 
 // Shared memory floats of one block (rows: the chunk's, 32 or 16): sQ [heads][dp] | work |

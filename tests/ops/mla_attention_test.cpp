@@ -397,7 +397,7 @@ TEST_P(MlaAttentionDeferredCuda, MatchesCpu) {
   uv.y = dy.data(), uv.y_row_stride = H * V, uv.y_head_stride = V, uv.m = m, uv.n_heads = H, uv.n = V, uv.k = R;
   ASSERT_TRUE(cuda::head_linear_combine_ok(uv)) << c.name;
 
-  // The CUDA-core kernel, then the tensor-core one (deferred only where PEREGRINE_ATTENTION_DEFER_TC=1;
+  // The CUDA-core kernel, then the tensor-core one (deferred unless PEREGRINE_ATTENTION_DEFER_TC=0;
   // its plan splits these contexts as the CUDA-core one does: more than one split where that has).
   auto run_and_check = [&](const char* tag, cuda::MlaCores cores) {
     const bool tc = cores == cuda::MlaCores::kTensor;

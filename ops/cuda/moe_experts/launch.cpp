@@ -94,8 +94,7 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8; gate_up at 2..8 tokens with x read
 // per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; at most N staged gate_up blocks per SM:
-// PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token); its
-// rings N stages deep: PEREGRINE_MOE_NVFP4_GATE_UP_STAGES=N (3, 4; the default tile). FP8 at decode
+// PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token). FP8 at decode
 // sizes on the f32-x kernels instead of the tensor cores: PEREGRINE_MOE_FP8_MMA=0; its m = 1 down with h per
 // lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0, with N 16-row tiles per warp: PEREGRINE_MOE_FP8_DOWN_TILES=N (1, 2);
 // its gate_up with x per lane: PEREGRINE_MOE_FP8_GATE_UP_STAGED=0.
@@ -116,8 +115,6 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.down_multi_ring = !(mr && mr[0] == '0');
     const char* bs = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM");
     r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : -1;
-    const char* gs = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_STAGES");
-    r.gate_up_stages = gs ? std::max(0, std::atoi(gs)) : 0;
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
     r.gate_up_warps = gw ? std::atoi(gw) : 0;
     const char* fm = std::getenv("PEREGRINE_MOE_FP8_MMA");
@@ -226,8 +223,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
           "set PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1 to sweep tiles",
           t.tiles, t.unroll);
     PG_CUDA_TRY(
-        launch_moe_gate_up_nvfp4(p, t, warps, k_split, v.gate_up_multi_staged, v.gate_up_blocks_per_sm,
-                                 v.gate_up_stages, stream));
+        launch_moe_gate_up_nvfp4(p, t, warps, k_split, v.gate_up_multi_staged, v.gate_up_blocks_per_sm, stream));
   } else if (gu_fp8) {
     PG_CUDA_TRY(launch_moe_gate_up_fp8(p, v.fp8_gate_up_staged, stream));
   } else {

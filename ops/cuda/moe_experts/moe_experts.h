@@ -62,9 +62,6 @@ struct MoeNvfp4Variant {
   // Staged gate_up blocks per SM at most: > 0 that many, < 0 the one-token grid's ceil(blocks / SMs)
   // (the default), 0 no cap (nvfp4_params.h; moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM).
   int gate_up_blocks_per_sm = -1;
-  // The staged gate_up's ring depth per warp: 0 the default (config.h's kNvfp4RingStages), else 3 or
-  // 4 (the default tile; moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_STAGES).
-  int gate_up_stages = 0;
   // FP8 stacks on the f16 tensor cores (fp8_kernel.cu; ops::fp8_experts_mma), at every step size: on
   // unless PEREGRINE_MOE_FP8_MMA=0 (an A/B switch: the CPU emulation assumes it on); the m = 1 down
   // with every slot's h staged per block unless PEREGRINE_MOE_FP8_DOWN_STAGED=0; gate_up with the

@@ -109,14 +109,7 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
 // moonlight's one-token grid 10.7 warps an SM did not hide the unpack's dependent chains: ncu, 16%
 // occupancy, 52% of cycles with no eligible warp); per lane, one warp streams both halves into
 // two sums. The same bits on every path for a given split.
-//
-// kStages (staged): the depth of each warp's ring (moe_nvfp4_gate_up_stages). A warp has
-// kStages - 1 stages of kUnroll k-steps in flight while it multiplies one, so the bytes in flight
-// an SM are its warps x (kStages - 1) x kUnroll KB: at moonlight's one-token grid (10.7 warps an
-// SM, 2 stages of 2 k-steps) ~21 KB, short of the ~36 KB the H200's bandwidth-latency product asks
-// of each SM; deeper rings fill the shared memory the one-token launch pads anyway.
-template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1,
-          int kStages = kNvfp4RingStages(kTiles, kUnroll)>
+template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1>
 __global__ void __launch_bounds__(kWarps * kWarpSize,
                                   kStagedX && kKSplit > 1  ? 3
                                   : kStagedX && kWarps == 4 ? 5
@@ -198,10 +191,9 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // moe_nvfp4_gate_up_staged_bytes: m rows of x, then the rings
       const int rows = p.direct ? 1 : p.m;
       const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
-      nvfp4_mma_stream_ring<kTiles, kUnroll, kStages, /*kWholeSteps=*/true>(
+      nvfp4_mma_stream_ring<kTiles, kUnroll, nvfp4_ring_stages<kTiles, kUnroll>(), /*kWholeSteps=*/true>(
           wrow, srow, [&] { moe_stage_h_rows(p.x, p.hidden, rows, k_chunks, k_steps, gate_up_nvfp4_smem); },
-          gate_up_nvfp4_smem + token * row_vecs,
-          nvfp4_x1_ring<kTiles, kUnroll, kStages>(gate_up_nvfp4_smem, p.hidden, rows),
+          gate_up_nvfp4_smem + token * row_vecs, nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden, rows),
           k_chunks, s0, j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared);
       if constexpr (kKSplit > 1) {  // the second half's sums to the first half's warp
         __shared__ float s_half[kRowWarps][kTiles][4][kWarpSize];
@@ -586,24 +578,17 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 }
 
 // kKSplit = 2: the staged kernel at kWarps warps (kWarps / 2 rows' warps), the per-lane one at
-// kWarps / 2 warps streaming both halves: the same grid. kStages: the staged kernel's ring depth;
-// a 2..8-token launch whose deeper rings do not fit takes the default depth.
-template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1,
-          int kStages = kNvfp4RingStages(kTiles, kUnroll)>
+// kWarps / 2 warps streaming both halves: the same grid.
+template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1>
 cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps / kKSplit * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared * p.shared_slots), unsigned(moe_gate_up_splits(p.m)));
   // x staged per block: m = 1 always; 2..8 tokens where the m rows leave room for 4 blocks per SM.
   const int rows = p.direct ? 1 : p.m;
-  size_t smem = moe_nvfp4_gate_up_staged_bytes(rows, p.hidden, kWarps, kTiles, kUnroll, kStages);
+  size_t smem = moe_nvfp4_gate_up_staged_bytes(rows, p.hidden, kWarps, kTiles, kUnroll);
   const size_t multi_max =
       kKSplit > 1 ? kMoeNvfp4GateUpSplitMultiStagedMaxBytes : kMoeNvfp4GateUpMultiStagedMaxBytes;
-  constexpr int kDefaultStages = kNvfp4RingStages(kTiles, kUnroll);
-  if constexpr (kStages != kDefaultStages) {
-    if (!p.direct && smem > multi_max)
-      return gate_up_launch<kTiles, kUnroll, kWarps, kKSplit>(p, multi_staged, blocks_per_sm, stream);
-  }
   // The rings copy whole k-steps (K % 128 == 0: no chunk of a step outside K) and a lane's two
   // scales as one aligned 4-byte word.
   if ((p.direct || (p.direct_multi && multi_staged && smem <= multi_max)) && p.hidden % 128 == 0 &&
@@ -623,7 +608,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
     if (blocks_per_sm > 0 && per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
-    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit, kStages>;
+    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize), smem, stream, p);
         e != cudaSuccess)
@@ -702,17 +687,9 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, int k_split, bool multi_staged,
-                                     int blocks_per_sm, int stages, cudaStream_t stream) {
+                                     int blocks_per_sm, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
   const bool default_tile = tile.tiles == 1 && tile.unroll == 2;
-  if (stages != 0 && stages != kNvfp4RingStages(tile.tiles, tile.unroll)) {  // deeper rings: the default tile only
-    if (!default_tile) return cudaErrorInvalidValue;
-    // K in halves: 3 deep at most (8-warp blocks; 4 would leave V3 two blocks an SM).
-    if (k_split == 2 && stages >= 3) return gate_up_launch<1, 2, 8, 2, 3>(p, multi_staged, blocks_per_sm, stream);
-    if (k_split == 1 && warps == 4 && stages == 3) return gate_up_launch<1, 2, 4, 1, 3>(p, multi_staged, blocks_per_sm, stream);
-    if (k_split == 1 && warps == 4 && stages == 4) return gate_up_launch<1, 2, 4, 1, 4>(p, multi_staged, blocks_per_sm, stream);
-    return cudaErrorInvalidValue;
-  }
   if (k_split == 2) {  // instantiated for the default tile at 4 rows' warps a block (whatever `warps` says)
     if (default_tile) return gate_up_launch<1, 2, 8, 2>(p, multi_staged, blocks_per_sm, stream);
     return cudaErrorInvalidValue;

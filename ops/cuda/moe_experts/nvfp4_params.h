@@ -38,11 +38,9 @@ constexpr int kMoeNvfp4GateUpWarps = 4;
 // (or PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0), lane g reads its token's x from L2 at every k-step.
 // Measured (H200, 2026-12-01, 2d9cffb, one call): moonlight nvfp4 verify k = 1 / 2 / 3 2.569 / 3.225 /
 // 3.580 ms staged, 2.759 / 3.396 / 3.713 per lane; the 2-token launch 22.2 vs 30.5 us under ncu.
-// stages: each warp's ring depth (0: kNvfp4RingStages).
-inline size_t moe_nvfp4_gate_up_staged_bytes(int rows, int64_t k, int warps, int tiles, int unroll, int stages = 0) {
+inline size_t moe_nvfp4_gate_up_staged_bytes(int rows, int64_t k, int warps, int tiles, int unroll) {
   return size_t(rows) * size_t((k / 32 + 3) / 4 * kNvfp4X1StepBytes) +
-         size_t(warps) * size_t(stages > 0 ? stages : kNvfp4RingStages(tiles, unroll)) *
-             size_t(kNvfp4RingStageBytes * tiles * unroll);
+         size_t(warps) * size_t(kNvfp4RingStages(tiles, unroll)) * size_t(kNvfp4RingStageBytes * tiles * unroll);
 }
 constexpr size_t kMoeNvfp4GateUpMultiStagedMaxBytes = size_t(55) << 10;
 // gate_up's K in halves (moe_gate_up_nvfp4_kernel's kKSplit): 1 or 2, from the shape alone, so every
@@ -120,11 +118,8 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 // blocks_per_sm > 0: the staged kernel's shared memory padded so that at most that many blocks fit
 // an SM; < 0: at one token, ceil(blocks / SMs) (one even wave), else no padding; 0: none
 // (PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N sets it).
-// stages: the staged kernel's ring depth, 0 the default (kNvfp4RingStages); deeper rings are
-// instantiated for the default tile only: 3 or 4 at 4 warps, 3 with K in halves (4 runs 3 there)
-// (PEREGRINE_MOE_NVFP4_GATE_UP_STAGES=N sets it).
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, int k_split, bool multi_staged,
-                                     int blocks_per_sm, int stages, cudaStream_t stream);
+                                     int blocks_per_sm, cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
 // staged per block when `staged` and moe_nvfp4_down_staged_bytes fits, or the weights prefetched
 // (the kPrefetch mode) when `prefetch` and moe_nvfp4_down_prefetch_bytes fits;
