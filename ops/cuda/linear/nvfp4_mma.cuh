@@ -465,10 +465,9 @@ struct Nvfp4Ring {
 // staged row (m = 1: the block's one row; the MoE gate_up at 2..8 tokens: its pair's token). Steps
 // past s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's (adding +0
 // changes no f32 sum but a -0's sign). wait = false (block-uniform): x is known complete without
-// waiting for the kernel before (the MoE gate_up's shared experts under PDL). kRingStages: the
-// ring's depth (the MoE gate_up may run deeper rings where its blocks' shared memory allows).
-template <int kTiles, int kUnroll, int kRingStages = nvfp4_ring_stages<kTiles, kUnroll>(), bool kWholeSteps = false,
-          class StageX>
+// waiting for the kernel before (the MoE gate_up's shared experts under PDL). kWholeSteps:
+// nvfp4_ring_issue's (the caller guarantees k_chunks % 4 == 0).
+template <int kTiles, int kUnroll, bool kWholeSteps = false, class StageX>
 __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wrow)[kTiles][2],
                                                       const uint8_t* const (&srow)[kTiles][2], StageX&& stage_x,
                                                       const uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
@@ -481,7 +480,7 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
   auto issue = [&](int j, Nvfp4RingStage<kTiles, kUnroll>& st) {
     nvfp4_ring_issue<kTiles, kUnroll, kWholeSteps>(src, k_chunks, s0 + int64_t(j) * kUnroll, s1, st);
   };
-  Nvfp4Ring<kTiles, kUnroll, kRingStages> r{ring, n};
+  Nvfp4Ring<kTiles, kUnroll> r{ring, n};
   r.start(issue);
   if (wait) pdl_wait();
   stage_x();
@@ -490,11 +489,11 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
 }
 
 // The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front
-// (nvfp4_x1_smem_bytes: one), then warp w's ring of kRingStages stages.
-template <int kTiles, int kUnroll, int kRingStages = nvfp4_ring_stages<kTiles, kUnroll>()>
+// (nvfp4_x1_smem_bytes: one), then warp w's ring.
+template <int kTiles, int kUnroll>
 __device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k, int rows = 1) {
   return reinterpret_cast<Nvfp4RingStage<kTiles, kUnroll>*>(smem + rows * ((k / 32 + 3) / 4 * kNvfp4MmaXStepVecs)) +
-         (threadIdx.x / kWarpSize) * kRingStages;
+         (threadIdx.x / kWarpSize) * nvfp4_ring_stages<kTiles, kUnroll>();
 }
 
 // The d fragments' output: row g + 8 (j / 2) of tile i, token 2t + j % 2 (m = 1: token 0 only,

@@ -92,8 +92,8 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
 // routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
 // (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass. kStagedX: m = 1
-// (p.direct) or 2..8 (p.direct_multi), nvfp4_x1_ok and K % 128 == 0: the step's x rows (m of them) are staged once
-// per block as f16 B fragments (moe_nvfp4_gate_up_staged_bytes), lane g reads its pair's token
+// (p.direct) or 2..8 (p.direct_multi), nvfp4_x1_ok, K % 128 == 0: the step's x rows (m of them) are staged
+// once per block as f16 B fragments (moe_nvfp4_gate_up_staged_bytes), lane g reads its pair's token
 // row, and the weights stream through each warp's shared-memory ring (nvfp4_mma_stream_ring; the
 // same f16 values in the same mma slots, the same sums in the same order as the per-lane path).
 // A slot has at most m <= 8 pairs, one pass of the mma's 8 columns. Per lane (!kStagedX), lane g
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // moe_nvfp4_gate_up_staged_bytes: m rows of x, then the rings
       const int rows = p.direct ? 1 : p.m;
       const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
-      nvfp4_mma_stream_ring<kTiles, kUnroll, nvfp4_ring_stages<kTiles, kUnroll>(), /*kWholeSteps=*/true>(
+      nvfp4_mma_stream_ring<kTiles, kUnroll, /*kWholeSteps=*/true>(
           wrow, srow, [&] { moe_stage_h_rows(p.x, p.hidden, rows, k_chunks, k_steps, gate_up_nvfp4_smem); },
           gate_up_nvfp4_smem + token * row_vecs, nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden, rows),
           k_chunks, s0, j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared);
@@ -689,14 +689,13 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, int k_split, bool multi_staged,
                                      int blocks_per_sm, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
-  const bool default_tile = tile.tiles == 1 && tile.unroll == 2;
   if (k_split == 2) {  // instantiated for the default tile at 4 rows' warps a block (whatever `warps` says)
-    if (default_tile) return gate_up_launch<1, 2, 8, 2>(p, multi_staged, blocks_per_sm, stream);
+    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 8, 2>(p, multi_staged, blocks_per_sm, stream);
     return cudaErrorInvalidValue;
   }
   if (k_split != 1) return cudaErrorInvalidValue;
   if (warps == 4) {  // instantiated for one tile, unroll 2 (the default) and 4
-    if (default_tile) return gate_up_launch<1, 2, 4>(p, multi_staged, blocks_per_sm, stream);
+    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, multi_staged, blocks_per_sm, stream);
     if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, multi_staged, blocks_per_sm, stream);
     return cudaErrorInvalidValue;
   }
