@@ -499,7 +499,8 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
   if (wait) pdl_wait();
   stage_x();
   __syncthreads();
-  for (int j = 0; j < n; ++j) nvfp4_ring_work<kTiles, kUnroll, kChains>(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
+  for (int j = 0; j < n; ++j)
+    nvfp4_ring_work<kTiles, kUnroll, kChains>(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
 }
 
 // The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front

@@ -321,7 +321,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
     const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
-    for (int j = 0; j < n; ++j) nvfp4_ring_work<kTiles, kUnroll, kChains>(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc);
+    for (int j = 0; j < n; ++j)
+      nvfp4_ring_work<kTiles, kUnroll, kChains>(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc);
   } else {
     if constexpr (kMode == MoeDownMode::kStaged) {
       extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
