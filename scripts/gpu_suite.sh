@@ -172,7 +172,8 @@ note "build (GPU targets): rc=$gpu_build_rc, $(($(date +%s) - tb)) s"
 # The A/B baseline (section 5a) builds in the background from here, at low priority, while the GPU
 # tests run (they leave most cores idle): in session 18 a baseline built after them ran out of budget.
 AB_PID=""
-if [ -n "${PG_SUITE_AB_BASE:-}" ]; then
+# A baseline of files only (scripts/ab_base.sh --files: ab-files.txt) is built in section 5a instead.
+if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ ! -f "$PG_SUITE_AB_BASE/ab-files.txt" ]; then
   AB_BUILD="$(cd "$PG_SUITE_AB_BASE" && pwd)/build-ab"
   rm -rf "$AB_BUILD"
   ( cmake -S "$PG_SUITE_AB_BASE" -B "$AB_BUILD" "${CMAKE_ARGS[@]}" >"$OUT/ab_configure.log" 2>&1 &&
@@ -269,10 +270,30 @@ else
 fi
 
 # ---- 5a. A/B against a baseline tree (PG_SUITE_AB_BASE=DIR, made by scripts/ab_base.sh SHA and carried):
-# its `peregrine` built here (in the background since section 4), then run alternately with this build's at batch 1 over PG_SUITE_AB_BENCHES
+# its `peregrine` built here (in the background since section 4; a baseline of files only, ab_base.sh
+# --files, incrementally here), then run alternately with this build's at batch 1 over PG_SUITE_AB_BENCHES
 # ("NAME:DTYPE:LAYERS ...") for PG_SUITE_AB_ROUNDS rounds: machines vary 2-3% between calls, not within one.
 AB_BENCHES=${PG_SUITE_AB_BENCHES-"moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4 deepseek-v3:fp8:4"}
 ab_rc=1
+# A baseline of files only: this tree's versions of them kept aside, the baseline's swapped in, `peregrine`
+# rebuilt incrementally into a copy, then this tree's versions back and this build's `peregrine` restored
+# (the objects the swap rebuilt are older than the restored sources: a later build redoes them).
+if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -f "$PG_SUITE_AB_BASE/ab-files.txt" ] && [ -x "$PEREGRINE" ] && [ "$(left)" -gt 90 ]; then
+  AB_BUILD="$BUILD/ab-bin"  # not under OUT: the device call would send the binaries back
+  ABF="$(cd "$PG_SUITE_AB_BASE" && pwd)"
+  mkdir -p "$AB_BUILD/head"
+  cp -p "$PEREGRINE" "$AB_BUILD/peregrine-head"
+  tb=$(date +%s)
+  while read -r f; do
+    mkdir -p "$AB_BUILD/head/$(dirname "$f")" && cp -p "$ROOT/$f" "$AB_BUILD/head/$f" && cp "$ABF/tree/$f" "$ROOT/$f"
+  done <"$ABF/ab-files.txt"
+  timeout $(( $(left) - 60 )) ninja -C "$BUILD" -j "$NPROC" peregrine >"$OUT/ab_build.log" 2>&1
+  ab_rc=$?
+  [ "$ab_rc" -eq 0 ] && cp -p "$PEREGRINE" "$AB_BUILD/peregrine"
+  while read -r f; do cp "$AB_BUILD/head/$f" "$ROOT/$f" && touch "$ROOT/$f"; done <"$ABF/ab-files.txt"
+  cp -p "$AB_BUILD/peregrine-head" "$PEREGRINE"
+  note "A/B baseline ($(wc -l <"$ABF/ab-files.txt") files swapped in): rc=$ab_rc, $(($(date +%s) - tb)) s"
+fi
 if [ -n "$AB_PID" ]; then
   # The background build: waited for while time is left (its own cap: the time the sweep needs).
   while kill -0 "$AB_PID" 2>/dev/null && [ "$(left)" -gt 90 ]; do sleep 2; done
