@@ -56,15 +56,10 @@ __device__ __forceinline__ void nvfp4_mma_x(const float* xc, bool ok, uint32_t (
 
 // One k-step of one 16-row tile: w[0] / w[1] the 32 codes of rows g / g + 8, sc[0] / sc[1] their
 // two e4m3 block scales (low byte: codes 0..15 = words 0, 1); acc += A · B. kDirectUnpack: the
-// unpack with fewer live registers (vec.cuh; same bits). kChains = 2 (an experiment: the one-token
-// MoE kernels behind PEREGRINE_MOE_NVFP4_GATE_UP_CHAINS / _DOWN_CHAINS): words 0, 1 accumulate into
-// acc and words 2, 3 into a sum from zero added at the end, two chains of 4 mmas a k-step instead
-// of one of 8 (another summing order: its bits differ from the kernels that do not use it).
-template <bool kDirectUnpack, int kChains = 1>
+// unpack with fewer live registers (vec.cuh; same bits).
+template <bool kDirectUnpack>
 __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32_t (&sc)[2], const uint32_t (&b)[4][4],
                                                float (&acc)[4]) {
-  static_assert(kChains == 1 || kChains == 2, "one or two accumulate chains");
-  float hi_sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // kChains == 2: words 2, 3
   uint32_t s[2][2];  // [row half][scale block] the block scale in both f16 halves
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -89,17 +84,8 @@ __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32
       lo[i] = hmul2_bits(lo[i], s[0][q / 2]);
       hi[i] = hmul2_bits(hi[i], s[1][q / 2]);
     }
-    if (kChains == 2 && q >= 2) {
-      mma_m16n8k16_f16(hi_sum, lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
-      mma_m16n8k16_f16(hi_sum, lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
-    } else {
-      mma_m16n8k16_f16(acc, lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
-      mma_m16n8k16_f16(acc, lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
-    }
-  }
-  if constexpr (kChains == 2) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[j] += hi_sum[j];
+    mma_m16n8k16_f16(acc, lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
+    mma_m16n8k16_f16(acc, lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
   }
 }
 
@@ -419,8 +405,8 @@ __device__ __forceinline__ void nvfp4_ring_issue(const uint8_t* const (&wrow)[kT
   nvfp4_ring_issue(nvfp4_ring_src(wrow, srow), k_chunks, s, s1, st);
 }
 
-// The mmas of k-steps [s, min(s + kUnroll, s1)) from stage st and the staged x (kChains: nvfp4_mma_tile's).
-template <int kTiles, int kUnroll, int kChains = 1>
+// The mmas of k-steps [s, min(s + kUnroll, s1)) from stage st and the staged x.
+template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUnroll>& st, const uint4* xs, int64_t s,
                                                 int64_t s1, float (&acc)[kTiles][4]) {
   const int lane = threadIdx.x % kWarpSize, shift = 16 * (lane % 2);  // t % 2: the high scale pair
@@ -433,7 +419,7 @@ __device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUn
     for (int i = 0; i < kTiles; ++i) {
       const uint4 w[2] = {st.w[u][i][0][lane], st.w[u][i][1][lane]};
       const uint32_t sc[2] = {st.sc[u][i][0][lane] >> shift, st.sc[u][i][1][lane] >> shift};
-      nvfp4_mma_tile<false, kChains>(w, sc, b, acc[i]);
+      nvfp4_mma_tile<false>(w, sc, b, acc[i]);
     }
   }
 }
@@ -480,8 +466,8 @@ struct Nvfp4Ring {
 // past s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's (adding +0
 // changes no f32 sum but a -0's sign). wait = false (block-uniform): x is known complete without
 // waiting for the kernel before (the MoE gate_up's shared experts under PDL). kWholeSteps:
-// nvfp4_ring_issue's (the caller guarantees k_chunks % 4 == 0); kChains: nvfp4_mma_tile's.
-template <int kTiles, int kUnroll, bool kWholeSteps = false, int kChains = 1, class StageX>
+// nvfp4_ring_issue's (the caller guarantees k_chunks % 4 == 0).
+template <int kTiles, int kUnroll, bool kWholeSteps = false, class StageX>
 __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wrow)[kTiles][2],
                                                       const uint8_t* const (&srow)[kTiles][2], StageX&& stage_x,
                                                       const uint4* xs, Nvfp4RingStage<kTiles, kUnroll>* ring,
@@ -499,8 +485,7 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
   if (wait) pdl_wait();
   stage_x();
   __syncthreads();
-  for (int j = 0; j < n; ++j)
-    nvfp4_ring_work<kTiles, kUnroll, kChains>(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
+  for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
 }
 
 // The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front

@@ -109,10 +109,7 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
 // moonlight's one-token grid 10.7 warps an SM did not hide the unpack's dependent chains: ncu, 16%
 // occupancy, 52% of cycles with no eligible warp); per lane, one warp streams both halves into
 // two sums. The same bits on every path for a given split.
-//
-// kChains = 2 (an experiment, PEREGRINE_MOE_NVFP4_GATE_UP_CHAINS=2; staged, one token): each k-step's
-// mmas in two accumulate chains (nvfp4_mma_tile); its bits differ from the 2..8-token kernels'.
-template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1, int kChains = 1>
+template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1>
 __global__ void __launch_bounds__(kWarps * kWarpSize,
                                   kStagedX && kKSplit > 1  ? 3
                                   : kStagedX && kWarps == 4 ? 5
@@ -194,7 +191,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // moe_nvfp4_gate_up_staged_bytes: m rows of x, then the rings
       const int rows = p.direct ? 1 : p.m;
       const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
-      nvfp4_mma_stream_ring<kTiles, kUnroll, /*kWholeSteps=*/true, kChains>(
+      nvfp4_mma_stream_ring<kTiles, kUnroll, /*kWholeSteps=*/true>(
           wrow, srow, [&] { moe_stage_h_rows(p.x, p.hidden, rows, k_chunks, k_steps, gate_up_nvfp4_smem); },
           gate_up_nvfp4_smem + token * row_vecs, nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden, rows),
           k_chunks, s0, j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared);
@@ -269,10 +266,7 @@ enum class MoeDownMode { kPerLane, kStaged, kPrefetch };
 // SMs gate_up leaves room on and fetch their 100-200 KB while gate_up runs; after gate_up only h,
 // the mmas and the sums remain. The default where the grid fits one block per SM (down_direct_launch).
 // All three modes: the same f16 values in the same mma slots, the same sums, the same bits.
-//
-// kChains = 2 (an experiment, PEREGRINE_MOE_NVFP4_DOWN_CHAINS=2; kPrefetch only): the mmas in two
-// accumulate chains (nvfp4_mma_tile); its bits differ from the 2..8-token kernel's.
-template <int kTiles, int kUnroll, MoeDownMode kMode, int kChains = 1>
+template <int kTiles, int kUnroll, MoeDownMode kMode>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kMmaRows * kTiles;
@@ -321,8 +315,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
     const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
-    for (int j = 0; j < n; ++j)
-      nvfp4_ring_work<kTiles, kUnroll, kChains>(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc);
+    for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc);
   } else {
     if constexpr (kMode == MoeDownMode::kStaged) {
       extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
@@ -585,8 +578,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 }
 
 // kKSplit = 2: the staged kernel at kWarps warps (kWarps / 2 rows' warps), the per-lane one at
-// kWarps / 2 warps streaming both halves: the same grid. kChains: the staged one-token kernel's.
-template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1, int kChains = 1>
+// kWarps / 2 warps streaming both halves: the same grid.
+template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1>
 cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps / kKSplit * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -615,7 +608,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
     if (blocks_per_sm > 0 && per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
-    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit, kChains>;
+    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize), smem, stream, p);
         e != cudaSuccess)
@@ -631,7 +624,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
   return cudaGetLastError();
 }
 
-template <int kTiles, int kUnroll, int kChains = 1>
+template <int kTiles, int kUnroll>
 cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool prefetch, cudaStream_t stream) {
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int64_t rows_per_block = int64_t(kMmaRows) * kTiles;
@@ -643,7 +636,7 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool pref
       p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_down_prefetch_bytes counts the ring's stage size");
-    constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPrefetch, kChains>;
+    constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPrefetch>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     return launch_pdl(kKernel, grid, block, pb, stream, p);
   }
@@ -696,12 +689,6 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, int k_split, bool multi_staged,
                                      int blocks_per_sm, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
-  // An experiment (bits unlike the 2..8-token kernels'): the one-token default tile in two chains.
-  static const bool chains = env_int("PEREGRINE_MOE_NVFP4_GATE_UP_CHAINS", 1) == 2;
-  if (chains && p.direct && tile.tiles == 1 && tile.unroll == 2) {
-    if (k_split == 2) return gate_up_launch<1, 2, 8, 2, 2>(p, multi_staged, blocks_per_sm, stream);
-    if (k_split == 1 && warps == 4) return gate_up_launch<1, 2, 4, 1, 2>(p, multi_staged, blocks_per_sm, stream);
-  }
   if (k_split == 2) {  // instantiated for the default tile at 4 rows' warps a block (whatever `warps` says)
     if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 8, 2>(p, multi_staged, blocks_per_sm, stream);
     return cudaErrorInvalidValue;
@@ -726,10 +713,6 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, in
 cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, MmaTile tile, bool staged, bool prefetch,
                                   bool multi_ring, cudaStream_t stream) {
   if (p.direct) {
-    // An experiment (bits unlike the 2..8-token kernel's): the prefetching one-token down in two chains.
-    static const bool chains = env_int("PEREGRINE_MOE_NVFP4_DOWN_CHAINS", 1) == 2;
-    if (chains && tile.tiles == 1 && tile.unroll == 2 && prefetch)
-      return down_direct_launch<1, 2, 2>(p, staged, prefetch, stream);
     switch (tile.tiles * 16 + tile.unroll) {
       case 16 + 1: return down_direct_launch<1, 1>(p, staged, prefetch, stream);
       case 16 + 2: return down_direct_launch<1, 2>(p, staged, prefetch, stream);
