@@ -229,9 +229,8 @@ __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t 
   nvfp4_mma_stage_x_rows(x, 0, 1, k_chunks, k_steps, xs);
 }
 
-// Step s's B fragments from the staged x.
-__device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, uint32_t (&b)[4][4]) {
-  const int t = threadIdx.x % 4;
+// Step s's B fragments from the staged x (t: this lane's column, lane % 4).
+__device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, uint32_t (&b)[4][4], int t) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const uint4 v = xs[s * kNvfp4MmaXStepVecs + 4 * q + t];
@@ -253,7 +252,7 @@ __device__ __forceinline__ void nvfp4_mma_work_x1_regs(const Nvfp4MmaStage<kTile
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     uint32_t b[4][4] = {};
-    if (s + u < s1) nvfp4_mma_x_staged(xs, s + u, b);
+    if (s + u < s1) nvfp4_mma_x_staged(xs, s + u, b, int(threadIdx.x % 4));
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<false>(st.w[u][i], st.sc[u][i], b, acc[i]);
   }
@@ -362,8 +361,8 @@ __device__ __forceinline__ Nvfp4RingSrc<kTiles> nvfp4_ring_src_lane(const uint8_
 // below s1 is inside K: no clamp and no zero fill, a stage's sources one offset from the lane's.
 template <int kTiles, int kUnroll, bool kWholeSteps = false>
 __device__ __forceinline__ void nvfp4_ring_issue(const Nvfp4RingSrc<kTiles>& src, int64_t k_chunks, int64_t s,
-                                                 int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st) {
-  const int lane = threadIdx.x % kWarpSize, t = lane % 4;
+                                                 int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st, int lane) {
+  const int t = lane % 4;
   if constexpr (kWholeSteps) {
     const uint8_t* w = src.w + int(s) * (4 * kLinearVecBytes);
     const uint8_t* sc = src.sc + int(s) * 8;  // 4 chunks' 2 scale bytes a k-step
@@ -401,20 +400,21 @@ __device__ __forceinline__ void nvfp4_ring_issue(const Nvfp4RingSrc<kTiles>& src
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_ring_issue(const uint8_t* const (&wrow)[kTiles][2],
                                                  const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
-                                                 int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st) {
-  nvfp4_ring_issue(nvfp4_ring_src(wrow, srow), k_chunks, s, s1, st);
+                                                 int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st, int lane) {
+  nvfp4_ring_issue(nvfp4_ring_src(wrow, srow), k_chunks, s, s1, st, lane);
 }
 
-// The mmas of k-steps [s, min(s + kUnroll, s1)) from stage st and the staged x.
+// The mmas of k-steps [s, min(s + kUnroll, s1)) from stage st and the staged x. lane: this thread's
+// (the ring users pass pinned_lane(), so that ptxas does not re-read threadIdx.x in their loops).
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUnroll>& st, const uint4* xs, int64_t s,
-                                                int64_t s1, float (&acc)[kTiles][4]) {
-  const int lane = threadIdx.x % kWarpSize, shift = 16 * (lane % 2);  // t % 2: the high scale pair
+                                                int64_t s1, float (&acc)[kTiles][4], int lane) {
+  const int shift = 16 * (lane % 2);  // t % 2: the high scale pair
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     if (s + u >= s1) break;  // warp-uniform
     uint32_t b[4][4];
-    nvfp4_mma_x_staged(xs, s + u, b);
+    nvfp4_mma_x_staged(xs, s + u, b, lane % 4);
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
       const uint4 w[2] = {st.w[u][i][0][lane], st.w[u][i][1][lane]};
@@ -466,7 +466,8 @@ struct Nvfp4Ring {
 // past s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's (adding +0
 // changes no f32 sum but a -0's sign). wait = false (block-uniform): x is known complete without
 // waiting for the kernel before (the MoE gate_up's shared experts under PDL). kWholeSteps:
-// nvfp4_ring_issue's (the caller guarantees k_chunks % 4 == 0).
+// nvfp4_ring_issue's (the caller guarantees k_chunks % 4 == 0). ring: from nvfp4_x1_ring with the
+// caller's pinned warp index (as this lane's: ptxas re-read threadIdx.x at every stage otherwise).
 template <int kTiles, int kUnroll, bool kWholeSteps = false, class StageX>
 __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wrow)[kTiles][2],
                                                       const uint8_t* const (&srow)[kTiles][2], StageX&& stage_x,
@@ -476,24 +477,25 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages of this warp
+  const int lane = pinned_lane();
   const Nvfp4RingSrc<kTiles> src = kWholeSteps ? nvfp4_ring_src_lane(wrow, srow) : nvfp4_ring_src(wrow, srow);
   auto issue = [&](int j, Nvfp4RingStage<kTiles, kUnroll>& st) {
-    nvfp4_ring_issue<kTiles, kUnroll, kWholeSteps>(src, k_chunks, s0 + int64_t(j) * kUnroll, s1, st);
+    nvfp4_ring_issue<kTiles, kUnroll, kWholeSteps>(src, k_chunks, s0 + int64_t(j) * kUnroll, s1, st, lane);
   };
   Nvfp4Ring<kTiles, kUnroll> r{ring, n};
   r.start(issue);
   if (wait) pdl_wait();
   stage_x();
   __syncthreads();
-  for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
+  for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc, lane);
 }
 
 // The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front
-// (nvfp4_x1_smem_bytes: one), then warp w's ring.
+// (nvfp4_x1_smem_bytes: one), then warp w's ring (w: the caller's warp index in the block).
 template <int kTiles, int kUnroll>
-__device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k, int rows = 1) {
+__device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k, int rows, int w) {
   return reinterpret_cast<Nvfp4RingStage<kTiles, kUnroll>*>(smem + rows * ((k / 32 + 3) / 4 * kNvfp4MmaXStepVecs)) +
-         (threadIdx.x / kWarpSize) * nvfp4_ring_stages<kTiles, kUnroll>();
+         w * nvfp4_ring_stages<kTiles, kUnroll>();
 }
 
 // The d fragments' output: row g + 8 (j / 2) of tile i, token 2t + j % 2 (m = 1: token 0 only,
@@ -633,8 +635,9 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   extern __shared__ uint4 linear_nvfp4_smem[];  // nvfp4_x1_smem_bytes: x, then the rings
   __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
   uint4* xs = linear_nvfp4_smem;
-  Stage* ring = nvfp4_x1_ring<kTiles, kUnroll>(linear_nvfp4_smem, p.k);
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4;
+  const int tid = pinned_thread_idx();
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4;
+  Stage* ring = nvfp4_x1_ring<kTiles, kUnroll>(linear_nvfp4_smem, p.k, 1, warp);
   const int k_split = p.k_split, kpart = warp % k_split, per_unit = kLinearWarps / k_split;
   const int64_t groups = (p.n + kRowsW - 1) / kRowsW, units = (groups + per_unit - 1) / per_unit;
   const int64_t k_chunks = p.k / 32, k_steps = (k_chunks + 3) / 4;
@@ -657,7 +660,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
         wrow[i][h] = static_cast<const uint8_t*>(p.w) + row * (p.k / 2);
         srow[i][h] = p.scale_fp8 + row * (p.k / kNvfp4Block);
       }
-    nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(J % n) * kUnroll, s1, st);
+    nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(J % n) * kUnroll, s1, st, lane);
   };
 
   pdl_trigger();
@@ -671,7 +674,8 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     float acc[kTiles][4];
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc);
+    for (int j = 0; j < n; ++j, ++J)
+      nvfp4_ring_work(r.next(J, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc, lane);
     bool mine = true;
     if (k_split > 1) {
       mine = linear_mma_split_sum(partial, k_split, acc);

@@ -53,19 +53,30 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
 // rows) as f16 B fragments in xs, row r at xs + r * all_steps * kNvfp4MmaXStepVecs: the layout and
 // values of nvfp4_mma_stage_x_rows, but a thread issues the loads of kBatch of its items before it
 // converts any, so its share costs one L2 round trip per kBatch items instead of one per row (V3's
-// 9 h rows of 2048: 8 items a thread).
-__device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_len, int rows, int64_t k_chunks,
-                                                 int64_t all_steps, uint4* xs) {
-  constexpr int kBatch = 4;
+// 9 h rows of 2048: 8 items a thread). In two halves so that a caller can issue the first batch's
+// loads early (load(), e.g. right after its wait, beside its other loads) and store them later
+// (finish(): the first batch's conversions and stores, then the remaining batches).
+template <int kBatch = 4>
+struct MoeRowStager {
+  const float* src;
+  int64_t row_len, k_chunks;
+  int per_row, total, stride, dr, dj, r, j, i0;
+  float4 lo[kBatch], hi[kBatch];
+
   // Item i = (row r, vector j of the row): one division for the thread's first item, then (r, j)
   // advance by the block's stride (a 64-bit division per item took ~60 instructions, ncu 2026-12-01).
-  const int per_row = int(all_steps) * kNvfp4MmaXStepVecs, total = rows * per_row, stride = int(blockDim.x);
-  // A block no wider than a row (the gate_up's x: 128 or 256 threads, rows of >= 256 items): no division.
-  const bool narrow = stride <= per_row;
-  const int dr = narrow ? 0 : stride / per_row, dj = narrow ? stride : stride % per_row;
-  int r = narrow ? 0 : int(threadIdx.x) / per_row, j = narrow ? int(threadIdx.x) : int(threadIdx.x) % per_row;
-  for (int i0 = int(threadIdx.x); i0 < total; i0 += kBatch * stride) {
-    float4 lo[kBatch], hi[kBatch];
+  __device__ __forceinline__ MoeRowStager(const float* src_, int64_t row_len_, int rows, int64_t k_chunks_,
+                                          int64_t all_steps)
+      : src(src_), row_len(row_len_), k_chunks(k_chunks_) {
+    per_row = int(all_steps) * kNvfp4MmaXStepVecs, total = rows * per_row, stride = int(blockDim.x);
+    // A block no wider than a row (the gate_up's x: 128 or 256 threads, rows of >= 256 items): no division.
+    const bool narrow = stride <= per_row;
+    dr = narrow ? 0 : stride / per_row, dj = narrow ? stride : stride % per_row;
+    r = narrow ? 0 : int(threadIdx.x) / per_row, j = narrow ? int(threadIdx.x) : int(threadIdx.x) % per_row;
+    i0 = int(threadIdx.x);
+  }
+  // The loads of the batch at i0.
+  __device__ __forceinline__ void load() {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int v = j % kNvfp4MmaXStepVecs, q = v / 4, t = v % 4;
@@ -78,14 +89,29 @@ __device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_l
       r += dr, j += dj;
       if (j >= per_row) j -= per_row, ++r;
     }
+  }
+  // The loaded batch's conversions and stores, then the remaining batches'.
+  __device__ __forceinline__ void finish(uint4* xs) {
+    for (;;) {
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = i0 + b * stride;
-      if (i < total)
-        xs[i] = make_uint4(f32x2_to_f16x2_sat(lo[b].x, hi[b].x), f32x2_to_f16x2_sat(lo[b].y, hi[b].y),
-                           f32x2_to_f16x2_sat(lo[b].z, hi[b].z), f32x2_to_f16x2_sat(lo[b].w, hi[b].w));
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = i0 + b * stride;
+        if (i < total)
+          xs[i] = make_uint4(f32x2_to_f16x2_sat(lo[b].x, hi[b].x), f32x2_to_f16x2_sat(lo[b].y, hi[b].y),
+                             f32x2_to_f16x2_sat(lo[b].z, hi[b].z), f32x2_to_f16x2_sat(lo[b].w, hi[b].w));
+      }
+      i0 += kBatch * stride;
+      if (i0 >= total) break;
+      load();
     }
   }
+};
+
+__device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_len, int rows, int64_t k_chunks,
+                                                 int64_t all_steps, uint4* xs) {
+  MoeRowStager<> st(src, row_len, rows, k_chunks, all_steps);
+  st.load();
+  st.finish(xs);
 }
 
 // Grid: x = inter row tiles (kWarps x 8 x kTiles rows per block), y = expert slot (max_active
@@ -118,7 +144,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   static_assert(kKSplit == 1 || kKSplit == 2, "K in one or two halves");
   constexpr int kJ = 8 * kTiles;  // inter rows per warp
   constexpr int kRowWarps = kStagedX ? kWarps / kKSplit : kWarps;  // warps with distinct rows
-  const int warp_id = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int tid = pinned_thread_idx();
+  const int warp_id = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   constexpr bool kHalves = kStagedX && kKSplit > 1;  // warps split by K half
   const int warp = kHalves ? warp_id % kRowWarps : warp_id, half = kHalves ? warp_id / kRowWarps : 0;
   const int slot = blockIdx.y;
@@ -127,8 +154,16 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   int lo, hi;
   int64_t h_base = 0;  // shared: h row of token 0
   uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
+  const int64_t k_chunks = p.hidden / 32, k_steps = (k_chunks + 3) / 4;
+  // kStagedX: the step's x rows, staged once per block. A routed slot issues its share's first loads
+  // right after its wait, beside the expert id's load, so that the two L2 round trips overlap (ncu,
+  // 2026-12-03, moonlight: the conversions waiting for x were 8% of the kernel's stall samples).
+  MoeRowStager<2> x_stager(p.x, p.hidden, p.direct ? 1 : p.m, k_chunks, k_steps);
   // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch.
-  if (!shared) pdl_wait();
+  if (!shared) {
+    pdl_wait();
+    if constexpr (kStagedX) x_stager.load();
+  }
   if (p.direct || p.direct_multi) pdl_trigger();
   if (!shared && p.direct) {
     expert = p.expert_idx[slot];
@@ -169,7 +204,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       // before the ring's first copies went out (ncu, 2026-12-03: ptxas kept it in the load's block).
       s2[i][h] = scale_2_raw(p.gate_up, row);
     }
-  const int64_t k_chunks = p.hidden / 32, k_steps = (k_chunks + 3) / 4;
   const int64_t k_half = (k_steps + kKSplit - 1) / kKSplit;  // k-steps of the first half
   // This warp's k-steps (staged: its half; per lane: all of them, in halves below).
   const int64_t s0 = kHalves ? min(k_steps, half * k_half) : 0, s1 = kHalves ? min(k_steps, s0 + k_half) : k_steps;
@@ -191,10 +225,14 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // moe_nvfp4_gate_up_staged_bytes: m rows of x, then the rings
       const int rows = p.direct ? 1 : p.m;
       const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
+      auto stage_x = [&] {
+        if (shared) x_stager.load();  // after the ring's wait: x comes from the kernel before
+        x_stager.finish(gate_up_nvfp4_smem);
+      };
       nvfp4_mma_stream_ring<kTiles, kUnroll, /*kWholeSteps=*/true>(
-          wrow, srow, [&] { moe_stage_h_rows(p.x, p.hidden, rows, k_chunks, k_steps, gate_up_nvfp4_smem); },
-          gate_up_nvfp4_smem + token * row_vecs, nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden, rows),
-          k_chunks, s0, j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared);
+          wrow, srow, stage_x, gate_up_nvfp4_smem + token * row_vecs,
+          nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden, rows, warp_id), k_chunks, s0,
+          j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared);
       if constexpr (kKSplit > 1) {  // the second half's sums to the first half's warp
         __shared__ float s_half[kRowWarps][kTiles][4][kWarpSize];
         if (half == 1)
@@ -272,7 +310,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   constexpr int kR = kMmaRows * kTiles;
   __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int tid = pinned_thread_idx();
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int slot = warp / k_split, kpart = warp % k_split;
   const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
   const int64_t row0 = int64_t(blockIdx.x) * kR;
@@ -307,7 +346,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     Stage* ring = reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(warp) * stages;
     uint4* xs = reinterpret_cast<uint4*>(reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(blockDim.x / kWarpSize) * stages);
     const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;
-    for (int j = 0; j < n; ++j) nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j]);
+    for (int j = 0; j < n; ++j)
+      nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j], lane);
     pdl_wait();  // h comes from gate_up
     moe_stage_h_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
     cp_async_wait_all();
@@ -315,7 +355,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
     const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
-    for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc);
+    for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc, lane);
   } else {
     if constexpr (kMode == MoeDownMode::kStaged) {
       extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
@@ -419,7 +459,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   static_assert(kMoeDirectMaxSlots * kMoeDirectMaxTokens <= kMoeDirectMaxHRows, "s_part holds every (K slice, h row)");
   __shared__ float s_part[kMoeDirectMaxHRows][kR];     // [K slice * n_h + h row][output row]
   __shared__ int32_t s_order[kMoeDirectMaxRouted];     // [m, top_k]: token t's pairs in summing order (-1: dropped)
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  const int tid = pinned_thread_idx();
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared);
   const int k_split = moe_nvfp4_down_direct_split(p.top_k + p.n_shared);
   const WarpRouting w = warp_routing(p);
@@ -455,7 +496,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
         c_left = steps_of(c_task, c_s, c_s1);
         c = moe_multi_task(p, w, c_task, k_split, n_distinct, row0, g);
       }
-      nvfp4_ring_issue(c.wrow, c.srow, k_chunks, c_s, c_s1, st);
+      nvfp4_ring_issue(c.wrow, c.srow, k_chunks, c_s, c_s1, st, lane);
       c_s += kUnroll, --c_left;
     };
     Nvfp4Ring<1, kUnroll, kStages> r{ring, total};
@@ -475,7 +516,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       auto h_row = [&](int c) { return shared ? h_base + c : nth_set_bit(pairs, c); };
       const uint4* xl = xs + h_row(g < m_valid ? g : 0) * row_vecs;  // past the pairs: a column never written
       float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-      for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xl, s0 + int64_t(j) * kUnroll, s1, acc);
+      for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xl, s0 + int64_t(j) * kUnroll, s1, acc, lane);
       moe_down_multi_part(p, s_part, kpart * n_h, g, t, m_valid, shared, h_row, acc[0], s2);
     }
   } else {  // h per lane from L2
