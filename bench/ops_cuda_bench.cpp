@@ -392,7 +392,7 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
   std::vector<MoeResult> out;
   // NVFP4 (f16 tensor cores): the default kernels (gate_up at 4 warps per block, the down
   // prefetching its weights at one token), gate_up at 8 warps, and at one token the down per lane
-  // and with h staged per block (MoeNvfp4Variant::down_staged, off by default).
+  // and with h staged per block (MoeNvfp4Variant::down_staged: by default where the prefetch does not apply).
   for (const MoeShape& sh : {MoeShape{"moe moonlight 64+2e top6", WeightFormat::kBF16, 64, 2, 6, 2048, 1408},
                              MoeShape{"moe moonlight 64+2e top6", WeightFormat::kFp8Block, 64, 2, 6, 2048, 1408},
                              MoeShape{"moe v3 256+1e top8", WeightFormat::kFp8Block, 256, 1, 8, 7168, 2048},
@@ -475,7 +475,7 @@ std::vector<MoeResult> bench_moe_decode(double ceiling_gbps, cudaStream_t s) {
         cu::MoeNvfp4Variant v;
         v.down_prefetch = variant == 0;  // the default (where the grid fits)
         v.gate_up_warps = variant == 1 ? 8 : 0;
-        v.down_staged = variant == 3;
+        v.down_staged = variant == 0 || variant == 3;  // the default where the prefetch does not apply
         const char* tag = variant == 1 ? " gate_up 8 warps" : variant == 2 ? " down per lane" : variant == 3 ? " down staged" : "";
         MoeResult res{std::string(sh.name) + " " + fmt_name(sh.format) + tag, m,
                       distinct + double(sh.n_shared), 0, 0, 0, 0, 0};

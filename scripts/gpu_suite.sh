@@ -211,7 +211,7 @@ fi
 
 # ---- 4c. the gated paths (off by default, or a default turned off): op tests and goldens with each --
 # PG_SUITE_GATED="VAR=VAL ..." ("" = none). Each flag gets the op tests of its path and the goldens.
-GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_COMPACT_HEADS=0 PEREGRINE_ATTENTION_VEC=0 PEREGRINE_ATTENTION_LEAN=0 PEREGRINE_ROUTER_LEAN=0 PEREGRINE_RELEASE_ARRIVE=0 PEREGRINE_ATTENTION_DEFER=0 PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1 PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=2 PEREGRINE_ATTENTION_DEFER_TC=0"}
+GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_COMPACT_HEADS=0 PEREGRINE_ATTENTION_VEC=0 PEREGRINE_ATTENTION_LEAN=0 PEREGRINE_ROUTER_LEAN=0 PEREGRINE_RELEASE_ARRIVE=0 PEREGRINE_ATTENTION_DEFER=0 PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1 PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=2 PEREGRINE_ATTENTION_DEFER_TC=0 PEREGRINE_MOE_NVFP4_DOWN_STAGED=0"}
 OPSBIN=$(find "$BUILD" -name ops_cuda_test -type f -perm -u+x | head -1)
 for g in $GATED; do
   [ "$(left)" -lt 150 ] && { note "gated $g: skipped (time budget)"; continue; }
@@ -220,7 +220,7 @@ for g in $GATED; do
     PEREGRINE_MOE_DIRECT_MULTI) ops_filter='*MoeExperts*:*MoeDirect*' ;;
     PEREGRINE_FUSED_NORMS) ops_filter='*LinearNorm*' ;;
     PEREGRINE_ROUTER_LEAN) ops_filter='*MoeRout*' ;;
-    PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT) ops_filter='*MoeExpertsCuda.MatchesCpu/*nvfp4*:*MoeLayerPdl*' ;;
+    PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT|PEREGRINE_MOE_NVFP4_DOWN_STAGED) ops_filter='*MoeExpertsCuda.MatchesCpu/*nvfp4*:*MoeLayerPdl*' ;;
     PEREGRINE_RELEASE_ARRIVE) ops_filter='*MlaAttention*:*MoeRout*' ;;
     PEREGRINE_ATTENTION_DEFER) ops_filter='*MlaAttentionDeferred*' ;;  # (the op tests run the deferred form anyway)
     PEREGRINE_ATTENTION_DEFER_TC) ops_filter='*MlaAttentionDeferred*' ;;  # =0: its tensor-core runs not deferred

@@ -89,8 +89,8 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // PEREGRINE_MOE_NVFP4_TILES="TxU,TxU" (gate_up, down: 16-row tiles x k-steps per warp; "TxU" sets
 // gate_up's alone), read once:
 // a sweep of the NVFP4 expert kernels' tiles inside a model benchmark, without a rebuild. Unset or
-// malformed: the defaults; a pair not instantiated fails the launch. The staged m = 1 down:
-// PEREGRINE_MOE_NVFP4_DOWN_STAGED=1; the prefetching one off: PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0;
+// malformed: the defaults; a pair not instantiated fails the launch. The m = 1 down with h per lane
+// instead of staged: PEREGRINE_MOE_NVFP4_DOWN_STAGED=0; the prefetching one off: PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0;
 // gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8; gate_up at 2..8 tokens with x read
 // per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; at most N staged gate_up blocks per SM:
@@ -106,7 +106,7 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     const int got = e ? std::sscanf(e, "%dx%d,%dx%d", &r.gate_up_tiles, &r.gate_up_unroll, &r.down_tiles, &r.down_unroll) : 0;
     if (got != 4 && got != 2) r = MoeNvfp4Variant{};  // "TxU" alone: gate_up's tile only
     const char* st = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_STAGED");
-    r.down_staged = st && st[0] == '1';
+    r.down_staged = !(st && st[0] == '0');
     const char* pf = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_PREFETCH");
     r.down_prefetch = !(pf && pf[0] == '0');
     const char* ms = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED");

@@ -37,9 +37,9 @@ bool moe_gate_up_pdl_enabled();
 // (the direct down not 2 x 2, the planned down 1 x 1 and 1 x 2 only).
 struct MoeNvfp4Variant {
   int gate_up_tiles = 0, gate_up_unroll = 0, down_tiles = 0, down_unroll = 0;
-  // m = 1 down with every slot's h staged per block (nvfp4_kernel.cu; moe_experts() sets it from
-  // PEREGRINE_MOE_NVFP4_DOWN_STAGED=1).
-  bool down_staged = false;
+  // m = 1 down with every slot's h staged per block (nvfp4_kernel.cu; moe_experts() sets it unless
+  // PEREGRINE_MOE_NVFP4_DOWN_STAGED=0).
+  bool down_staged = true;
   // m = 1 down with the block's weights copied to shared memory before it waits for gate_up
   // (nvfp4_kernel.cu; where the grid fits one block per SM). Takes precedence over down_staged.
   // moe_experts() sets it unless PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0.

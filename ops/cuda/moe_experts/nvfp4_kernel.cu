@@ -295,8 +295,10 @@ enum class MoeDownMode { kPerLane, kStaged, kPrefetch };
 // the same slots, same sums: the same bits. Measured (H200, 2026-12-01, d759236, staged for every
 // m = 1 down): moonlight's dense down 21.1 -> 17.5 us (ncu, locked clocks; 4.3M -> 3.0M
 // instructions), but V3 nvfp4's MoE op 118.6 -> 132.9 us eager, whose 9 h rows are 8 serial L2
-// round trips per thread before the first mma. So it is off unless asked for
-// (MoeNvfp4Variant::down_staged, PEREGRINE_MOE_NVFP4_DOWN_STAGED=1). kPrefetch: every weight byte of
+// round trips per thread before the first mma. Since moe_stage_h_rows issues 4 items' loads at once
+// (2 round trips a thread there), staged is the default where the prefetch does not apply (V3's 448
+// blocks): V3 4L nvfp4 832.3 -> 844.2 tok/s (H200, 2026-12-03, alternating in one call;
+// MoeNvfp4Variant::down_staged, PEREGRINE_MOE_NVFP4_DOWN_STAGED=0 turns it off). kPrefetch: every weight byte of
 // the block goes to shared memory before the wait for h: each warp's k-steps are issued at once as
 // cp.async stages into its own region (moe_nvfp4_down_prefetch_bytes), then pdl_wait, then every
 // slot's h is staged (moe_stage_h_rows) and the mmas read both from shared memory. Launched with PDL
