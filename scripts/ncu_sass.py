@@ -24,7 +24,10 @@ def main():
     hdr, data = rows[head], rows[head + 1:]
     i_src, i_exec = hdr.index("Source"), hdr.index("Instructions Executed")
     i_stall = hdr.index("Warp Stall Sampling (All Samples)") if "Warp Stall Sampling (All Samples)" in hdr else None
+    reasons = [c for c in hdr if c.startswith("stall_") and "Not Issued" not in c]
+    i_reason = [hdr.index(c) for c in reasons]
     ins = []  # (line, executed, stall samples, text)
+    why = {}  # line -> samples per stall reason
     for n, r in enumerate(data):
         try:
             c = int(r[i_exec].replace(",", ""))
@@ -34,6 +37,7 @@ def main():
         if i_stall is not None and r[i_stall] not in ("", "-"):
             st = int(r[i_stall].replace(",", ""))
         ins.append((n, c, st, r[i_src].strip()))
+        why[n] = [int(r[i].replace(",", "")) if i < len(r) and r[i] not in ("", "-") else 0 for i in i_reason]
     total = sum(c for _, c, _, _ in ins) or 1
     samples = sum(s for _, _, s, _ in ins) or 1
     ops, op_st = collections.Counter(), collections.Counter()
@@ -55,9 +59,19 @@ def main():
             runs[-1][1], runs[-1][3], runs[-1][4] = n, runs[-1][3] + 1, runs[-1][4] + s
         else:
             runs.append([n, n, c, 1, s, t[:48]])
-    print("straight-line runs (SASS lines, instructions x times executed, share, stall samples, first):")
+    def reasons_of(lines):
+        tot = [sum(why[n][j] for n in lines if n in why) for j in range(len(reasons))]
+        n = sum(tot) or 1
+        top = sorted(zip(tot, reasons), reverse=True)[:4]
+        return ", ".join(f"{name[6:]} {100 * v / n:.0f}%" for v, name in top if v)
+
+    if reasons:
+        print(f"stall reasons, whole kernel: {reasons_of(why.keys())}")
+    print("straight-line runs (SASS lines, instructions x times executed, share, stall samples, first; reasons):")
     for lo, hi, c, k, s, t in sorted(runs, key=lambda r: -r[2] * r[3])[: a.top]:
         print(f"  {lo:5d}-{hi:<5d} {k:4d} x {c:8,d} {100 * c * k / total:5.1f}%  {s:5d}  {t}")
+        if reasons and s:
+            print(f"               {reasons_of(range(lo, hi + 1))}")
 
 
 if __name__ == "__main__":
