@@ -12,12 +12,13 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // threadIdx.x in a register the compiler keeps: ptxas otherwise re-reads it (S2R, ~20 cycles
 // before its first use) inside a loop to spare the register (ncu, 2026-12-03: at the NVFP4 MoE
 // gate_up's every ring stage, 5% of its stall samples). Read once, before the loop.
-__device__ __forceinline__ int pinned_thread_idx() {
-  int t = int(threadIdx.x);
+// Unsigned, as threadIdx.x: divisions by powers of two stay shifts (a signed one adds a sign fixup).
+__device__ __forceinline__ unsigned pinned_thread_idx() {
+  unsigned t = threadIdx.x;
   asm volatile("" : "+r"(t));
   return t;
 }
-__device__ __forceinline__ int pinned_lane() { return pinned_thread_idx() % kWarpSize; }
+__device__ __forceinline__ int pinned_lane() { return int(pinned_thread_idx() % kWarpSize); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

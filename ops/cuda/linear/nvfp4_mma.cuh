@@ -173,57 +173,81 @@ __device__ __forceinline__ void nvfp4_mma_x_vec(float4 lo, float4 hi, uint4& o) 
 // at xs + r * k_steps * kNvfp4MmaXStepVecs, every thread of the block a share: uint4 v of step s
 // holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
 // k_chunks. norm_w (linear_norm's in_norm, one row): x' = norm_w[k] * (x[k] * inv) is staged
-// instead, ops::cpu::rmsnorm's expression. Reads x: after pdl_wait. (A thread's items are serial L2
-// round trips: V3's 9 h rows of 2048 for the MoE down are 9 per thread; docs/decode-status.md.)
+// instead, ops::cpu::rmsnorm's expression. Reads x: after pdl_wait.
+//
+// A thread issues the loads of kBatch of its items before it converts any, so its share costs one
+// L2 round trip per kBatch items (one item a round trip took V3's o_proj, K = 16384 over 256
+// threads, 8 serial round trips before its first mma; the MoE down's 9 h rows 9). In two halves, so
+// that a caller can issue the first batch's loads early, beside its own (load()), and convert and
+// store them later (finish(): the loaded batch, then the remaining batches). Item i = (row r, vector
+// j of the row); (r, j) advance by the block's stride with no division (a 64-bit division per item
+// took ~60 instructions, ncu 2026-12-01). 32-bit item indices: rows x K / 8 < 2^31.
+template <int kBatch>
+struct Nvfp4XStager {
+  const float* x;
+  const float* norm_w;
+  float inv;
+  int64_t x_stride, k_chunks;
+  int per_row, total, stride, dr, dj, r, j, i0;
+  float4 lo[kBatch], hi[kBatch];
+
+  __device__ __forceinline__ Nvfp4XStager(const float* x_, int64_t x_stride_, int rows, int64_t k_chunks_,
+                                          int64_t k_steps, const float* norm_w_ = nullptr, float inv_ = 1.0f)
+      : x(x_), norm_w(norm_w_), inv(inv_), x_stride(x_stride_), k_chunks(k_chunks_) {
+    per_row = int(k_steps) * kNvfp4MmaXStepVecs, total = rows * per_row, stride = int(blockDim.x);
+    // A block no wider than a row (x at one token: rows of >= 16 items a k-step): no division.
+    const bool narrow = stride <= per_row;
+    dr = narrow ? 0 : stride / per_row, dj = narrow ? stride : stride % per_row;
+    r = narrow ? 0 : int(threadIdx.x) / per_row, j = narrow ? int(threadIdx.x) : int(threadIdx.x) % per_row;
+    i0 = int(threadIdx.x);
+  }
+  // The loads of the batch at i0 (zeros past k_chunks or past the rows).
+  __device__ __forceinline__ void load() {
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int v = j % kNvfp4MmaXStepVecs, q = v / 4, t = v % 4;
+      const int64_t c = int64_t(j / kNvfp4MmaXStepVecs) * 4 + t;
+      lo[b] = hi[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i0 + b * stride < total && c < k_chunks) {
+        const float* xc = x + r * x_stride + c * 32 + 8 * q;
+        lo[b] = ld_act4(xc), hi[b] = ld_act4(xc + 4);
+        if (norm_w) {
+          const float4 wl = ld_f4(norm_w + c * 32 + 8 * q), wh = ld_f4(norm_w + c * 32 + 8 * q + 4);
+          lo[b] = make_float4(wl.x * (lo[b].x * inv), wl.y * (lo[b].y * inv), wl.z * (lo[b].z * inv),
+                              wl.w * (lo[b].w * inv));
+          hi[b] = make_float4(wh.x * (hi[b].x * inv), wh.y * (hi[b].y * inv), wh.z * (hi[b].z * inv),
+                              wh.w * (hi[b].w * inv));
+        }
+      }
+      r += dr, j += dj;
+      if (j >= per_row) j -= per_row, ++r;
+    }
+  }
+  // The loaded batch's conversions and stores, then the remaining batches'.
+  __device__ __forceinline__ void finish(uint4* xs) {
+    for (;;) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = i0 + b * stride;
+        if (i < total) {
+          uint4 o;
+          nvfp4_mma_x_vec(lo[b], hi[b], o);
+          xs[i] = o;
+        }
+      }
+      i0 += kBatch * stride;
+      if (i0 >= total) break;
+      load();
+    }
+  }
+};
+
 __device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x_stride, int rows, int64_t k_chunks,
                                                        int64_t k_steps, uint4* xs, const float* norm_w = nullptr,
                                                        float inv = 1.0f) {
-  for (int r = 0; r < rows; ++r)
-    for (int64_t i = threadIdx.x; i < k_steps * kNvfp4MmaXStepVecs; i += blockDim.x) {
-      const int v = int(i % kNvfp4MmaXStepVecs), q = v / 4, t = v % 4;
-      const int64_t c = i / kNvfp4MmaXStepVecs * 4 + t;
-      uint4 o = make_uint4(0, 0, 0, 0);
-      if (c < k_chunks) {
-        const float* xc = x + r * x_stride + c * 32 + 8 * q;
-        float4 lo = ld_act4(xc), hi = ld_act4(xc + 4);
-        if (norm_w) {
-          const float4 wl = ld_f4(norm_w + c * 32 + 8 * q), wh = ld_f4(norm_w + c * 32 + 8 * q + 4);
-          lo = make_float4(wl.x * (lo.x * inv), wl.y * (lo.y * inv), wl.z * (lo.z * inv), wl.w * (lo.w * inv));
-          hi = make_float4(wh.x * (hi.x * inv), wh.y * (hi.y * inv), wh.z * (hi.z * inv), wh.w * (hi.w * inv));
-        }
-        nvfp4_mma_x_vec(lo, hi, o);
-      }
-      xs[r * k_steps * kNvfp4MmaXStepVecs + i] = o;
-    }
-}
-
-// nvfp4_mma_stage_x_rows for the rows of an 8-token tile (linear_nvfp4_mma_kernel at 2..8 tokens):
-// the same values in the same places, but a thread loads kBatch of its items before it converts
-// any, so its L2 round trips overlap (8 rows of K = 2048 are 8 items a thread); 32-bit indices
-// (rows x k-steps x 16 < 2^31: K <= kNvfp4StagedRowsMaxBytes / 2 per row).
-__device__ __forceinline__ void nvfp4_mma_stage_x_tile(const float* x, int64_t x_stride, int rows, int64_t k_chunks,
-                                                       int64_t k_steps, uint4* xs) {
-  constexpr int kBatch = 4;
-  const int per_row = int(k_steps) * kNvfp4MmaXStepVecs, total = rows * per_row, kc = int(k_chunks);
-  for (int i0 = threadIdx.x; i0 < total; i0 += kBatch * int(blockDim.x)) {
-    float4 lo[kBatch], hi[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * int(blockDim.x), r = i / per_row, j = i - r * per_row;
-      const int q = (j % kNvfp4MmaXStepVecs) / 4, c = j / kNvfp4MmaXStepVecs * 4 + j % 4;
-      lo[u] = hi[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (i < total && c < kc) {
-        const float* xc = x + r * x_stride + c * 32 + 8 * q;
-        lo[u] = ld_act4(xc), hi[u] = ld_act4(xc + 4);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      uint4 o;
-      nvfp4_mma_x_vec(lo[u], hi[u], o);
-      if (i0 + u * int(blockDim.x) < total) xs[i0 + u * int(blockDim.x)] = o;
-    }
-  }
+  Nvfp4XStager<4> st(x, x_stride, rows, k_chunks, k_steps, norm_w, inv);
+  st.load();
+  st.finish(xs);
 }
 __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {
   nvfp4_mma_stage_x_rows(x, 0, 1, k_chunks, k_steps, xs);
@@ -611,7 +635,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
       [&](uint4* xs, int64_t k_chunks, int64_t k_steps) {
         if constexpr (kX == kNvfp4XRows) {
           const int64_t m0 = int64_t(blockIdx.y) * kMmaTokens;
-          nvfp4_mma_stage_x_tile(p.x + m0 * p.x_stride, p.x_stride, int(min(int64_t(kMmaTokens), p.m - m0)), k_chunks,
+          nvfp4_mma_stage_x_rows(p.x + m0 * p.x_stride, p.x_stride, int(min(int64_t(kMmaTokens), p.m - m0)), k_chunks,
                                  k_steps, xs);
         } else {
           nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs);
@@ -635,7 +659,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   extern __shared__ uint4 linear_nvfp4_smem[];  // nvfp4_x1_smem_bytes: x, then the rings
   __shared__ float partial[kLinearWarps][kTiles][4][kWarpSize];
   uint4* xs = linear_nvfp4_smem;
-  const int tid = pinned_thread_idx();
+  const unsigned tid = pinned_thread_idx();
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4;
   Stage* ring = nvfp4_x1_ring<kTiles, kUnroll>(linear_nvfp4_smem, p.k, 1, warp);
   const int k_split = p.k_split, kpart = warp % k_split, per_unit = kLinearWarps / k_split;

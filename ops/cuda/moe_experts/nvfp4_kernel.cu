@@ -49,71 +49,6 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
   }
 }
 
-// `rows` rows of `row_len` floats at src (the down: every slot's h row; gate_up: the step's x
-// rows) as f16 B fragments in xs, row r at xs + r * all_steps * kNvfp4MmaXStepVecs: the layout and
-// values of nvfp4_mma_stage_x_rows, but a thread issues the loads of kBatch of its items before it
-// converts any, so its share costs one L2 round trip per kBatch items instead of one per row (V3's
-// 9 h rows of 2048: 8 items a thread). In two halves so that a caller can issue the first batch's
-// loads early (load(), e.g. right after its wait, beside its other loads) and store them later
-// (finish(): the first batch's conversions and stores, then the remaining batches).
-template <int kBatch = 4>
-struct MoeRowStager {
-  const float* src;
-  int64_t row_len, k_chunks;
-  int per_row, total, stride, dr, dj, r, j, i0;
-  float4 lo[kBatch], hi[kBatch];
-
-  // Item i = (row r, vector j of the row): one division for the thread's first item, then (r, j)
-  // advance by the block's stride (a 64-bit division per item took ~60 instructions, ncu 2026-12-01).
-  __device__ __forceinline__ MoeRowStager(const float* src_, int64_t row_len_, int rows, int64_t k_chunks_,
-                                          int64_t all_steps)
-      : src(src_), row_len(row_len_), k_chunks(k_chunks_) {
-    per_row = int(all_steps) * kNvfp4MmaXStepVecs, total = rows * per_row, stride = int(blockDim.x);
-    // A block no wider than a row (the gate_up's x: 128 or 256 threads, rows of >= 256 items): no division.
-    const bool narrow = stride <= per_row;
-    dr = narrow ? 0 : stride / per_row, dj = narrow ? stride : stride % per_row;
-    r = narrow ? 0 : int(threadIdx.x) / per_row, j = narrow ? int(threadIdx.x) : int(threadIdx.x) % per_row;
-    i0 = int(threadIdx.x);
-  }
-  // The loads of the batch at i0.
-  __device__ __forceinline__ void load() {
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int v = j % kNvfp4MmaXStepVecs, q = v / 4, t = v % 4;
-      const int c = j / kNvfp4MmaXStepVecs * 4 + t;
-      lo[b] = hi[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (i0 + b * stride < total && c < k_chunks) {
-        const float* xc = src + r * row_len + c * 32 + 8 * q;
-        lo[b] = ld_act4(xc), hi[b] = ld_act4(xc + 4);
-      }
-      r += dr, j += dj;
-      if (j >= per_row) j -= per_row, ++r;
-    }
-  }
-  // The loaded batch's conversions and stores, then the remaining batches'.
-  __device__ __forceinline__ void finish(uint4* xs) {
-    for (;;) {
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = i0 + b * stride;
-        if (i < total)
-          xs[i] = make_uint4(f32x2_to_f16x2_sat(lo[b].x, hi[b].x), f32x2_to_f16x2_sat(lo[b].y, hi[b].y),
-                             f32x2_to_f16x2_sat(lo[b].z, hi[b].z), f32x2_to_f16x2_sat(lo[b].w, hi[b].w));
-      }
-      i0 += kBatch * stride;
-      if (i0 >= total) break;
-      load();
-    }
-  }
-};
-
-__device__ __forceinline__ void moe_stage_h_rows(const float* src, int64_t row_len, int rows, int64_t k_chunks,
-                                                 int64_t all_steps, uint4* xs) {
-  MoeRowStager<> st(src, row_len, rows, k_chunks, all_steps);
-  st.load();
-  st.finish(xs);
-}
-
 // Grid: x = inter row tiles (kWarps x 8 x kTiles rows per block), y = expert slot (max_active
 // routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
 // Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
@@ -144,7 +79,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   static_assert(kKSplit == 1 || kKSplit == 2, "K in one or two halves");
   constexpr int kJ = 8 * kTiles;  // inter rows per warp
   constexpr int kRowWarps = kStagedX ? kWarps / kKSplit : kWarps;  // warps with distinct rows
-  const int tid = pinned_thread_idx();
+  const unsigned tid = kStagedX ? pinned_thread_idx() : threadIdx.x;  // pinned: for the ring's loop
   const int warp_id = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   constexpr bool kHalves = kStagedX && kKSplit > 1;  // warps split by K half
   const int warp = kHalves ? warp_id % kRowWarps : warp_id, half = kHalves ? warp_id / kRowWarps : 0;
@@ -154,11 +89,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   int lo, hi;
   int64_t h_base = 0;  // shared: h row of token 0
   uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
-  const int64_t k_chunks = p.hidden / 32, k_steps = (k_chunks + 3) / 4;
   // kStagedX: the step's x rows, staged once per block. A routed slot issues its share's first loads
   // right after its wait, beside the expert id's load, so that the two L2 round trips overlap (ncu,
   // 2026-12-03, moonlight: the conversions waiting for x were 8% of the kernel's stall samples).
-  MoeRowStager<2> x_stager(p.x, p.hidden, p.direct ? 1 : p.m, k_chunks, k_steps);
+  Nvfp4XStager<2> x_stager(p.x, p.hidden, p.direct ? 1 : p.m, p.hidden / 32, (p.hidden / 32 + 3) / 4);
   // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch.
   if (!shared) {
     pdl_wait();
@@ -204,6 +138,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       // before the ring's first copies went out (ncu, 2026-12-03: ptxas kept it in the load's block).
       s2[i][h] = scale_2_raw(p.gate_up, row);
     }
+  const int64_t k_chunks = p.hidden / 32, k_steps = (k_chunks + 3) / 4;
   const int64_t k_half = (k_steps + kKSplit - 1) / kKSplit;  // k-steps of the first half
   // This warp's k-steps (staged: its half; per lane: all of them, in halves below).
   const int64_t s0 = kHalves ? min(k_steps, half * k_half) : 0, s1 = kHalves ? min(k_steps, s0 + k_half) : k_steps;
@@ -295,13 +230,14 @@ enum class MoeDownMode { kPerLane, kStaged, kPrefetch };
 // the same slots, same sums: the same bits. Measured (H200, 2026-12-01, d759236, staged for every
 // m = 1 down): moonlight's dense down 21.1 -> 17.5 us (ncu, locked clocks; 4.3M -> 3.0M
 // instructions), but V3 nvfp4's MoE op 118.6 -> 132.9 us eager, whose 9 h rows are 8 serial L2
-// round trips per thread before the first mma. Since moe_stage_h_rows issues 4 items' loads at once
-// (2 round trips a thread there), staged is the default where the prefetch does not apply (V3's 448
-// blocks): V3 4L nvfp4 832.3 -> 844.2 tok/s (H200, 2026-12-03, alternating in one call;
-// MoeNvfp4Variant::down_staged, PEREGRINE_MOE_NVFP4_DOWN_STAGED=0 turns it off). kPrefetch: every weight byte of
+// round trips per thread before the first mma. Re-measured with the same staging (still 9 round
+// trips a thread) against the per lane path (H200, 2026-12-03, alternating in one call): V3 4L nvfp4
+// 832.3 -> 844.2 tok/s, so staged is the default where the prefetch does not apply (V3's 448 blocks;
+// MoeNvfp4Variant::down_staged, PEREGRINE_MOE_NVFP4_DOWN_STAGED=0 turns it off). Since then
+// nvfp4_mma_stage_x_rows issues 4 items' loads at once (2 round trips a thread there). kPrefetch: every weight byte of
 // the block goes to shared memory before the wait for h: each warp's k-steps are issued at once as
 // cp.async stages into its own region (moe_nvfp4_down_prefetch_bytes), then pdl_wait, then every
-// slot's h is staged (moe_stage_h_rows) and the mmas read both from shared memory. Launched with PDL
+// slot's h is staged (nvfp4_mma_stage_x_rows) and the mmas read both from shared memory. Launched with PDL
 // after gate_up, whose routed blocks let it launch once the routing is complete, its blocks take the
 // SMs gate_up leaves room on and fetch their 100-200 KB while gate_up runs; after gate_up only h,
 // the mmas and the sums remain. The default where the grid fits one block per SM (down_direct_launch).
@@ -312,7 +248,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   constexpr int kR = kMmaRows * kTiles;
   __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
-  const int tid = pinned_thread_idx();
+  const unsigned tid = pinned_thread_idx();
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int slot = warp / k_split, kpart = warp % k_split;
   const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
@@ -351,7 +287,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     for (int j = 0; j < n; ++j)
       nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j], lane);
     pdl_wait();  // h comes from gate_up
-    moe_stage_h_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
+    nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
     cp_async_wait_all();
     __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
 #pragma unroll
@@ -449,7 +385,7 @@ __device__ __forceinline__ void moe_down_multi_part(const MoeExpertsParams& p, f
 // cp.async ring of kMoeNvfp4DownMultiRingStages slots, so the next task's weights are in flight
 // while this one multiplies (per lane, a task's loads wait for the task before it: at 2 tokens
 // moonlight's 27 tasks on 16 warps are two rounds of round trips); the first slots go out before
-// the wait for h, then the block stages every h row as f16 B fragments (moe_stage_h_rows) and
+// the wait for h, then the block stages every h row as f16 B fragments (nvfp4_mma_stage_x_rows) and
 // lane g reads its pair's row from shared memory. One pass per task (m <= 8 pairs). The same f16
 // values in the same mma slots, the same sums: the same bits.
 template <int kUnroll, bool kRing>
@@ -461,7 +397,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   static_assert(kMoeDirectMaxSlots * kMoeDirectMaxTokens <= kMoeDirectMaxHRows, "s_part holds every (K slice, h row)");
   __shared__ float s_part[kMoeDirectMaxHRows][kR];     // [K slice * n_h + h row][output row]
   __shared__ int32_t s_order[kMoeDirectMaxRouted];     // [m, top_k]: token t's pairs in summing order (-1: dropped)
-  const int tid = pinned_thread_idx();
+  const unsigned tid = pinned_thread_idx();
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared);
   const int k_split = moe_nvfp4_down_direct_split(p.top_k + p.n_shared);
@@ -504,7 +440,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     Nvfp4Ring<1, kUnroll, kStages> r{ring, total};
     r.start(issue);
     pdl_wait();  // h comes from gate_up
-    moe_stage_h_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
+    nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
     __syncthreads();
     int J = 0;
     for (int task = warp; task < n_tasks; task += kWarps) {
