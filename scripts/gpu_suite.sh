@@ -173,7 +173,7 @@ note "build (GPU targets): rc=$gpu_build_rc, $(($(date +%s) - tb)) s"
 # tests run (they leave most cores idle): in session 18 a baseline built after them ran out of budget.
 AB_PID=""
 # A baseline of files only (scripts/ab_base.sh --files: ab-files.txt) is built in section 5a instead.
-if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ ! -f "$PG_SUITE_AB_BASE/ab-files.txt" ]; then
+if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ ! -f "${PG_SUITE_AB_BASE%% *}/ab-files.txt" ]; then
   AB_BUILD="$(cd "$PG_SUITE_AB_BASE" && pwd)/build-ab"
   rm -rf "$AB_BUILD"
   ( cmake -S "$PG_SUITE_AB_BASE" -B "$AB_BUILD" "${CMAKE_ARGS[@]}" >"$OUT/ab_configure.log" 2>&1 &&
@@ -278,21 +278,32 @@ ab_rc=1
 # A baseline of files only: this tree's versions of them kept aside, the baseline's swapped in, `peregrine`
 # rebuilt incrementally into a copy, then this tree's versions back and this build's `peregrine` restored
 # (the objects the swap rebuilt are older than the restored sources: a later build redoes them).
-if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -f "$PG_SUITE_AB_BASE/ab-files.txt" ] && [ -x "$PEREGRINE" ] && [ "$(left)" -gt 90 ]; then
+# PG_SUITE_AB_BASE may name several such baselines ("DIR1 DIR2"): each is built in turn and the sweep
+# alternates them all (e.g. the old tree and a mix, to see which file a difference comes from).
+AB_BINS=()
+if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -f "${PG_SUITE_AB_BASE%% *}/ab-files.txt" ] && [ -x "$PEREGRINE" ]; then
   AB_BUILD="$BUILD/ab-bin"  # not under OUT: the device call would send the binaries back
-  ABF="$(cd "$PG_SUITE_AB_BASE" && pwd)"
-  mkdir -p "$AB_BUILD/head"
+  mkdir -p "$AB_BUILD"
   cp -p "$PEREGRINE" "$AB_BUILD/peregrine-head"
-  tb=$(date +%s)
-  while read -r f; do
-    mkdir -p "$AB_BUILD/head/$(dirname "$f")" && cp -p "$ROOT/$f" "$AB_BUILD/head/$f" && cp "$ABF/tree/$f" "$ROOT/$f"
-  done <"$ABF/ab-files.txt"
-  timeout $(( $(left) - 60 )) ninja -C "$BUILD" -j "$NPROC" peregrine >"$OUT/ab_build.log" 2>&1
-  ab_rc=$?
-  [ "$ab_rc" -eq 0 ] && cp -p "$PEREGRINE" "$AB_BUILD/peregrine"
-  while read -r f; do cp "$AB_BUILD/head/$f" "$ROOT/$f" && touch "$ROOT/$f"; done <"$ABF/ab-files.txt"
-  cp -p "$AB_BUILD/peregrine-head" "$PEREGRINE"
-  note "A/B baseline ($(wc -l <"$ABF/ab-files.txt") files swapped in): rc=$ab_rc, $(($(date +%s) - tb)) s"
+  ab_n=0
+  for base in $PG_SUITE_AB_BASE; do
+    [ "$(left)" -gt 90 ] || break
+    ab_n=$((ab_n + 1))
+    ABF="$(cd "$base" && pwd)"
+    rm -rf "$AB_BUILD/head"
+    mkdir -p "$AB_BUILD/head"
+    tb=$(date +%s)
+    while read -r f; do
+      mkdir -p "$AB_BUILD/head/$(dirname "$f")" && cp -p "$ROOT/$f" "$AB_BUILD/head/$f" && cp "$ABF/tree/$f" "$ROOT/$f"
+    done <"$ABF/ab-files.txt"
+    timeout $(( $(left) - 60 )) ninja -C "$BUILD" -j "$NPROC" peregrine >"$OUT/ab_build$ab_n.log" 2>&1
+    ab_rc=$?
+    [ "$ab_rc" -eq 0 ] && cp -p "$PEREGRINE" "$AB_BUILD/peregrine$ab_n" && AB_BINS+=("bin=$AB_BUILD/peregrine$ab_n")
+    while read -r f; do cp "$AB_BUILD/head/$f" "$ROOT/$f" && touch "$ROOT/$f"; done <"$ABF/ab-files.txt"
+    cp -p "$AB_BUILD/peregrine-head" "$PEREGRINE"
+    note "A/B baseline $ab_n $base ($(wc -l <"$ABF/ab-files.txt") files swapped in): rc=$ab_rc, $(($(date +%s) - tb)) s"
+  done
+  [ ${#AB_BINS[@]} -gt 0 ] && ab_rc=0
 fi
 if [ -n "$AB_PID" ]; then
   # The background build: waited for while time is left (its own cap: the time the sweep needs).
@@ -302,10 +313,11 @@ if [ -n "$AB_PID" ]; then
   ab_rc=$?
 fi
 if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -x "$PEREGRINE" ] && [ "$(left)" -gt 60 ]; then
-  if [ "$ab_rc" -eq 0 ] && [ -x "$AB_BUILD/peregrine" ]; then
+  [ -n "$AB_PID" ] && [ "$ab_rc" -eq 0 ] && [ -x "$AB_BUILD/peregrine" ] && AB_BINS=("bin=$AB_BUILD/peregrine")
+  if [ "$ab_rc" -eq 0 ] && [ ${#AB_BINS[@]} -gt 0 ]; then
     # scripts/bench_sweep.sh's alternation, the baseline build first: the change is HEAD's against it.
     PG_SWEEP_TIMEOUT=40 timeout $(( $(left) - 20 )) "$ROOT/scripts/bench_sweep.sh" "$PEREGRINE" "${PG_SUITE_AB_ROUNDS:-2}" \
-      "$AB_BENCHES" "bin=$AB_BUILD/peregrine" - >"$OUT/ab.txt" 2>>"$OUT/ab.err"
+      "$AB_BENCHES" "${AB_BINS[@]}" - >"$OUT/ab.txt" 2>>"$OUT/ab.err"
     while read -r line; do note "A/B $line"; done <"$OUT/ab.txt"
   else
     note "A/B: the baseline tree did not build in time (ab_configure.log, ab_build.log: $(tail -1 "$OUT/ab_build.log" 2>/dev/null | cut -c1-80))"
