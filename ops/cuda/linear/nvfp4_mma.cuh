@@ -169,6 +169,24 @@ __device__ __forceinline__ void nvfp4_mma_x_vec(float4 lo, float4 hi, uint4& o) 
   o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
 }
 
+// The x elements of item (row r, vector j of the row) of nvfp4_mma_stage_x_rows (below), normed where
+// norm_w is given; zeros where !valid or past k_chunks.
+__device__ __forceinline__ void nvfp4_mma_x_item(const float* x, int64_t x_stride, int64_t k_chunks, int r, int j,
+                                                 bool valid, const float* norm_w, float inv, float4& lo, float4& hi) {
+  const int v = j % kNvfp4MmaXStepVecs, q = v / 4, t = v % 4;
+  const int64_t c = int64_t(j / kNvfp4MmaXStepVecs) * 4 + t;
+  lo = hi = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (valid && c < k_chunks) {
+    const float* xc = x + r * x_stride + c * 32 + 8 * q;
+    lo = ld_act4(xc), hi = ld_act4(xc + 4);
+    if (norm_w) {
+      const float4 wl = ld_f4(norm_w + c * 32 + 8 * q), wh = ld_f4(norm_w + c * 32 + 8 * q + 4);
+      lo = make_float4(wl.x * (lo.x * inv), wl.y * (lo.y * inv), wl.z * (lo.z * inv), wl.w * (lo.w * inv));
+      hi = make_float4(wh.x * (hi.x * inv), wh.y * (hi.y * inv), wh.z * (hi.z * inv), wh.w * (hi.w * inv));
+    }
+  }
+}
+
 // Converts `rows` rows of x (row r at x + r * x_stride, k_chunks chunks of 32 each) into xs, row r
 // at xs + r * k_steps * kNvfp4MmaXStepVecs, every thread of the block a share: uint4 v of step s
 // holds chunk t = v % 4's word q = v / 4 pairs (8q + j, 8q + j + 4), j = 0..3; zeros past
@@ -205,20 +223,7 @@ struct Nvfp4XStager {
   __device__ __forceinline__ void load() {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int v = j % kNvfp4MmaXStepVecs, q = v / 4, t = v % 4;
-      const int64_t c = int64_t(j / kNvfp4MmaXStepVecs) * 4 + t;
-      lo[b] = hi[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (i0 + b * stride < total && c < k_chunks) {
-        const float* xc = x + r * x_stride + c * 32 + 8 * q;
-        lo[b] = ld_act4(xc), hi[b] = ld_act4(xc + 4);
-        if (norm_w) {
-          const float4 wl = ld_f4(norm_w + c * 32 + 8 * q), wh = ld_f4(norm_w + c * 32 + 8 * q + 4);
-          lo[b] = make_float4(wl.x * (lo[b].x * inv), wl.y * (lo[b].y * inv), wl.z * (lo[b].z * inv),
-                              wl.w * (lo[b].w * inv));
-          hi[b] = make_float4(wh.x * (hi[b].x * inv), wh.y * (hi[b].y * inv), wh.z * (hi[b].z * inv),
-                              wh.w * (hi[b].w * inv));
-        }
-      }
+      nvfp4_mma_x_item(x, x_stride, k_chunks, r, j, i0 + b * stride < total, norm_w, inv, lo[b], hi[b]);
       r += dr, j += dj;
       if (j >= per_row) j -= per_row, ++r;
     }
@@ -245,6 +250,21 @@ struct Nvfp4XStager {
 __device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x_stride, int rows, int64_t k_chunks,
                                                        int64_t k_steps, uint4* xs, const float* norm_w = nullptr,
                                                        float inv = 1.0f) {
+  const int per_row = int(k_steps) * kNvfp4MmaXStepVecs, total = rows * per_row, i = int(threadIdx.x);
+  if (total <= int(blockDim.x)) {
+    // At most one item a thread (x at one token up to K = 2048 over 256 threads: moonlight's every
+    // linear): no batch to overlap, and the batched walk's code cost moonlight nvfp4 0.9% (H200,
+    // 2026-12-03, an A/B of the linear files alone).
+    if (i < total) {
+      const int r = rows == 1 ? 0 : i / per_row;
+      float4 lo, hi;
+      uint4 o;
+      nvfp4_mma_x_item(x, x_stride, k_chunks, r, i - r * per_row, true, norm_w, inv, lo, hi);
+      nvfp4_mma_x_vec(lo, hi, o);
+      xs[i] = o;
+    }
+    return;
+  }
   Nvfp4XStager<4> st(x, x_stride, rows, k_chunks, k_steps, norm_w, inv);
   st.load();
   st.finish(xs);
