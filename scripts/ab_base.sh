@@ -10,16 +10,19 @@
 #    rebuilds `peregrine` incrementally (only what they touch), and swaps them back: seconds to a
 #    minute instead of a whole build. For changes that only modify files (no file added, removed or
 #    renamed between SHA and the working tree); scripts/ and *.md are not swapped.
+#    With paths after DIR (--files only), only those files: a mix of SHA's and the tree's, to split a
+#    change by file (several baselines alternate in one call: PG_SUITE_AB_BASE=".snap-base .snap-mix").
 # Then: run(carry [".deps/gpu-debs", ".snap-base"], "PG_SUITE_AB_BASE=.snap-base scripts/gpu_suite.sh $OUT/suite").
-#   usage: scripts/ab_base.sh SHA [DIR] [--files]   (DIR inside this checkout: the models/ link is relative)
+#   usage: scripts/ab_base.sh SHA [DIR [PATH...]] [--files]   (DIR inside this checkout: the models/ link is relative)
 set -euo pipefail
 FILES=0
 args=()
 for a in "$@"; do
   if [ "$a" = --files ]; then FILES=1; else args+=("$a"); fi
 done
-SHA=${args[0]:?usage: scripts/ab_base.sh SHA [DIR] [--files]}
+SHA=${args[0]:?usage: scripts/ab_base.sh SHA [DIR [PATH...]] [--files]}
 DIR=${args[1]:-.snap-base}
+PATHS=("${args[@]:2}")
 cd "$(dirname "$0")/.."
 git rev-parse --verify -q "$SHA^{commit}" >/dev/null || { echo "ab_base.sh: '$SHA' is not a commit here" >&2; exit 2; }
 rm -rf "$DIR"
@@ -28,6 +31,7 @@ if [ "$FILES" = 1 ]; then
   # Every difference must be a modification: an added or removed file changes what CMake globs.
   # scripts/ and docs are left out: they do not change `peregrine`, and the suite runs from scripts/.
   spec=(-- . ':!models' ':!scripts' ':!*.md')
+  [ ${#PATHS[@]} -gt 0 ] && spec=(-- "${PATHS[@]}")
   other=$(git diff --name-status "$SHA" "${spec[@]}" | awk '$1 != "M"')
   if [ -n "$other" ]; then
     echo "ab_base.sh --files: files added, removed or renamed since $SHA (use the whole-tree form):" >&2
