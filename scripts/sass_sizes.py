@@ -6,6 +6,13 @@ than an SM's instruction caches hold, and the attention lost 2-4% of decode spee
   sass_sizes.py LIB_OR_BINARY [--grep REGEX] [--cuobjdump PATH] [--top N]
   sass_sizes.py --from-text SASS.txt ...   (the output of `cuobjdump -sass`, e.g. from another machine)
   sass_sizes.py --lines REGEX CUBIN [--nvdisasm PATH] [--top N]   (or --from-text NVDISASM.txt)
+  sass_sizes.py --elf CUBIN [CUBIN_AFTER] [--grep REGEX]   (no cuobjdump: read from the ELF, below)
+
+--elf: each kernel's code size from its .text section in a cubin (`nvcc -cubin -arch=sm_90a -O3
+-std=c++20 --expt-relaxed-constexpr -I. FILE.cu -o X.cubin`), 16 bytes an instruction, the padding
+included; needs no CUDA tool (this machine has no cuobjdump). With a second cubin (the same file
+after a change), the kernels whose size changed, before and after (anonymous namespaces' hashes
+ignored): how much code a change adds to each instantiation, before any device call.
 
 --lines: where a kernel's instructions come from, counted per source line (and the line of the
 kernel that inlined it), for the functions whose mangled name matches REGEX. CUBIN built with line
@@ -106,6 +113,55 @@ def main_lines(a):
             print(f"    {n:6d}  {site}")
 
 
+def elf_sizes(path):
+    """{function: instructions} from the .text.NAME sections of an ELF64 cubin (size / 16)."""
+    import struct
+    with open(path, "rb") as f:
+        d = f.read()
+    if d[:4] != b"\x7fELF" or d[4] != 2:
+        sys.exit(f"sass_sizes.py: {path} is not an ELF64 cubin")
+    shoff, = struct.unpack_from("<Q", d, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3A)
+    secs = [struct.unpack_from("<IIQQQQIIQQ", d, shoff + i * shentsize) for i in range(shnum)]
+    stroff = secs[shstrndx][4]
+    out = {}
+    for sec in secs:
+        name = d[stroff + sec[0]: d.index(b"\0", stroff + sec[0])].decode()
+        if name.startswith(".text."):
+            out[name[len(".text."):]] = sec[5] // 16
+    return out
+
+
+def main_elf(a):
+    # Kernels match across the two cubins by demangled name: an anonymous namespace's hash differs
+    # between builds but demangles to "(anonymous namespace)".
+    sides = [elf_sizes(a.elf)] + ([elf_sizes(a.binary)] if a.binary else [])
+    named = []
+    for side in sides:
+        dm = demangle(sorted(side))
+        named.append({short(dm[k]): v for k, v in side.items()})
+    rx = re.compile(a.grep) if a.grep else None
+    rows = []
+    for n in sorted(set().union(*named)):
+        if rx and not rx.search(n):
+            continue
+        b = named[0].get(n)
+        if len(named) == 1:
+            rows.append((b, f"{b:7d}  {n[:150]}"))
+            continue
+        c = named[1].get(n)
+        if b == c:
+            continue
+        delta = f"{c - b:+6d}" if b is not None and c is not None else "   new" if b is None else "  gone"
+        rows.append((abs(c - b) if b is not None and c is not None else c or b,
+                     f"{b if b is not None else '-':>7} {c if c is not None else '-':>7} {delta}  {n[:140]}"))
+    rows.sort(key=lambda r: -r[0])
+    for _, line in rows[: a.top or len(rows)]:
+        print(line)
+    if len(named) == 2 and not rows:
+        print("sass_sizes.py: no kernel's code size changed")
+
+
 def demangle(names):
     tool = shutil.which("c++filt")
     if not tool or not names:
@@ -130,7 +186,10 @@ def main():
     ap.add_argument("--top", type=int, default=0)
     ap.add_argument("--lines", default="", help="per source line, for the functions matching this regex")
     ap.add_argument("--nvdisasm", default="")
+    ap.add_argument("--elf", default="", help="a cubin: code sizes from its ELF sections (CUBIN_AFTER: compare)")
     a = ap.parse_args()
+    if a.elf:
+        return main_elf(a)
     if a.lines:
         return main_lines(a)
     text = read_text(a, "cuobjdump", a.cuobjdump, "-sass",
