@@ -311,8 +311,10 @@ const LinearCase kCases[] = {
     {"mma_m4_k16384_per_lane_nvfp4", kFp4, 4, 1000, 16384},
     {"mma_m12_two_tiles_nvfp4", kFp4, 12, 700, 2048},
     {"mma_m3_persistent_shape_nvfp4", kFp4, 3, 18432, 7168},
-    // The x staging's walk where a block is wider than a staged row (Nvfp4XStager: K of one or two
-    // k-steps, the last one partial, its chunks past K staged as zeros), at one token and over 8 rows.
+    // The x staging's one-item path (nvfp4_mma_stage_x_rows: at most one item a thread) where a block
+    // is wider than a staged row: K of one or two k-steps, the last one partial, its chunks past K
+    // staged as zeros, at one token and over 8 rows (256 items: row = item / 32). The batched walk on
+    // such rows: mma_m7_nvfp4 above (7 rows of K = 1408, 1,232 items over 256 threads).
     {"mma_m1_k64_wide_block_nvfp4", kFp4, 1, 512, 64},
     {"mma_m8_k192_wide_block_nvfp4", kFp4, 8, 300, 192},
     // code x scale down to 0.5 x 2^-9 (an f16 subnormal after the 2^-14 placement): still exact.
