@@ -317,6 +317,13 @@ const LinearCase kCases[] = {
     // such rows: mma_m7_nvfp4 above (7 rows of K = 1408, 1,232 items over 256 threads).
     {"mma_m1_k64_wide_block_nvfp4", kFp4, 1, 512, 64},
     {"mma_m8_k192_wide_block_nvfp4", kFp4, 8, 300, 192},
+    // One token at the edge of kNvfp4OneItemMaxK (2048): 15 k-steps (240 items, no walk in the
+    // kernel), 17 (272 items over 256 threads: the walk), for the per-block and the persistent kernel
+    // (n x K / 2 >= kNvfp4X1PersistentMinBytes).
+    {"mma_m1_k1920_one_item_nvfp4", kFp4, 1, 1408, 1920},
+    {"mma_m1_k2176_walk_nvfp4", kFp4, 1, 1408, 2176},
+    {"mma_m1_k1920_one_item_persistent_nvfp4", kFp4, 1, 53000, 1920},
+    {"mma_m1_k2176_walk_persistent_nvfp4", kFp4, 1, 47000, 2176},
     // code x scale down to 0.5 x 2^-9 (an f16 subnormal after the 2^-14 placement): still exact.
     {"mma_all_e4m3_scales_nvfp4", kFp4, 3, 2048, 2048, 0, 0, false, false, 128, 0, false, 1.0f, true},
     {"exact_v3_o_proj_nvfp4", kFp4, 1, 7168, 16384, 0, 0, false, false, 128, 0, true},

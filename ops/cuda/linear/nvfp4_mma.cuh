@@ -249,11 +249,14 @@ struct Nvfp4XStager {
   }
 };
 
+// kWalk = false: the caller's shapes never give a thread more than one item (kNvfp4OneItemMaxK), and
+// its kernel carries no walk in its code.
+template <bool kWalk = true>
 __device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x_stride, int rows, int64_t k_chunks,
                                                        int64_t k_steps, uint4* xs, const float* norm_w = nullptr,
                                                        float inv = 1.0f) {
   const int per_row = int(k_steps) * kNvfp4MmaXStepVecs, total = rows * per_row, i = int(threadIdx.x);
-  if (total <= int(blockDim.x)) {
+  if (!kWalk || total <= int(blockDim.x)) {
     // At most one item a thread (x at one token up to K = 2048 over 256 threads: moonlight's every
     // linear): no batch to overlap. The batched walk there cost moonlight nvfp4 1.2% against this
     // path (H200, 2026-12-03, alternating in one call: 615.3 vs 622.8 tok/s; V3 4L 863.4 vs 862.0).
@@ -271,8 +274,11 @@ __device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x
   do st.load();
   while (st.store(xs));
 }
+// One token's x: at K <= kNvfp4OneItemMaxK a thread of a kLinearThreads block stages at most one item.
+constexpr int64_t kNvfp4OneItemMaxK = int64_t(kLinearThreads) / kNvfp4MmaXStepVecs * 128;
+template <bool kWalk = true>
 __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t k_chunks, int64_t k_steps, uint4* xs) {
-  nvfp4_mma_stage_x_rows(x, 0, 1, k_chunks, k_steps, xs);
+  nvfp4_mma_stage_x_rows<kWalk>(x, 0, 1, k_chunks, k_steps, xs);
 }
 
 // Step s's B fragments from the staged x (t: this lane's column, lane % 4).
@@ -591,7 +597,9 @@ __device__ __forceinline__ bool linear_mma_split_sum(float (&partial)[kLinearWar
 // staged in dynamic shared memory (2..8 tokens, nvfp4_mma_staged_rows_bytes > 0), lane g reading
 // token g's row (lanes past the tile's tokens read row 0: their columns are never written, and an
 // mma's columns do not interact). The staged paths run the same mmas on the same f16 values.
-constexpr int kNvfp4XPerLane = 0, kNvfp4XOne = 1, kNvfp4XRows = 2;
+// kNvfp4XOneShort: kNvfp4XOne at K <= kNvfp4OneItemMaxK, whose code has no staging walk (moonlight's
+// one-token linears: the walk in the kernel's code, not run, cost 0.5-1.7% of its decode).
+constexpr int kNvfp4XPerLane = 0, kNvfp4XOne = 1, kNvfp4XRows = 2, kNvfp4XOneShort = 3;
 
 // Grid: x = row groups (kLinearWarps / k_split per block), y = 8-token tiles of x. Warp w of a
 // block: row group blockIdx.x * (warps / k_split) + w / k_split (16 * kTiles rows), K slice
@@ -627,7 +635,7 @@ __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, Sta
 
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
-  if constexpr (kX == kNvfp4XOne) {
+  if constexpr (kX == kNvfp4XOne || kX == kNvfp4XOneShort) {
     __shared__ uint4 xs[kNvfp4X1MaxK / 128 * kNvfp4MmaXStepVecs];
     nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
         wrow, srow, [&] { stage_x(xs, k_chunks, k_steps); }, xs, k_chunks, s0, s1, acc);
@@ -660,7 +668,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
           nvfp4_mma_stage_x_rows(p.x + m0 * p.x_stride, p.x_stride, int(min(int64_t(kMmaTokens), p.m - m0)), k_chunks,
                                  k_steps, xs);
         } else {
-          nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs);
+          nvfp4_mma_stage_x_block<kX != kNvfp4XOneShort>(p.x, k_chunks, k_steps, xs);
         }
       },
       [] {});
@@ -673,7 +681,7 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 // the next unit's first (the copies of the next unit are in flight while this one's sums are
 // taken). Token 0's x is staged once per block. The same sums, in the same order, as the
 // per-block kernel.
-template <int kTiles, int kUnroll>
+template <int kTiles, int kUnroll, bool kWalk>
 __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     linear_nvfp4_x1_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kRowsW = kMmaRows * kTiles;
@@ -713,7 +721,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   Nvfp4Ring<kTiles, kUnroll> r{ring, total};
   r.start(issue);  // weights depend on no kernel: before the wait
   pdl_wait();
-  nvfp4_mma_stage_x_block(p.x, k_chunks, k_steps, xs);
+  nvfp4_mma_stage_x_block<kWalk>(p.x, k_chunks, k_steps, xs);
   __syncthreads();
   int J = 0;
   for (int u = 0; u < my_units; ++u) {  // uniform over the block
@@ -731,16 +739,23 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   }
 }
 
-// Blocks of linear_nvfp4_x1_kernel<kTiles, kUnroll> one SM holds at K = k (0 on error).
-template <int kTiles, int kUnroll>
-int linear_nvfp4_x1_blocks_per_sm(int64_t k) {
+// The persistent kernel's instantiation at K = k: no staging walk in its code where K needs none.
+template <int kTiles, int kUnroll, bool kWalk>
+int linear_nvfp4_x1_blocks_per_sm_of(int64_t k) {
   int b = 0;
-  constexpr auto kKernel = linear_nvfp4_x1_kernel<kTiles, kUnroll>;
+  constexpr auto kKernel = linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk>;
   if (raise_smem_limit_once<kKernel>() != cudaSuccess) return 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, kLinearThreads,
                                                     nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, k)) != cudaSuccess)
     return 0;
   return b;
+}
+
+// Blocks of linear_nvfp4_x1_kernel<kTiles, kUnroll, *> one SM holds at K = k (0 on error).
+template <int kTiles, int kUnroll>
+int linear_nvfp4_x1_blocks_per_sm(int64_t k) {
+  return k <= kNvfp4OneItemMaxK ? linear_nvfp4_x1_blocks_per_sm_of<kTiles, kUnroll, false>(k)
+                                : linear_nvfp4_x1_blocks_per_sm_of<kTiles, kUnroll, true>(k);
 }
 
 // grid.x: the units (m = 1 with nvfp4_x1_ok: the persistent kernel takes min(units, the blocks
@@ -751,13 +766,18 @@ cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream
   const bool x1 = p.m == 1 && staged;
   const bool persistent = x1 && linear_nvfp4_x1_persistent(kTiles, p.n, p.k);
   const size_t rows_smem = p.m > 1 && staged ? nvfp4_mma_staged_rows_bytes(p.m, p.k) : 0;
-  auto kernel = persistent    ? linear_nvfp4_x1_kernel<kTiles, kUnroll>
-                : x1          ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XOne>
-                : rows_smem   ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XRows>
-                              : linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XPerLane>;
+  const bool one_item = p.k <= kNvfp4OneItemMaxK;  // x staged one item a thread: kernels without the walk
+  auto kernel = persistent && one_item ? linear_nvfp4_x1_kernel<kTiles, kUnroll, false>
+                : persistent           ? linear_nvfp4_x1_kernel<kTiles, kUnroll, true>
+                : x1 && one_item       ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XOneShort>
+                : x1                   ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XOne>
+                : rows_smem            ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XRows>
+                                       : linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XPerLane>;
   size_t smem = 0;
   if (persistent) {
-    if (cudaError_t e = raise_smem_limit_once<linear_nvfp4_x1_kernel<kTiles, kUnroll>>(); e != cudaSuccess) return e;
+    const cudaError_t e = one_item ? raise_smem_limit_once<linear_nvfp4_x1_kernel<kTiles, kUnroll, false>>()
+                                   : raise_smem_limit_once<linear_nvfp4_x1_kernel<kTiles, kUnroll, true>>();
+    if (e != cudaSuccess) return e;
     smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k);
   } else if (rows_smem) {
     if (cudaError_t e = raise_smem_limit_once<linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XRows>>(); e != cudaSuccess)
