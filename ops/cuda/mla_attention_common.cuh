@@ -15,35 +15,6 @@
 
 namespace pg::ops::cuda::mla {
 
-// Where every vector path applies (vec_kv, vec_q, vec_out: DeepSeek's shapes and aligned buffers),
-// the split-KV kernels' instantiation without the scalar fallbacks (kVec): the same executed path in
-// 16% less code (8-head kernel 6,113 -> 5,159 SASS instructions), and decode faster for it on the
-// H200 (2026-12-02, af7918a, b = 1 after 1,024 tokens: moonlight bf16 436.1 -> 445.6 tok/s, +2.2%;
-// nvfp4 557.4 -> 572.2, +2.7%; V3 4L nvfp4 +0.4%): a launch runs its code cold, so code it skips
-// still costs it (docs/decode-status.md, session 18). PEREGRINE_ATTENTION_VEC=0 launches the
-// instantiation with the fallbacks everywhere (the gated test of that path on DeepSeek's shapes).
-inline bool attention_vec_kernel() {
-  static const bool on = env_switch("PEREGRINE_ATTENTION_VEC", true);
-  return on;
-}
-
-// Where the cache's block size is a power of two (and the vector paths apply), the CUDA-core
-// split-KV kernel's instantiation (32-row chunks; 16 under PEREGRINE_ATTENTION_CHUNK_ROWS=16) with
-// its rarely-taken and generic code out of line or cheaper (kLean): the empty-context zero fill in
-// a rolled, non-inlined function; the block's place, its split's rows and the combine's slice in
-// 32-bit arithmetic (kVec's two 64-bit division calls run in every block's prologue); block indices
-// by shift only; Q staged without a division per item; and a __syncwarp before the score reduction,
-// without which ptxas wraps each of its shuffles in a divergent fallback (65 WARPSYNC.COLLECTIVE
-// blocks, ~330 instructions inside the chunk loop at 8 heads). 8-head kernel 5,159 -> 3,521 SASS
-// instructions, 16-head 4,906 -> 3,708. On the H200 (2026-12-02, ca4fa8d, b = 1 after 1,024
-// tokens): moonlight bf16 456.6 -> 462.9 tok/s (+1.4%), fp8 +1.4%, nvfp4 587.1 -> 595.0 (+1.3%), V3
-// 4L nvfp4 0.0%. PEREGRINE_ATTENTION_LEAN=0 launches kVec's instantiation instead (the gated test
-// of that path).
-inline bool attention_lean_kernel() {
-  static const bool on = env_switch("PEREGRINE_ATTENTION_LEAN", true);
-  return on;
-}
-
 // The attention kernels are launched without PDL unless PEREGRINE_ATTENTION_PDL=1: with it,
 // moonlight nvfp4 decode ran 6% slower on the H200 (2026-12-01, 354dca7: CUDA-core kernel 456.4
 // vs 486.5 tok/s, tensor-core kernel 384.5 vs 406.4), though both kernels wait at their top and

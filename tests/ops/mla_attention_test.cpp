@@ -397,13 +397,17 @@ TEST_P(MlaAttentionDeferredCuda, MatchesCpu) {
   uv.y = dy.data(), uv.y_row_stride = H * V, uv.y_head_stride = V, uv.m = m, uv.n_heads = H, uv.n = V, uv.k = R;
   ASSERT_TRUE(cuda::head_linear_combine_ok(uv)) << c.name;
 
-  // The CUDA-core kernel, then the tensor-core one (deferred unless PEREGRINE_ATTENTION_DEFER_TC=0;
-  // its plan splits these contexts as the CUDA-core one does: more than one split where that has).
+  // The CUDA-core kernel, then the tensor-core one (its plan splits these contexts as the CUDA-core
+  // one does: more than one split where that has). Each defers only in its vector instantiation
+  // (PEREGRINE_ATTENTION_VEC=0 takes the one with the scalar fallbacks, which combines in the
+  // kernel), the CUDA-core one only in its lean form (PEREGRINE_ATTENTION_LEAN), the tensor-core one
+  // unless PEREGRINE_ATTENTION_DEFER_TC=0: the gated runs of those paths check that they combine.
   auto run_and_check = [&](const char* tag, cuda::MlaCores cores) {
     const bool tc = cores == cuda::MlaCores::kTensor;
+    const bool defers = cuda::attention_vec_kernel() && (tc ? cuda::attention_defer_tc() : cuda::attention_lean_kernel());
     cuda::MlaPartials parts;
     PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cores, &parts));
-    ASSERT_EQ(parts.deferred, dc.deferred && (!tc || cuda::attention_defer_tc()))
+    ASSERT_EQ(parts.deferred, dc.deferred && defers)
         << c.name << (tc ? " (tensor cores)" : "") << ": the plan's deferred form";
     PG_ASSERT_OK(dy.fill_bytes(0xff));
     PG_ASSERT_OK(parts.deferred ? cuda::head_linear_combine(uv, parts, nullptr) : cuda::head_linear(uv, nullptr));
