@@ -223,6 +223,7 @@ for g in $GATED; do
     PEREGRINE_ROUTER_LEAN) ops_filter='*MoeRout*' ;;
     PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT|PEREGRINE_MOE_NVFP4_DOWN_STAGED) ops_filter='*MoeExpertsCuda.MatchesCpu/*nvfp4*:*MoeLayerPdl*' ;;
     PEREGRINE_RELEASE_ARRIVE) ops_filter='*MlaAttention*:*MoeRout*' ;;
+    PEREGRINE_LINEAR_MMA_WARPS_PER_SM) ops_filter='*LinearCuda*:*LinearNorm*' ;;
     PEREGRINE_ATTENTION_DEFER) ops_filter='*MlaAttentionDeferred*' ;;  # (the op tests run the deferred form anyway)
     PEREGRINE_ATTENTION_DEFER_TC) ops_filter='*MlaAttentionDeferred*' ;;  # =0: its tensor-core runs not deferred
     PEREGRINE_ATTENTION_PDL|PEREGRINE_ATTENTION_VEC|PEREGRINE_ATTENTION_CHUNK_ROWS|PEREGRINE_ATTENTION_LEAN) ops_filter='*MlaAttention*' ;;

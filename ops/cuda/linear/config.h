@@ -227,9 +227,11 @@ inline int linear_nvfp4_x1_k_split(int64_t row_groups, int64_t k_steps, int unro
 // Warps splitting K (1..kLinearWarps, a power of two): grow while the grid is short of
 // kLinearMinWarpsPerSm warps per SM and every slice keeps >= one unrolled step (V3's o_proj,
 // 7168 rows x 16384 at 1 tile: 448 tiles of 16 rows, split 8 -> 3584 warps of 16 steps;
-// moonlight's 2816 x 2048: 176 tiles, split 4 -> 704 warps of 4 steps).
-inline int linear_nvfp4_mma_k_split(int64_t row_groups, int64_t k_steps, int unroll, int sm_count) {
-  const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * kLinearMinWarpsPerSm;
+// moonlight's 2816 x 2048: 176 tiles, split 4 -> 704 warps of 4 steps). min_warps_per_sm: the
+// launcher's PEREGRINE_LINEAR_MMA_WARPS_PER_SM (linear/launch.cpp), kLinearMinWarpsPerSm unless set.
+inline int linear_nvfp4_mma_k_split(int64_t row_groups, int64_t k_steps, int unroll, int sm_count,
+                                    int min_warps_per_sm = kLinearMinWarpsPerSm) {
+  const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * min_warps_per_sm;
   int ks = 1;
   while (ks < kLinearWarps && row_groups * ks < want && k_steps / (2 * ks) >= unroll) ks *= 2;
   return ks;

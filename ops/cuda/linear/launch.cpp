@@ -9,6 +9,7 @@
 #include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
+#include "ops/cuda/common/env.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/linear/linear.h"
 #include "ops/cuda/linear/params.h"
@@ -46,6 +47,21 @@ const MmaEntry* find_mma_tile(int tiles, int unroll) {
   for (const MmaEntry& e : kMmaTiles)
     if (e.tile.tiles == tiles && e.tile.unroll == unroll) return &e;
   return nullptr;
+}
+
+// PEREGRINE_LINEAR_MMA_WARPS_PER_SM=N (1..64; default kLinearMinWarpsPerSm = 16): the warps per SM the
+// per-block NVFP4 / FP8 tensor-core kernels split K for (linear_nvfp4_mma_k_split), read once, the
+// same at every m (a token's row keeps its bits in a verify step). A sweep knob, not yet measured in a
+// model: bench_ops_cuda (H200, 2026-12-03, single launches, 1 tile x 2 steps) timed V3's o_proj
+// 16384 -> 7168 at k_split 4 in 34.8 us against the default 8's 38.5: at 8 each block stages all
+// 32 KB of x for 16 rows (448 blocks, 14.7 MB of L2 reads), at 4 for 32. N = 12 gives V3's o_proj
+// and dense down k_split 4; moonlight's shapes keep theirs down to N = 8.
+int linear_mma_warps_per_sm() {
+  static const int n = [] {
+    const int v = env_int("PEREGRINE_LINEAR_MMA_WARPS_PER_SM", kLinearMinWarpsPerSm);
+    return v >= 1 && v <= 64 ? v : kLinearMinWarpsPerSm;
+  }();
+  return n;
 }
 
 const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {
@@ -138,7 +154,7 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
     }
     plan.k_split = v.k_split     ? v.k_split
                    : slots > 0   ? linear_nvfp4_x1_k_split(groups, k_steps, t.unroll, slots)
-                                 : linear_nvfp4_mma_k_split(groups, k_steps, t.unroll, sms);
+                                 : linear_nvfp4_mma_k_split(groups, k_steps, t.unroll, sms, linear_mma_warps_per_sm());
     if (plan.k_split < 1 || plan.k_split > kLinearWarps || kLinearWarps % plan.k_split)
       return invalid_argument("linear: k_split {} must divide {}", plan.k_split, kLinearWarps);
     const int64_t groups_per_block = kLinearWarps / plan.k_split;
