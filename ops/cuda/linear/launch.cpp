@@ -55,7 +55,8 @@ const MmaEntry* find_mma_tile(int tiles, int unroll) {
 // model: bench_ops_cuda (H200, 2026-12-03, single launches, 1 tile x 2 steps) timed V3's o_proj
 // 16384 -> 7168 at k_split 4 in 34.8 us against the default 8's 38.5: at 8 each block stages all
 // 32 KB of x for 16 rows (448 blocks, 14.7 MB of L2 reads), at 4 for 32. N = 12 gives V3's o_proj
-// and dense down k_split 4; moonlight's shapes keep theirs down to N = 8.
+// and dense down k_split 4, every moonlight shape keeps its own (at N = 8 moonlight's dense gate|up
+// and V3's q_b drop from 2 to 1).
 int linear_mma_warps_per_sm() {
   static const int n = [] {
     const int v = env_int("PEREGRINE_LINEAR_MMA_WARPS_PER_SM", kLinearMinWarpsPerSm);
