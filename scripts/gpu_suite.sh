@@ -322,7 +322,9 @@ if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -x "$PEREGRINE" ] && [ "$(left)" -gt 60 ]
       "$AB_BENCHES" "${AB_BINS[@]}" - >"$OUT/ab.txt" 2>>"$OUT/ab.err"
     while read -r line; do note "A/B $line"; done <"$OUT/ab.txt"
   else
-    note "A/B: the baseline tree did not build in time (ab_configure.log, ab_build.log: $(tail -1 "$OUT/ab_build.log" 2>/dev/null | cut -c1-80))"
+    # The last build log: the whole tree's ab_build.log, or the file baselines' ab_build1.log, ab_build2.log ...
+    ab_log=$(ls -t "$OUT"/ab_build*.log 2>/dev/null | head -1)
+    note "A/B: the baseline did not build in time (ab_configure.log, ${ab_log##*/}: $(tail -1 "$ab_log" 2>/dev/null | cut -c1-80))"
   fi
 fi
 
