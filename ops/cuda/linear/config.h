@@ -23,6 +23,12 @@ constexpr int kLinearMaxMTile = 16;
 // rows). Little's law asks ~32 KB in flight per SM (4.4 TB/s x ~1 us / 132 SMs); 16 warps x 32
 // lanes x >= 128 B is 2x that.
 constexpr int kLinearMinWarpsPerSm = 16;
+// The same rule for the per-block NVFP4 / FP8 tensor-core kernels (linear_nvfp4_mma_k_split), whose
+// blocks each stage all of x: fewer, longer K slices measured faster there. Swept in models (H200, 2026-12-03, 32f6b03, 2 rounds alternating in one call,
+// b = 1 after 1,024 tokens): 16 -> 12 -> 8 gave V3 4 layers nvfp4 855.2 -> 866.9 -> 867.0 tok/s, fp8
+// 761.8 -> 768.2 -> 772.8, moonlight nvfp4 624.8 -> 624.7 -> 624.8. At 8 V3's o_proj and dense down
+// split K in 4 (not 8), V3's q_b and moonlight's dense gate|up in 1 (not 2).
+constexpr int kLinearMmaMinWarpsPerSm = 8;
 
 // Bytes of W in one vector load, and elements of each format in it (NVFP4: two per byte, so one
 // 16-byte chunk is 32 elements = two 16-element scale blocks).
@@ -225,12 +231,12 @@ inline int linear_nvfp4_x1_k_split(int64_t row_groups, int64_t k_steps, int unro
 }
 
 // Warps splitting K (1..kLinearWarps, a power of two): grow while the grid is short of
-// kLinearMinWarpsPerSm warps per SM and every slice keeps >= one unrolled step (V3's o_proj,
-// 7168 rows x 16384 at 1 tile: 448 tiles of 16 rows, split 8 -> 3584 warps of 16 steps;
-// moonlight's 2816 x 2048: 176 tiles, split 4 -> 704 warps of 4 steps). min_warps_per_sm: the
-// launcher's PEREGRINE_LINEAR_MMA_WARPS_PER_SM (linear/launch.cpp), kLinearMinWarpsPerSm unless set.
+// kLinearMmaMinWarpsPerSm warps per SM and every slice keeps >= one unrolled step (V3's o_proj,
+// 7168 rows x 16384 at 1 tile: 448 tiles of 16 rows, split 4 -> 1792 warps of 32 steps;
+// moonlight's dense gate|up, 22528 x 2048: 1408 tiles, split 1). min_warps_per_sm: the
+// launcher's PEREGRINE_LINEAR_MMA_WARPS_PER_SM (linear/launch.cpp), kLinearMmaMinWarpsPerSm unless set.
 inline int linear_nvfp4_mma_k_split(int64_t row_groups, int64_t k_steps, int unroll, int sm_count,
-                                    int min_warps_per_sm = kLinearMinWarpsPerSm) {
+                                    int min_warps_per_sm = kLinearMmaMinWarpsPerSm) {
   const int64_t want = int64_t(sm_count > 0 ? sm_count : 132) * min_warps_per_sm;
   int ks = 1;
   while (ks < kLinearWarps && row_groups * ks < want && k_steps / (2 * ks) >= unroll) ks *= 2;

@@ -49,18 +49,16 @@ const MmaEntry* find_mma_tile(int tiles, int unroll) {
   return nullptr;
 }
 
-// PEREGRINE_LINEAR_MMA_WARPS_PER_SM=N (1..64; default kLinearMinWarpsPerSm = 16): the warps per SM the
-// per-block NVFP4 / FP8 tensor-core kernels split K for (linear_nvfp4_mma_k_split), read once, the
-// same at every m (a token's row keeps its bits in a verify step). A sweep knob, not yet measured in a
-// model: bench_ops_cuda (H200, 2026-12-03, single launches, 1 tile x 2 steps) timed V3's o_proj
-// 16384 -> 7168 at k_split 4 in 34.8 us against the default 8's 38.5: at 8 each block stages all
-// 32 KB of x for 16 rows (448 blocks, 14.7 MB of L2 reads), at 4 for 32. N = 12 gives V3's o_proj
-// and dense down k_split 4, every moonlight shape keeps its own (at N = 8 moonlight's dense gate|up
-// and V3's q_b drop from 2 to 1).
+// PEREGRINE_LINEAR_MMA_WARPS_PER_SM=N (1..64; default kLinearMmaMinWarpsPerSm = 8, config.h, where
+// the sweep that chose it is): the warps per SM the per-block NVFP4 / FP8 tensor-core kernels split K
+// for (linear_nvfp4_mma_k_split), read once, the same at every m (a token's row keeps its bits in a
+// verify step). bench_ops_cuda (H200, 2026-12-03, single launches, 1 tile x 2 steps) timed V3's o_proj
+// 16384 -> 7168 at k_split 4 in 34.8 us against 16's 8 at 38.5: at 8 each block stages all 32 KB of x
+// for 16 rows (448 blocks, 14.7 MB of L2 reads), at 4 for 32.
 int linear_mma_warps_per_sm() {
   static const int n = [] {
-    const int v = env_int("PEREGRINE_LINEAR_MMA_WARPS_PER_SM", kLinearMinWarpsPerSm);
-    return v >= 1 && v <= 64 ? v : kLinearMinWarpsPerSm;
+    const int v = env_int("PEREGRINE_LINEAR_MMA_WARPS_PER_SM", kLinearMmaMinWarpsPerSm);
+    return v >= 1 && v <= 64 ? v : kLinearMmaMinWarpsPerSm;
   }();
   return n;
 }
