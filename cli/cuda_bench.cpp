@@ -16,6 +16,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -233,9 +234,13 @@ int run_cuda_bench(const CudaBenchOptions& o) {
   const std::vector<int32_t> dec_tokens = random_tokens(o.decode_tokens);
   // PEREGRINE_PROFILE_DECODE=1: a profiler started with --profile-from-start off (ncu, section 5d of
   // scripts/gpu_suite.sh) sees these decode steps only, not the prefills' thousands of kernels (and,
-  // with --speculative-tokens, two replays of each k's verify graph after its timing).
-  const bool profile_decode = std::getenv("PEREGRINE_PROFILE_DECODE") != nullptr;
-  if (profile_decode) cudaProfilerStart();
+  // with --speculative-tokens, two replays of each k's verify graph after its timing);
+  // PEREGRINE_PROFILE_DECODE=verify: the verify replays only (scripts/ncu_kernels.sh's SPEC=K), so
+  // that a kernel both steps launch is profiled at k + 1 tokens from its first launch.
+  const char* profile_env = std::getenv("PEREGRINE_PROFILE_DECODE");
+  const bool profile_decode = profile_env != nullptr;
+  const bool profile_plain = profile_decode && std::string_view(profile_env) != "verify";
+  if (profile_plain) cudaProfilerStart();
   auto decode1 = time_ms(s, o.repeats, [&]() -> Status {
     for (int64_t i = 0; i < o.decode_tokens; ++i) {
       SeqStep st{std::span(&dec_tokens[size_t(i)], 1), o.context + i, table1, false};
@@ -243,7 +248,7 @@ int run_cuda_bench(const CudaBenchOptions& o) {
     }
     return ok_status();
   });
-  if (profile_decode) cudaProfilerStop();
+  if (profile_plain) cudaProfilerStop();
   if (!decode1.ok()) return fail(decode1.status());
   const double step_ms = *decode1 / double(o.decode_tokens);
   const int64_t mid_ctx = o.context + o.decode_tokens / 2;

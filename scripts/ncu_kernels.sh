@@ -9,7 +9,9 @@
 #   e.g.   scripts/ncu_kernels.sh $OUT/ncu moonlight-16b-a3b nvfp4 0 moe_router_kernel mla_prep_kernel
 # LAUNCH_SKIP (default 40): launches of the kernel skipped first (past the first layers and step).
 # SPEC=K: also --speculative-tokens K, so the verify graph's kernels are profiled too (the bench
-# replays it twice under the profiler after the decode steps: 8 steps of 27 MoE layers at moonlight).
+# replays it twice under the profiler after the decode steps: 8 steps of 27 MoE layers at moonlight);
+# SPEC_ONLY=1 with it: the verify replays alone (PEREGRINE_PROFILE_DECODE=verify), so a kernel the
+# plain steps also launch is profiled at K + 1 tokens (set LAUNCH_SKIP below 2 x its launches a step).
 set -uo pipefail
 OUT=${1:?usage: scripts/ncu_kernels.sh OUT_DIR NAME DTYPE LAYERS KERNEL_REGEX ...}
 NAME=${2:?} DTYPE=${3:?} LAYERS=${4:?}
@@ -24,7 +26,7 @@ args=(bench --synthetic "$NAME" --dtype "$DTYPE" --decode-tokens 4 --repeats 1 -
 [ -n "${SPEC:-}" ] && args+=(--speculative-tokens "$SPEC")
 for k in "$@"; do
   rep="$OUT/${k//[^A-Za-z0-9_]/_}"
-  PEREGRINE_PROFILE_DECODE=1 timeout 240 "$NCU" --profile-from-start off --graph-profiling node \
+  PEREGRINE_PROFILE_DECODE=$([ -n "${SPEC_ONLY:-}" ] && echo verify || echo 1) timeout 240 "$NCU" --profile-from-start off --graph-profiling node \
     -k "regex:$k" --launch-skip "${LAUNCH_SKIP:-40}" --launch-count 1 --set full -f -o "$rep" \
     "$PEREGRINE" "${args[@]}" >"$rep.log" 2>&1
   echo "ncu $k: rc=$?"
