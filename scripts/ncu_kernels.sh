@@ -24,9 +24,11 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 args=(bench --synthetic "$NAME" --dtype "$DTYPE" --decode-tokens 4 --repeats 1 --batches 1 --long-prefill 0)
 [ "$LAYERS" != 0 ] && args+=(--layers "$LAYERS")
 [ -n "${SPEC:-}" ] && args+=(--speculative-tokens "$SPEC")
+profile=1
+[ -n "${SPEC_ONLY:-}" ] && profile=verify
 for k in "$@"; do
   rep="$OUT/${k//[^A-Za-z0-9_]/_}"
-  PEREGRINE_PROFILE_DECODE=$([ -n "${SPEC_ONLY:-}" ] && echo verify || echo 1) timeout 240 "$NCU" --profile-from-start off --graph-profiling node \
+  PEREGRINE_PROFILE_DECODE=$profile timeout 240 "$NCU" --profile-from-start off --graph-profiling node \
     -k "regex:$k" --launch-skip "${LAUNCH_SKIP:-40}" --launch-count 1 --set full -f -o "$rep" \
     "$PEREGRINE" "${args[@]}" >"$rep.log" 2>&1
   echo "ncu $k: rc=$?"

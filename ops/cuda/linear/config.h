@@ -24,10 +24,11 @@ constexpr int kLinearMaxMTile = 16;
 // lanes x >= 128 B is 2x that.
 constexpr int kLinearMinWarpsPerSm = 16;
 // The same rule for the per-block NVFP4 / FP8 tensor-core kernels (linear_nvfp4_mma_k_split), whose
-// blocks each stage all of x: fewer, longer K slices measured faster there. Swept in models (H200, 2026-12-03, 32f6b03, 2 rounds alternating in one call,
-// b = 1 after 1,024 tokens): 16 -> 12 -> 8 gave V3 4 layers nvfp4 855.2 -> 866.9 -> 867.0 tok/s, fp8
-// 761.8 -> 768.2 -> 772.8, moonlight nvfp4 624.8 -> 624.7 -> 624.8. At 8 V3's o_proj and dense down
-// split K in 4 (not 8), V3's q_b and moonlight's dense gate|up in 1 (not 2).
+// blocks each stage all of x: fewer, longer K slices measured faster there. Swept in models (H200,
+// 2026-12-03, 32f6b03, 2 rounds alternating in one call, b = 1 after 1,024 tokens): 16 -> 12 -> 8 gave
+// V3 4 layers nvfp4 855.2 -> 866.9 -> 867.0 tok/s, fp8 761.8 -> 768.2 -> 772.8, moonlight nvfp4 624.8
+// -> 624.7 -> 624.8. At 8 V3's o_proj and dense down split K in 4 (not 8), V3's q_b and moonlight's
+// dense gate|up in 1 (not 2).
 constexpr int kLinearMmaMinWarpsPerSm = 8;
 
 // Bytes of W in one vector load, and elements of each format in it (NVFP4: two per byte, so one
