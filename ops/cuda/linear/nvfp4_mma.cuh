@@ -373,11 +373,13 @@ struct Nvfp4RingSrc {
   int32_t dw[kTiles][2], ds[kTiles][2];
   uint64_t l2_policy;  // the weights' copies: evict first (ld_stream's reason)
 };
+// l2_policy: a caller that builds sources for several streams makes the policy once.
 template <int kTiles>
 __device__ __forceinline__ Nvfp4RingSrc<kTiles> nvfp4_ring_src(const uint8_t* const (&wrow)[kTiles][2],
-                                                               const uint8_t* const (&srow)[kTiles][2]) {
+                                                               const uint8_t* const (&srow)[kTiles][2],
+                                                               uint64_t l2_policy = l2_evict_first_policy()) {
   Nvfp4RingSrc<kTiles> r;
-  r.w = wrow[0][0], r.sc = srow[0][0], r.l2_policy = l2_evict_first_policy();
+  r.w = wrow[0][0], r.sc = srow[0][0], r.l2_policy = l2_policy;
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll

@@ -91,10 +91,14 @@ __device__ __forceinline__ int nth_set_bit(uint64_t v, int n) {
   return __ffsll(static_cast<long long>(v)) - 1;
 }
 
-// The expert of the routing's distinct slot `slot` (< popc(first)) and the mask of its pairs.
-__device__ __forceinline__ int slot_expert(const WarpRouting& w, int slot, uint64_t& pairs) {
+// The expert of the routing's distinct slot `slot` (< popc(first)); warp-uniform (a shuffle).
+__device__ __forceinline__ int slot_expert_id(const WarpRouting& w, int slot) {
   const int j = nth_set_bit(w.first, slot);
-  const int e = __shfl_sync(kFullMask, j < kWarpSize ? w.e_lo : w.e_hi, j % kWarpSize);
+  return __shfl_sync(kFullMask, j < kWarpSize ? w.e_lo : w.e_hi, j % kWarpSize);
+}
+// The same and the mask of its pairs.
+__device__ __forceinline__ int slot_expert(const WarpRouting& w, int slot, uint64_t& pairs) {
+  const int e = slot_expert_id(w, slot);
   pairs = uint64_t(__ballot_sync(kFullMask, w.e_lo == e)) | uint64_t(__ballot_sync(kFullMask, w.e_hi == e)) << 32;
   return e;
 }

@@ -384,10 +384,13 @@ __device__ __forceinline__ void moe_down_multi_part(const MoeExpertsParams& p, f
 // kRing (moe_nvfp4_down_multi_ring_bytes): a warp's tasks are one stream of k-steps through its
 // cp.async ring of kMoeNvfp4DownMultiRingStages slots, so the next task's weights are in flight
 // while this one multiplies (per lane, a task's loads wait for the task before it: at 2 tokens
-// moonlight's 27 tasks on 16 warps are two rounds of round trips); the first slots go out before
-// the wait for h, then the block stages every h row as f16 B fragments (nvfp4_mma_stage_x_rows) and
-// lane g reads its pair's row from shared memory. One pass per task (m <= 8 pairs). The same f16
-// values in the same mma slots, the same sums: the same bits.
+// moonlight's 27 tasks on 16 warps are two rounds of round trips); all but one of its slots go out
+// before the wait for h, then the block stages every h row as f16 B fragments (nvfp4_mma_stage_x_rows) and lane g
+// reads its pair's row from shared memory. One pass per task (m <= 8 pairs). The same f16 values in
+// the same mma slots, the same sums: the same bits. A task's setup is split by what needs it: the
+// issuing cursor only its expert's rows (one shuffle, the copy sources built once a task under one
+// L2 policy a warp); the multiplying loop the pairs, and loads scale_2 and the pairs' weights before
+// the mmas that hide them. K slices by shifts (k_split is a power of two), in 32 bits.
 template <int kUnroll, bool kRing>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_multi_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
@@ -406,58 +409,81 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int n_tasks = (n_distinct + p.n_shared) * k_split;
   const int64_t row0 = int64_t(blockIdx.x) * kR;
   const int64_t k_chunks = p.inter / 32, k_steps = (k_chunks + 3) / 4;
-  const int64_t per_part = (k_steps + k_split - 1) / k_split;
   if constexpr (kRing) {
     static_assert(kMoeDirectMaxTokens <= kMmaTokens, "a task's pairs fit one pass");
-    constexpr int kStages = kMoeNvfp4DownMultiRingStages(kUnroll);
+    constexpr int kRingStages = kMoeNvfp4DownMultiRingStages(kUnroll);
     using Stage = Nvfp4RingStage<1, kUnroll>;
-    extern __shared__ uint4 down_multi_smem[];  // [n_h] staged h rows, then [warps][kStages] Stage
-    const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
+    extern __shared__ uint4 down_multi_smem[];  // [n_h] staged h rows, then [warps][kRingStages] Stage
+    const int steps = int(k_steps), row_vecs = steps * kNvfp4MmaXStepVecs;
     uint4* xs = down_multi_smem;
-    Stage* ring = reinterpret_cast<Stage*>(down_multi_smem + n_h * row_vecs) + warp * kStages;
-    auto steps_of = [&](int task, int64_t& s0, int64_t& s1) {
-      s0 = min(k_steps, (task % k_split) * per_part), s1 = min(k_steps, s0 + per_part);
-      return int((s1 - s0 + kUnroll - 1) / kUnroll);  // its ring stages
+    Stage* ring = reinterpret_cast<Stage*>(down_multi_smem + n_h * row_vecs) + warp * kRingStages;
+    const int ks_shift = __ffs(k_split) - 1, per_part = (steps + k_split - 1) >> ks_shift;
+    auto steps_of = [&](int task, int& s0, int& s1) {
+      s0 = min(steps, (task & (k_split - 1)) * per_part), s1 = min(steps, s0 + per_part);
+      return (s1 - s0 + kUnroll - 1) / kUnroll;  // its ring stages
     };
     int total = 0;
     for (int task = warp; task < n_tasks; task += kWarps) {
-      int64_t s0, s1;
+      int s0, s1;
       total += steps_of(task, s0, s1);
     }
-    // The issuing cursor runs kStages - 1 stages ahead of the multiplying loop, over the same tasks.
-    int c_task = warp - kWarps, c_left = 0;
-    int64_t c_s, c_s1 = 0;
-    MoeMultiTask c;
-    auto issue = [&](int, Stage& st) {  // warp-uniform (moe_multi_slot's shuffles)
+    // The issuing cursor runs kRingStages - 1 stages ahead of the multiplying loop, over the same tasks.
+    const uint64_t policy = l2_evict_first_policy();
+    int c_task = warp - kWarps, c_left = 0, c_s = 0, c_s1 = 0;
+    Nvfp4RingSrc<1> c_src;
+    auto issue = [&](int, Stage& st) {  // warp-uniform (slot_expert_id's shuffle)
       while (c_left == 0) {
         c_task += kWarps;
         c_left = steps_of(c_task, c_s, c_s1);
-        c = moe_multi_task(p, w, c_task, k_split, n_distinct, row0, g);
+        const int slot = c_task >> ks_shift;
+        const int64_t expert = slot < n_distinct ? slot_expert_id(w, slot) : p.n_experts + (slot - n_distinct);
+        const uint8_t* wrow[1][2];
+        const uint8_t* srow[1][2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1);
+          wrow[0][h] = codes_row(p.down, row, p.inter);
+          srow[0][h] = scales_row(p.down, row);
+        }
+        c_src = nvfp4_ring_src(wrow, srow, policy);
       }
-      nvfp4_ring_issue(c.wrow, c.srow, k_chunks, c_s, c_s1, st, lane);
+      nvfp4_ring_issue(c_src, k_chunks, c_s, c_s1, st, lane);
       c_s += kUnroll, --c_left;
     };
-    Nvfp4Ring<1, kUnroll, kStages> r{ring, total};
+    Nvfp4Ring<1, kUnroll, kRingStages> r{ring, total};
     r.start(issue);
     pdl_wait();  // h comes from gate_up
     nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
     __syncthreads();
     int J = 0;
     for (int task = warp; task < n_tasks; task += kWarps) {
-      const MoeMultiTask k = moe_multi_task(p, w, task, k_split, n_distinct, row0, g);
-      const auto [expert, pairs, n_pairs, h_base, shared] = k.slot;
-      const int kpart = k.kpart;
-      const float(&s2)[2] = k.s2;
-      int64_t s0, s1;
-      const int n = steps_of(task, s0, s1);
+      const int kpart = task & (k_split - 1);
+      const auto [expert, pairs, n_pairs, h_base, shared] = moe_multi_slot(p, w, task >> ks_shift, n_distinct);
       const int m_valid = n_pairs;  // <= 8: one pass
       auto h_row = [&](int c) { return shared ? h_base + c : nth_set_bit(pairs, c); };
+      // Read after the mmas, loaded before them: scale_2 * 2^14 of rows g and g + 8, and the h rows
+      // and weights of this lane's d columns 2t and 2t + 1 (as down_tile_rows and moe_down_multi_part).
+      float s2[2], wgt[2];
+      int hr[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        s2[h] = scale_2_of(p.down, expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1));
+        const int c = 2 * t + h;
+        hr[h] = c < m_valid ? h_row(c) : 0;
+        wgt[h] = shared ? 1.0f : c < m_valid ? p.expert_weight[hr[h]] : 0.0f;
+      }
+      int s0, s1;
+      const int n = steps_of(task, s0, s1);
       const uint4* xl = xs + h_row(g < m_valid ? g : 0) * row_vecs;  // past the pairs: a column never written
       float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-      for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xl, s0 + int64_t(j) * kUnroll, s1, acc, lane);
-      moe_down_multi_part(p, s_part, kpart * n_h, g, t, m_valid, shared, h_row, acc[0], s2);
+      for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xl, s0 + j * kUnroll, s1, acc, lane);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
+        if (2 * t + j % 2 < m_valid)
+          s_part[kpart * n_h + hr[j % 2]][g + 8 * (j / 2)] = wgt[j % 2] * (acc[0][j] * s2[j / 2]);
     }
   } else {  // h per lane from L2
+    const int64_t per_part = (k_steps + k_split - 1) / k_split;
     for (int task = warp; task < n_tasks; task += kWarps) {  // warp-uniform: slot_expert's shuffles see every lane
       const MoeMultiTask k = moe_multi_task(p, w, task, k_split, n_distinct, row0, g);
       const auto [expert, pairs, n_pairs, h_base, shared] = k.slot;
