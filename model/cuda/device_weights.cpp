@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/nvfp4_layout_launch.h"
 #include "ops/cuda/common/probe.h"
 
 namespace pg {
@@ -83,6 +84,7 @@ class Uploader {
     }
     if (h.format == WeightFormat::kNvfp4) {  // scale_2 stays a host value (per tensor)
       if (h.scale_2_rows) return internal_error("cuda: a host NVFP4 matrix with per-row-group scale_2");
+      PG_CUDA_TRY(ops::cuda::nvfp4_to_device_layout(data, data_bytes(h, h.rows), nullptr));
       PG_ASSIGN_OR_RETURN(void* s, raw(h.scale_fp8, nvfp4_scale_bytes(h, h.rows)));
       d.scale_fp8 = static_cast<const uint8_t*>(s);
     }
@@ -109,6 +111,7 @@ class Uploader {
     top_view.data = d;
     bottom_view.data = static_cast<const uint8_t*>(d) + top_b;
     if (fp4) {
+      PG_CUDA_TRY(ops::cuda::nvfp4_to_device_layout(d, top_b + bottom_b, nullptr));
       const size_t st = nvfp4_scale_bytes(top, top.rows), sb = nvfp4_scale_bytes(bottom, bottom.rows);
       PG_ASSIGN_OR_RETURN(void* sd, w_.arena.alloc(st + sb));
       PG_CUDA_TRY(cudaMemcpy(sd, top.scale_fp8, st, cudaMemcpyHostToDevice));
@@ -243,6 +246,8 @@ Result<DevMlp> stack_mlp(DeviceWeights& w, const std::vector<MlpSlice>& slices, 
                                cudaMemcpyHostToDevice));
   }
   if (fp4) {
+    PG_CUDA_TRY(ops::cuda::nvfp4_to_device_layout(gu, eb(n * 2 * inter * H), nullptr));
+    PG_CUDA_TRY(ops::cuda::nvfp4_to_device_layout(dn, eb(n * H * inter), nullptr));
     for (auto [stack, s2, group] : {std::tuple{&d.gate_up, &gu_s2, inter}, std::tuple{&d.down, &dn_s2, H}}) {
       PG_ASSIGN_OR_RETURN(void* p, w.arena.alloc(s2->size() * 4));
       PG_CUDA_TRY(cudaMemcpy(p, s2->data(), s2->size() * 4, cudaMemcpyHostToDevice));

@@ -149,7 +149,7 @@ void run_case(const GemmCase& c, cuda::GemmContext& ctx, Launch launch = Launch:
   d.dw = hw.w;
   switch (c.format) {
     case WeightFormat::kNvfp4:
-      d.w8 = to_device(hw.fp8), d.dw.data = d.w8.data();
+      d.w8 = to_device_nvfp4(hw.fp8), d.dw.data = d.w8.data();
       d.scale8 = to_device(hw.scale8), d.dw.scale_fp8 = d.scale8.data();
       if (hw.w.scale_2_rows) d.scale = to_device(hw.scale), d.dw.scale_2_rows = d.scale.data();
       break;

@@ -1,5 +1,5 @@
 // Random weights of every format for the projection op tests (linear, linear_norm): host arrays in
-// the checkpoint's layout, a Matrix over them, and their device copy.
+// the checkpoint's layout, a Matrix over them, and their device copy (NVFP4 codes in the device layout).
 #pragma once
 
 #include <cmath>
@@ -114,7 +114,7 @@ inline void upload(const HostWeights& h, DeviceWeights& d) {
       d.scale = to_device(h.scale), d.w.scale_inv = d.scale.data();
       break;
     case WeightFormat::kNvfp4:
-      d.fp8 = to_device(h.fp8), d.w.data = d.fp8.data();
+      d.fp8 = to_device_nvfp4(h.fp8), d.w.data = d.fp8.data();
       d.scale8 = to_device(h.scale8), d.w.scale_fp8 = d.scale8.data();
       if (h.w.scale_2_rows) d.scale = to_device(h.scale), d.w.scale_2_rows = d.scale.data();
       break;

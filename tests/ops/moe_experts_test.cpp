@@ -157,6 +157,9 @@ bool fill_expert(Stack& s, int64_t e, uint64_t seed) {
   if (cudaMemcpy(static_cast<uint8_t*>(s.ddata) + s.row_bytes(r0), base, size_t(s.row_bytes(s.rows_per_expert)),
                  cudaMemcpyHostToDevice) != cudaSuccess)
     return false;
+  if (fp4 && cuda::nvfp4_to_device_layout(static_cast<uint8_t*>(s.ddata) + s.row_bytes(r0),
+                                          size_t(s.row_bytes(s.rows_per_expert)), nullptr) != cudaSuccess)
+    return false;
   if (fp4) {
     // Block scales with exponent fields 4..11 (2^-3 .. 30) and scale_2 ~ 1.6 / (6 * 16 * sqrt(cols))
     // per part, so the weights' RMS is about 1 / sqrt(cols) as the other formats'.

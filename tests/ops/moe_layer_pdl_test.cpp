@@ -79,7 +79,7 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
       for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(0x20 + (splitmix64(s + i) & 0x1f));
       return v;
     };
-    gu4 = to_device(codes(gu_rows * H / 2, seed + 6)), dn4 = to_device(codes(dn_rows * I / 2, seed + 7));
+    gu4 = to_device_nvfp4(codes(gu_rows * H / 2, seed + 6)), dn4 = to_device_nvfp4(codes(dn_rows * I / 2, seed + 7));
     gus = to_device(scales(gu_rows * H / 16, seed + 8)), dns = to_device(scales(dn_rows * I / 16, seed + 9));
     gate_up = Matrix{WeightFormat::kNvfp4, gu_rows, H, gu4.data()};
     gate_up.scale_fp8 = gus.data(), gate_up.scale_2 = 0.02f;

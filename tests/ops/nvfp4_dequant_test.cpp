@@ -55,7 +55,7 @@ TEST_P(Nvfp4DequantCuda, BitExactVsCpu) {
   }
 
   const int64_t ld = c.cols + c.dst_pad;
-  auto dpacked = to_device(packed);
+  auto dpacked = to_device_nvfp4(packed);
   auto dscales = to_device(scales);
   auto dgroups = to_device(group_scale_2);
   auto dst_r = cuda::DeviceBuffer<uint16_t>::create(size_t(c.rows * ld));

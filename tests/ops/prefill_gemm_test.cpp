@@ -196,6 +196,9 @@ bool fill_expert(Stack& s, int64_t e, uint64_t seed) {
   if (cudaMemcpy(static_cast<uint8_t*>(s.ddata) + s.row_bytes(r0), stored.data(), stored.size(),
                  cudaMemcpyHostToDevice) != cudaSuccess)
     return false;
+  if (s.fp4() && cuda::nvfp4_to_device_layout(static_cast<uint8_t*>(s.ddata) + s.row_bytes(r0), stored.size(),
+                                              nullptr) != cudaSuccess)
+    return false;
   if (s.fp4())
     return cudaMemcpy(s.dscale8 + r0 * cols / 16, scale8.data(), scale8.size(), cudaMemcpyHostToDevice) == cudaSuccess &&
            cudaMemcpy(s.dscale + e * s.parts, scale.data(), scale.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess;

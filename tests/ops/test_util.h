@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/common/device_buffer.h"
+#include "ops/cuda/common/nvfp4_layout_launch.h"
 #include "tests/ops/random.h"
 
 namespace pg::ops::test {
@@ -52,6 +53,18 @@ cuda::DeviceBuffer<T> to_device(const std::vector<T>& h) {
   auto r = cuda::DeviceBuffer<T>::from_host(h.data(), h.size());
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   return r.ok() ? std::move(r).value() : cuda::DeviceBuffer<T>();
+}
+// NVFP4 codes in the checkpoint's layout, uploaded and rearranged into the device's
+// (ops/cuda/common/nvfp4_layout.h) as the model's upload does; `bytes` from `offset` of a buffer
+// whose codes arrived in parts (each part rearranged once).
+inline void nvfp4_codes_to_device_layout(void* d, size_t bytes) {
+  const cudaError_t e = cuda::nvfp4_to_device_layout(d, bytes, nullptr);
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+}
+inline cuda::DeviceBuffer<uint8_t> to_device_nvfp4(const std::vector<uint8_t>& codes) {
+  cuda::DeviceBuffer<uint8_t> d = to_device(codes);
+  if (d.size()) nvfp4_codes_to_device_layout(d.data(), d.size());
+  return d;
 }
 template <typename T>
 std::vector<T> to_host(const cuda::DeviceBuffer<T>& d) {

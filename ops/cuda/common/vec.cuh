@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda/common/nvfp4_layout.h"
+
 namespace pg::ops::cuda {
 
 // 16 bytes of read-only, read-once data (weights); p must be 16-byte aligned. The non-coherent
@@ -55,38 +57,35 @@ __device__ __forceinline__ float fp8_e4m3_to_f32(uint8_t v) {
   return __half2float(__half(h));
 }
 
-// Eight NVFP4 e2m1 codes of a 32-bit word (element i in nibble i: the checkpoint's order, element
-// 2j in the low nibble of byte j) as four f16x2 words, each value times 2^-14 exactly, with integer
-// ops only. An e2m1 code is s e1 e0 m (value (-1)^s 2^(E-1) (1 + m/2) for E = e1e0 > 0, and
-// (-1)^s m / 2 for E = 0). Its three magnitude bits placed at f16 bits 11..9 make the f16 exponent
-// field E and top mantissa bit m: 2^(E-15) (1 + m/2) = value * 2^-14 for E > 0, and for E = 0 the
-// subnormal m * 2^-15 = value * 2^-14; the sign goes to bit 15. h[i] = f16x2(element i, element
-// i + 4) (low, high half).
+// Eight NVFP4 e2m1 codes of a 32-bit word in the device layout (nvfp4_layout.h: element 2j's code
+// at bits 3..1 and 7 of byte j, element 2j + 1's at bits 6..4 and 0) as four f16x2 words, each value
+// times 2^-14 exactly, with integer ops only. An e2m1 code is s e1 e0 m (value (-1)^s 2^(E-1) (1 +
+// m/2) for E = e1e0 > 0, and (-1)^s m / 2 for E = 0). Its three magnitude bits placed at f16 bits
+// 11..9 make the f16 exponent field E and top mantissa bit m: 2^(E-15) (1 + m/2) = value * 2^-14
+// for E > 0, and for E = 0 the subnormal m * 2^-15 = value * 2^-14; the sign goes to bit 15.
+// h[i] = f16x2(element i, element i + 4) (low, high half).
 //
-// The f16's low byte is zero, so each code only needs its high byte: s000 e1e0m0 (sign to bit 7,
-// magnitude to bits 3..1). `even` builds it in place for the low nibbles of w's four bytes
-// (elements 0, 2, 4, 6), `odd` for the high nibbles (1, 3, 5, 7); then one byte_perm (bytes 0, 2
-// -> 1, 3) or one mask (bytes 1, 3 stay) per output: 11 integer ops per word, where placing each
-// output directly (e2m1x8_to_f16x2_direct) takes 15: the sign and the magnitude move by different
-// amounts and a LOP3 takes one immediate, so each output costs two shifts and two masked ors.
-// Both give the same bits for every w (checked exhaustively on the host, 2026-12-01).
+// The f16's low byte is zero, so each code only needs its high byte s000 e1e0m0, which the device
+// layout already holds for the even elements: bytes 1 and 3 are h[2] under one mask, bytes 0 and 2
+// h[0] after a shift. The odd elements' high bytes are built in place (`odd`: magnitude down 3, sign
+// up 7), then one byte_perm (bytes 0, 2 -> 1, 3) or one mask (bytes 1, 3 stay) each: 9 integer ops
+// a word (11 with the checkpoint's nibbles). e2m1x8_to_f16x2_direct places each output straight
+// from w (11 ops, fewer live temporaries). Both give the bits of e2m1_to_f32 * 2^-14 for every code.
 __device__ __forceinline__ void e2m1x8_to_f16x2(uint32_t w, uint32_t (&h)[4]) {
-  const uint32_t even = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u);
-  h[0] = __byte_perm(even, 0u, 0x2404);  // bytes (0, even.0, 0, even.2): elements 0, 4
-  h[2] = even & 0xFF00FF00u;             // elements 2, 6
-  const uint32_t odd = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);
-  h[1] = __byte_perm(odd, 0u, 0x2404);  // elements 1, 5
+  h[0] = (w << 8) & 0x8E008E00u;  // elements 0, 4
+  h[2] = w & 0x8E008E00u;         // elements 2, 6
+  const uint32_t odd = ((w >> 3) & 0x0E0E0E0Eu) | ((w << 7) & 0x80808080u);
+  h[1] = __byte_perm(odd, 0u, 0x2404);  // bytes (0, odd.0, 0, odd.2): elements 1, 5
   h[3] = odd & 0xFF00FF00u;             // elements 3, 7
 }
 
-// The same placement, each output straight from w (nibbles i and i + 4 sit 16 bits apart, so one
-// shift places both): more ops but fewer live temporaries; nvfp4_mma_stream at 2 tiles x 2 steps
-// spilled (4 bytes) with the one above.
+// The same placement, each output straight from w: more ops but fewer live temporaries;
+// nvfp4_mma_stream at 2 tiles x 2 steps spilled (4 bytes) with the one above.
 __device__ __forceinline__ void e2m1x8_to_f16x2_direct(uint32_t w, uint32_t (&h)[4]) {
-  h[0] = ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
-  h[1] = ((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u);
-  h[2] = ((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u);
-  h[3] = ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
+  h[0] = (w << 8) & 0x8E008E00u;
+  h[1] = ((w << 5) & 0x0E000E00u) | ((w << 15) & 0x80008000u);
+  h[2] = w & 0x8E008E00u;
+  h[3] = ((w >> 3) & 0x0E000E00u) | ((w << 7) & 0x80008000u);
 }
 
 // One f16x2 word -> two exact f32 (low half first). A register reinterpretation: the halves are
@@ -97,7 +96,8 @@ __device__ __forceinline__ float2 f16x2_bits_to_f32(uint32_t h) {
   return __half22float2(v);
 }
 
-// One e2m1 code (low nibble of v) -> exact f32 (the scalar paths).
+// One e2m1 code (low 4 bits of v: s e1 e0 m) -> exact f32 (the scalar paths; a device byte's codes:
+// nvfp4_device_code).
 __device__ __forceinline__ float e2m1_to_f32(uint32_t v) {
   __half_raw r;
   r.x = static_cast<unsigned short>(((v & 7u) << 9) | ((v & 8u) << 12));

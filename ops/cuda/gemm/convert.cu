@@ -40,7 +40,8 @@ __device__ __forceinline__ uint16_t elem_bits(const ToBf16Params& p, int64_t r, 
     return to_bf16_bits(fp8_e4m3_to_f32(v) * s);
   } else {
     const uint8_t b = __ldg(static_cast<const uint8_t*>(p.src) + r * (p.src_stride / 2) + c / 2);
-    return to_bf16_bits((e2m1_to_f32(c % 2 ? b >> 4 : b & 0xfu) * nvfp4_block_scale(p, r, c)) * nvfp4_scale_2(p, r));
+    return to_bf16_bits((e2m1_to_f32(nvfp4_device_code(b, uint32_t(c % 2))) * nvfp4_block_scale(p, r, c)) *
+                        nvfp4_scale_2(p, r));
   }
 }
 

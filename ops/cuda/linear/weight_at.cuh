@@ -21,7 +21,7 @@ __device__ __forceinline__ float weight_at(const LinearParams& p, int64_t row, i
     const uint8_t b = __ldg(static_cast<const uint8_t*>(p.w) + row * (p.k / 2) + c / 2);
     const float s = fp8_e4m3_to_f32(__ldg(p.scale_fp8 + row * (p.k / kNvfp4Block) + c / kNvfp4Block));
     const float s2 = p.scale_2_rows ? __ldg(p.scale_2_rows + row / p.scale_2_group_rows) : p.scale_2;
-    return (e2m1_to_f32(c % 2 ? b >> 4 : b & 0xfu) * s) * s2;
+    return (e2m1_to_f32(nvfp4_device_code(b, uint32_t(c % 2))) * s) * s2;
   }
 }
 

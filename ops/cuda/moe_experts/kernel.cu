@@ -31,8 +31,8 @@ __device__ __forceinline__ uint4 load_chunk(const uint8_t* row, int64_t c) {
     return make_uint4(__ldg(reinterpret_cast<const unsigned int*>(row) + c), 0, 0, 0);
   } else if constexpr (F == LinearWeight::kBF16) {
     return make_uint4(__ldg(reinterpret_cast<const unsigned short*>(row) + c), 0, 0, 0);
-  } else if constexpr (F == LinearWeight::kNvfp4) {  // element c: nibble c % 2 of byte c / 2
-    return make_uint4((uint32_t(__ldg(row + c / 2)) >> (4 * (c % 2))) & 0xfu, 0, 0, 0);
+  } else if constexpr (F == LinearWeight::kNvfp4) {  // element c: code c % 2 of device byte c / 2
+    return make_uint4(nvfp4_device_code(__ldg(row + c / 2), uint32_t(c % 2)), 0, 0, 0);
   } else {
     return make_uint4(__ldg(row + c), 0, 0, 0);
   }
