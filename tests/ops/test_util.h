@@ -55,15 +55,13 @@ cuda::DeviceBuffer<T> to_device(const std::vector<T>& h) {
   return r.ok() ? std::move(r).value() : cuda::DeviceBuffer<T>();
 }
 // NVFP4 codes in the checkpoint's layout, uploaded and rearranged into the device's
-// (ops/cuda/common/nvfp4_layout.h) as the model's upload does; `bytes` from `offset` of a buffer
-// whose codes arrived in parts (each part rearranged once).
-inline void nvfp4_codes_to_device_layout(void* d, size_t bytes) {
-  const cudaError_t e = cuda::nvfp4_to_device_layout(d, bytes, nullptr);
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-}
+// (ops/cuda/common/nvfp4_layout.h) as the model's upload does.
 inline cuda::DeviceBuffer<uint8_t> to_device_nvfp4(const std::vector<uint8_t>& codes) {
   cuda::DeviceBuffer<uint8_t> d = to_device(codes);
-  if (d.size()) nvfp4_codes_to_device_layout(d.data(), d.size());
+  if (d.size()) {
+    const cudaError_t e = cuda::nvfp4_to_device_layout(d.data(), d.size(), nullptr);
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  }
   return d;
 }
 template <typename T>

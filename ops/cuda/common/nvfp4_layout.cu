@@ -36,7 +36,10 @@ cudaError_t nvfp4_to_device_layout(void* codes, size_t bytes, cudaStream_t strea
     nvfp4_layout_words<<<unsigned(blocks), kThreads, 0, stream>>>(reinterpret_cast<uint4*>(p + head), body);
   }
   if (tail) nvfp4_layout_bytes<<<1, kThreads, 0, stream>>>(p + head + body * 16, tail);
-  return cudaGetLastError();
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  // Done before it returns: the model's streams are non-blocking, so nothing orders their first
+  // kernels after this one on the legacy stream.
+  return cudaStreamSynchronize(stream);
 }
 
 }  // namespace pg::ops::cuda
