@@ -52,6 +52,10 @@ Command add_eval(CLI::App& root) {
       ->check(CLI::PositiveNumber);
   app->add_option("--device", o->eval.device, "auto (cuda when a GPU is present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app->add_option("--activations", o->eval.activations,
+                  "f32, or e4m3: the model's NVFP4 projections take e4m3 inputs with a scale per token "
+                  "(a W4A8 quality probe; CPU only)")
+      ->check(CLI::IsMember({"f32", "e4m3"}));
   app->add_option("--json-out", o->json_out, "write the report as JSON to this file");
   return {app, [o] { return run_eval_command(*o); }};
 }

@@ -18,12 +18,16 @@ struct EvalOptions {
   int64_t max_tokens = 8192;  // text tokens taken from the file, in all
   int64_t context = 512;      // tokens per window (BOS included); cut to the models' context
   std::string log_prefix = "peregrine eval";  // progress lines on stderr: "<prefix>: window 1/3 done"
+  // "e4m3": the model under test's NVFP4 projections and experts take their inputs rounded to e4m3
+  // with an f32 scale per token (DeepseekModel::set_e4m3_activations: a W4A8 quality probe, CPU
+  // only); "f32": as loaded.
+  std::string activations = "f32";
 };
 
 // Per-token KL(ref || model), top-1 agreement, perplexity of both on teacher-forced windows of the
 // text, and where greedy generations of the two first diverge. Returns the report:
 //   {model, reference, text, device {model, reference}, context, windows, tokens_evaluated,
-//    kl {mean, median, p99, max} (nats), top1_agreement_pct, perplexity {model, reference, delta},
+//    activations, kl {mean, median, p99, max} (nats), top1_agreement_pct, perplexity {model, reference, delta},
 //    generation {prompt_tokens, generated_tokens, runs [{window, first_divergence|null}],
 //                mean_first_divergence|null}}
 // Errors: InvalidArgument for bad options or an unusable text (empty, too short, vocabularies

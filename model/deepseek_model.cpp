@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "model/activation_quant.h"
 #include "model/rope_yarn.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/moe_experts.h"
@@ -57,6 +58,13 @@ float round_f16(float v) { return f16_to_f32(f32_to_f16(std::clamp(v, -65504.0f,
 void linear_f16x(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& pool, bool accumulate = false) {
   std::vector<float> xr(x, x + m * w.cols);
   for (float& v : xr) v = round_f16(v);
+  linear(xr.data(), w, y, m, pool, accumulate);
+}
+
+// y (+)= x · Wᵀ with each row of x rounded to e4m3 under its own scale (a W4A8 kernel's inputs).
+void linear_e4m3x(const float* x, const Matrix& w, float* y, int64_t m, ThreadPool& pool, bool accumulate = false) {
+  std::vector<float> xr(size_t(m * w.cols));
+  round_rows_e4m3(x, m, w.cols, 0, xr.data());
   linear(xr.data(), w, y, m, pool, accumulate);
 }
 
@@ -128,6 +136,7 @@ void mla_attention_bf16(const ops::MlaAttentionArgs& m, ThreadPool& pool) {
 }  // namespace
 
 void DeepseekModel::proj(const float* x, const Matrix& w, float* y, int64_t m, bool accumulate) const {
+  if (e4m3_x_ && w.format == ops::WeightFormat::kNvfp4) return linear_e4m3x(x, w, y, m, thread_pool(), accumulate);
   if (emul_.projection_min_rows > 0 && m >= emul_.projection_min_rows)
     return linear_bf16(x, w, y, m, thread_pool(), accumulate);
   if (emul_.projection_min_rows > 0 && ops::f16_mma_gemv(w, w.cols))  // NVFP4 and FP8 GEMVs on f16 tensor cores
@@ -139,6 +148,14 @@ void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, 
                                 bool accumulate, bool bf16, int64_t f16_inter) const {
   ThreadPool& pool = thread_pool();
   std::vector<float> g(size_t(T * inter)), u(size_t(T * inter));  // [T, inter]
+  if (e4m3_x_ && w.gate.format == ops::WeightFormat::kNvfp4) {  // the W4A8 probe: x and h to e4m3
+    std::vector<float> xr(size_t(T * w.gate.cols));
+    round_rows_e4m3(x, T, w.gate.cols, 0, xr.data());
+    linear(xr.data(), w.gate, g.data(), T, pool);
+    linear(xr.data(), w.up, u.data(), T, pool);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    return linear_e4m3x(g.data(), w.down, y, T, pool, accumulate);
+  }
   if (bf16) {  // the tensor-core experts: x, the weights and h rounded to bf16
     linear_bf16(x, w.gate, g.data(), T, pool);
     linear_bf16(x, w.up, u.data(), T, pool);

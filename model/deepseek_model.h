@@ -88,6 +88,11 @@ class DeepseekModel {
   };
   void set_bf16_emulation(Bf16Emulation e) { emul_ = e; }
 
+  // A W4A8 quality probe: every NVFP4 projection and expert takes its input rounded to e4m3 with an
+  // f32 scale per token row (round_rows_e4m3), at every step size, instead of the emulation above.
+  // Off by default; no CUDA kernel does this yet.
+  void set_e4m3_activations(bool on) { e4m3_x_ = on; }
+
   // The pool CPU ops run on (default: ThreadPool::global()).
   void set_thread_pool(ThreadPool* pool) { pool_ = pool; }
   ThreadPool& thread_pool() const { return pool_ ? *pool_ : ThreadPool::global(); }
@@ -114,6 +119,7 @@ class DeepseekModel {
   float softmax_scale_ = 1.0f;
   ThreadPool* pool_ = nullptr;
   Bf16Emulation emul_;
+  bool e4m3_x_ = false;
 };
 
 }  // namespace pg

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `peregrine eval` on the CPU: a model against itself agrees exactly (KL 0, top-1 100 %, equal
 # perplexities, no greedy divergence); the fp8 golden model against its bf16 twin does not (KL > 0);
-# bad arguments exit non-zero with a message. Usage: eval_test.sh PEREGRINE SOURCE_DIR
+# the W4A8 probe (--activations e4m3) moves an NVFP4 model; bad arguments exit non-zero with a message. Usage: eval_test.sh PEREGRINE SOURCE_DIR
 set -u
 bin=$1; src=$2
 tiny=$src/models/peregrine-tiny
@@ -42,7 +42,27 @@ else
   echo "FAIL fp8 vs bf16: eval exited non-zero"; cat "$tmp/err.txt"; fails=$((fails+1))
 fi
 
-# 3. Bad arguments.
+# 3. The W4A8 probe (--activations e4m3, CPU only): the tiny model quantized to NVFP4 with its
+# projections' inputs rounded to e4m3 moves away from f32 inputs, and the report says so; a model
+# without NVFP4 weights is unchanged by it (against itself: KL 0).
+small=(--text "$text" --context 128 --max-tokens 200 --generations 0 --device cpu)
+if "$bin" quantize "$tiny" "$tmp/q" --format nvfp4 >/dev/null 2>"$tmp/err.txt" &&
+   "$bin" eval "$tmp/q" --reference "$tiny" "${small[@]}" --json-out "$tmp/f32.json" >/dev/null 2>>"$tmp/err.txt" &&
+   "$bin" eval "$tmp/q" --reference "$tiny" "${small[@]}" --activations e4m3 --json-out "$tmp/out.json" \
+     >"$tmp/table.txt" 2>>"$tmp/err.txt"; then
+  check "e4m3: named in the report" "j['activations'] == 'e4m3' and json.load(open('$tmp/f32.json'))['activations'] == 'f32'"
+  check "e4m3: the KL moves" "j['kl']['mean'] > 0 and j['kl']['mean'] != json.load(open('$tmp/f32.json'))['kl']['mean']"
+  grep -q "^activations *e4m3" "$tmp/table.txt" && echo "ok   e4m3: in the table" || { echo "FAIL e4m3: not in the table"; fails=$((fails+1)); }
+else
+  echo "FAIL e4m3: quantize or eval exited non-zero"; cat "$tmp/err.txt"; fails=$((fails+1))
+fi
+if "$bin" eval "$tiny" --reference "$tiny" "${small[@]}" --activations e4m3 --json-out "$tmp/out.json" >/dev/null 2>"$tmp/err.txt"; then
+  check "e4m3 without NVFP4 weights: KL 0" "j['kl']['max'] < 1e-9"
+else
+  echo "FAIL e4m3 without NVFP4 weights: eval exited non-zero"; cat "$tmp/err.txt"; fails=$((fails+1))
+fi
+
+# 4. Bad arguments.
 : >"$tmp/empty.txt"
 printf '\xff\xfe bad' >"$tmp/bad_utf8.txt"
 expect_error "missing model dir" "does not exist|not found|Directory" -- "$bin" eval "$tmp/nope" --reference "$tiny" --text "$text"
@@ -53,4 +73,6 @@ expect_error "empty text" "empty" -- "$bin" eval "$tiny" --reference "$tiny" --t
 expect_error "invalid UTF-8 text" "UTF-8|utf" -- "$bin" eval "$tiny" --reference "$tiny" --text "$tmp/bad_utf8.txt"
 expect_error "vocabulary mismatch" "vocabulary" -- "$bin" eval "$tiny" --reference "$src/tests/golden/v3_tiny" --text "$text"
 expect_error "context too small" "context" -- "$bin" eval "$tiny" --reference "$tiny" --text "$text" --context 1
+expect_error "e4m3 activations off the CPU" "CPU only" -- "$bin" eval "$tiny" --reference "$tiny" --text "$text" --activations e4m3 --device cuda
+expect_error "unknown activations" "activations" -- "$bin" eval "$tiny" --reference "$tiny" --text "$text" --activations fp4
 [ $fails -eq 0 ] && echo "all eval cases pass" || { echo "$fails case(s) failed"; exit 1; }
