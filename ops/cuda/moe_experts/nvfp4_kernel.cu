@@ -35,14 +35,18 @@ __device__ __forceinline__ float scale_2_of(const MoeWeightParams& w, int64_t ro
   return scale_2_raw(w, row) * kE2m1F16Unscale;
 }
 
-// Rows g and g + 8 of the 16-row down tile at row0 of `expert` (lane g's mma rows): codes, e4m3
-// scales and scale_2 * 2^14. Rows past hidden re-read the last one and are never written.
+// Row g + 8h of the 16-row down tile at row0 of `expert` (lane g's mma rows) in the down stack.
+// Rows past hidden re-read the last one and are never written.
+__device__ __forceinline__ int64_t down_tile_row(const MoeExpertsParams& p, int64_t expert, int64_t row0, int g, int h) {
+  return expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1);
+}
+// Rows g and g + 8 of that tile: codes, e4m3 scales and scale_2 * 2^14.
 __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_t expert, int64_t row0, int g,
                                                const uint8_t* (&wrow)[1][2], const uint8_t* (&srow)[1][2],
                                                float (&s2)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int64_t row = expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1);
+    const int64_t row = down_tile_row(p, expert, row0, g, h);
     wrow[0][h] = codes_row(p.down, row, p.inter);
     srow[0][h] = scales_row(p.down, row);
     s2[h] = scale_2_of(p.down, row);
@@ -441,7 +445,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
         const uint8_t* srow[1][2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t row = expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1);
+          const int64_t row = down_tile_row(p, expert, row0, g, h);
           wrow[0][h] = codes_row(p.down, row, p.inter);
           srow[0][h] = scales_row(p.down, row);
         }
@@ -467,7 +471,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       int hr[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        s2[h] = scale_2_of(p.down, expert * p.hidden + min(row0 + g + 8 * h, int64_t(p.hidden) - 1));
+        s2[h] = scale_2_of(p.down, down_tile_row(p, expert, row0, g, h));
         const int c = 2 * t + h;
         hr[h] = c < m_valid ? h_row(c) : 0;
         wgt[h] = shared ? 1.0f : c < m_valid ? p.expert_weight[hr[h]] : 0.0f;
