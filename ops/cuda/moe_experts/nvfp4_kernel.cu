@@ -355,22 +355,29 @@ __device__ __forceinline__ MoeMultiTask moe_multi_task(const MoeExpertsParams& p
   return k;
 }
 
-// A multi down task's d fragment into the block's partial sums: weight x (sum x scale_2) for each of
-// its pass's m_valid columns (h rows h_row(c)) and the tile's 16 output rows, at s_part[part0 + h row];
-// lane (g, t) holds rows g and g + 8 of columns 2t and 2t + 1.
+// Lane (g, t)'s d columns 2t and 2t + 1 of a multi down pass with m_valid columns (column c: h row
+// h_row(c)): each one's h row and weight (shared: 1; past m_valid: h row 0, weight 0), read before
+// the pass's mmas so that the weights' loads hide under them.
 template <class HRow>
-__device__ __forceinline__ void moe_down_multi_part(const MoeExpertsParams& p, float (*s_part)[kMmaRows],
-                                                    int part0, int g, int t, int m_valid, bool shared, HRow&& h_row,
-                                                    const float (&acc)[4], const float (&s2)[2]) {
+__device__ __forceinline__ void moe_down_multi_cols(const MoeExpertsParams& p, int t, int m_valid, bool shared,
+                                                    HRow&& h_row, int (&hr)[2], float (&wgt)[2]) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
-    const int c = 2 * t + j % 2;
-    if (c < m_valid) {
-      const int hr = h_row(c);
-      const float wgt = shared ? 1.0f : p.expert_weight[hr];
-      s_part[part0 + hr][g + 8 * (j / 2)] = wgt * (acc[j] * s2[j / 2]);
-    }
+  for (int h = 0; h < 2; ++h) {
+    const int c = 2 * t + h;
+    hr[h] = c < m_valid ? h_row(c) : 0;
+    wgt[h] = shared ? 1.0f : c < m_valid ? p.expert_weight[hr[h]] : 0.0f;
   }
+}
+
+// A multi down pass's d fragment into the block's partial sums: weight x (sum x scale_2) for each of
+// its m_valid columns and the tile's 16 output rows, at s_part[part0 + h row]; lane (g, t) holds rows
+// g and g + 8 of columns 2t and 2t + 1 (hr, wgt: moe_down_multi_cols).
+__device__ __forceinline__ void moe_down_multi_part(float (*s_part)[kMmaRows], int part0, int g, int t, int m_valid,
+                                                    const int (&hr)[2], const float (&wgt)[2], const float (&acc)[4],
+                                                    const float (&s2)[2]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
+    if (2 * t + j % 2 < m_valid) s_part[part0 + hr[j % 2]][g + 8 * (j / 2)] = wgt[j % 2] * (acc[j] * s2[j / 2]);
 }
 
 // 2 <= m <= kMoeDirectMaxTokens (p.direct_multi), as moe_down_multi_kernel with the m = 1 kernel's
@@ -465,26 +472,19 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       const auto [expert, pairs, n_pairs, h_base, shared] = moe_multi_slot(p, w, task >> ks_shift, n_distinct);
       const int m_valid = n_pairs;  // <= 8: one pass
       auto h_row = [&](int c) { return shared ? h_base + c : nth_set_bit(pairs, c); };
-      // Read after the mmas, loaded before them: scale_2 * 2^14 of rows g and g + 8, and the h rows
-      // and weights of this lane's d columns 2t and 2t + 1 (as down_tile_rows and moe_down_multi_part).
+      // Read after the mmas, loaded before them: scale_2 * 2^14 of rows g and g + 8 (as down_tile_rows),
+      // and the h rows and weights of this lane's d columns.
       float s2[2], wgt[2];
       int hr[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        s2[h] = scale_2_of(p.down, down_tile_row(p, expert, row0, g, h));
-        const int c = 2 * t + h;
-        hr[h] = c < m_valid ? h_row(c) : 0;
-        wgt[h] = shared ? 1.0f : c < m_valid ? p.expert_weight[hr[h]] : 0.0f;
-      }
+      for (int h = 0; h < 2; ++h) s2[h] = scale_2_of(p.down, down_tile_row(p, expert, row0, g, h));
+      moe_down_multi_cols(p, t, m_valid, shared, h_row, hr, wgt);
       int s0, s1;
       const int n = steps_of(task, s0, s1);
       const uint4* xl = xs + h_row(g < m_valid ? g : 0) * row_vecs;  // past the pairs: a column never written
       float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
       for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xl, s0 + j * kUnroll, s1, acc, lane);
-#pragma unroll
-      for (int j = 0; j < 4; ++j)  // d fragment j: row g + 8 (j / 2), column 2t + j % 2
-        if (2 * t + j % 2 < m_valid)
-          s_part[kpart * n_h + hr[j % 2]][g + 8 * (j / 2)] = wgt[j % 2] * (acc[0][j] * s2[j / 2]);
+      moe_down_multi_part(s_part, kpart * n_h, g, t, m_valid, hr, wgt, acc[0], s2);
     }
   } else {  // h per lane from L2
     const int64_t per_part = (k_steps + k_split - 1) / k_split;
@@ -501,7 +501,10 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
         const float* xrow = g < m_valid ? p.plan.h + int64_t(h_row(g)) * p.inter : nullptr;
         float acc[1][4];
         nvfp4_mma_stream<1, kUnroll, true>(k.wrow, k.srow, xrow, k_chunks, s0, s1, acc);
-        moe_down_multi_part(p, s_part, kpart * n_h, g, t, m_valid, shared, h_row, acc[0], s2);
+        float wgt[2];
+        int hr[2];
+        moe_down_multi_cols(p, t, m_valid, shared, h_row, hr, wgt);
+        moe_down_multi_part(s_part, kpart * n_h, g, t, m_valid, hr, wgt, acc[0], s2);
       }
     }
   }
