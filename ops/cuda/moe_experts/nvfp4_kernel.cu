@@ -356,8 +356,9 @@ __device__ __forceinline__ MoeMultiTask moe_multi_task(const MoeExpertsParams& p
 }
 
 // Lane (g, t)'s d columns 2t and 2t + 1 of a multi down pass with m_valid columns (column c: h row
-// h_row(c)): each one's h row and weight (shared: 1; past m_valid: h row 0, weight 0), read before
-// the pass's mmas so that the weights' loads hide under them.
+// h_row(c)): each one's h row and weight (shared: 1; past m_valid: h row 0, weight 0), once each. The
+// ring path reads them before the pass's mmas (the weights' loads hide under them); the per-lane path
+// after, where its registers are (read before, its unroll-4 kernel spilled 60 bytes instead of 8).
 template <class HRow>
 __device__ __forceinline__ void moe_down_multi_cols(const MoeExpertsParams& p, int t, int m_valid, bool shared,
                                                     HRow&& h_row, int (&hr)[2], float (&wgt)[2]) {
