@@ -424,18 +424,20 @@ void run_case(const MoeCase& c) {
       }
     }
     // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block, gate_up with x read per
-    // lane instead of staged per block, and the down without its rings (h per lane) give the
-    // default's bits.
+    // lane instead of staged per block, the down without its rings (h per lane) and the ring down
+    // with its h stager's index math before the wait (down_early) give the default's bits.
     if (m >= 2 && m <= 8 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0 &&
         !c.accumulate) {
-      for (int variant : {0, 1, 2}) {
+      for (int variant : {0, 1, 2, 3}) {
         SCOPED_TRACE(variant == 0   ? "gate_up 8 warps, x staged, down rings"
                      : variant == 1 ? "gate_up x per lane, down rings"
-                                    : "gate_up x staged, down h per lane");
+                     : variant == 2 ? "gate_up x staged, down h per lane"
+                                    : "down rings, early");
         cuda::MoeNvfp4Variant v;
         v.gate_up_warps = variant == 0 ? 8 : 0;
         v.gate_up_multi_staged = variant != 1;
         v.down_multi_ring = variant != 2;
+        v.down_early = variant == 3;
         PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
         ASSERT_TRUE(sync_ok());

@@ -426,8 +426,10 @@ __device__ __forceinline__ void moe_down_multi_part(float (*s_part)[kMmaRows], i
 // the same mma slots, the same sums: the same bits. A task's setup is split by what needs it: the
 // issuing cursor only its expert's rows (one shuffle, the copy sources built once a task under one
 // L2 policy a warp); the multiplying loop the pairs, and loads scale_2 and the pairs' weights before
-// the mmas that hide them. K slices by shifts (k_split is a power of two), in 32 bits.
-template <int kUnroll, bool kRing>
+// the mmas that hide them. K slices by shifts (k_split is a power of two), in 32 bits. kEarly (with
+// kRing; PEREGRINE_MOE_NVFP4_DOWN_EARLY=1, an experiment, off by default): the h stager's index math
+// before the wait, as the one-token down's kPrefetchEarly.
+template <int kUnroll, bool kRing, bool kEarly = false>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_multi_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kMmaRows, kWarps = kMoeDirectMaxSlots;
@@ -488,8 +490,15 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     };
     Nvfp4Ring<1, kUnroll, kRingStages> r{ring, total};
     r.start(issue);
-    pdl_wait();  // h comes from gate_up
-    nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
+    if constexpr (kEarly) {
+      Nvfp4XStager<4> h_stager(p.plan.h, p.inter, n_h, k_chunks, k_steps);
+      h_stager.pin();  // its index math before the wait
+      pdl_wait();      // h comes from gate_up
+      h_stager.stage_all(xs);
+    } else {
+      pdl_wait();  // h comes from gate_up
+      nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
+    }
     __syncthreads();
     int J = 0;
     for (int task = warp; task < n_tasks; task += kWarps) {
@@ -694,7 +703,7 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool pref
 }
 
 template <int kUnroll>
-cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, cudaStream_t stream) {
+cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, bool early, cudaStream_t stream) {
   const dim3 grid(unsigned((int64_t(p.hidden) + kMmaRows - 1) / kMmaRows));
   const dim3 block(kMoeDirectMaxSlots * kWarpSize);
   if constexpr (kMoeNvfp4DownMultiRingStages(kUnroll) >= 2) {
@@ -704,6 +713,11 @@ cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, cudaStream_t
         p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
       static_assert(sizeof(Nvfp4RingStage<1, kUnroll>) == size_t(kUnroll) * kNvfp4RingStageBytes,
                     "moe_nvfp4_down_multi_ring_bytes counts the ring's stage size");
+      if (early) {
+        constexpr auto kKernel = moe_down_multi_nvfp4_kernel<kUnroll, true, true>;
+        if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+        return launch_pdl(kKernel, grid, block, rb, stream, p);
+      }
       constexpr auto kKernel = moe_down_multi_nvfp4_kernel<kUnroll, true>;
       if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
       return launch_pdl(kKernel, grid, block, rb, stream, p);
@@ -768,9 +782,9 @@ cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, MmaTile tile, bool 
   if (tile.tiles != 1) return cudaErrorInvalidValue;
   if (p.direct_multi) {
     switch (tile.unroll) {
-      case 1: return down_multi_launch<1>(p, multi_ring, stream);
-      case 2: return down_multi_launch<2>(p, multi_ring, stream);
-      case 4: return down_multi_launch<4>(p, multi_ring, stream);
+      case 1: return down_multi_launch<1>(p, multi_ring, early, stream);
+      case 2: return down_multi_launch<2>(p, multi_ring, early, stream);
+      case 4: return down_multi_launch<4>(p, multi_ring, early, stream);
     }
     return cudaErrorInvalidValue;
   }

@@ -126,7 +126,7 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, in
 // before the wait when `early` (kPrefetchEarly; the 1 x 2 tile only);
 // else the planned one (one warp walks the active experts; tiles 1, unroll 1 or 2).
 // p.direct_multi: the multi kernel, through rings where moe_nvfp4_down_multi_ring_bytes fits and
-// multi_ring.
+// multi_ring (the h stager's index math before the wait when `early`).
 cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, MmaTile tile, bool staged, bool prefetch, bool early,
                                   bool multi_ring, cudaStream_t stream);
 
