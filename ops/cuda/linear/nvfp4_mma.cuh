@@ -57,33 +57,44 @@ __device__ __forceinline__ void nvfp4_mma_x(const float* xc, bool ok, uint32_t (
 // One k-step of one 16-row tile: w[0] / w[1] the 32 codes of rows g / g + 8, sc[0] / sc[1] their
 // two e4m3 block scales (low byte: codes 0..15 = words 0, 1); acc += A · B. kDirectUnpack: the
 // unpack with fewer live registers (vec.cuh; same bits).
-template <bool kDirectUnpack>
-__device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32_t (&sc)[2], const uint32_t (&b)[4][4],
-                                               float (&acc)[4]) {
-  uint32_t s[2][2];  // [row half][scale block] the block scale in both f16 halves
+// The two block scales of rows g and g + 8 (sc[h]: two e4m3, low byte: codes 0..15), each in both
+// f16 halves: s[row half][scale block].
+__device__ __forceinline__ void nvfp4_mma_scales(const uint32_t (&sc)[2], uint32_t (&s)[2][2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t v = e4m3x2_to_f16x2_bits(sc[h]);
     s[h][0] = __byte_perm(v, v, 0x1010);
     s[h][1] = __byte_perm(v, v, 0x3232);
   }
+}
+// Word q of rows g / g + 8 unpacked and block-scaled (exact f16): lo / hi, for mmas 2q and 2q + 1.
+template <bool kDirectUnpack>
+__device__ __forceinline__ void nvfp4_mma_word(const uint4 (&w)[2], int q, const uint32_t (&s)[2][2],
+                                               uint32_t (&lo)[4], uint32_t (&hi)[4]) {
+  const uint32_t wlo = q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w;
+  const uint32_t whi = q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w;
+  if constexpr (kDirectUnpack) {
+    e2m1x8_to_f16x2_direct(wlo, lo);
+    e2m1x8_to_f16x2_direct(whi, hi);
+  } else {
+    e2m1x8_to_f16x2(wlo, lo);
+    e2m1x8_to_f16x2(whi, hi);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    lo[i] = hmul2_bits(lo[i], s[0][q / 2]);
+    hi[i] = hmul2_bits(hi[i], s[1][q / 2]);
+  }
+}
+template <bool kDirectUnpack>
+__device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32_t (&sc)[2], const uint32_t (&b)[4][4],
+                                               float (&acc)[4]) {
+  uint32_t s[2][2];
+  nvfp4_mma_scales(sc, s);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t lo[4], hi[4];  // rows g, g + 8
-    const uint32_t wlo = q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w;
-    const uint32_t whi = q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w;
-    if constexpr (kDirectUnpack) {
-      e2m1x8_to_f16x2_direct(wlo, lo);
-      e2m1x8_to_f16x2_direct(whi, hi);
-    } else {
-      e2m1x8_to_f16x2(wlo, lo);
-      e2m1x8_to_f16x2(whi, hi);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo[i] = hmul2_bits(lo[i], s[0][q / 2]);
-      hi[i] = hmul2_bits(hi[i], s[1][q / 2]);
-    }
+    nvfp4_mma_word<kDirectUnpack>(w, q, s, lo, hi);
     mma_m16n8k16_f16(acc, lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
     mma_m16n8k16_f16(acc, lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
   }
@@ -98,24 +109,13 @@ struct Nvfp4MmaFrags {
 };
 __device__ __forceinline__ void nvfp4_mma_unpack(const uint4 (&w)[2], const uint32_t (&sc)[2], Nvfp4MmaFrags& f) {
   uint32_t s[2][2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t v = e4m3x2_to_f16x2_bits(sc[h]);
-    s[h][0] = __byte_perm(v, v, 0x1010);
-    s[h][1] = __byte_perm(v, v, 0x3232);
-  }
+  nvfp4_mma_scales(sc, s);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t lo[4], hi[4];
-    const uint32_t wlo = q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w;
-    const uint32_t whi = q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w;
-    e2m1x8_to_f16x2(wlo, lo);
-    e2m1x8_to_f16x2(whi, hi);
+    nvfp4_mma_word<false>(w, q, s, lo, hi);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f.a[q][2 * i] = hmul2_bits(lo[i], s[0][q / 2]);
-      f.a[q][2 * i + 1] = hmul2_bits(hi[i], s[1][q / 2]);
-    }
+    for (int i = 0; i < 4; ++i) f.a[q][2 * i] = lo[i], f.a[q][2 * i + 1] = hi[i];
   }
 }
 __device__ __forceinline__ void nvfp4_mma_frags(const Nvfp4MmaFrags& f, const uint32_t (&b)[4][4], float (&acc)[4]) {
