@@ -376,21 +376,18 @@ void run_case(const MoeCase& c) {
       EXPECT_EQ(0, std::memcmp(again.data(), y_gpu.data(), again.size() * sizeof(float))) << "run-to-run difference";
     }
     // NVFP4 at m = 1 on the tensor cores: the down kernel with every slot's h staged per block
-    // (MoeNvfp4Variant::down_staged), the one with the block's weights prefetched to shared memory
-    // (down_prefetch; the default where its grid fits) and that one with its first stage unpacked
-    // before the wait (down_early) must give the per-lane path's bits; so must gate_up at 8 warps
-    // per block instead of the default 4.
+    // (MoeNvfp4Variant::down_staged) and the one with the block's weights prefetched to shared
+    // memory (down_prefetch; the default where its grid fits) must give the per-lane path's bits;
+    // so must gate_up at 8 warps per block instead of the default 4.
     if (m == 1 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0) {
-      for (int variant : {0, 1, 2, 3, 4}) {
+      for (int variant : {0, 1, 2, 3}) {
         SCOPED_TRACE(variant == 0   ? "down per lane"
                      : variant == 1 ? "down staged"
                      : variant == 2 ? "down prefetch"
-                     : variant == 3 ? "gate_up 8 warps"
-                                    : "down prefetch, early");
+                                    : "gate_up 8 warps");
         cuda::MoeNvfp4Variant v;
         v.down_staged = variant == 1;
-        v.down_prefetch = variant == 2 || variant == 4;
-        v.down_early = variant == 4;
+        v.down_prefetch = variant == 2;
         v.gate_up_warps = variant == 3 ? 8 : 0;
         if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));  // y += ... starts from y0 again
         else PG_ASSERT_OK(dy.fill_bytes(0xff));
@@ -424,20 +421,18 @@ void run_case(const MoeCase& c) {
       }
     }
     // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block, gate_up with x read per
-    // lane instead of staged per block, the down without its rings (h per lane) and the ring down
-    // with its h stager's index math before the wait (down_early) give the default's bits.
+    // lane instead of staged per block, and the down without its rings (h per lane) give the
+    // default's bits.
     if (m >= 2 && m <= 8 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0 &&
         !c.accumulate) {
-      for (int variant : {0, 1, 2, 3}) {
+      for (int variant : {0, 1, 2}) {
         SCOPED_TRACE(variant == 0   ? "gate_up 8 warps, x staged, down rings"
                      : variant == 1 ? "gate_up x per lane, down rings"
-                     : variant == 2 ? "gate_up x staged, down h per lane"
-                                    : "down rings, early");
+                                    : "gate_up x staged, down h per lane");
         cuda::MoeNvfp4Variant v;
         v.gate_up_warps = variant == 0 ? 8 : 0;
         v.gate_up_multi_staged = variant != 1;
         v.down_multi_ring = variant != 2;
-        v.down_early = variant == 3;
         PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
         ASSERT_TRUE(sync_ok());

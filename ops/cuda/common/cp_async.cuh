@@ -39,19 +39,5 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
-// cp_async_wait with a runtime count (the instruction takes an immediate): at most `pending` groups
-// left in flight, or fewer (pending > 7 waits as 7 would: more groups done than asked, never fewer).
-__device__ __forceinline__ void cp_async_wait_at_most(int pending) {
-  switch (pending <= 0 ? 0 : pending >= 7 ? 7 : pending) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 4: cp_async_wait<4>(); break;
-    case 5: cp_async_wait<5>(); break;
-    case 6: cp_async_wait<6>(); break;
-    default: cp_async_wait<7>(); break;
-  }
-}
 
 }  // namespace pg::ops::cuda

@@ -57,72 +57,35 @@ __device__ __forceinline__ void nvfp4_mma_x(const float* xc, bool ok, uint32_t (
 // One k-step of one 16-row tile: w[0] / w[1] the 32 codes of rows g / g + 8, sc[0] / sc[1] their
 // two e4m3 block scales (low byte: codes 0..15 = words 0, 1); acc += A · B. kDirectUnpack: the
 // unpack with fewer live registers (vec.cuh; same bits).
-// The two block scales of rows g and g + 8 (sc[h]: two e4m3, low byte: codes 0..15), each in both
-// f16 halves: s[row half][scale block].
-__device__ __forceinline__ void nvfp4_mma_scales(const uint32_t (&sc)[2], uint32_t (&s)[2][2]) {
+template <bool kDirectUnpack>
+__device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32_t (&sc)[2], const uint32_t (&b)[4][4],
+                                               float (&acc)[4]) {
+  uint32_t s[2][2];  // [row half][scale block] the block scale in both f16 halves
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t v = e4m3x2_to_f16x2_bits(sc[h]);
     s[h][0] = __byte_perm(v, v, 0x1010);
     s[h][1] = __byte_perm(v, v, 0x3232);
   }
-}
-// Word q of rows g / g + 8 unpacked and block-scaled (exact f16): lo / hi, for mmas 2q and 2q + 1.
-template <bool kDirectUnpack>
-__device__ __forceinline__ void nvfp4_mma_word(const uint4 (&w)[2], int q, const uint32_t (&s)[2][2],
-                                               uint32_t (&lo)[4], uint32_t (&hi)[4]) {
-  const uint32_t wlo = q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w;
-  const uint32_t whi = q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w;
-  if constexpr (kDirectUnpack) {
-    e2m1x8_to_f16x2_direct(wlo, lo);
-    e2m1x8_to_f16x2_direct(whi, hi);
-  } else {
-    e2m1x8_to_f16x2(wlo, lo);
-    e2m1x8_to_f16x2(whi, hi);
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    lo[i] = hmul2_bits(lo[i], s[0][q / 2]);
-    hi[i] = hmul2_bits(hi[i], s[1][q / 2]);
-  }
-}
-template <bool kDirectUnpack>
-__device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32_t (&sc)[2], const uint32_t (&b)[4][4],
-                                               float (&acc)[4]) {
-  uint32_t s[2][2];
-  nvfp4_mma_scales(sc, s);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t lo[4], hi[4];  // rows g, g + 8
-    nvfp4_mma_word<kDirectUnpack>(w, q, s, lo, hi);
+    const uint32_t wlo = q == 0 ? w[0].x : q == 1 ? w[0].y : q == 2 ? w[0].z : w[0].w;
+    const uint32_t whi = q == 0 ? w[1].x : q == 1 ? w[1].y : q == 2 ? w[1].z : w[1].w;
+    if constexpr (kDirectUnpack) {
+      e2m1x8_to_f16x2_direct(wlo, lo);
+      e2m1x8_to_f16x2_direct(whi, hi);
+    } else {
+      e2m1x8_to_f16x2(wlo, lo);
+      e2m1x8_to_f16x2(whi, hi);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = hmul2_bits(lo[i], s[0][q / 2]);
+      hi[i] = hmul2_bits(hi[i], s[1][q / 2]);
+    }
     mma_m16n8k16_f16(acc, lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
     mma_m16n8k16_f16(acc, lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
-  }
-}
-
-// nvfp4_mma_tile in two halves, for a caller that unpacks weights before its x is known (the m = 1
-// down's first stage before its wait for gate_up, MoeDownMode::kPrefetchEarly): the A fragments of
-// one k-step of one tile, unpacked and block-scaled (a[q][0..3] for mma 2q, a[q][4..7] for 2q + 1),
-// then the mmas. The same values in the same order as nvfp4_mma_tile<false>: the same bits.
-struct Nvfp4MmaFrags {
-  uint32_t a[4][8];
-};
-__device__ __forceinline__ void nvfp4_mma_unpack(const uint4 (&w)[2], const uint32_t (&sc)[2], Nvfp4MmaFrags& f) {
-  uint32_t s[2][2];
-  nvfp4_mma_scales(sc, s);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    uint32_t lo[4], hi[4];
-    nvfp4_mma_word<false>(w, q, s, lo, hi);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f.a[q][2 * i] = lo[i], f.a[q][2 * i + 1] = hi[i];
-  }
-}
-__device__ __forceinline__ void nvfp4_mma_frags(const Nvfp4MmaFrags& f, const uint32_t (&b)[4][4], float (&acc)[4]) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    mma_m16n8k16_f16(acc, f.a[q][0], f.a[q][1], f.a[q][2], f.a[q][3], b[q][0], b[q][1]);
-    mma_m16n8k16_f16(acc, f.a[q][4], f.a[q][5], f.a[q][6], f.a[q][7], b[q][2], b[q][3]);
   }
 }
 
@@ -284,18 +247,6 @@ struct Nvfp4XStager {
   __device__ __forceinline__ void finish(uint4* xs) {
     while (store(xs)) load();
   }
-  // Every batch: loads, conversions and stores (nvfp4_mma_stage_x_rows's walk).
-  __device__ __forceinline__ void stage_all(uint4* xs) {
-    do load();
-    while (store(xs));
-  }
-  // The walk's starting indices computed here: a caller that stages after a pdl_wait pins them
-  // before it, so that the constructor's divisions (x rows of runtime length: ~100 dependent
-  // instructions a thread) do not sit between the wait and the first loads (the one-token NVFP4
-  // down under ncu, 2026-12-03: they did, on the critical path after gate_up).
-  __device__ __forceinline__ void pin() {
-    asm volatile("" : "+r"(per_row), "+r"(total), "+r"(dr), "+r"(dj), "+r"(r), "+r"(j));
-  }
 };
 
 // kWalk = false: the caller's shapes never give a thread more than one item (kNvfp4OneItemMaxK), and
@@ -320,7 +271,8 @@ __device__ __forceinline__ void nvfp4_mma_stage_x_rows(const float* x, int64_t x
     return;
   }
   Nvfp4XStager<4> st(x, x_stride, rows, k_chunks, k_steps, norm_w, inv);
-  st.stage_all(xs);
+  do st.load();
+  while (st.store(xs));
 }
 // One token's x: at K <= kNvfp4OneItemMaxK a thread of a kLinearThreads block stages at most one item.
 constexpr int64_t kNvfp4OneItemMaxK = int64_t(kLinearThreads) / kNvfp4MmaXStepVecs * 128;
@@ -523,40 +475,6 @@ __device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUn
       const uint32_t sc[2] = {st.sc[u][i][0][lane] >> shift, st.sc[u][i][1][lane] >> shift};
       nvfp4_mma_tile<false>(w, sc, b, acc[i]);
     }
-  }
-}
-
-// nvfp4_ring_work in two halves (nvfp4_mma_unpack / nvfp4_mma_frags): stage st's A fragments for
-// k-steps [s, min(s + kUnroll, s1)), then their mmas with the staged x. The same bits.
-template <int kTiles, int kUnroll>
-struct Nvfp4RingFrags {
-  Nvfp4MmaFrags f[kUnroll][kTiles];
-};
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_ring_unpack(const Nvfp4RingStage<kTiles, kUnroll>& st, int64_t s, int64_t s1,
-                                                  Nvfp4RingFrags<kTiles, kUnroll>& fr, int lane) {
-  const int shift = 16 * (lane % 2);  // t % 2: the high scale pair
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    if (s + u >= s1) break;  // warp-uniform; nvfp4_ring_work_frags stops at the same step
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const uint4 w[2] = {st.w[u][i][0][lane], st.w[u][i][1][lane]};
-      const uint32_t sc[2] = {st.sc[u][i][0][lane] >> shift, st.sc[u][i][1][lane] >> shift};
-      nvfp4_mma_unpack(w, sc, fr.f[u][i]);
-    }
-  }
-}
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_ring_work_frags(const Nvfp4RingFrags<kTiles, kUnroll>& fr, const uint4* xs,
-                                                      int64_t s, int64_t s1, float (&acc)[kTiles][4], int lane) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    if (s + u >= s1) break;  // warp-uniform
-    uint32_t b[4][4];
-    nvfp4_mma_x_staged(xs, s + u, b, lane % 4);
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) nvfp4_mma_frags(fr.f[u][i], b, acc[i]);
   }
 }
 

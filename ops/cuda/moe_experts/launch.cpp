@@ -90,8 +90,7 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // gate_up's alone), read once:
 // a sweep of the NVFP4 expert kernels' tiles inside a model benchmark, without a rebuild. Unset or
 // malformed: the defaults; a pair not instantiated fails the launch. The m = 1 down with h per lane
-// instead of staged: PEREGRINE_MOE_NVFP4_DOWN_STAGED=0; the prefetching one off: PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0,
-// with more of its work before the wait for gate_up (an experiment): PEREGRINE_MOE_NVFP4_DOWN_EARLY=1;
+// instead of staged: PEREGRINE_MOE_NVFP4_DOWN_STAGED=0; the prefetching one off: PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0;
 // gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8; gate_up at 2..8 tokens with x read
 // per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; at most N staged gate_up blocks per SM:
@@ -110,8 +109,6 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.down_staged = !(st && st[0] == '0');
     const char* pf = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_PREFETCH");
     r.down_prefetch = !(pf && pf[0] == '0');
-    const char* de = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_EARLY");
-    r.down_early = de && de[0] == '1';
     const char* ms = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED");
     r.gate_up_multi_staged = !(ms && ms[0] == '0');
     const char* mr = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING");
@@ -236,7 +233,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     MmaTile t = moe_nvfp4_down_tile();
     if (v.down_tiles) t.tiles = v.down_tiles;
     if (v.down_unroll) t.unroll = v.down_unroll;
-    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, v.down_prefetch, v.down_early, v.down_multi_ring, stream));
+    PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, v.down_prefetch, v.down_multi_ring, stream));
   } else if (dn_fp8) {
     const int tiles = v.fp8_down_tiles ? v.fp8_down_tiles : moe_fp8_down_direct_tiles(a.hidden, current_device_props().sm_count);
     PG_CUDA_TRY(launch_moe_down_fp8(p, v.fp8_down_staged && tiles == 1, tiles, stream));

@@ -44,11 +44,6 @@ struct MoeNvfp4Variant {
   // (nvfp4_kernel.cu; where the grid fits one block per SM). Takes precedence over down_staged.
   // moe_experts() sets it unless PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0.
   bool down_prefetch = false;
-  // With down_prefetch: the h stager's index math and the first weight stage's unpack before the wait
-  // for gate_up (nvfp4_kernel.cu's kPrefetchEarly; the default 1 x 2 down tile only); with
-  // down_multi_ring (2..8 tokens): the stager's index math. An experiment, off unless
-  // PEREGRINE_MOE_NVFP4_DOWN_EARLY=1; the same bits.
-  bool down_early = false;
   // gate_up's warps per block: 0 the default (nvfp4_params.h's kMoeNvfp4GateUpWarps), else 4 or 8
   // (moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_WARPS).
   int gate_up_warps = 0;

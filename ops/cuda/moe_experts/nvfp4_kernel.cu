@@ -219,12 +219,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
 
 // How the m = 1 down feeds its mmas (moe_down_direct_nvfp4_kernel's kMode): h per lane from L2,
 // h staged per block, or h staged and the block's weights prefetched to shared memory.
-// kPrefetchEarly: kPrefetch with more of the work before the wait (PEREGRINE_MOE_NVFP4_DOWN_EARLY=1,
-// an experiment, off by default): the h stager's index math, and the first stage's unpack and block
-// scaling into registers once its copies land, so that after the wait only the h staging, that
-// stage's mmas and the other stages remain (the one-token down under ncu, 2026-12-03: 67% of its
-// instructions came after the wait, ~1,230 a warp at 16 warps an SM).
-enum class MoeDownMode { kPerLane, kStaged, kPrefetch, kPrefetchEarly };
+enum class MoeDownMode { kPerLane, kStaged, kPrefetch };
 
 // m = 1 (p.direct), as moe_down_direct_kernel: grid x = hidden row tiles of 16 x kTiles rows, a
 // block of n_slots x k_split warps (moe_nvfp4_down_direct_split), one warp per (slot, K slice) with
@@ -286,7 +281,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
   const int64_t all_steps = (k_chunks + 3) / 4;  // the staged h's k-steps per row (every slot's)
   float acc[kTiles][4];
-  if constexpr (kMode == MoeDownMode::kPrefetch || kMode == MoeDownMode::kPrefetchEarly) {
+  if constexpr (kMode == MoeDownMode::kPrefetch) {
     using Stage = Nvfp4RingStage<kTiles, kUnroll>;
     extern __shared__ uint4 down_prefetch_smem[];  // [warps][stages] Stage, then the staged h
     const int stages = moe_nvfp4_down_prefetch_stages(all_steps, k_split, kUnroll);
@@ -295,33 +290,14 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;
     for (int j = 0; j < n; ++j)
       nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j], lane);
-    if constexpr (kMode == MoeDownMode::kPrefetchEarly) {
-      Nvfp4XStager<4> h_stager(p.plan.h, p.inter, n_slots, k_chunks, all_steps);
-      h_stager.pin();  // its index math before the wait
-      Nvfp4RingFrags<kTiles, kUnroll> first;
-      if (n > 0) {
-        cp_async_wait_at_most(n - 1);  // stage 0 (this lane's own copies; the oldest group)
-        nvfp4_ring_unpack(ring[0], s0, s1, first, lane);
-      }
-      pdl_wait();  // h comes from gate_up
-      h_stager.stage_all(xs);
-      cp_async_wait_all();
-      __syncthreads();  // xs staged by every thread
+    pdl_wait();  // h comes from gate_up
+    nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
+    cp_async_wait_all();
+    __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-      const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
-      if (n > 0) nvfp4_ring_work_frags(first, xw, s0, s1, acc, lane);
-      for (int j = 1; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc, lane);
-    } else {
-      pdl_wait();  // h comes from gate_up
-      nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
-      cp_async_wait_all();
-      __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-      const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
-      for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc, lane);
-    }
+    for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
+    for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc, lane);
   } else {
     if constexpr (kMode == MoeDownMode::kStaged) {
       extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
@@ -426,10 +402,8 @@ __device__ __forceinline__ void moe_down_multi_part(float (*s_part)[kMmaRows], i
 // the same mma slots, the same sums: the same bits. A task's setup is split by what needs it: the
 // issuing cursor only its expert's rows (one shuffle, the copy sources built once a task under one
 // L2 policy a warp); the multiplying loop the pairs, and loads scale_2 and the pairs' weights before
-// the mmas that hide them. K slices by shifts (k_split is a power of two), in 32 bits. kEarly (with
-// kRing; PEREGRINE_MOE_NVFP4_DOWN_EARLY=1, an experiment, off by default): the h stager's index math
-// before the wait, as the one-token down's kPrefetchEarly.
-template <int kUnroll, bool kRing, bool kEarly = false>
+// the mmas that hide them. K slices by shifts (k_split is a power of two), in 32 bits.
+template <int kUnroll, bool kRing>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_multi_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kMmaRows, kWarps = kMoeDirectMaxSlots;
@@ -490,15 +464,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     };
     Nvfp4Ring<1, kUnroll, kRingStages> r{ring, total};
     r.start(issue);
-    if constexpr (kEarly) {
-      Nvfp4XStager<4> h_stager(p.plan.h, p.inter, n_h, k_chunks, k_steps);
-      h_stager.pin();  // its index math before the wait
-      pdl_wait();      // h comes from gate_up
-      h_stager.stage_all(xs);
-    } else {
-      pdl_wait();  // h comes from gate_up
-      nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
-    }
+    pdl_wait();  // h comes from gate_up
+    nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
     __syncthreads();
     int J = 0;
     for (int task = warp; task < n_tasks; task += kWarps) {
@@ -671,7 +638,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
 }
 
 template <int kTiles, int kUnroll>
-cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool prefetch, bool early, cudaStream_t stream) {
+cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool prefetch, cudaStream_t stream) {
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int64_t rows_per_block = int64_t(kMmaRows) * kTiles;
   const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
@@ -682,13 +649,6 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool pref
       p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_down_prefetch_bytes counts the ring's stage size");
-    if constexpr (kTiles == 1 && kUnroll == 2) {  // instantiated for the default tile only
-      if (early) {
-        constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPrefetchEarly>;
-        if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-        return launch_pdl(kKernel, grid, block, pb, stream, p);
-      }
-    }
     constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPrefetch>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     return launch_pdl(kKernel, grid, block, pb, stream, p);
@@ -703,7 +663,7 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool pref
 }
 
 template <int kUnroll>
-cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, bool early, cudaStream_t stream) {
+cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, cudaStream_t stream) {
   const dim3 grid(unsigned((int64_t(p.hidden) + kMmaRows - 1) / kMmaRows));
   const dim3 block(kMoeDirectMaxSlots * kWarpSize);
   if constexpr (kMoeNvfp4DownMultiRingStages(kUnroll) >= 2) {
@@ -713,11 +673,6 @@ cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, bool early, 
         p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
       static_assert(sizeof(Nvfp4RingStage<1, kUnroll>) == size_t(kUnroll) * kNvfp4RingStageBytes,
                     "moe_nvfp4_down_multi_ring_bytes counts the ring's stage size");
-      if (early) {
-        constexpr auto kKernel = moe_down_multi_nvfp4_kernel<kUnroll, true, true>;
-        if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-        return launch_pdl(kKernel, grid, block, rb, stream, p);
-      }
       constexpr auto kKernel = moe_down_multi_nvfp4_kernel<kUnroll, true>;
       if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
       return launch_pdl(kKernel, grid, block, rb, stream, p);
@@ -768,23 +723,23 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, in
   return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, MmaTile tile, bool staged, bool prefetch, bool early,
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, MmaTile tile, bool staged, bool prefetch,
                                   bool multi_ring, cudaStream_t stream) {
   if (p.direct) {
     switch (tile.tiles * 16 + tile.unroll) {
-      case 16 + 1: return down_direct_launch<1, 1>(p, staged, prefetch, early, stream);
-      case 16 + 2: return down_direct_launch<1, 2>(p, staged, prefetch, early, stream);
-      case 16 + 4: return down_direct_launch<1, 4>(p, staged, prefetch, early, stream);
-      case 32 + 1: return down_direct_launch<2, 1>(p, staged, prefetch, early, stream);  // 2 x 2 spilled (ptxas, 2026-12-01)
+      case 16 + 1: return down_direct_launch<1, 1>(p, staged, prefetch, stream);
+      case 16 + 2: return down_direct_launch<1, 2>(p, staged, prefetch, stream);
+      case 16 + 4: return down_direct_launch<1, 4>(p, staged, prefetch, stream);
+      case 32 + 1: return down_direct_launch<2, 1>(p, staged, prefetch, stream);  // 2 x 2 spilled (ptxas, 2026-12-01)
     }
     return cudaErrorInvalidValue;
   }
   if (tile.tiles != 1) return cudaErrorInvalidValue;
   if (p.direct_multi) {
     switch (tile.unroll) {
-      case 1: return down_multi_launch<1>(p, multi_ring, early, stream);
-      case 2: return down_multi_launch<2>(p, multi_ring, early, stream);
-      case 4: return down_multi_launch<4>(p, multi_ring, early, stream);
+      case 1: return down_multi_launch<1>(p, multi_ring, stream);
+      case 2: return down_multi_launch<2>(p, multi_ring, stream);
+      case 4: return down_multi_launch<4>(p, multi_ring, stream);
     }
     return cudaErrorInvalidValue;
   }

@@ -122,12 +122,11 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, in
                                      int blocks_per_sm, cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h
 // staged per block when `staged` and moe_nvfp4_down_staged_bytes fits, or the weights prefetched
-// (the kPrefetch mode) when `prefetch` and moe_nvfp4_down_prefetch_bytes fits, with more of its work
-// before the wait when `early` (kPrefetchEarly; the 1 x 2 tile only);
+// (the kPrefetch mode) when `prefetch` and moe_nvfp4_down_prefetch_bytes fits;
 // else the planned one (one warp walks the active experts; tiles 1, unroll 1 or 2).
 // p.direct_multi: the multi kernel, through rings where moe_nvfp4_down_multi_ring_bytes fits and
-// multi_ring (the h stager's index math before the wait when `early`).
-cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, MmaTile tile, bool staged, bool prefetch, bool early,
+// multi_ring.
+cudaError_t launch_moe_down_nvfp4(const MoeExpertsParams& p, MmaTile tile, bool staged, bool prefetch,
                                   bool multi_ring, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda
