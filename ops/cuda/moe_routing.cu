@@ -48,7 +48,8 @@ __device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(
 // at compile time, with the warp reconverged before each warp-wide reduction (the default: the
 // other scoring's code and the reductions' divergent fallbacks out of the kernel); 0 = p.sigmoid
 // decides (PEREGRINE_ROUTER_LEAN=0).
-template <int kScore = 0>
+// kTl: the calling kernel, for its timeline marks (timeline.cuh; nothing unless a probe build).
+template <int kScore = 0, TimelineKernel kTl = TimelineKernel::kRouter>
 __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, float* s_warp) {
   constexpr bool kLean = kScore != 0;
   // A local copy: read through the reference, every field was reloaded after each shared store
@@ -71,6 +72,7 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
     mx = fmaxf(mx, x);
     choice[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
   }
+  pg_tl_mark(kTl, 5);
   bool sigmoid;
   if constexpr (kLean) sigmoid = kScore == 1;
   else sigmoid = p.sigmoid;
@@ -124,6 +126,7 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
     }
     __syncwarp();  // every group's values are read before they become keys
   }
+  pg_tl_mark(kTl, 6);
   const uint32_t masked = moe_routing_order_key(-INFINITY);
   for (int e = lane; e < E; e += kWarpSize)
     key[e] = ((keep >> (e / per_group)) & 1u) ? moe_routing_order_key(choice[e]) : masked;
@@ -150,12 +153,13 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const __grid_constant__ MoeRoutingParams p) {
   extern __shared__ float smem[];
+  pg_tl_mark(TimelineKernel::kRouting, 0);
   pdl_wait();  // the router logits come from the kernel before
   pdl_trigger();  // after the wait: gate_up's shared-expert blocks (PDL) read x at once
   const int warp = threadIdx.x / kWarpSize;
   const int t = blockIdx.x * kWarps + warp;
   if (t >= p.m) return;  // whole warps only; no block-wide barrier below
-  route_token(p, t, smem + size_t(warp) * 2 * p.n_experts);
+  route_token<0, TimelineKernel::kRouting>(p, t, smem + size_t(warp) * 2 * p.n_experts);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -180,8 +184,10 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   const int64_t c_begin = kpart * per_part, c_end = min(k_chunks, c_begin + per_part);
   const uint8_t* wrow = static_cast<const uint8_t*>(p.w) + (valid ? row : 0) * p.k * linear_elem_bytes(F);
 
+  pg_tl_mark(TimelineKernel::kRouter, 0);
   for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) prefetch_l2(wrow + c * kLinearVecBytes);
   pdl_wait();  // x comes from the kernel before
+  pg_tl_mark(TimelineKernel::kRouter, 1);
   // After the wait, so x is complete when a dependent launches: gate_up under PDL
   // (MoeExpertsParams::gate_up_pdl) starts its shared experts on it before the routing is done.
   pdl_trigger();
@@ -245,15 +251,18 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   }
 
   // The last block to finish routes every token (threadFenceReduction: publish, then count).
+  pg_tl_mark(TimelineKernel::kRouter, 2);
   const unsigned arrived = grid_arrive<kRelease>(p.counter);
   if (threadIdx.x == 0) last = arrived == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
+  pg_tl_mark(TimelineKernel::kRouter, 4);
   if constexpr (!kRelease) __threadfence();  // (kRelease: thread 0's acq_rel add was the acquire)
   if (threadIdx.x == 0) atomicExch(p.counter, 0u);  // every block has counted: ready for the next launch
   if (warp >= kRoutingWarpsPerBlock) return;
   for (int t = warp; t < p.m; t += kRoutingWarpsPerBlock)
     route_token<kScore>(p.routing, t, smem + size_t(warp) * 2 * p.n);
+  pg_tl_mark(TimelineKernel::kRouter, 3);
 }
 
 }  // namespace

@@ -66,6 +66,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const __grid_constant
 template <int kThreads, bool kResidual, int kPerThread>
 __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(const __grid_constant__ RmsNormParams p) {
   __shared__ float scratch[kThreads / kWarpSize];
+  pg_tl_mark(TimelineKernel::kRmsnorm, 0);
   pdl_trigger();
   const int n4 = int(p.n / 4);
   float4 w[kPerThread], t[kPerThread];
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(const __grid_con
     if (j < n4) w[i] = __ldg(reinterpret_cast<const float4*>(p.weight) + j);
   }
   pdl_wait();  // x and residual come from the kernel before
+  pg_tl_mark(TimelineKernel::kRmsnorm, 1);
   const int64_t row = blockIdx.x;
   const float4* x = reinterpret_cast<const float4*>(p.x + row * p.x_stride);
   float4* r = kResidual ? reinterpret_cast<float4*>(p.residual + row * p.r_stride) : nullptr;
@@ -108,6 +110,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(const __grid_con
     if (j < n4)
       y[j] = make_float4(w[i].x * (t[i].x * inv), w[i].y * (t[i].y * inv), w[i].z * (t[i].z * inv), w[i].w * (t[i].w * inv));
   }
+  pg_tl_mark(TimelineKernel::kRmsnorm, 2);
 }
 
 template <int kThreads, bool kResidual>

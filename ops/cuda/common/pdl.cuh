@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "ops/cuda/common/env.h"
+#include "ops/cuda/common/timeline.cuh"
 
 namespace pg::ops::cuda {
 
@@ -30,6 +31,11 @@ inline bool pdl_enabled() {
 template <typename... KArgs, typename... Args>
 cudaError_t launch_pdl_if(bool on, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                           Args&&... args) {
+#if defined(PG_TIMELINE) && PG_TIMELINE
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone)
+    timeline_start();
+#endif
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;

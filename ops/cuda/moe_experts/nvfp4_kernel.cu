@@ -97,9 +97,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   // right after its wait, beside the expert id's load, so that the two L2 round trips overlap (ncu,
   // 2026-12-03, moonlight: the conversions waiting for x were 8% of the kernel's stall samples).
   Nvfp4XStager<2> x_stager(p.x, p.hidden, p.direct ? 1 : p.m, p.hidden / 32, (p.hidden / 32 + 3) / 4);
+  pg_tl_mark(TimelineKernel::kGateUp, 0);
   // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch.
   if (!shared) {
     pdl_wait();
+    pg_tl_mark(TimelineKernel::kGateUp, 1);
     if constexpr (kStagedX) x_stager.load();
   }
   if (p.direct || p.direct_multi) pdl_trigger();
@@ -172,6 +174,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
           wrow, srow, stage_x, gate_up_nvfp4_smem + token * row_vecs,
           nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden, rows, warp_id), k_chunks, s0,
           j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared);
+      pg_tl_mark(TimelineKernel::kGateUp, 2);
       if constexpr (kKSplit > 1) {  // the second half's sums to the first half's warp
         __shared__ float s_half[kRowWarps][kTiles][4][kWarpSize];
         if (half == 1)
@@ -215,6 +218,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
         }
       }
   }
+  pg_tl_mark(TimelineKernel::kGateUp, 3);
 }
 
 // How the m = 1 down feeds its mmas (moe_down_direct_nvfp4_kernel's kMode): h per lane from L2,
@@ -257,6 +261,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int slot = warp / k_split, kpart = warp % k_split;
   const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
   const int64_t row0 = int64_t(blockIdx.x) * kR;
+  pg_tl_mark(TimelineKernel::kDown, 0);
   const uint8_t* wrow[kTiles][2];
   const uint8_t* srow[kTiles][2];
 #pragma unroll
@@ -291,9 +296,11 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     for (int j = 0; j < n; ++j)
       nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j], lane);
     pdl_wait();  // h comes from gate_up
+    pg_tl_mark(TimelineKernel::kDown, 1);
     nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
     cp_async_wait_all();
     __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
+    pg_tl_mark(TimelineKernel::kDown, 2);
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
     const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
@@ -322,6 +329,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       }
   }
   __syncthreads();
+  pg_tl_mark(TimelineKernel::kDown, 3);
   const int r = threadIdx.x;
   const int64_t row = row0 + r;
   if (r < kR && row < p.hidden) {
@@ -334,6 +342,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     float* yp = p.y + row;
     *yp = p.accumulate ? *yp + v : v;
   }
+  pg_tl_mark(TimelineKernel::kDown, 4);
 }
 
 // Task `task` of a multi down warp (moe_down_multi_nvfp4_kernel): its expert slot, K slice, and lane

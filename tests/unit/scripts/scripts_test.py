@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""scripts/ncu_step.py, scripts/bench_sweep.sh and scripts/sass_sizes.py on the build machine (no GPU):
-a generated ncu CSV, a stub `peregrine`, cuobjdump- and nvdisasm-format text. usage: scripts_test.py SOURCE_DIR"""
+"""scripts/ncu_step.py, scripts/bench_sweep.sh, scripts/sass_sizes.py and scripts/timeline_report.py on the
+build machine (no GPU): a generated ncu CSV, a stub `peregrine`, cuobjdump- and nvdisasm-format text, a
+generated timeline. usage: scripts_test.py SOURCE_DIR"""
 import csv
 import os
 import subprocess
@@ -180,7 +181,41 @@ def test_sass_lines(tmp):
     check(rc != 0 and "no function matches" in out, f"sass_sizes.py --lines with no match: rc {rc}: {out}")
 
 
+def test_timeline_report(tmp):
+    """Four layers of router (8 blocks), gate_up (3 blocks on SMs 0-2), down (2 blocks: SM 0 while its
+    gate_up block still runs, SM 2 after its gate_up block ended) and rmsnorm, 60 us apart, times in ns after the router's wait."""
+    rows = ["t_ns,kernel,point,block,sm"]
+    for layer in range(4):
+        t0 = 1_000_000 + 60_000 * layer
+        for b in range(8):
+            rows += [f"{t0 - 2000},2,0,{b},{b}", f"{t0 + 10 * b},2,1,{b},{b}", f"{t0 + 1500},2,2,{b},{b}"]
+        rows += [f"{t0 + 2500},2,4,7,7", f"{t0 + 5000},2,3,7,7"]
+        for b in range(3):
+            rows += [f"{t0 + 1000},3,0,{b},{b}", f"{t0 + 6000},3,1,{b},{b}", f"{t0 + 12000 + 1000 * b},3,3,{b},{b}"]
+        for b, (sm, start) in enumerate([(0, 9000), (2, 15000)]):
+            rows += [f"{t0 + start},4,0,{b},{sm}", f"{t0 + 15000},4,1,{b},{sm}", f"{t0 + 20000},4,4,{b},{sm}"]
+        rows += [f"{t0 + 21000},1,0,0,9", f"{t0 + 22000},1,1,0,9", f"{t0 + 23000},1,2,0,9"]
+    path = os.path.join(tmp, "timeline.csv")
+    with open(path, "w") as f:
+        f.write("\n".join(rows) + "\n")
+    tool = os.path.join(ROOT, "scripts", "timeline_report.py")
+    rc, out = run([sys.executable, tool, path])
+    # Layers 1 and 2 (the first and last router launches are left out): routed at 5 us, gate_up's
+    # last block ends at 14, the down's blocks start at 9 and 15 (SM 0 before its gate_up block's end).
+    check(rc == 0 and "medians over 2 layers" in out, f"timeline_report.py: rc {rc}: {out}")
+    check("routed (last block)      5.00     5.00     5.00" in out, f"timeline_report.py routed: {out}")
+    check("gate_up  end                     12.00    13.00    14.00" in out, f"timeline_report.py gate_up: {out}")
+    check("down     start                    9.00    12.00    15.00" in out, f"timeline_report.py down: {out}")
+    check("before its last gate_up block ended: 50.0% of 4 on SMs" in out, f"timeline_report.py co-residency: {out}")
+    check("-5.00 / -2.00 us" in out, f"timeline_report.py down after gate_up: {out}")
+    with open(path, "w") as f:
+        f.write("t_ns,kernel,point,block,sm\n")
+    rc, out = run([sys.executable, tool, path])
+    check(rc != 0 and "no records" in out, f"timeline_report.py on an empty timeline: rc {rc}: {out}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
+    test_timeline_report(tmp)
     test_ncu_step(tmp)
     test_bench_sweep(tmp)
     test_sass_sizes(tmp)

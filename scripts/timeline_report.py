@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""The MoE half of a decode layer, read from a timeline probe's records (ops/cuda/common/timeline.h).
+
+    usage: scripts/timeline_report.py TIMELINE.csv
+
+A probe build (cmake -DPEREGRINE_TIMELINE=ON) run with PEREGRINE_TIMELINE_OUT=FILE writes one row
+per mark: t_ns, kernel, point, block, sm. Each launch of a kernel is the run of its marks with no gap
+over 15 us; each router launch opens a layer's MoE half, and the gate_up, down and rmsnorm launches
+after it belong to it. Printed: per point, the median over the layers of the first / median / last
+block's time, in us after the router's first block passed its PDL wait; then how the down's blocks
+found their SMs: before or after the last gate_up block on the same SM ended.
+"""
+import csv
+import statistics
+import sys
+
+NAMES = {1: "rmsnorm", 2: "router", 3: "gate_up", 4: "down", 5: "routing"}
+POINTS = {
+    "rmsnorm": ["start", "waited", "end"],
+    "router": ["start", "waited", "logits", "routed (last block)", "last block knows", "logits loaded",
+               "scored"],
+    "gate_up": ["start", "waited (routed)", "streamed", "end"],
+    "down": ["start", "waited", "h staged", "summed", "end"],
+}
+GAP_NS = 15_000
+
+
+def launches(rows, kernel):
+    marks = sorted((r for r in rows if r[1] == kernel), key=lambda r: r[0])
+    out, cur = [], []
+    for r in marks:
+        if cur and r[0] - cur[-1][0] > GAP_NS:
+            out.append(cur)
+            cur = []
+        cur.append(r)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    with open(sys.argv[1]) as f:
+        rows = [tuple(int(x) for x in (r["t_ns"], r["kernel"], r["point"], r["block"], r["sm"])) for r in csv.DictReader(f)]
+    if not rows:
+        sys.exit("timeline_report: no records")
+    by = {k: launches(rows, k) for k in NAMES}
+    routers = by[2]
+    if len(routers) < 3:
+        sys.exit(f"timeline_report: {len(routers)} router launches; need a decode run with MoE layers")
+    # Per layer: the router launch, then the first launch of each other kernel starting after it.
+    table = {}  # (kernel name, point) -> list over layers of (first, median, last) offsets in us
+    coresident = []
+    gaps = []
+    for li, rl in enumerate(routers[1:-1], start=1):
+        waited = [r[0] for r in rl if r[2] == 1]
+        if not waited:
+            continue
+        t0 = min(waited)
+        nxt_router = routers[li + 1][0][0] if li + 1 < len(routers) else float("inf")
+        layer = {"router": rl}
+        for k in (3, 4, 1):
+            cands = [L for L in by[k] if rl[0][0] <= L[0][0] < nxt_router]
+            if cands:
+                layer[NAMES[k]] = cands[0]
+        for name, L in layer.items():
+            for pt in range(len(POINTS.get(name, []))):
+                ts = sorted(r[0] for r in L if r[2] == pt)
+                if ts:
+                    table.setdefault((name, pt), []).append(
+                        ((ts[0] - t0) / 1e3, (statistics.median(ts) - t0) / 1e3, (ts[-1] - t0) / 1e3))
+        if "gate_up" in layer and "down" in layer:
+            gate_end = {}
+            for r in layer["gate_up"]:
+                if r[2] == 3:
+                    gate_end[r[4]] = max(gate_end.get(r[4], 0), r[0])
+            last_gate = max(gate_end.values()) if gate_end else None
+            for r in layer["down"]:
+                if r[2] == 0 and r[4] in gate_end:
+                    coresident.append(r[0] < gate_end[r[4]])
+            if last_gate is not None:
+                starts = sorted(r[0] for r in layer["down"] if r[2] == 0)
+                gaps.append(((starts[0] - last_gate) / 1e3, (statistics.median(starts) - last_gate) / 1e3))
+    n_layers = len(next(iter(table.values()))) if table else 0
+    print(f"{len(rows)} marks, {len(routers)} router launches; medians over {n_layers} layers, "
+          "us after the router's first block passed its wait (first / median / last block):")
+    for name in ("router", "gate_up", "down", "rmsnorm"):
+        lines = []
+        for pt, label in enumerate(POINTS[name]):
+            v = table.get((name, pt))
+            if v:
+                lines.append(([statistics.median(x[i] for x in v) for i in range(3)], label))
+        for med, label in sorted(lines, key=lambda x: x[0][0]):  # in time order
+            print(f"  {name:8s} {label:20s} {med[0]:8.2f} {med[1]:8.2f} {med[2]:8.2f}")
+    if coresident:
+        share = sum(coresident) / len(coresident)
+        print(f"down blocks that started on an SM before its last gate_up block ended: {100 * share:.1f}% "
+              f"of {len(coresident)} on SMs that ran gate_up blocks")
+    if gaps:
+        print(f"down's first / median block start after gate_up's last block ended (median over layers): "
+              f"{statistics.median(g[0] for g in gaps):.2f} / {statistics.median(g[1] for g in gaps):.2f} us")
+
+
+if __name__ == "__main__":
+    main()
