@@ -8,13 +8,16 @@ per mark: t_ns, kernel, point, block, sm. Each launch of a kernel is the run of 
 over 15 us; each router launch opens a layer's MoE half, and the gate_up, down and rmsnorm launches
 after it belong to it. Printed: per point, the median over the layers of the first / median / last
 block's time, in us after the router's first block passed its PDL wait; then how the down's blocks
-found their SMs: before or after the last gate_up block on the same SM ended.
+found their SMs: before or after the last gate_up block on the same SM ended; then every marked
+launch from one router to the next in order (the MoE half of a layer, then the next layer's
+attention half): its blocks, its first block's start and PDL wait, its last mark.
 """
 import csv
 import statistics
 import sys
 
-NAMES = {1: "rmsnorm", 2: "router", 3: "gate_up", 4: "down", 5: "routing"}
+NAMES = {1: "rmsnorm", 2: "router", 3: "gate_up", 4: "down", 5: "routing", 6: "attention", 7: "mla_prep",
+         8: "linear_x1"}
 POINTS = {
     "rmsnorm": ["start", "waited", "end"],
     "router": ["start", "waited", "logits", "routed (last block)", "last block knows", "logits loaded",
@@ -100,6 +103,29 @@ def main():
     if gaps:
         print(f"down's first / median block start after gate_up's last block ended (median over layers): "
               f"{statistics.median(g[0] for g in gaps):.2f} / {statistics.median(g[1] for g in gaps):.2f} us")
+    # Every marked launch between consecutive routers, keyed by its place in that order.
+    every = sorted((L for k in NAMES for L in by[k]), key=lambda L: L[0][0])
+    seq = {}
+    for li in range(1, len(routers) - 1):
+        waited = [r[0] for r in routers[li] if r[2] == 1]
+        if not waited:
+            continue
+        t0, lo, hi = min(waited), routers[li][0][0], routers[li + 1][0][0]
+        for i, L in enumerate([L for L in every if lo <= L[0][0] < hi]):
+            starts = [r[0] for r in L if r[2] == 0]
+            waits = [r[0] for r in L if r[2] == 1]
+            row = (len({r[3] for r in L}), (min(starts) - t0) / 1e3 if starts else None,
+                   (min(waits) - t0) / 1e3 if waits else None, (max(r[0] for r in L) - t0) / 1e3)
+            seq.setdefault((i, NAMES[L[0][1]]), []).append(row)
+    if seq:
+        print("from one router's wait to the next (median over layers, us): launch, blocks, first start, "
+              "first wait returned, last mark")
+        def med(v, j):
+            xs = [x[j] for x in v if x[j] is not None]
+            return f"{statistics.median(xs):8.2f}" if xs else "       -"
+        for (i, name), v in sorted(seq.items()):
+            if len(v) * 2 >= n_layers:  # launches that most layers have at this place
+                print(f"  {i:2d} {name:10s} {int(statistics.median(x[0] for x in v)):5d} {med(v, 1)} {med(v, 2)} {med(v, 3)}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const int64_t t = place.t, h0 = place.h0, item = place.item;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
 
+  pg_tl_mark(TimelineKernel::kAttention, 0);
   pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
+  pg_tl_mark(TimelineKernel::kAttention, 1);
   // ctx_len and token_seq in one round trip (an ordinary token_seq load was issued only after
   // mla_block_rows' branch: a second one before the table's).
   const int64_t ctx_len = ld_now(p.ctx_len + t);

@@ -440,7 +440,9 @@ __global__ void __launch_bounds__(kHeadThreads) mla_prep_kernel(const __grid_con
     head_linear_vec_block<F, kL, kMTile>(p.uk, b % p.uk_row_blocks, b / p.uk_row_blocks);
     return;
   }
+  pg_tl_mark(TimelineKernel::kMlaPrep, 0);  // the kv_write and rope blocks
   pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
+  pg_tl_mark(TimelineKernel::kMlaPrep, 1);
   if (b < p.kv.m) {
     __shared__ float scratch[kKvWriteThreads / kWarpSize];
     mla_kv_write_block<true>(p.kv, b, scratch);

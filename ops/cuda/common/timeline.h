@@ -20,7 +20,9 @@ namespace pg::ops::cuda {
 // The kernels that mark (the `kernel` column) and their points (the `point` column: 0 the block's
 // start, which every marking kernel marks first; 1 its PDL wait returned; 2.. the kernel's own, below
 // kTimelinePointsPerBlock; scripts/timeline_report.py names them).
-enum class TimelineKernel : uint32_t { kRmsnorm = 1, kRouter = 2, kGateUp = 3, kDown = 4, kRouting = 5 };
+enum class TimelineKernel : uint32_t {
+  kRmsnorm = 1, kRouter = 2, kGateUp = 3, kDown = 4, kRouting = 5, kAttention = 6, kMlaPrep = 7, kLinearNvfp4X1 = 8
+};
 constexpr uint32_t kTimelinePointsPerBlock = 8;
 
 struct TimelineRecord {

@@ -721,10 +721,12 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(J % n) * kUnroll, s1, st, lane);
   };
 
+  pg_tl_mark(TimelineKernel::kLinearNvfp4X1, 0);
   pdl_trigger();
   Nvfp4Ring<kTiles, kUnroll> r{ring, total};
   r.start(issue);  // weights depend on no kernel: before the wait
   pdl_wait();
+  pg_tl_mark(TimelineKernel::kLinearNvfp4X1, 1);
   nvfp4_mma_stage_x_block<kWalk>(p.x, k_chunks, k_steps, xs);
   __syncthreads();
   int J = 0;
