@@ -31,6 +31,7 @@ namespace cu = ops::cuda;
 using ops::cuda::FillKind;
 using ops::cuda::launch_fill;
 using ops::cuda::launch_read_ceiling;
+using ops::cuda::launch_read_pattern;
 using ops::cuda::load_kind_name;
 using ops::cuda::LoadKind;
 
@@ -185,6 +186,36 @@ Ceiling measure_ceiling(cudaStream_t s, int sm_count) {
     c.copy_gbps = 2.0 * double(half) / (us1 * 1e-6) / 1e9;
   }
   return c;
+}
+
+// The NVFP4 MoE gate_up's read pattern (16 rows, 128 bytes of each a step) against the same bytes read in
+// 2 KB runs (a tiled layout), at moonlight's rows (hidden 2048: 1 KB of codes) and V3's (7168: 3.5 KB),
+// 3 or 6 steps in flight a warp, 2 or 4 blocks of 4 warps an SM; 1 GiB a pass (20x the L2).
+void measure_patterns(cudaStream_t s, int sm_count, double ceiling_gbps) {
+  const size_t bytes = size_t(1) << 30;
+  auto buf = cu::DeviceBuffer<uint8_t>::create(bytes);
+  BENCH_CHECK(buf.status());
+  auto sink = cu::DeviceBuffer<uint32_t>::create(1);
+  BENCH_CHECK(sink.status());
+  BENCH_CHECK(cuda_status(launch_fill(buf->data(), bytes / 4, FillKind::kF32Pm1, 7, s), "fill"));
+  std::printf("\nRead patterns (1 GiB, ld.global.nc.L1::no_allocate, median of %d; %% of the ceiling):\n", kTimed);
+  std::printf("  row bytes  depth  blocks/SM  16 rows x 128 B a step  2 KB runs (tiled)\n");
+  for (int row_bytes : {1024, 3584})
+    for (int depth : {3, 6})
+      for (int bps : {2, 4}) {
+        double gbps[2] = {};
+        for (int tiled = 0; tiled < 2; ++tiled) {
+          double us1 = 0, usg = 0;
+          time_kernel(s, [&](int) {
+            PG_CUDA_TRY(launch_read_pattern(buf->data(), bytes, row_bytes, tiled == 1, depth, sm_count * bps, sink->data(), s));
+            return ok_status();
+          }, us1, usg, /*graph=*/false);
+          const size_t read = bytes / (16 * size_t(row_bytes)) * (16 * size_t(row_bytes));
+          gbps[tiled] = double(read) / (us1 * 1e-6) / 1e9;
+        }
+        std::printf("  %9d  %5d  %6d x4w  %7.0f GB/s (%3.0f%%)     %7.0f GB/s (%3.0f%%)\n", row_bytes, depth, bps,
+                    gbps[0], 100 * gbps[0] / ceiling_gbps, gbps[1], 100 * gbps[1] / ceiling_gbps);
+      }
 }
 
 struct Shape {
@@ -578,7 +609,7 @@ int run(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--probes")) probes_only = true;
     else {
-      std::fprintf(stderr, "usage: bench_ops_cuda [--json PATH] [--probes (the handoff and instruction probes and the read ceiling only)]\n");
+      std::fprintf(stderr, "usage: bench_ops_cuda [--json PATH] [--probes (the handoff and instruction probes, the read ceiling and the read patterns only)]\n");
       return 2;
     }
   }
@@ -610,6 +641,7 @@ int run(int argc, char** argv) {
   for (const auto& [n, g] : ceil.all) std::printf("  read %-32s %8.0f GB/s\n", n.c_str(), g);
   std::printf("  => ceiling %.0f GB/s (%s); device-to-device copy %.0f GB/s (read + write)\n", ceil.read_gbps,
               ceil.config.c_str(), ceil.copy_gbps);
+  measure_patterns(s, dp.sm_count, ceil.read_gbps);
   if (probes_only) {
     cudaStreamDestroy(s);
     return 0;

@@ -42,6 +42,46 @@ __global__ void read_ceiling_kernel(const uint4* __restrict__ p, size_t n_vec, u
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never stores
 }
 
+// The read-pattern probe (launch_read_pattern): a warp reads units of kPatternRows rows of row_bytes
+// each in steps of kPatternStep bytes, kDepth steps in flight (a ring: step s + kDepth issued as step s
+// is consumed). Rows (the NVFP4 MoE gate_up's layout): a step is 128 bytes of each of the 16 rows, row
+// after row row_bytes apart; kTiled: the same unit stored step by step, each step 2 KB in one run.
+constexpr int kPatternRows = 16, kPatternStep = 2048, kPatternLine = kPatternStep / kPatternRows, kPatternLanes = 32;
+template <int kDepth, bool kTiled>
+__global__ void __launch_bounds__(128) read_pattern_kernel(const uint8_t* __restrict__ p, int64_t units, int row_bytes,
+                                                          uint32_t* sink) {
+  constexpr int kPerLane = kPatternStep / 16 / kPatternLanes;  // 16-byte loads a lane a step
+  const int lane = threadIdx.x % kPatternLanes;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / kPatternLanes);
+  const int steps = row_bytes / kPatternLine;
+  uint32_t acc = 0;
+  auto load_step = [&](const uint8_t* base, int s, uint4 (&v)[kPerLane]) {
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) {
+      const int i = q * kPatternLanes + lane;
+      const uint8_t* a = kTiled ? base + int64_t(s) * kPatternStep + i * 16
+                                : base + int64_t(i / 8) * row_bytes + s * kPatternLine + (i % 8) * 16;
+      v[q] = load<LoadKind::kNcNoAlloc>(reinterpret_cast<const uint4*>(a));
+    }
+  };
+  for (int64_t u = int64_t(blockIdx.x) * (blockDim.x / kPatternLanes) + threadIdx.x / kPatternLanes; u < units; u += warps) {
+    const uint8_t* base = p + u * kPatternRows * int64_t(row_bytes);
+    uint4 v[kDepth][kPerLane];
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d)
+      if (d < steps) load_step(base, d, v[d]);
+    for (int s0 = 0; s0 < steps; s0 += kDepth)
+#pragma unroll
+      for (int d = 0; d < kDepth; ++d) {
+        if (s0 + d >= steps) break;
+#pragma unroll
+        for (int q = 0; q < kPerLane; ++q) acc ^= v[d][q].x ^ v[d][q].y ^ v[d][q].z ^ v[d][q].w;
+        if (s0 + d + kDepth < steps) load_step(base, s0 + d + kDepth, v[d]);
+      }
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never stores
+}
+
 __device__ __forceinline__ uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -99,6 +139,19 @@ cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int thr
   const size_t n = bytes / 16;
   if (unroll == 8) launch_unrolled<8>(v, n, blocks, threads, kind, sink, stream);
   else launch_unrolled<4>(v, n, blocks, threads, kind, sink, stream);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_read_pattern(const void* p, size_t bytes, int row_bytes, bool tiled, int depth, int blocks,
+                                uint32_t* sink, cudaStream_t stream) {
+  if (row_bytes <= 0 || row_bytes % kPatternLine != 0 || blocks <= 0) return cudaErrorInvalidValue;
+  const auto* b = static_cast<const uint8_t*>(p);
+  const int64_t units = int64_t(bytes / (size_t(kPatternRows) * size_t(row_bytes)));
+  if (depth == 3 && tiled) read_pattern_kernel<3, true><<<blocks, 128, 0, stream>>>(b, units, row_bytes, sink);
+  else if (depth == 3) read_pattern_kernel<3, false><<<blocks, 128, 0, stream>>>(b, units, row_bytes, sink);
+  else if (depth == 6 && tiled) read_pattern_kernel<6, true><<<blocks, 128, 0, stream>>>(b, units, row_bytes, sink);
+  else if (depth == 6) read_pattern_kernel<6, false><<<blocks, 128, 0, stream>>>(b, units, row_bytes, sink);
+  else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

@@ -19,6 +19,14 @@ const char* load_kind_name(LoadKind k);
 cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int threads, int unroll, LoadKind kind,
                                 uint32_t* sink, cudaStream_t stream);
 
+// The read-pattern probe: reads `bytes` as units of 16 rows x row_bytes (a multiple of 128), a warp a
+// unit at a time, each step 2 KB with `depth` (3 or 6) steps in flight a warp, over `blocks` blocks of 4
+// warps. tiled = false: a step is 128 bytes of each row (the NVFP4 MoE gate_up's reads: 2 k-steps of
+// 16 rows' codes); true: the unit's bytes in order, 2 KB runs (the same bytes in a tiled layout).
+// What HBM gives each pattern says whether a tiled weight layout could pay (docs/decode-status.md).
+cudaError_t launch_read_pattern(const void* p, size_t bytes, int row_bytes, bool tiled, int depth, int blocks,
+                                uint32_t* sink, cudaStream_t stream);
+
 // Random fills, a pure function of (seed, index): f32 / bf16 uniform in [-scale, scale), fp8 e4m3
 // any finite code (scale unused), positive scales 2^-9 * 2^(3u) * scale, any byte (NVFP4 code
 // pairs), positive e4m3 block scales in [0.5, 3.75] (exponent field 6..8, any mantissa).
