@@ -2,8 +2,6 @@
 // ops::cpu::moe_routing, so indices (and their tie order) match exactly and weights to the bit
 // whenever exp() rounds as the host's does (exp is evaluated in double, then rounded).
 #include "ops/cuda/common/pdl.cuh"
-#include <cooperative_groups.h>
-
 #include <cfloat>
 #include <climits>
 
@@ -51,9 +49,7 @@ __device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(
 // other scoring's code and the reductions' divergent fallbacks out of the kernel); 0 = p.sigmoid
 // decides (PEREGRINE_ROUTER_LEAN=0).
 // kTl: the calling kernel, for its timeline marks (timeline.cuh; nothing unless a probe build).
-// kLocal: the logits are in this block's shared memory, [m][E] after the kRoutingWarpsPerBlock
-// warps' [2 E] (moe_router_kernel's kCluster), not in p.logits.
-template <int kScore = 0, TimelineKernel kTl = TimelineKernel::kRouter, bool kLocal = false>
+template <int kScore = 0, TimelineKernel kTl = TimelineKernel::kRouter>
 __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, float* s_warp) {
   constexpr bool kLean = kScore != 0;
   // A local copy: read through the reference, every field was reloaded after each shared store
@@ -64,15 +60,14 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
   float* s = s_warp;                                     // [E] scores
   float* choice = s + E;                                 // [E] selection values
   uint32_t* key = reinterpret_cast<uint32_t*>(choice);  // then their keys, in place
-  const float* lg = kLocal ? s_warp + size_t(kRoutingWarpsPerBlock - int(threadIdx.x / kWarpSize)) * 2 * E + size_t(t) * E
-                          : p.logits + size_t(t) * E;
+  const float* lg = p.logits + size_t(t) * E;
 
   // A lane's logits and biases first, all loads in flight together (8 a lane at V3's 256 experts:
   // one round trip, where the rolled loops waited for each), into s and choice; then the scores.
   float mx = -INFINITY;
 #pragma unroll 8
   for (int e = lane; e < E; e += kWarpSize) {
-    const float x = kLocal ? lg[e] : __ldcg(lg + e);
+    const float x = __ldcg(lg + e);
     s[e] = x;
     mx = fmaxf(mx, x);
     choice[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
@@ -174,13 +169,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const _
 // over chunks lane, lane + 32, ... of the slice, then warp_sum, then slice 0 adds slices 1.. in
 // order: the order of linear_vec_kernel at any tile (its rows and unroll change which loads are
 // in flight, not the sums), so the logits are linear()'s bits for the same k_split.
-// kScore: route_token's. kCluster (PEREGRINE_ROUTER_CLUSTER=1, an experiment; off by default): the
-// grid is one thread-block cluster (at most 8 blocks: moonlight's 64 experts); every block also
-// writes its logits into block 0's shared memory (distributed shared memory), one cluster barrier
-// replaces the arrival count, and block 0 routes from its own shared memory: no global atomic, no
-// last-block test, no reload of the logits through L2 on the layer's path (docs/decode-status.md,
-// session 29: ~2 us from the last block's logits to its routing warp holding them, with the probe).
-template <LinearWeight F, int kScore = 0, bool kRelease = false, bool kCluster = false>  // kRelease: grid_arrive's
+// kScore: route_token's.
+template <LinearWeight F, int kScore = 0, bool kRelease = false>  // kRelease: grid_arrive's
 __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid_constant__ MoeRouterParams p) {
   constexpr int kVec = linear_vec_elems(F), kWarps = kRouterThreads / kWarpSize, kT = kRouterTokenTile;
   __shared__ float partial[kWarps][kT];
@@ -256,24 +246,10 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
       float mine = partial[warp][lane];
       for (int s = 1; s < k_split; ++s) mine += partial[warp + s][lane];  // fixed order, as linear's
       p.logits[int64_t(t0 + lane) * p.n + row] = mine;
-      if constexpr (kCluster)  // block 0's copy, after its warps' routing scratch
-        cooperative_groups::this_cluster().map_shared_rank(smem, 0)[size_t(kRoutingWarpsPerBlock) * 2 * p.n +
-                                                                   size_t(t0 + lane) * p.n + row] = mine;
     }
     __syncthreads();  // partial is rewritten by the next token tile
   }
 
-  if constexpr (kCluster) {
-    pg_tl_mark(TimelineKernel::kRouter, 2);
-    cooperative_groups::this_cluster().sync();  // every block's logits are in block 0's shared memory
-    if (cooperative_groups::this_cluster().block_rank() != 0) return;
-    pg_tl_mark(TimelineKernel::kRouter, 4);
-    if (warp >= kRoutingWarpsPerBlock) return;
-    for (int t = warp; t < p.m; t += kRoutingWarpsPerBlock)
-      route_token<kScore, TimelineKernel::kRouter, true>(p.routing, t, smem + size_t(warp) * 2 * p.n);
-    pg_tl_mark(TimelineKernel::kRouter, 3);
-    return;
-  }
   // The last block to finish routes every token (threadFenceReduction: publish, then count).
   pg_tl_mark(TimelineKernel::kRouter, 2);
   const unsigned arrived = grid_arrive<kRelease>(p.counter);
@@ -315,40 +291,9 @@ bool router_lean() {
   return on;
 }
 
-// PEREGRINE_ROUTER_CLUSTER=1 (moe_router_kernel's kCluster): where the grid fits one portable cluster
-// (8 blocks), the lean kernel as one cluster under PDL, its shared memory grown by the logits.
-bool router_cluster() {
-  static const bool on = env_switch("PEREGRINE_ROUTER_CLUSTER", false);
-  return on;
-}
-template <auto kKernel>
-cudaError_t launch_router_cluster(dim3 grid, size_t smem, cudaStream_t stream, const MoeRouterParams& p) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kRouterThreads);
-  cfg.dynamicSmemBytes = smem + sizeof(float) * size_t(p.m) * size_t(p.n);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = grid.x;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, kKernel, p);
-}
-
 template <LinearWeight F>
 cudaError_t launch_router_f(const MoeRouterParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
   const dim3 block(kRouterThreads);
-  constexpr size_t kMaxStaticFreeSmem = 48 * 1024;  // the logits fit without the opt-in
-  if (router_cluster() && router_lean() && grid.x <= 8 &&
-      smem + sizeof(float) * size_t(p.m) * size_t(p.n) <= kMaxStaticFreeSmem / 2) {
-    if (p.routing.sigmoid) return launch_router_cluster<moe_router_kernel<F, 1, true, true>>(grid, smem, stream, p);
-    return launch_router_cluster<moe_router_kernel<F, 2, true, true>>(grid, smem, stream, p);
-  }
   if (!router_lean()) PG_LAUNCH_PDL(moe_router_kernel<F>, grid, block, smem, stream, p);
   else if (release_arrive() && p.routing.sigmoid)
     PG_LAUNCH_PDL((moe_router_kernel<F, 1, true>), grid, block, smem, stream, p);

@@ -250,12 +250,12 @@ enum class MoeDownMode { kPerLane, kStaged, kPrefetch };
 // SMs gate_up leaves room on and fetch their 100-200 KB while gate_up runs; after gate_up only h,
 // the mmas and the sums remain. The default where the grid fits one block per SM (down_direct_launch).
 // All three modes: the same f16 values in the same mma slots, the same sums, the same bits.
-// kTrigger (PEREGRINE_MOE_NVFP4_DOWN_TRIGGER=1, an experiment, kPrefetch only; off by default): each
-// block lets the kernels after it launch as it starts, so that the next layer's first kernel is
-// resident and waiting when this one completes (without it, it launches at the completion: its
-// first block started 1.2 us after the down's last block ended, docs/decode-status.md session 29),
-// and that kernel's own trigger lets the next one's weight prefetch start during the down.
-template <int kTiles, int kUnroll, MoeDownMode kMode, bool kTrigger = false>
+// kPrefetch blocks let the kernels after them launch as they start, so that the next layer's first
+// kernel is resident and waiting when this one completes (else it launched at the completion: its
+// first block started 1.2 us after the down's last block ended, docs/decode-status.md session 29).
+// H200, 2026-12-04, one call alternating, 2 rounds: moonlight nvfp4 633.1 -> 635.2 tok/s (+0.3%),
+// V3 4L nvfp4 0.0% (not this mode), the k = 1 verify step 2.186 -> 2.183 ms.
+template <int kTiles, int kUnroll, MoeDownMode kMode>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kMmaRows * kTiles;
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
   const int64_t row0 = int64_t(blockIdx.x) * kR;
   pg_tl_mark(TimelineKernel::kDown, 0);
-  if constexpr (kTrigger) pdl_trigger();
+  if constexpr (kMode == MoeDownMode::kPrefetch) pdl_trigger();
   const uint8_t* wrow[kTiles][2];
   const uint8_t* srow[kTiles][2];
 #pragma unroll
@@ -665,14 +665,6 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool pref
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_down_prefetch_bytes counts the ring's stage size");
     constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPrefetch>;
-    if constexpr (kTiles == 1 && kUnroll == 2) {  // the default tile: PEREGRINE_MOE_NVFP4_DOWN_TRIGGER=1
-      static const bool trigger = env_int("PEREGRINE_MOE_NVFP4_DOWN_TRIGGER", 0) == 1;
-      constexpr auto kTriggering = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPrefetch, true>;
-      if (trigger) {
-        if (cudaError_t e = raise_smem_limit_once<kTriggering>(); e != cudaSuccess) return e;
-        return launch_pdl(kTriggering, grid, block, pb, stream, p);
-      }
-    }
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     return launch_pdl(kKernel, grid, block, pb, stream, p);
   }
