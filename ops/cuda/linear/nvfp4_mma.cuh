@@ -35,12 +35,6 @@
 #include "ops/cuda/linear/config.h"
 #include "ops/cuda/linear/params.h"
 
-// PEREGRINE_NVFP4_MMA_CHAINS (a compile definition, an experiment; 1 = the default): how many
-// independent accumulator chains nvfp4_mma_tile spreads a k-step's 8 mmas over (below).
-#ifndef PEREGRINE_NVFP4_MMA_CHAINS
-#define PEREGRINE_NVFP4_MMA_CHAINS 1
-#endif
-
 namespace pg::ops::cuda {
 
 // The 32 f32 of x at xc (token g's elements of this lane's chunk) as B fragments: b[q][0..1] for
@@ -73,14 +67,6 @@ __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32
     s[h][0] = __byte_perm(v, v, 0x1010);
     s[h][1] = __byte_perm(v, v, 0x3232);
   }
-#if PEREGRINE_NVFP4_MMA_CHAINS > 1
-  // The experiment's form: the k-step's 8 mmas into kChains fresh accumulators in turn, so that a
-  // dependent mma waits for the one kChains back, then added into acc (other bits than the default
-  // chain, alike at every m: every NVFP4 mma path comes through here).
-  constexpr int kChains = PEREGRINE_NVFP4_MMA_CHAINS;
-  static_assert(kChains == 2 || kChains == 4, "PEREGRINE_NVFP4_MMA_CHAINS: 1, 2 or 4");
-  float part[kChains][4] = {};
-#endif
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t lo[4], hi[4];  // rows g, g + 8
@@ -98,22 +84,9 @@ __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32
       lo[i] = hmul2_bits(lo[i], s[0][q / 2]);
       hi[i] = hmul2_bits(hi[i], s[1][q / 2]);
     }
-#if PEREGRINE_NVFP4_MMA_CHAINS > 1
-    mma_m16n8k16_f16(part[(2 * q) % kChains], lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
-    mma_m16n8k16_f16(part[(2 * q + 1) % kChains], lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
-#else
     mma_m16n8k16_f16(acc, lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
     mma_m16n8k16_f16(acc, lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
-#endif
   }
-#if PEREGRINE_NVFP4_MMA_CHAINS > 1
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    float sum = part[0][j] + part[1][j];
-    if constexpr (kChains == 4) sum += part[2][j] + part[3][j];
-    acc[j] += sum;
-  }
-#endif
 }
 
 // The weight registers of kUnroll k-steps of nvfp4_mma_stream.
