@@ -7,7 +7,9 @@ A probe build (cmake -DPEREGRINE_TIMELINE=ON) run with PEREGRINE_TIMELINE_OUT=FI
 per mark: t_ns, kernel, point, block, sm. Each launch of a kernel is the run of its marks with no gap
 over 15 us; each router launch opens a layer's MoE half, and the gate_up, down and rmsnorm launches
 after it belong to it. Printed: per point, the median over the layers of the first / median / last
-block's time, in us after the router's first block passed its PDL wait; then how the down's blocks
+block's time, in us after the router's first block passed its PDL wait; then gate_up's routed
+blocks grouped by how many of them share an SM (when each SM's last one ends, how long one streams);
+then how the down's blocks
 found their SMs: before or after the last gate_up block on the same SM ended; then every marked
 launch from one router to the next in order (the MoE half of a layer, then the next layer's
 attention half): its blocks, its first block's start and PDL wait, its last mark.
@@ -56,6 +58,7 @@ def main():
     table = {}  # (kernel name, point) -> list over layers of (first, median, last) offsets in us
     coresident = []
     gaps = []
+    per_sm = {}  # routed gate_up blocks on an SM -> per layer: (SMs, [SM's last end], [block's stream]) in us
     for li, rl in enumerate(routers[1:-1], start=1):
         waited = [r[0] for r in rl if r[2] == 1]
         if not waited:
@@ -73,6 +76,28 @@ def main():
                 if ts:
                     table.setdefault((name, pt), []).append(
                         ((ts[0] - t0) / 1e3, (statistics.median(ts) - t0) / 1e3, (ts[-1] - t0) / 1e3))
+        if "gate_up" in layer:  # the routed blocks (those that mark their wait) by SM
+            blocks = {}
+            for r in layer["gate_up"]:
+                blocks.setdefault(r[3], {})[r[2]] = r
+            routed = [b for b in blocks.values() if 1 in b]
+            if routed:
+                w0 = min(b[1][0] for b in routed)
+                sms = {}
+                for b in routed:
+                    sms.setdefault(b[1][4], []).append(b)
+                counts = {}
+                for bs in sms.values():
+                    c = counts.setdefault(len(bs), ([], []))
+                    ends = [b[3][0] for b in bs if 3 in b]
+                    if ends:
+                        c[0].append((max(ends) - w0) / 1e3)
+                    c[1].extend((b[2][0] - b[1][0]) / 1e3 for b in bs if 2 in b)
+                for n, (ends, streams) in counts.items():
+                    v = per_sm.setdefault(n, ([], [], []))
+                    v[0].append(sum(len(bs) == n for bs in sms.values()))
+                    v[1].extend(ends)
+                    v[2].extend(streams)
         if "gate_up" in layer and "down" in layer:
             gate_end = {}
             for r in layer["gate_up"]:
@@ -96,6 +121,13 @@ def main():
                 lines.append(([statistics.median(x[i] for x in v) for i in range(3)], label))
         for med, label in sorted(lines, key=lambda x: x[0][0]):  # in time order
             print(f"  {name:8s} {label:20s} {med[0]:8.2f} {med[1]:8.2f} {med[2]:8.2f}")
+    if per_sm:
+        print("gate_up's routed blocks by how many share an SM (us after the first routed wait; medians):")
+        for n, (sms, ends, streams) in sorted(per_sm.items()):
+            end = f"{statistics.median(ends):6.2f}" if ends else "     -"
+            stream = f"{statistics.median(streams):6.2f}" if streams else "     -"
+            print(f"  {n} a SM on {statistics.median(sms):5.1f} SMs: the SM's last block ends {end}, "
+                  f"a block streams (wait to streamed) {stream}")
     if coresident:
         share = sum(coresident) / len(coresident)
         print(f"down blocks that started on an SM before its last gate_up block ended: {100 * share:.1f}% "

@@ -49,7 +49,9 @@ __device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(
 // other scoring's code and the reductions' divergent fallbacks out of the kernel); 0 = p.sigmoid
 // decides (PEREGRINE_ROUTER_LEAN=0).
 // kTl: the calling kernel, for its timeline marks (timeline.cuh; nothing unless a probe build).
-template <int kScore = 0, TimelineKernel kTl = TimelineKernel::kRouter>
+// kBiasStaged: the correction biases are in shared memory after the kRoutingWarpsPerBlock warps'
+// [2 E] (moe_router_kernel's kBiasStaged), not read from p.bias here.
+template <int kScore = 0, TimelineKernel kTl = TimelineKernel::kRouter, bool kBiasStaged = false>
 __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, float* s_warp) {
   constexpr bool kLean = kScore != 0;
   // A local copy: read through the reference, every field was reloaded after each shared store
@@ -70,7 +72,9 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
     const float x = __ldcg(lg + e);
     s[e] = x;
     mx = fmaxf(mx, x);
-    choice[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
+    if constexpr (kBiasStaged)  // after the kRoutingWarpsPerBlock warps' [2 E]
+      choice[e] = p.noaux_tc ? s_warp[size_t(kRoutingWarpsPerBlock - int(threadIdx.x / kWarpSize)) * 2 * E + e] : 0.0f;
+    else choice[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
   }
   pg_tl_mark(kTl, 5);
   bool sigmoid;
@@ -169,8 +173,12 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) moe_routing_kernel(const _
 // over chunks lane, lane + 32, ... of the slice, then warp_sum, then slice 0 adds slices 1.. in
 // order: the order of linear_vec_kernel at any tile (its rows and unroll change which loads are
 // in flight, not the sums), so the logits are linear()'s bits for the same k_split.
-// kScore: route_token's.
-template <LinearWeight F, int kScore = 0, bool kRelease = false>  // kRelease: grid_arrive's
+// kScore: route_token's. kBiasStaged (PEREGRINE_ROUTER_BIAS_STAGED=1, an experiment; off by default):
+// every block copies the E correction biases into shared memory (after the routing scratch) before
+// its wait, so the last block's routing warps find them there instead of loading them beside the
+// logits after the arrival (from HBM if they left L2 since the last step; the timeline
+// has 1.6 us from the last block's test to its routing warp holding the logits and biases).
+template <LinearWeight F, int kScore = 0, bool kRelease = false, bool kBiasStaged = false>  // kRelease: grid_arrive's
 __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid_constant__ MoeRouterParams p) {
   constexpr int kVec = linear_vec_elems(F), kWarps = kRouterThreads / kWarpSize, kT = kRouterTokenTile;
   __shared__ float partial[kWarps][kT];
@@ -186,6 +194,11 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
 
   pg_tl_mark(TimelineKernel::kRouter, 0);
   for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) prefetch_l2(wrow + c * kLinearVecBytes);
+  float* const s_bias = smem + size_t(kRoutingWarpsPerBlock) * 2 * p.n;
+  if constexpr (kBiasStaged) {  // read after the token loop's barriers
+    if (p.routing.noaux_tc)
+      for (int64_t e = threadIdx.x; e < p.n; e += kRouterThreads) s_bias[e] = __ldg(p.routing.bias + e);
+  }
   pdl_wait();  // x comes from the kernel before
   pg_tl_mark(TimelineKernel::kRouter, 1);
   // After the wait, so x is complete when a dependent launches: gate_up under PDL
@@ -261,7 +274,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   if (threadIdx.x == 0) atomicExch(p.counter, 0u);  // every block has counted: ready for the next launch
   if (warp >= kRoutingWarpsPerBlock) return;
   for (int t = warp; t < p.m; t += kRoutingWarpsPerBlock)
-    route_token<kScore>(p.routing, t, smem + size_t(warp) * 2 * p.n);
+    route_token<kScore, TimelineKernel::kRouter, kBiasStaged>(p.routing, t, smem + size_t(warp) * 2 * p.n);
   pg_tl_mark(TimelineKernel::kRouter, 3);
 }
 
@@ -291,9 +304,22 @@ bool router_lean() {
   return on;
 }
 
+// PEREGRINE_ROUTER_BIAS_STAGED=1 (moe_router_kernel's kBiasStaged): the lean, release-arrive kernel
+// with the biases staged before the wait.
+bool router_bias_staged() {
+  static const bool on = env_switch("PEREGRINE_ROUTER_BIAS_STAGED", false);
+  return on;
+}
+
 template <LinearWeight F>
 cudaError_t launch_router_f(const MoeRouterParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
   const dim3 block(kRouterThreads);
+  if (router_bias_staged() && router_lean() && release_arrive()) {
+    const size_t staged = smem + sizeof(float) * size_t(p.n);  // the scratch, then the biases
+    if (p.routing.sigmoid) PG_LAUNCH_PDL((moe_router_kernel<F, 1, true, true>), grid, block, staged, stream, p);
+    else PG_LAUNCH_PDL((moe_router_kernel<F, 2, true, true>), grid, block, staged, stream, p);
+    return cudaSuccess;
+  }
   if (!router_lean()) PG_LAUNCH_PDL(moe_router_kernel<F>, grid, block, smem, stream, p);
   else if (release_arrive() && p.routing.sigmoid)
     PG_LAUNCH_PDL((moe_router_kernel<F, 1, true>), grid, block, smem, stream, p);

@@ -208,6 +208,8 @@ def test_timeline_report(tmp):
     check("down     start                    9.00    12.00    15.00" in out, f"timeline_report.py down: {out}")
     check("before its last gate_up block ended: 50.0% of 4 on SMs" in out, f"timeline_report.py co-residency: {out}")
     check("-5.00 / -2.00 us" in out, f"timeline_report.py down after gate_up: {out}")
+    # Each routed gate_up block alone on its SM (3 SMs): the SMs' last blocks end 6, 7, 8 us after the wait.
+    check("  1 a SM on   3.0 SMs: the SM's last block ends   7.00" in out, f"timeline_report.py per SM: {out}")
     check("   2 down           2     9.00    15.00    20.00" in out and "   3 rmsnorm        1    21.00    22.00    23.00" in out,
           f"timeline_report.py launch order: {out}")
     with open(path, "w") as f:
