@@ -9,10 +9,9 @@ over 15 us; each router launch opens a layer's MoE half, and the gate_up, down a
 after it belong to it. Printed: per point, the median over the layers of the first / median / last
 block's time, in us after the router's first block passed its PDL wait; then gate_up's routed
 blocks grouped by how many of them share an SM (when each SM's last one ends, how long one streams);
-then how the down's blocks
-found their SMs: before or after the last gate_up block on the same SM ended; then every marked
-launch from one router to the next in order (the MoE half of a layer, then the next layer's
-attention half): its blocks, its first block's start and PDL wait, its last mark.
+then how the down's blocks found their SMs: before or after the last gate_up block on the same SM
+ended; then every marked launch from one router to the next in order (the MoE half of a layer, then
+the next layer's attention half): its blocks, its first block's start and PDL wait, its last mark.
 """
 import csv
 import statistics
