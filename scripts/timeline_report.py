@@ -4,9 +4,9 @@
     usage: scripts/timeline_report.py TIMELINE.csv
 
 A probe build (cmake -DPEREGRINE_TIMELINE=ON) run with PEREGRINE_TIMELINE_OUT=FILE writes one row
-per mark: t_ns, kernel, point, block, sm. Each launch of a kernel is the run of its marks with no gap
-over 15 us; each router launch opens a layer's MoE half, and the gate_up, down and rmsnorm launches
-after it belong to it. Printed: per point, the median over the layers of the first / median / last
+per mark: t_ns, kernel, point, block, sm, in the order the blocks reserved their records. A kernel's
+launch runs until one of its blocks starts again (or 15 us pass without a mark); each router launch
+opens a layer's MoE half, and the gate_up, down and rmsnorm launches after it belong to it. Printed: per point, the median over the layers of the first / median / last
 block's time, in us after the router's first block passed its PDL wait; then gate_up's routed
 blocks grouped by how many of them share an SM (when each SM's last one ends, how long one streams);
 then how the down's blocks found their SMs: before or after the last gate_up block on the same SM
@@ -18,7 +18,7 @@ import statistics
 import sys
 
 NAMES = {1: "rmsnorm", 2: "router", 3: "gate_up", 4: "down", 5: "routing", 6: "attention", 7: "mla_prep",
-         8: "linear_x1"}
+         8: "linear_x1", 9: "w_uv_combine", 10: "linear_mma"}
 POINTS = {
     "rmsnorm": ["start", "waited", "end"],
     "router": ["start", "waited", "logits", "routed (last block)", "last block knows", "logits loaded",
@@ -30,16 +30,21 @@ GAP_NS = 15_000
 
 
 def launches(rows, kernel):
-    marks = sorted((r for r in rows if r[1] == kernel), key=lambda r: r[0])
-    out, cur = [], []
-    for r in marks:
-        if cur and r[0] - cur[-1][0] > GAP_NS:
-            out.append(cur)
-            cur = []
+    """A kernel's marks in the file's order (the ring's: a block's points follow its start) cut into
+    launches where a block starts again or nothing was marked for GAP_NS, each sorted by time."""
+    out, cur, seen, latest = [], [], set(), 0
+    for r in rows:
+        if r[1] != kernel:
+            continue
+        if cur and ((r[2] == 0 and r[3] in seen) or r[0] - latest > GAP_NS):
+            out.append(sorted(cur))
+            cur, seen, latest = [], set(), 0
         cur.append(r)
+        seen.add(r[3])
+        latest = max(latest, r[0])
     if cur:
-        out.append(cur)
-    return out
+        out.append(sorted(cur))
+    return sorted(out)
 
 
 def main():

@@ -224,6 +224,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
       ml[0] = sM[tid];
       ml[1] = sL[tid];
     }
+    pg_tl_mark(TimelineKernel::kAttention, 2);  // the split's partial written
   } else {
     if (direct) return;
     finish_split<kHeads, kVec, kLean, kRelease>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);

@@ -413,6 +413,7 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
 
 template <LinearWeight F, int kL, int kMTile>
 __global__ void __launch_bounds__(kHeadThreads) head_linear_combine_kernel(const __grid_constant__ HeadCombineParams p) {
+  pg_tl_mark(TimelineKernel::kHeadCombine, 0);
   pdl_trigger();
   __shared__ float4 sx4[kHeadCombineFloats / 4];  // [token][head - h_first][R]: the block's combined o_lat
   __shared__ float sw[kMlaMaxSplits + 2];          // one (token, head)'s weights, 1 / L, n_act
@@ -425,6 +426,7 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_combine_kernel(const
     // Groups past the last row run on row 0 (head 0, maybe not this block's): any staged head, never stored.
     return static_cast<const float*>(sx) + (h >= h_first ? h - h_first : 0) * lin.k;
   });
+  pg_tl_mark(TimelineKernel::kHeadCombine, 2);  // the block's rows written
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ namespace pg::ops::cuda {
 // start, which every marking kernel marks first; 1 its PDL wait returned; 2.. the kernel's own, below
 // kTimelinePointsPerBlock; scripts/timeline_report.py names them).
 enum class TimelineKernel : uint32_t {
-  kRmsnorm = 1, kRouter = 2, kGateUp = 3, kDown = 4, kRouting = 5, kAttention = 6, kMlaPrep = 7, kLinearNvfp4X1 = 8
+  kRmsnorm = 1, kRouter = 2, kGateUp = 3, kDown = 4, kRouting = 5, kAttention = 6, kMlaPrep = 7, kLinearNvfp4X1 = 8,
+  kHeadCombine = 9, kLinearNvfp4Mma = 10
 };
 constexpr uint32_t kTimelinePointsPerBlock = 8;
 

@@ -637,6 +637,7 @@ __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, Sta
     }
   const float* xrow = g < m_valid ? p.x + (m0 + g) * p.x_stride : nullptr;
 
+  pg_tl_mark(TimelineKernel::kLinearNvfp4Mma, 0);
   pdl_trigger();  // weights depend on no kernel: the first loads go out before the wait (in the stream)
   float acc[kTiles][4];
   if constexpr (kX == kNvfp4XOne || kX == kNvfp4XOneShort) {
@@ -660,6 +661,7 @@ __device__ __forceinline__ void linear_nvfp4_mma_body(const LinearParams& p, Sta
   }
   if (mine) linear_nvfp4_store(p, row0, m0, m_valid, acc);
   end();
+  pg_tl_mark(TimelineKernel::kLinearNvfp4Mma, 2);  // the block's outputs written
 }
 template <int kTiles, int kUnroll, int kX>
 __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)

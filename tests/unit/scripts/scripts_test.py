@@ -195,6 +195,9 @@ def test_timeline_report(tmp):
         for b, (sm, start) in enumerate([(0, 9000), (2, 15000)]):
             rows += [f"{t0 + start},4,0,{b},{sm}", f"{t0 + 15000},4,1,{b},{sm}", f"{t0 + 20000},4,4,{b},{sm}"]
         rows += [f"{t0 + 21000},1,0,0,9", f"{t0 + 22000},1,1,0,9", f"{t0 + 23000},1,2,0,9"]
+        for start in (24000, 30000):  # two launches of one kernel 5 us apart: two launches, not one
+            for b in range(2):
+                rows += [f"{t0 + start},10,0,{b},{b}", f"{t0 + start + 1000},10,2,{b},{b}"]
     path = os.path.join(tmp, "timeline.csv")
     with open(path, "w") as f:
         f.write("\n".join(rows) + "\n")
@@ -210,6 +213,8 @@ def test_timeline_report(tmp):
     check("-5.00 / -2.00 us" in out, f"timeline_report.py down after gate_up: {out}")
     # Each routed gate_up block alone on its SM (3 SMs): the SMs' last blocks end 6, 7, 8 us after the wait.
     check("  1 a SM on   3.0 SMs: the SM's last block ends   7.00" in out, f"timeline_report.py per SM: {out}")
+    check("   4 linear_mma     2    24.00        -    25.00" in out and "   5 linear_mma     2    30.00        -    31.00" in out,
+          f"timeline_report.py launches of one kernel: {out}")
     check("   2 down           2     9.00    15.00    20.00" in out and "   3 rmsnorm        1    21.00    22.00    23.00" in out,
           f"timeline_report.py launch order: {out}")
     with open(path, "w") as f:
