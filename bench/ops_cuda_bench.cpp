@@ -32,6 +32,8 @@ using ops::cuda::FillKind;
 using ops::cuda::launch_fill;
 using ops::cuda::launch_read_ceiling;
 using ops::cuda::launch_read_pattern;
+using ops::cuda::launch_ring_probe;
+using ops::cuda::RingProbeParams;
 using ops::cuda::load_kind_name;
 using ops::cuda::LoadKind;
 
@@ -216,6 +218,71 @@ void measure_patterns(cudaStream_t s, int sm_count, double ceiling_gbps) {
         std::printf("  %9d  %5d  %6d x4w  %7.0f GB/s (%3.0f%%)     %7.0f GB/s (%3.0f%%)\n", row_bytes, depth, bps,
                     gbps[0], 100 * gbps[0] / ceiling_gbps, gbps[1], 100 * gbps[1] / ceiling_gbps);
       }
+}
+
+// The NVFP4 MoE gate_up's routed streaming alone (launch_ring_probe) at moonlight's shape: K 2048, two
+// blocks of 4 warps an SM (264 on the H200, as the one-token kernel's routed blocks), each warp one
+// 16-row tile, every block released at once; the kernel's 2-slot ring against 4 and 8 slots, with no
+// stage work and with the kernel's. Says whether a routed block's ~8.2 us for its 73.6 KB (a
+// session-29 timeline: ~half an SM's share of the read ceiling) is the ring's shape or its work.
+void measure_ring(cudaStream_t s, int sm_count, double ceiling_gbps) {
+  constexpr int64_t kK = 2048;
+  constexpr int kLaunches = 15, kWarm = 3, kRegions = 16;  // 16 regions of ~19.5 MB: 6x the L2 between reuses
+  const int blocks = 2 * sm_count;
+  const int64_t tiles = int64_t(blocks) * 4, rows = tiles * 16;
+  const size_t codes_region = size_t(rows * kK / 2), scales_region = size_t(rows * kK / 16);
+  auto codes = cu::DeviceBuffer<uint8_t>::create(codes_region * kRegions);
+  BENCH_CHECK(codes.status());
+  auto scales = cu::DeviceBuffer<uint8_t>::create(scales_region * kRegions);
+  BENCH_CHECK(scales.status());
+  auto counter = cu::DeviceBuffer<unsigned>::create(1);
+  BENCH_CHECK(counter.status());
+  auto times = cu::DeviceBuffer<unsigned long long>::create(size_t(3 * tiles));
+  BENCH_CHECK(times.status());
+  BENCH_CHECK(cuda_status(launch_fill(codes->data(), codes_region * kRegions, FillKind::kBytes, 11, s), "fill"));
+  BENCH_CHECK(cuda_status(launch_fill(scales->data(), scales_region * kRegions, FillKind::kE4m3Scale, 12, s), "fill"));
+  const double bytes = double(codes_region + scales_region);
+  std::printf("\nThe gate_up's ring alone (K %lld, %d blocks x 4 warps, a 16-row tile a warp, %.1f MB a launch, every\n"
+              "block released at once; median of %d launches, us after the release):\n",
+              static_cast<long long>(kK), blocks, bytes / 1e6, kLaunches);
+  std::printf("  slots  stage work      first stage  a warp streams (median / max)  all done  GB/s (%% of ceiling)\n");
+  std::vector<unsigned long long> host(size_t(3 * tiles));
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  int region = 0;
+  for (int slots : {2, 4, 8})
+    for (bool work : {false, true}) {
+      std::vector<double> first, stream_med, stream_max, span;
+      for (int i = 0; i < kWarm + kLaunches; ++i, region = (region + 1) % kRegions) {
+        RingProbeParams p;
+        p.codes = codes->data() + size_t(region) * codes_region;
+        p.scales = scales->data() + size_t(region) * scales_region;
+        p.k = kK, p.blocks = blocks, p.slots = slots, p.work = work;
+        p.counter = counter->data(), p.times = times->data();
+        BENCH_CHECK(cuda_status(launch_ring_probe(p, s), "ring probe"));
+        BENCH_CHECK(cuda_status(cudaMemcpyAsync(host.data(), times->data(), host.size() * sizeof(host[0]),
+                                                cudaMemcpyDeviceToHost, s), "ring probe times"));
+        BENCH_CHECK(cuda_status(cudaStreamSynchronize(s), "ring probe"));
+        if (i < kWarm) continue;
+        unsigned long long t0 = ~0ull, t_end = 0;
+        for (int64_t w = 0; w < tiles; ++w) t0 = std::min(t0, host[3 * w]), t_end = std::max(t_end, host[3 * w + 2]);
+        std::vector<double> f, d;
+        for (int64_t w = 0; w < tiles; ++w) {
+          f.push_back(double(host[3 * w + 1] - t0) / 1e3);
+          d.push_back(double(host[3 * w + 2] - host[3 * w]) / 1e3);
+        }
+        first.push_back(median(f));
+        stream_med.push_back(median(d));
+        stream_max.push_back(*std::max_element(d.begin(), d.end()));
+        span.push_back(double(t_end - t0) / 1e3);
+      }
+      const double us = median(span), gbps = bytes / (us * 1e-6) / 1e9;
+      std::printf("  %5d  %-14s %8.2f us  %8.2f / %6.2f us           %6.2f us  %6.0f (%3.0f%%)\n", slots,
+                  work ? "unpack + mma" : "none", median(first), median(stream_med), median(stream_max), us, gbps,
+                  100 * gbps / ceiling_gbps);
+    }
 }
 
 struct Shape {
@@ -642,6 +709,7 @@ int run(int argc, char** argv) {
   std::printf("  => ceiling %.0f GB/s (%s); device-to-device copy %.0f GB/s (read + write)\n", ceil.read_gbps,
               ceil.config.c_str(), ceil.copy_gbps);
   measure_patterns(s, dp.sm_count, ceil.read_gbps);
+  measure_ring(s, dp.sm_count, ceil.read_gbps);
   if (probes_only) {
     cudaStreamDestroy(s);
     return 0;

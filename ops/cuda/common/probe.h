@@ -27,6 +27,25 @@ cudaError_t launch_read_ceiling(const void* p, size_t bytes, int blocks, int thr
 cudaError_t launch_read_pattern(const void* p, size_t bytes, int row_bytes, bool tiled, int depth, int blocks,
                                 uint32_t* sink, cudaStream_t stream);
 
+// The ring probe (ring_probe.cu): the one-token NVFP4 MoE gate_up's routed streaming alone. `blocks`
+// blocks of 4 warps (as the kernel's), warp i streaming 16 rows of K (codes K / 2 bytes a row from
+// `codes`, e4m3 scales K / 16 from `scales`; rows 16 i .. 16 i + 15) through the kernel's own cp.async
+// ring (linear/nvfp4_mma.cuh) of `slots` (2, the kernel's; 4 or 8) stages of 2 k-steps, each stage
+// consumed by nothing but one shared load (work = false) or by the kernel's unpack and mmas (x zero).
+// Every block waits at a start barrier (counter: one device word) until all are resident, as the
+// routed blocks wait for the routing, so the blocks must fit at once (else cudaErrorInvalidConfiguration).
+// times[3 i ..]: warp i's %globaltimer at its start, when its first stage landed, at its end.
+struct RingProbeParams {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  int64_t k = 0;
+  int blocks = 0, slots = 2;
+  bool work = false;
+  unsigned* counter = nullptr;
+  unsigned long long* times = nullptr;
+};
+cudaError_t launch_ring_probe(const RingProbeParams& p, cudaStream_t stream);
+
 // Random fills, a pure function of (seed, index): f32 / bf16 uniform in [-scale, scale), fp8 e4m3
 // any finite code (scale unused), positive scales 2^-9 * 2^(3u) * scale, any byte (NVFP4 code
 // pairs), positive e4m3 block scales in [0.5, 3.75] (exponent field 6..8, any mantissa).
