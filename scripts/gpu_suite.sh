@@ -407,6 +407,8 @@ if [ -n "${PG_SUITE_MEMCHECK_OPS:-}" ] && [ -n "$SAN" ] && [ -n "$OPSBIN" ] && [
 fi
 
 # ---- 7. the rest, if time is left -------------------------------------------------------------
+# The ring probe's table (bench_ops_cuda: "The gate_up's ring alone"), its header and rows.
+ring_rows() { awk '/^The gate_up.s ring alone/ {on = 1} on && /^ *$/ {exit} on' "$1"; }
 BENCH=$(find "$BUILD" -name bench_ops_cuda -type f -perm -u+x | head -1)
 # The probes alone (a few seconds: kernel handoffs, cold code; bench_ops_cuda --probes) unless
 # PG_SUITE_SKIP_PROBES=1 or the whole bench runs below (it has them too).
@@ -414,12 +416,14 @@ if [ -n "$BENCH" ] && [ "$(left)" -gt 40 ] && [ -z "${PG_SUITE_SKIP_PROBES:-}" ]
    { [ -n "${PG_SUITE_SKIP_OPS_BENCH:-}" ] || [ "$(left)" -le 120 ]; }; then
   timeout 60 "$BENCH" --probes >"$OUT/probes.txt" 2>&1
   note "bench_ops_cuda --probes: rc=$?"
-  grep -E "^  (handoff|code|read|=>)" "$OUT/probes.txt" | tee -a "$SUMMARY"
+  grep -E "^  (handoff|code|=>)" "$OUT/probes.txt" | tee -a "$SUMMARY"
+  ring_rows "$OUT/probes.txt" | tee -a "$SUMMARY"
 fi
 if [ -n "$BENCH" ] && [ "$(left)" -gt 120 ] && [ -z "${PG_SUITE_SKIP_OPS_BENCH:-}" ]; then
   log "bench_ops_cuda"
   timeout $(( $(left) - 30 )) "$BENCH" --json "$OUT/bench_ops_cuda.json" >"$OUT/bench.txt" 2>&1
   note "bench_ops_cuda: rc=$?"
+  ring_rows "$OUT/bench.txt" | tee -a "$SUMMARY"
 fi
 grep -E "\((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted)\)" "$OUT/ctest_gpu.log" | head -20 | tee -a "$SUMMARY"
 
