@@ -6,12 +6,13 @@
 A probe build (cmake -DPEREGRINE_TIMELINE=ON) run with PEREGRINE_TIMELINE_OUT=FILE writes one row
 per mark: t_ns, kernel, point, block, sm, in the order the blocks reserved their records. A kernel's
 launch runs until one of its blocks starts again (or 15 us pass without a mark); each router launch
-opens a layer's MoE half, and the gate_up, down and rmsnorm launches after it belong to it. Printed: per point, the median over the layers of the first / median / last
-block's time, in us after the router's first block passed its PDL wait; then gate_up's routed
-blocks grouped by how many of them share an SM (when each SM's last one ends, how long one streams);
-then how the down's blocks found their SMs: before or after the last gate_up block on the same SM
-ended; then every marked launch from one router to the next in order (the MoE half of a layer, then
-the next layer's attention half): its blocks, its first block's start and PDL wait, its last mark.
+opens a layer's MoE half, and the gate_up, down and rmsnorm launches after it belong to it.
+Printed: per point, the median over the layers of the first / median / last block's time, in us
+after the router's first block passed its PDL wait; then gate_up's routed blocks grouped by how many
+of them share an SM (when each SM's last one ends, how long one streams); then how the down's blocks
+found their SMs: before or after the last gate_up block on the same SM ended; then every marked
+launch from one router to the next in order (the MoE half of a layer, then the next layer's
+attention half): its blocks, its first block's start and PDL wait, its last mark.
 """
 import csv
 import statistics

@@ -197,8 +197,8 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
 
   pg_tl_mark(TimelineKernel::kRouter, 0);
   for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) prefetch_l2(wrow + c * kLinearVecBytes);
-  float* const s_bias = smem + size_t(kRoutingWarpsPerBlock) * 2 * p.n;
-  if constexpr (kBiasStaged) {  // read after the token loop's barriers
+  if constexpr (kBiasStaged) {  // after the routing scratch; read after the token loop's barriers
+    float* const s_bias = smem + size_t(kRoutingWarpsPerBlock) * 2 * p.n;
     if (p.routing.noaux_tc)
       for (int64_t e = threadIdx.x; e < p.n; e += kRouterThreads) s_bias[e] = __ldg(p.routing.bias + e);
   }
