@@ -646,6 +646,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
   me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
   me.f16_activations = !opt.exact;  // NVFP4 experts: x and h rounded to f16 (tensor cores) unless exact
+  bool self_routed = false;  // the experts ran, routing the token themselves
   if (L.is_moe) {
     ops::MoeRoutingArgs r;
     r.logits = router_logits, r.bias = L.router_bias, r.expert_idx = expert_idx, r.expert_weight = expert_w;
@@ -659,9 +660,15 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     r.routed_scaling_factor = float(c.routed_scaling_factor);
     // Router logits [T, E] f32 (f32 activations at any T: a routing decision must not hinge on
     // bf16 rounding of its input), then the routing, in one launch (decode-sized T).
+    me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
+    // gate_up under PDL after the router; the routing record's copy would sit between them.
+    me.after_router = cu::moe_gate_up_pdl_enabled() && !routing_rec;
+    // One token on the NVFP4 expert kernels: they route it themselves from the logits (moe_experts_routing).
+    self_routed = !prefill_path(T) && cu::moe_experts_self_routing(me, r);
     ops::MoeRouterArgs ro;
     ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;
-    PG_TRY(cu::moe_router(ro, router_counter, stream));
+    PG_TRY(cu::moe_router(ro, router_counter, stream, -1,
+                          self_routed ? cu::MoeRouterMode::kLogitsOnly : cu::MoeRouterMode::kRoute));
     PG_TRY(mark("router"));
     if (routing_rec) {
       const int64_t K = c.num_experts_per_tok;
@@ -669,14 +676,11 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
                                   cudaMemcpyDeviceToDevice, stream));
       routing_T[size_t(cache_layer_idx)] = T;
     }
-    me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
-    // gate_up under PDL after the router (opt-in: it measured -0.5%); the routing record's copy
-    // would sit between them.
-    me.after_router = cu::moe_gate_up_pdl_enabled() && !routing_rec;
+    if (self_routed) PG_TRY(cu::moe_experts_routing(me, r, moe_ws, moe_ws_bytes, stream));
   }
   if (prefill_path(T)) {
     PG_TRY(cu::moe_experts_gemm(*gemm, me, cu::MoeGemmWorkspace{prefill_ws, prefill_ws_bytes}, stream));
-  } else {
+  } else if (!self_routed) {
     PG_TRY(cu::moe_experts(me, moe_ws, moe_ws_bytes, stream));
   }
   return mark(L.is_moe ? "moe_experts" : "dense_mlp");

@@ -73,6 +73,7 @@ struct MoeRouterParams {
   int64_t n = 0, k = 0, x_stride = 0;
   int k_split = 1;            // linear_plan's for the same args
   MoeRoutingParams routing;
+  bool route = true;          // false: the logits only (MoeRouterMode::kLogitsOnly; counter unused)
 };
 cudaError_t launch_moe_router(LinearWeight f, const MoeRouterParams& p, cudaStream_t stream);
 

@@ -17,7 +17,12 @@ namespace pg::ops::cuda {
 // fused_max_tokens tokens (< 0: kRouterFusedTokens, or PEREGRINE_ROUTER_FUSED_MAX_TOKENS; at most
 // kRouterMaxFusedTokens); other cases launch linear, then moe_routing (counter unused). The bits
 // are the same either way.
-Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens = -1);
+// kLogitsOnly: the one-launch kernel writes the logits alone (the routing is left to the expert
+// kernels: moe_experts_routing in moe_experts/moe_experts.h), so expert_idx and expert_weight are not
+// written; where that kernel does not apply, linear and moe_routing run as in kRoute.
+enum class MoeRouterMode { kRoute, kLogitsOnly };
+Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens = -1,
+                  MoeRouterMode mode = MoeRouterMode::kRoute);
 
 // The routing kernel's Params of a validated MoeRoutingArgs (cuda_ops.cpp), shared by both launchers.
 MoeRoutingParams moe_routing_params(const MoeRoutingArgs& a);

@@ -26,7 +26,9 @@ int64_t default_fused_max_tokens() {
 }
 }  // namespace
 
-Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens) {
+Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream, int64_t fused_max_tokens,
+                  MoeRouterMode mode) {
+  const bool route = mode == MoeRouterMode::kRoute;
   PG_TRY(validate(a));
   const MoeRoutingArgs& r = a.routing;
   if (r.m == 0) return ok_status();
@@ -44,13 +46,14 @@ Status moe_router(const MoeRouterArgs& a, unsigned* counter, cudaStream_t stream
   }
   if (!fused) {
     PG_TRY(linear(la, stream));
-    return moe_routing(r, stream);
+    return moe_routing(r, stream);  // kLogitsOnly too: it waits for x before it lets gate_up launch
   }
   MoeRouterParams p;
   p.x = a.x, p.w = a.router->data, p.logits = a.logits, p.counter = counter;
   p.m = int(r.m), p.n = a.router->rows, p.k = a.router->cols, p.x_stride = a.x_stride ? a.x_stride : a.router->cols;
   p.k_split = plan.k_split;
   p.routing = moe_routing_params(r);
+  p.route = route;
   PG_CUDA_TRY(launch_moe_router(wf == WeightFormat::kF32 ? LinearWeight::kF32 : LinearWeight::kBF16, p, stream));
   return ok_status();
 }

@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
   for (int64_t c = c_begin + lane; valid && c < c_end; c += kWarpSize) prefetch_l2(wrow + c * kLinearVecBytes);
   if constexpr (kBiasStaged) {  // after the routing scratch; read after the token loop's barriers
     float* const s_bias = smem + size_t(kRoutingWarpsPerBlock) * 2 * p.n;
-    if (p.routing.noaux_tc)
+    if (p.routing.noaux_tc && p.route)
       for (int64_t e = threadIdx.x; e < p.n; e += kRouterThreads) s_bias[e] = __ldg(p.routing.bias + e);
   }
   pdl_wait();  // x comes from the kernel before
@@ -268,6 +268,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(const __grid
 
   // The last block to finish routes every token (threadFenceReduction: publish, then count).
   pg_tl_mark(TimelineKernel::kRouter, 2);
+  if (!p.route) return;  // the expert kernels route (MoeExpertsParams::self_routing)
   const unsigned arrived = grid_arrive<kRelease>(p.counter);
   if (threadIdx.x == 0) last = arrived == gridDim.x - 1;
   __syncthreads();

@@ -7,6 +7,13 @@
 // that read the routing before the router finished, gives NaNs or other experts. bf16 experts
 // (moe_experts/kernel.cu) and NVFP4 experts (the tensor-core kernels, m = 1 with the staged-x ring),
 // m = 1 (direct) and m = 3 (direct multi).
+//
+// Self-routing (MoeExpertsParams::self_routing, NVFP4 at m = 1): the router writes only the logits
+// and the expert kernels route the token themselves (moe_experts_routing). Its output, expert_idx
+// and expert_weight must have the ordinary chain's bits, for the routings of the family: moonlight's
+// (sigmoid, noaux_tc, one group), V3's (eight groups, four kept), V2-Lite's (softmax, greedy), V2's
+// (softmax, group-limited greedy), and one with ties (router rows and biases equal in pairs: equal
+// keys, taken lower index first, and the chosen scores summed in that order).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -25,15 +32,24 @@
 namespace pg::ops::test {
 namespace {
 
+// The routing of a case: moonlight's by default (sigmoid, noaux_tc, one group, top 6 normalised).
+struct PdlRouting {
+  int64_t experts = 16, shared = 2, top_k = 6, n_group = 1, topk_group = 1;
+  MoeScoring scoring = MoeScoring::kSigmoid;
+  MoeTopk method = MoeTopk::kNoAuxTc;
+  bool norm = true, ties = false;
+  float scale = 2.446f;
+};
 struct PdlCase {
   const char* name;
   WeightFormat format;
   int64_t m;
+  bool self_routing = false;
+  PdlRouting routing = {};
 };
 void PrintTo(const PdlCase& c, std::ostream* os) { *os << c.name; }
 
-// Moonlight's routing (sigmoid, noaux_tc, one group, top 6 normalised) at a smaller width.
-constexpr int64_t kExperts = 16, kShared = 2, kTopK = 6, kHidden = 1024, kInter = 512;
+constexpr int64_t kHidden = 1024, kInter = 512;
 constexpr int kReps = 20;
 
 class MoeLayerPdlCuda : public ::testing::TestWithParam<PdlCase> {};
@@ -41,8 +57,10 @@ class MoeLayerPdlCuda : public ::testing::TestWithParam<PdlCase> {};
 TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
   PG_REQUIRE_CUDA();
   const PdlCase& c = GetParam();
+  const PdlRouting& rt = c.routing;
   const uint64_t seed = seed_of(c.name);
-  const int64_t H = kHidden, I = kInter, E = kExperts, S = kShared, M = c.m, n_stack = E + S;
+  const int64_t H = kHidden, I = kInter, E = rt.experts, S = rt.shared, M = c.m, n_stack = E + S;
+  const int64_t top_k = rt.top_k;
 
   // The producer GEMV (bf16 [H, H]) and the router (bf16 [E, H]).
   std::vector<float> x0(static_cast<size_t>(M * H)), bias(static_cast<size_t>(E));
@@ -51,6 +69,12 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
   std::vector<uint16_t> wp(static_cast<size_t>(H * H)), wr(static_cast<size_t>(E * H));
   for (size_t i = 0; i < wp.size(); ++i) wp[i] = f32_to_bf16(0.04f * uniform_pm1(seed + 2, i));
   for (size_t i = 0; i < wr.size(); ++i) wr[i] = f32_to_bf16(0.05f * uniform_pm1(seed + 3, i));
+  if (rt.ties) {  // experts 2j + 1 as 2j: equal logits, equal biases
+    for (int64_t e = 1; e < E; e += 2) {
+      std::memcpy(&wr[size_t(e * H)], &wr[size_t((e - 1) * H)], size_t(H) * 2);
+      bias[size_t(e)] = bias[size_t(e - 1)];
+    }
+  }
   auto dx0 = to_device(x0), dbias = to_device(bias);
   auto dwp = to_device(wp), dwr = to_device(wr);
   const Matrix producer{WeightFormat::kBF16, H, H, dwp.data()};
@@ -89,59 +113,91 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
 
   auto dx = poisoned<float>(size_t(M * H));
   auto dlogits = poisoned<float>(size_t(M * E));
-  auto didx = poisoned<int32_t>(size_t(M * kTopK));
-  auto dw = poisoned<float>(size_t(M * kTopK));
+  auto didx = poisoned<int32_t>(size_t(M * top_k));
+  auto dw = poisoned<float>(size_t(M * top_k));
   auto dy = poisoned<float>(size_t(M * H));
   auto dcounter = to_device(std::vector<uint32_t>(4, 0));
-  auto dws = poisoned<uint8_t>(cuda::moe_experts_workspace_bytes(M, kTopK, S, E, I) + 256);
+  auto dws = poisoned<uint8_t>(cuda::moe_experts_workspace_bytes(M, top_k, S, E, I) + 256);
   void* ws = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(dws.data()) + 255) / 256 * 256);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
 
-  auto chain = [&](bool after_router, std::vector<float>& y) {
+  // after_router: gate_up under PDL; self_routed: the router's logits only, the experts route.
+  struct Out {
+    std::vector<float> y, w;
+    std::vector<int32_t> idx;
+  };
+  auto chain = [&](bool after_router, bool self_routed, Out& out) {
     ASSERT_EQ(cudaMemsetAsync(dx.data(), 0xff, size_t(M * H) * 4, stream), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(dy.data(), 0, size_t(M * H) * 4, stream), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(didx.data(), 0xff, size_t(M * top_k) * 4, stream), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(dw.data(), 0xff, size_t(M * top_k) * 4, stream), cudaSuccess);
     LinearArgs la;
     la.x = dx0.data(), la.w = &producer, la.y = dx.data(), la.m = M;
     PG_ASSERT_OK(cuda::linear(la, stream));
     MoeRoutingArgs r;
     r.logits = dlogits.data(), r.bias = dbias.data(), r.expert_idx = didx.data(), r.expert_weight = dw.data();
-    r.m = M, r.n_experts = E, r.top_k = kTopK, r.n_group = 1, r.topk_group = 1;
-    r.scoring = MoeScoring::kSigmoid, r.method = MoeTopk::kNoAuxTc, r.norm_topk_prob = true;
-    r.routed_scaling_factor = 2.446f;
+    r.m = M, r.n_experts = E, r.top_k = top_k, r.n_group = rt.n_group, r.topk_group = rt.topk_group;
+    r.scoring = rt.scoring, r.method = rt.method, r.norm_topk_prob = rt.norm;
+    r.routed_scaling_factor = rt.scale;
     MoeRouterArgs ro;
     ro.x = dx.data(), ro.router = &router, ro.logits = dlogits.data(), ro.routing = r;
-    PG_ASSERT_OK(cuda::moe_router(ro, dcounter.data(), stream));
+    PG_ASSERT_OK(cuda::moe_router(ro, dcounter.data(), stream, -1,
+                                  self_routed ? cuda::MoeRouterMode::kLogitsOnly : cuda::MoeRouterMode::kRoute));
     MoeExpertsArgs me;
     me.x = dx.data(), me.y = dy.data(), me.m = M, me.hidden = H, me.inter = I, me.accumulate = true;
-    me.gate_up = &gate_up, me.down = &down, me.n_experts = E, me.n_shared = S, me.top_k = kTopK;
+    me.gate_up = &gate_up, me.down = &down, me.n_experts = E, me.n_shared = S, me.top_k = top_k;
     me.expert_idx = didx.data(), me.expert_weight = dw.data(), me.after_router = after_router;
-    PG_ASSERT_OK(cuda::moe_experts(me, ws, cuda::moe_experts_workspace_bytes(M, kTopK, S, E, I), stream));
+    const size_t ws_bytes = cuda::moe_experts_workspace_bytes(M, top_k, S, E, I);
+    if (self_routed) {
+      ASSERT_TRUE(cuda::moe_experts_self_routing(me, r)) << "this case should take the self-routing kernels";
+      PG_ASSERT_OK(cuda::moe_experts_routing(me, r, ws, ws_bytes, stream));
+    } else {
+      PG_ASSERT_OK(cuda::moe_experts(me, ws, ws_bytes, stream));
+    }
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    y = to_host(dy);
+    out.y = to_host(dy), out.idx = to_host(didx), out.w = to_host(dw);
   };
 
-  std::vector<float> ref;
-  chain(false, ref);
+  Out ref;
+  chain(false, false, ref);
   int64_t nan = 0;
-  for (float v : ref) nan += std::isnan(v);
+  for (float v : ref.y) nan += std::isnan(v);
   ASSERT_EQ(nan, 0) << "the ordinary chain's output has NaNs";
   for (int rep = 0; rep < kReps; ++rep) {
     SCOPED_TRACE("repetition " + std::to_string(rep));
-    std::vector<float> got;
-    chain(true, got);
-    ASSERT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
-        << "gate_up under PDL differs from the ordinary chain";
+    Out got;
+    chain(true, c.self_routing, got);
+    ASSERT_EQ(std::memcmp(got.y.data(), ref.y.data(), ref.y.size() * 4), 0)
+        << (c.self_routing ? "the self-routed experts differ" : "gate_up under PDL differs") << " from the ordinary chain";
+    ASSERT_EQ(got.idx, ref.idx) << "expert_idx";
+    ASSERT_EQ(std::memcmp(got.w.data(), ref.w.data(), ref.w.size() * 4), 0) << "expert_weight";
   }
-  std::printf("[ moe pdl  ] %-16s m=%lld: %d chains under PDL, same bits\n", c.name, (long long)M, kReps);
+  std::printf("[ moe pdl  ] %-16s m=%lld: %d chains %s, same bits (experts %s)\n", c.name, (long long)M, kReps,
+              c.self_routing ? "self-routed" : "under PDL", [&] {
+                std::string e;
+                for (int32_t i : ref.idx) e += (e.empty() ? "" : " ") + std::to_string(i);
+                return e;
+              }().c_str());
   cudaStreamDestroy(stream);
 }
 
+// V3's routing at 64 experts (8 groups of 8, 4 kept, top 8, one shared); V2-Lite's (softmax, greedy,
+// top 6 unnormalised, scale 1); V2's (softmax, group-limited greedy: 8 groups, 3 kept, a group's max).
+constexpr PdlRouting kV3{64, 1, 8, 8, 4, MoeScoring::kSigmoid, MoeTopk::kNoAuxTc, true, false, 2.5f};
+constexpr PdlRouting kV2Lite{64, 2, 6, 1, 1, MoeScoring::kSoftmax, MoeTopk::kGreedy, false, false, 1.0f};
+constexpr PdlRouting kV2{64, 2, 6, 8, 3, MoeScoring::kSoftmax, MoeTopk::kGroupLimitedGreedy, false, false, 16.0f};
+constexpr PdlRouting kTies{16, 2, 5, 1, 1, MoeScoring::kSigmoid, MoeTopk::kNoAuxTc, true, true, 2.446f};
 const PdlCase kPdlCases[] = {
     {"bf16_m1", WeightFormat::kBF16, 1},
     {"bf16_m3", WeightFormat::kBF16, 3},
     {"nvfp4_m1", WeightFormat::kNvfp4, 1},
     {"nvfp4_m3", WeightFormat::kNvfp4, 3},
+    {"nvfp4_m1_self", WeightFormat::kNvfp4, 1, true},
+    {"nvfp4_m1_self_v3", WeightFormat::kNvfp4, 1, true, kV3},
+    {"nvfp4_m1_self_v2lite", WeightFormat::kNvfp4, 1, true, kV2Lite},
+    {"nvfp4_m1_self_v2", WeightFormat::kNvfp4, 1, true, kV2},
+    {"nvfp4_m1_self_ties", WeightFormat::kNvfp4, 1, true, kTies},
 };
 
 INSTANTIATE_TEST_SUITE_P(Chains, MoeLayerPdlCuda, ::testing::ValuesIn(kPdlCases),

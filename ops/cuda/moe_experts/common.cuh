@@ -200,20 +200,24 @@ struct MoeDirectSlot {
   int rank = 0;
   bool shared = false, valid = false;
 };
-__device__ __forceinline__ MoeDirectSlot moe_direct_slot(const MoeExpertsParams& p, int slot) {
+// idx: the token's top_k expert ids (p.expert_idx, or a self-routing block's in shared memory).
+__device__ __forceinline__ MoeDirectSlot moe_direct_slot(const MoeExpertsParams& p, int slot, const int32_t* idx) {
   MoeDirectSlot o;
   o.shared = slot >= p.top_k;
-  o.expert = o.shared ? p.n_experts + (slot - p.top_k) : p.expert_idx[slot];
+  o.expert = o.shared ? p.n_experts + (slot - p.top_k) : idx[slot];
   o.valid = o.shared || (o.expert >= 0 && o.expert < p.n_experts);
   o.rank = slot;
   if (!o.shared) {
     o.rank = 0;
     for (int s = 0; s < p.top_k; ++s) {
-      const int32_t e = p.expert_idx[s];
+      const int32_t e = idx[s];
       o.rank += e < o.expert || (e == o.expert && s < slot);
     }
   }
   return o;
+}
+__device__ __forceinline__ MoeDirectSlot moe_direct_slot(const MoeExpertsParams& p, int slot) {
+  return moe_direct_slot(p, slot, p.expert_idx);
 }
 
 }  // namespace pg::ops::cuda

@@ -13,6 +13,8 @@
 #include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
+#include "ops/cuda/cuda_ops.h"  // moe_routing
+#include "ops/cuda/moe_router.h"  // moe_routing_params
 #include "ops/cuda/moe_experts/fp8_params.h"
 #include "ops/cuda/moe_experts/nvfp4_params.h"
 #include "ops/cuda/moe_experts/params.h"
@@ -53,6 +55,31 @@ bool vector_path_ok(const Matrix& w, const void* x) {
 }
 
 }  // namespace
+
+// Whether the one-token NVFP4 kernels may route the token themselves: on unless PEREGRINE_MOE_SELF_ROUTING=0.
+bool moe_self_routing_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_MOE_SELF_ROUTING");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+// The kernels route the token themselves (MoeExpertsParams::self_routing) on the direct one-token path of
+// the NVFP4 tensor-core kernels (both stacks), under PDL after the router, with the routing's outputs
+// the experts' inputs and its shape within the block routine's (block_routing.cuh). h lives in the
+// workspace, 256-byte aligned (moe_experts checks it), so down's vector path is its weights'.
+bool moe_experts_self_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& r) {
+  const auto nvfp4_mma = [&](const Matrix* w, const void* x) {
+    return w && w->format == WeightFormat::kNvfp4 && vector_path_ok(*w, x);
+  };
+  return moe_self_routing_enabled() && a.after_router && a.f16_activations && a.m == 1 && r.m == 1 &&
+         a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared <= kMoeDirectMaxSlots &&
+         r.n_experts == a.n_experts && r.top_k == a.top_k && r.expert_idx == a.expert_idx &&
+         r.expert_weight == a.expert_weight && a.n_experts <= kMoeSelfRoutingMaxExperts &&
+         r.top_k <= kMoeBlockRoutingMaxTopK && r.n_group >= 1 && r.n_group <= 32 && a.n_experts % r.n_group == 0 &&
+         nvfp4_mma(a.gate_up, a.x) && nvfp4_mma(a.down, /*h: aligned*/ nullptr);
+}
 
 // The direct multi path (m = 2..8 without the plan kernel) is on unless PEREGRINE_MOE_DIRECT_MULTI=0.
 // Its first H200 run (2026-12-01, c9f193b) hung every golden test that decoded 2..8 tokens per step
@@ -135,8 +162,14 @@ Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_by
   return moe_experts_variant(a, moe_nvfp4_variant_from_env(), workspace, workspace_bytes, stream);
 }
 
+Status moe_experts_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& routing, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream) {
+  return moe_experts_variant(a, moe_nvfp4_variant_from_env(), workspace, workspace_bytes, stream, &routing);
+}
+
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace, size_t workspace_bytes,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, const MoeRoutingArgs* routing) {
+  if (routing) PG_TRY(validate(*routing));
   if (a.gate_up) PG_TRY(check_kernel_format(*a.gate_up, "moe_experts", /*nvfp4_ok=*/true));
   if (a.down) PG_TRY(check_kernel_format(*a.down, "moe_experts", /*nvfp4_ok=*/true));
   PG_TRY(validate(a));
@@ -201,6 +234,13 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool dn_fp8 = fp8_paths && dn_vec && fp8_experts_mma(*a.down, a.inter);
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
+  // The routing left by the router (MoeRouterMode::kLogitsOnly): the kernels' own, or moe_routing's first.
+  if (routing && moe_experts_self_routing(a, *routing) && p.direct && gu_mma && dn_mma && p.gate_up_pdl) {
+    p.self_routing = true;
+    p.routing = moe_routing_params(*routing);
+  } else if (routing) {
+    PG_TRY(moe_routing(*routing, stream));
+  }
   const int m_tile = moe_m_tile(a.m);
   // The tensor-core gate_up kernels: a grid.y slot per 8-pair pass of each shared expert.
   if ((gu_mma || gu_fp8) && !p.direct && !p.direct_multi) p.shared_slots = moe_shared_gate_up_slots(a.m);

@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "ops/moe_experts.h"
+#include "ops/moe_routing.h"
 
 namespace pg::ops::cuda {
 
@@ -25,6 +26,18 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // 256-byte aligned. Fast path: m = 1..64 with whole 16-byte chunks per weight row; other shapes
 // take the scalar path, any m works (prefill streams an expert once per 8 of its tokens).
 Status moe_experts(const MoeExpertsArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// The experts of a step whose routing the router left undone (moe_router in MoeRouterMode::kLogitsOnly,
+// with `routing`'s args; its expert_idx / expert_weight are a's). Where moe_experts_self_routing says
+// so, the kernels route the token themselves (one fewer handoff on the layer's path); else
+// moe_routing runs first. The same routing bits either way, written to expert_idx / expert_weight.
+Status moe_experts_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& routing, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream);
+// One token on the NVFP4 tensor-core kernels' direct path, after_router, both stacks NVFP4 on their
+// vector paths, up to kMoeSelfRoutingMaxExperts experts (moe_experts/params.h); on unless
+// PEREGRINE_MOE_SELF_ROUTING=0 (read once).
+bool moe_experts_self_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& routing);
+bool moe_self_routing_enabled();
 
 // Whether m = 2..8 take the direct multi path (on unless PEREGRINE_MOE_DIRECT_MULTI=0; read once).
 bool moe_direct_multi_enabled();
@@ -74,6 +87,6 @@ struct MoeNvfp4Variant {
   int fp8_down_tiles = 0;
 };
 Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream);
+                           size_t workspace_bytes, cudaStream_t stream, const MoeRoutingArgs* routing = nullptr);
 
 }  // namespace pg::ops::cuda

@@ -14,6 +14,7 @@
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/nvfp4_mma.cuh"
+#include "ops/cuda/moe_experts/block_routing.cuh"
 #include "ops/cuda/moe_experts/common.cuh"
 #include "ops/cuda/moe_experts/nvfp4_params.h"
 
@@ -98,15 +99,30 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   // 2026-12-03, moonlight: the conversions waiting for x were 8% of the kernel's stall samples).
   Nvfp4XStager<2> x_stager(p.x, p.hidden, p.direct ? 1 : p.m, p.hidden / 32, (p.hidden / 32 + 3) / 4);
   pg_tl_mark(TimelineKernel::kGateUp, 0);
-  // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch.
+  // p.self_routing: the block's routing scratch, after what the kernel's dynamic shared memory holds.
+  extern __shared__ uint4 gate_up_nvfp4_dyn[];
+  auto routing = [&] {
+    return MoeBlockRouting(reinterpret_cast<char*>(gate_up_nvfp4_dyn) + p.routing_smem, p.routing.n_experts);
+  };
+  // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch
+  // (self-routing: for the router's logits, the routing's input; down routes from them too).
   if (!shared) {
+    if (p.self_routing) moe_block_route_stage_bias(p.routing, routing(), tid, kWarps * kWarpSize);
     pdl_wait();
     pg_tl_mark(TimelineKernel::kGateUp, 1);
     if constexpr (kStagedX) x_stager.load();
   }
   if (p.direct || p.direct_multi) pdl_trigger();
   if (!shared && p.direct) {
-    expert = p.expert_idx[slot];
+    if (p.self_routing) {  // block_routing.cuh: the block routes the token, x's loads in flight
+      const MoeBlockRouting r = routing();
+      moe_block_route(p.routing, 0, r);
+      pg_tl_mark(TimelineKernel::kGateUp, 4);
+      if (slot == 0 && blockIdx.x == 0 && blockIdx.z == 0) moe_block_route_publish(p.routing, 0, r, tid);
+      expert = r.idx[slot];
+    } else {
+      expert = p.expert_idx[slot];
+    }
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
     lo = slot, hi = slot + 1;
   } else if (!shared && p.direct_multi) {  // slot: the step's slot-th distinct expert, if any
@@ -264,10 +280,20 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const unsigned tid = pinned_thread_idx();
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int slot = warp / k_split, kpart = warp % k_split;
-  const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
   const int64_t row0 = int64_t(blockIdx.x) * kR;
   pg_tl_mark(TimelineKernel::kDown, 0);
   if constexpr (kMode == MoeDownMode::kPrefetch) pdl_trigger();
+  // p.self_routing: the block routes the token before its wait (block_routing.cuh), from the logits
+  // the router completed before gate_up's routed blocks let this kernel launch; its scratch after
+  // the mode's dynamic shared memory.
+  extern __shared__ uint4 down_nvfp4_dyn[];
+  const MoeBlockRouting routing(reinterpret_cast<char*>(down_nvfp4_dyn) + p.routing_smem, p.routing.n_experts);
+  if (p.self_routing) {
+    moe_block_route_stage_bias(p.routing, routing, tid, blockDim.x);
+    moe_block_route_call(p.routing, 0, routing);
+    pg_tl_mark(TimelineKernel::kDown, 5);
+  }
+  const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot, p.self_routing ? routing.idx : p.expert_idx);
   const uint8_t* wrow[kTiles][2];
   const uint8_t* srow[kTiles][2];
 #pragma unroll
@@ -323,7 +349,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     }
     pdl_wait();  // warps without k-steps; y is written below
   }
-  const float wgt = shared ? 1.0f : valid ? p.expert_weight[slot] : 0.0f;
+  const float wgt = shared ? 1.0f : valid ? (p.self_routing ? routing.weight : p.expert_weight)[slot] : 0.0f;
   if (t == 0) {  // d0 / d2: rows g / g + 8, token 0
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
@@ -608,7 +634,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 // kKSplit = 2: the staged kernel at kWarps warps (kWarps / 2 rows' warps), the per-lane one at
 // kWarps / 2 warps streaming both halves: the same grid.
 template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1>
-cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
+cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
+  MoeExpertsParams p = p_in;  // routing_smem set below
+  const size_t routing_bytes = p.self_routing ? moe_block_routing_bytes(p.routing.n_experts) : 0;
   constexpr int kRowsPerBlock = kWarps / kKSplit * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared * p.shared_slots), unsigned(moe_gate_up_splits(p.m)));
@@ -633,6 +661,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
     // Pad the shared memory so that at most blocks_per_sm blocks fit an SM (each block also
     // costs the SM 1 KB of reserved shared memory).
     const int per_sm = current_device_props().smem_per_sm;
+    p.routing_smem = uint32_t(smem), smem += routing_bytes;  // the routing scratch after the rings (16-byte multiples)
     if (blocks_per_sm > 0 && per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
@@ -645,36 +674,44 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p, bool multi_staged, int blo
   }
   constexpr int kLaneWarps = kWarps / kKSplit;
   constexpr auto kLaneKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false, kLaneWarps, kKSplit>;
+  p.routing_smem = 0;
   if (cudaError_t e =
-          launch_pdl_if(p.gate_up_pdl, kLaneKernel, grid, dim3(kLaneWarps * kWarpSize), 0, stream, p);
+          launch_pdl_if(p.gate_up_pdl, kLaneKernel, grid, dim3(kLaneWarps * kWarpSize), routing_bytes, stream, p);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();
 }
 
+// p.self_routing: each mode's dynamic shared memory, then the block's routing scratch.
 template <int kTiles, int kUnroll>
-cudaError_t down_direct_launch(const MoeExpertsParams& p, bool staged, bool prefetch, cudaStream_t stream) {
+cudaError_t down_direct_launch(const MoeExpertsParams& p_in, bool staged, bool prefetch, cudaStream_t stream) {
+  MoeExpertsParams p = p_in;  // routing_smem set below
+  const size_t routing_bytes = p.self_routing ? moe_block_routing_bytes(p.routing.n_experts) : 0;
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int64_t rows_per_block = int64_t(kMmaRows) * kTiles;
   const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
   const dim3 block(unsigned(n_slots * k_split * kWarpSize));
   const size_t pb = moe_nvfp4_down_prefetch_bytes(n_slots, p.inter, kTiles, kUnroll);
   // The ring copies a lane's two scales as one 4-byte word: 4-byte aligned scale rows (K % 64 == 0).
-  if (prefetch && pb <= kMoeNvfp4DownPrefetchMaxBytes && nvfp4_x1_ok(p.inter, p.down.scale_fp8) &&
+  if (prefetch && pb + routing_bytes <= kMoeNvfp4DownPrefetchMaxBytes && nvfp4_x1_ok(p.inter, p.down.scale_fp8) &&
       p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_down_prefetch_bytes counts the ring's stage size");
     constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPrefetch>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    return launch_pdl(kKernel, grid, block, pb, stream, p);
+    p.routing_smem = uint32_t(pb);
+    return launch_pdl(kKernel, grid, block, pb + routing_bytes, stream, p);
   }
   const size_t hs = moe_nvfp4_down_staged_bytes(n_slots, p.inter);
-  if (staged && hs <= kMoeNvfp4DownStagedMaxBytes) {
+  if (staged && hs + routing_bytes <= kMoeNvfp4DownStagedMaxBytes) {
     constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kStaged>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    return launch_pdl(kKernel, grid, block, hs, stream, p);
+    p.routing_smem = uint32_t(hs);
+    return launch_pdl(kKernel, grid, block, hs + routing_bytes, stream, p);
   }
-  return launch_pdl(moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPerLane>, grid, block, 0, stream, p);
+  p.routing_smem = 0;
+  return launch_pdl(moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPerLane>, grid, block, routing_bytes,
+                    stream, p);
 }
 
 template <int kUnroll>

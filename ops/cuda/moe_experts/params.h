@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ops/cuda/kernels.h"  // MoeRoutingParams
 #include "ops/cuda/moe_experts/config.h"
 
 namespace pg::ops::cuda {
@@ -55,6 +56,17 @@ struct MoeWeightParams {
   int log2_block_cols = 7;           // vector path, fp8: block_cols is a power of two >= 16
 };
 
+// A self-routing block's scratch (moe_experts/block_routing.cuh; MoeExpertsParams::self_routing):
+// E scores, E selection values, E biases, the top_k choices and weights, a reduction's room.
+constexpr int64_t kMoeSelfRoutingMaxExperts = 256;  // V3's; the rank loop is E x E / threads compares
+constexpr int kMoeBlockRoutingMaxTopK = 32;
+__host__ __device__ constexpr size_t moe_block_routing_floats(int64_t n_experts) {
+  return size_t(3 * n_experts + 2 * kMoeBlockRoutingMaxTopK + 32 + 4);
+}
+__host__ __device__ constexpr size_t moe_block_routing_bytes(int64_t n_experts) {
+  return (moe_block_routing_floats(n_experts) * sizeof(float) + 15) / 16 * 16;
+}
+
 // One call of the op, passed as `const __grid_constant__` to every kernel.
 struct MoeExpertsParams {
   const float* x = nullptr;              // [m, hidden] f32
@@ -88,6 +100,15 @@ struct MoeExpertsParams {
   // between). Its shared-expert blocks start at once (the router passes its own pdl_wait before it
   // triggers, so x is complete); the routed blocks wait for the routing, then trigger down.
   bool gate_up_pdl = false;
+  // Direct (m = 1) on the NVFP4 tensor-core kernels, under gate_up_pdl: the router wrote only the
+  // logits (routing.logits; moe_router's MoeRouterMode::kLogitsOnly), and the kernels route the token
+  // themselves (moe_experts/block_routing.cuh): every routed gate_up block after its wait, every down
+  // block before its own; gate_up's block (0, 0) writes routing.expert_idx / expert_weight (= expert_idx /
+  // expert_weight) for readers after the layer. The kernels then read neither. routing_smem: the byte
+  // offset of the block's routing scratch in the kernel's dynamic shared memory (the launcher's).
+  bool self_routing = false;
+  MoeRoutingParams routing;
+  uint32_t routing_smem = 0;
 };
 
 // Groups the m * top_k pairs by expert (one block; ids outside [0, n_experts) are dropped).
