@@ -22,6 +22,8 @@
 namespace pg::ops::cuda {
 namespace {
 
+MoeNvfp4Variant moe_nvfp4_variant_from_env();  // below: the environment's variant, read once
+
 MoeWeightParams weight_params(const Matrix& w) {
   MoeWeightParams p;
   p.data = w.data;
@@ -67,18 +69,30 @@ bool moe_self_routing_enabled() {
 
 // The kernels route the token themselves (MoeExpertsParams::self_routing) on the direct one-token path of
 // the NVFP4 tensor-core kernels (both stacks), under PDL after the router, with the routing's outputs
-// the experts' inputs and its shape within the block routine's (block_routing.cuh). h lives in the
-// workspace, 256-byte aligned (moe_experts checks it), so down's vector path is its weights'.
+// the experts' inputs and its shape within the block routine's (block_routing.cuh), where down
+// prefetches its weights (moe_nvfp4_down_prefetch_fits: one block per SM, each routing once before
+// its wait). Not V3's 448 down blocks of 512 threads: those past the first wave routed on the
+// layer's path (H200, 2026-12-04, 27e47fc, V3 4L nvfp4 886.6 -> 872.6 tok/s with them). h lives in
+// the workspace, 256-byte aligned (moe_experts checks it), so down's vector path is its weights'.
 bool moe_experts_self_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& r) {
   const auto nvfp4_mma = [&](const Matrix* w, const void* x) {
     return w && w->format == WeightFormat::kNvfp4 && vector_path_ok(*w, x);
   };
-  return moe_self_routing_enabled() && a.after_router && a.f16_activations && a.m == 1 && r.m == 1 &&
+  const MoeNvfp4Variant& v = moe_nvfp4_variant_from_env();
+  MoeExpertsParams p;  // the fields moe_nvfp4_down_prefetch_fits reads
+  p.top_k = int(a.top_k), p.n_shared = int(a.n_shared), p.hidden = int(a.hidden), p.inter = int(a.inter);
+  if (a.down) p.down = weight_params(*a.down);
+  MmaTile t = moe_nvfp4_down_tile();
+  if (v.down_tiles) t.tiles = v.down_tiles;
+  if (v.down_unroll) t.unroll = v.down_unroll;
+  return moe_self_routing_enabled() && v.down_prefetch && a.after_router && a.f16_activations && a.m == 1 && r.m == 1 &&
          a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared <= kMoeDirectMaxSlots &&
          r.n_experts == a.n_experts && r.top_k == a.top_k && r.expert_idx == a.expert_idx &&
          r.expert_weight == a.expert_weight && a.n_experts <= kMoeSelfRoutingMaxExperts &&
          r.top_k <= kMoeBlockRoutingMaxTopK && r.n_group >= 1 && r.n_group <= 32 && a.n_experts % r.n_group == 0 &&
-         nvfp4_mma(a.gate_up, a.x) && nvfp4_mma(a.down, /*h: aligned*/ nullptr);
+         nvfp4_mma(a.gate_up, a.x) && nvfp4_mma(a.down, /*h: aligned*/ nullptr) &&
+         moe_nvfp4_down_prefetch_fits(p, t.tiles, t.unroll, moe_block_routing_bytes(a.n_experts),
+                                      current_device_props().sm_count);
 }
 
 // The direct multi path (m = 2..8 without the plan kernel) is on unless PEREGRINE_MOE_DIRECT_MULTI=0.

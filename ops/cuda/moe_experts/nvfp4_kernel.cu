@@ -692,9 +692,7 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p_in, bool staged, bool p
   const dim3 grid(unsigned((int64_t(p.hidden) + rows_per_block - 1) / rows_per_block));
   const dim3 block(unsigned(n_slots * k_split * kWarpSize));
   const size_t pb = moe_nvfp4_down_prefetch_bytes(n_slots, p.inter, kTiles, kUnroll);
-  // The ring copies a lane's two scales as one 4-byte word: 4-byte aligned scale rows (K % 64 == 0).
-  if (prefetch && pb + routing_bytes <= kMoeNvfp4DownPrefetchMaxBytes && nvfp4_x1_ok(p.inter, p.down.scale_fp8) &&
-      p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
+  if (prefetch && moe_nvfp4_down_prefetch_fits(p, kTiles, kUnroll, routing_bytes, current_device_props().sm_count)) {
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_down_prefetch_bytes counts the ring's stage size");
     constexpr auto kKernel = moe_down_direct_nvfp4_kernel<kTiles, kUnroll, MoeDownMode::kPrefetch>;

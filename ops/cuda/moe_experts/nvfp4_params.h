@@ -87,6 +87,15 @@ inline size_t moe_nvfp4_down_prefetch_bytes(int n_slots, int64_t inter, int tile
          moe_nvfp4_down_staged_bytes(n_slots, inter);
 }
 constexpr size_t kMoeNvfp4DownPrefetchMaxBytes = size_t(226) << 10;  // 227 KB less s_part's 1 KB
+// Whether the m = 1 down takes the kPrefetch mode (down_direct_launch): `extra` bytes of dynamic
+// shared memory beside its own (a self-routing block's scratch), 4-byte aligned scale rows (the
+// ring copies a lane's two scales as one word: K % 64 == 0), and a grid of no more blocks than SMs.
+inline bool moe_nvfp4_down_prefetch_fits(const MoeExpertsParams& p, int tiles, int unroll, size_t extra, int sm_count) {
+  const int n_slots = p.top_k + p.n_shared;
+  const int64_t blocks = (int64_t(p.hidden) + int64_t(kMmaRows) * tiles - 1) / (int64_t(kMmaRows) * tiles);
+  return moe_nvfp4_down_prefetch_bytes(n_slots, p.inter, tiles, unroll) + extra <= kMoeNvfp4DownPrefetchMaxBytes &&
+         nvfp4_x1_ok(p.inter, p.down.scale_fp8) && p.down.scale_fp8_cols % 4 == 0 && blocks <= sm_count;
+}
 
 // down at 2..8 tokens through per-warp rings (moe_down_multi_nvfp4_kernel's kRing): every h row
 // of the step staged as f16 B fragments (m x (top_k + n_shared) rows of K = inter), then 16 warps'
