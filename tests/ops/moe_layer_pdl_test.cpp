@@ -13,7 +13,8 @@
 // and expert_weight must have the ordinary chain's bits, for the routings of the family: moonlight's
 // (sigmoid, noaux_tc, one group), V3's (eight groups, four kept), V2-Lite's (softmax, greedy), V2's
 // (softmax, group-limited greedy), and one with ties (router rows and biases equal in pairs: equal
-// keys, taken lower index first, and the chosen scores summed in that order).
+// keys, taken lower index first, and the chosen scores summed in that order). With
+// PEREGRINE_MOE_SELF_ROUTING=0 the same cases check the fallback (moe_routing before the experts).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -149,8 +150,9 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
     me.gate_up = &gate_up, me.down = &down, me.n_experts = E, me.n_shared = S, me.top_k = top_k;
     me.expert_idx = didx.data(), me.expert_weight = dw.data(), me.after_router = after_router;
     const size_t ws_bytes = cuda::moe_experts_workspace_bytes(M, top_k, S, E, I);
-    if (self_routed) {
-      ASSERT_TRUE(cuda::moe_experts_self_routing(me, r)) << "this case should take the self-routing kernels";
+    if (self_routed) {  // PEREGRINE_MOE_SELF_ROUTING=0: moe_routing, then the experts (the fallback)
+      ASSERT_EQ(cuda::moe_experts_self_routing(me, r), cuda::moe_self_routing_enabled())
+          << "this case should take the self-routing kernels unless they are off";
       PG_ASSERT_OK(cuda::moe_experts_routing(me, r, ws, ws_bytes, stream));
     } else {
       PG_ASSERT_OK(cuda::moe_experts(me, ws, ws_bytes, stream));
@@ -161,6 +163,7 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
 
   Out ref;
   chain(false, false, ref);
+  if (HasFatalFailure()) return;
   int64_t nan = 0;
   for (float v : ref.y) nan += std::isnan(v);
   ASSERT_EQ(nan, 0) << "the ordinary chain's output has NaNs";
@@ -168,13 +171,17 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
     SCOPED_TRACE("repetition " + std::to_string(rep));
     Out got;
     chain(true, c.self_routing, got);
+    if (HasFatalFailure()) return;
     ASSERT_EQ(std::memcmp(got.y.data(), ref.y.data(), ref.y.size() * 4), 0)
         << (c.self_routing ? "the self-routed experts differ" : "gate_up under PDL differs") << " from the ordinary chain";
     ASSERT_EQ(got.idx, ref.idx) << "expert_idx";
     ASSERT_EQ(std::memcmp(got.w.data(), ref.w.data(), ref.w.size() * 4), 0) << "expert_weight";
   }
   std::printf("[ moe pdl  ] %-16s m=%lld: %d chains %s, same bits (experts %s)\n", c.name, (long long)M, kReps,
-              c.self_routing ? "self-routed" : "under PDL", [&] {
+              !c.self_routing                   ? "under PDL"
+              : cuda::moe_self_routing_enabled() ? "self-routed"
+                                                 : "routed before the experts",
+              [&] {
                 std::string e;
                 for (int32_t i : ref.idx) e += (e.empty() ? "" : " ") + std::to_string(i);
                 return e;

@@ -64,10 +64,10 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
 // same f16 values in the same mma slots, the same sums in the same order as the per-lane path).
 // A slot has at most m <= 8 pairs, one pass of the mma's 8 columns. Per lane (!kStagedX), lane g
 // reads its pair's x from L2 at every k-step, in line with its weight loads. kWarps: warps per
-// block (moe_nvfp4_gate_up_warps). Staged at 4 warps: at least 5 blocks per SM (80 registers since
-// the ring's copy sources stay in registers, no spill; 104 before, 4 per SM): moonlight's 2-token
-// grid of 14 slots x 44 blocks is 616 blocks, one wave at 5 per SM (1.17 waves at 4). At one token
-// the launch caps the blocks per SM (gate_up_launch).
+// block (moe_nvfp4_gate_up_warps). Staged at 4 warps: at least 6 blocks per SM, 80 registers (no
+// spill; at 5 blocks ptxas took 85, and three such blocks left no room in the register file for the
+// prefetching down's 512 x 64 beside them): moonlight's 2-token grid of 14 slots x 44 blocks is 616
+// blocks, one wave. At one token the launch may cap the blocks per SM (gate_up_launch).
 //
 // kKSplit = 2 (moe_nvfp4_gate_up_k_split): each row's K in two halves summed apart, then added
 // (acc = first half's + second half's). Staged: twice the warps for the same rows, warp w on rows
@@ -78,7 +78,7 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
 template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1>
 __global__ void __launch_bounds__(kWarps * kWarpSize,
                                   kStagedX && kKSplit > 1  ? 3
-                                  : kStagedX && kWarps == 4 ? 5
+                                  : kStagedX && kWarps == 4 ? 6
                                                             : kMoeMinBlocksPerSm * kMoeWarps / kWarps)
     moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   static_assert(kKSplit == 1 || kKSplit == 2, "K in one or two halves");
@@ -653,10 +653,14 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
     // Registers (80) and shared memory would let 6 share an SM, and placed unevenly some SMs then
     // stream 6 blocks' weights: V3's 576 blocks ran 717.8 tok/s that way against 761.9 at 5 per SM
     // (H200, 2026-12-01, 19fc2f0, one call; moonlight's 352 at 3 per SM: 514.6 vs 514.3). The multi
-    // grids keep what their registers allow (their verify figures are at that occupancy).
+    // grids keep what their registers allow (their verify figures are at that occupancy). Not when
+    // the experts route themselves (only where down prefetches): padded, no down block fit beside
+    // gate_up's (moonlight: 3 x 57 KB, down 145 KB), so down fetched its weights only as gate_up's
+    // blocks left (the timeline at 27e47fc: none of 36,966 down blocks started on an SM before its
+    // last gate_up block ended); unpadded (3 x 26 KB) they fetch while gate_up streams.
     if (blocks_per_sm < 0) {
       const int64_t blocks = int64_t(grid.x) * grid.y * grid.z, sms = current_device_props().sm_count;
-      blocks_per_sm = p.direct && sms > 0 ? int((blocks + sms - 1) / sms) : 0;
+      blocks_per_sm = p.direct && !p.self_routing && sms > 0 ? int((blocks + sms - 1) / sms) : 0;
     }
     // Pad the shared memory so that at most blocks_per_sm blocks fit an SM (each block also
     // costs the SM 1 KB of reserved shared memory).
