@@ -24,8 +24,8 @@ POINTS = {
     "rmsnorm": ["start", "waited", "end"],
     "router": ["start", "waited", "logits", "routed (last block)", "last block knows", "logits loaded",
                "scored"],
-    "gate_up": ["start", "waited (routed)", "streamed", "end"],
-    "down": ["start", "waited", "h staged", "summed", "end"],
+    "gate_up": ["start", "waited (routed)", "streamed", "end", "routed itself"],
+    "down": ["start", "waited", "h staged", "summed", "end", "routed itself"],
 }
 GAP_NS = 15_000
 

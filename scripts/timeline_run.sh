@@ -2,7 +2,8 @@
 # The timeline probe on the device (ops/cuda/common/timeline.h): rebuilds `peregrine` in BUILD with
 # -DPEREGRINE_TIMELINE=ON, runs decode at batch 1 of each synthetic model with the marks on, prints
 # scripts/timeline_report.py's table for each, keeps the newest 60,000 records of each as
-# OUT/TAG.tail.csv.gz, and sets BUILD back to the default (its next build recompiles the CUDA code).
+# OUT/TAG.tail.csv.gz (with the header, for timeline_report.py), and sets BUILD back to the default
+# (its next build recompiles the CUDA code).
 # The marks slow a step by ~10% (moonlight nvfp4 633 -> 573 tok/s): read orders and gaps.
 #   usage: scripts/timeline_run.sh BUILD OUT "NAME:DTYPE:LAYERS ..." [VAR=VAL ...]   (after gpu_suite.sh)
 set -uo pipefail
@@ -29,6 +30,6 @@ for b in $BENCHES; do
     grep "^decode b=1" | sed "s/^/$tag ${*:-}: /"
   tail -1 "$OUT/$tag.err"
   python3 scripts/timeline_report.py "$OUT/$tag.csv"
-  tail -n 60000 "$OUT/$tag.csv" | gzip >"$OUT/$tag.tail.csv.gz" && rm -f "$OUT/$tag.csv"
+  { head -n 1 "$OUT/$tag.csv"; tail -n 60000 "$OUT/$tag.csv"; } | gzip >"$OUT/$tag.tail.csv.gz" && rm -f "$OUT/$tag.csv"
 done
 cmake -DPEREGRINE_TIMELINE=OFF "$BUILD" >/dev/null 2>&1
