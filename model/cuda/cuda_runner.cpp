@@ -659,11 +659,12 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     r.norm_topk_prob = c.norm_topk_prob;
     r.routed_scaling_factor = float(c.routed_scaling_factor);
     // Router logits [T, E] f32 (f32 activations at any T: a routing decision must not hinge on
-    // bf16 rounding of its input), then the routing, in one launch (decode-sized T).
+    // bf16 rounding of its input), then the routing, in one launch (decode-sized T), or the logits
+    // alone where the expert kernels route the token themselves.
     me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
     // gate_up under PDL after the router; the routing record's copy would sit between them.
     me.after_router = cu::moe_gate_up_pdl_enabled() && !routing_rec;
-    // One token on the NVFP4 expert kernels: they route it themselves from the logits (moe_experts_routing).
+    // One token on the NVFP4 expert kernels where down prefetches: they route it from the logits.
     self_routed = !prefill_path(T) && cu::moe_experts_self_routing(me, r);
     ops::MoeRouterArgs ro;
     ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;

@@ -51,6 +51,11 @@ __host__ __device__ inline uint32_t moe_routing_order_key(float v) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+#ifdef __CUDACC__
+// moe_routing's exp: evaluated in double, then rounded, as the host's (the CPU routing's bits).
+__device__ __forceinline__ float moe_exp_as_host(float x) { return float(exp(double(x))); }
+#endif
+
 // moe_router: the router GEMV (f32 | bf16 weights, linear's vector path) and moe_routing in one
 // launch (moe_routing.cu). kRouterThreads / 32 / k_split rows per block; tokens kRouterTokenTile
 // at a time; the last block to finish routes (counter: zero between launches, reset by that block).

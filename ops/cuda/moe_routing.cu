@@ -37,8 +37,6 @@ __device__ __forceinline__ int warp_argmax(const uint32_t* key, int n, uint32_t 
   return __reduce_min_sync(kFullMask, bk == top ? bi : INT_MAX);
 }
 
-__device__ __forceinline__ float exp_as_host(float x) { return float(exp(double(x))); }
-
 // Routes token t with one warp; s_warp: its shared [2 E] floats (the scores, then the selection
 // values, which become their keys once the group scores are read). The logits are read through L2
 // (ld.cg): in moe_router_kernel another block of the same grid wrote them. The sums that decide
@@ -83,13 +81,13 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
   if (sigmoid) {
 #pragma unroll 4  // independent exps in flight together
     for (int e = lane; e < E; e += kWarpSize) {
-      const float v = 1.0f / (1.0f + exp_as_host(-s[e]));
+      const float v = 1.0f / (1.0f + moe_exp_as_host(-s[e]));
       s[e] = v;
       choice[e] = v + choice[e];
     }
   } else {
     mx = warp_max(mx);
-    for (int e = lane; e < E; e += kWarpSize) s[e] = exp_as_host(s[e] - mx);  // rolled: unrolled by 4, ptxas spilled
+    for (int e = lane; e < E; e += kWarpSize) s[e] = moe_exp_as_host(s[e] - mx);  // rolled: unrolled by 4, ptxas spilled
     __syncwarp();
     float sum = 0.0f;
     if (lane == 0) {

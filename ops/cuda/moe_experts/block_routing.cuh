@@ -25,9 +25,6 @@
 
 namespace pg::ops::cuda {
 
-// The host's exp: evaluated in double, then rounded (route_token's, the CPU's).
-__device__ __forceinline__ float moe_exp_as_host(float x) { return float(exp(double(x))); }
-
 // The block's scratch in shared memory (params.h's moe_block_routing_bytes): E scores, E selection
 // values (then their keys), E staged biases, then the results: the top_k experts in selection order
 // and their weights, and room for the block's reductions.
