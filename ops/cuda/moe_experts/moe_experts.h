@@ -73,7 +73,8 @@ struct MoeNvfp4Variant {
   // PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0.
   bool down_multi_ring = false;
   // Staged gate_up blocks per SM at most: > 0 that many, < 0 the one-token grid's ceil(blocks / SMs)
-  // (the default), 0 no cap (nvfp4_params.h; moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM).
+  // (the default; no cap where the experts route themselves, so the prefetching down fits beside it),
+  // 0 no cap (nvfp4_params.h; moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM).
   int gate_up_blocks_per_sm = -1;
   // FP8 stacks on the f16 tensor cores (fp8_kernel.cu; ops::fp8_experts_mma), at every step size: on
   // unless PEREGRINE_MOE_FP8_MMA=0 (an A/B switch: the CPU emulation assumes it on); the m = 1 down

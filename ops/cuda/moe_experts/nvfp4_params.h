@@ -23,7 +23,8 @@ inline MmaTile moe_nvfp4_gate_up_tile() { return {1, 2}; }
 // gate_up's warps per block at the default tile: 4, so the grid's blocks spread evenly over the
 // SMs. Moonlight at one token has 8 slots x 22 blocks of 8 warps = 176 blocks on 132 SMs: 44 SMs
 // stream two blocks' weights (295 KB) while 88 stream one, and the kernel lasts as long as the
-// busiest SM; with 4 warps, 352 blocks are at most 3 per SM (221 KB) for an average of 197 KB.
+// busiest SM; with 4 warps, 352 blocks are at most 3 per SM (221 KB) for an average of 197 KB (padded to
+// 3 an SM; unpadded since the experts route themselves there, so that down's blocks fit beside them).
 // V3: 9 x 32 = 288 blocks, more than the 264 that fit at once (2 per SM), become 576, at most 5 per
 // SM (the one-token cap of launch_moe_gate_up_nvfp4). PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=8 for the old grid.
 // Measured (H200, 2026-12-01, 78ccd4d, one call, down prefetch on): moonlight nvfp4 521.2 vs 501.1
