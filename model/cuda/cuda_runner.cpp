@@ -646,9 +646,9 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
   me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
   me.f16_activations = !opt.exact;  // NVFP4 experts: x and h rounded to f16 (tensor cores) unless exact
-  bool self_routed = false;  // the experts ran, routing the token themselves
+  ops::MoeRoutingArgs r;
+  bool self_routed = false;  // the router leaves the routing to the expert kernels
   if (L.is_moe) {
-    ops::MoeRoutingArgs r;
     r.logits = router_logits, r.bias = L.router_bias, r.expert_idx = expert_idx, r.expert_weight = expert_w;
     r.m = T, r.n_experts = c.n_routed_experts, r.top_k = c.num_experts_per_tok, r.n_group = c.n_group;
     r.topk_group = c.topk_group;
@@ -677,11 +677,12 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
                                   cudaMemcpyDeviceToDevice, stream));
       routing_T[size_t(cache_layer_idx)] = T;
     }
-    if (self_routed) PG_TRY(cu::moe_experts_routing(me, r, moe_ws, moe_ws_bytes, stream));
   }
   if (prefill_path(T)) {
     PG_TRY(cu::moe_experts_gemm(*gemm, me, cu::MoeGemmWorkspace{prefill_ws, prefill_ws_bytes}, stream));
-  } else if (!self_routed) {
+  } else if (self_routed) {
+    PG_TRY(cu::moe_experts_routing(me, r, moe_ws, moe_ws_bytes, stream));
+  } else {
     PG_TRY(cu::moe_experts(me, moe_ws, moe_ws_bytes, stream));
   }
   return mark(L.is_moe ? "moe_experts" : "dense_mlp");

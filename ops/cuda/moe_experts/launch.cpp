@@ -13,6 +13,7 @@
 #include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
+#include "ops/cuda/common/env.h"
 #include "ops/cuda/cuda_ops.h"  // moe_routing
 #include "ops/cuda/moe_router.h"  // moe_routing_params
 #include "ops/cuda/moe_experts/fp8_params.h"
@@ -60,10 +61,7 @@ bool vector_path_ok(const Matrix& w, const void* x) {
 
 // Whether the one-token NVFP4 kernels may route the token themselves: on unless PEREGRINE_MOE_SELF_ROUTING=0.
 bool moe_self_routing_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_MOE_SELF_ROUTING");
-    return !(v && v[0] == '0');
-  }();
+  static const bool on = env_switch("PEREGRINE_MOE_SELF_ROUTING", true);
   return on;
 }
 
@@ -74,11 +72,13 @@ bool moe_self_routing_enabled() {
 // its wait). Not V3's 448 down blocks of 512 threads: those past the first wave routed on the
 // layer's path (H200, 2026-12-04, 27e47fc, V3 4L nvfp4 886.6 -> 872.6 tok/s with them). h lives in
 // the workspace, 256-byte aligned (moe_experts checks it), so down's vector path is its weights'.
-bool moe_experts_self_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& r) {
+// Under variant v (moe_experts_variant's; the environment's for moe_experts_self_routing), these
+// conditions imply the direct path, both stacks on the tensor-core kernels and gate_up under PDL.
+namespace {
+bool self_routing_ok(const MoeExpertsArgs& a, const MoeRoutingArgs& r, const MoeNvfp4Variant& v) {
   const auto nvfp4_mma = [&](const Matrix* w, const void* x) {
     return w && w->format == WeightFormat::kNvfp4 && vector_path_ok(*w, x);
   };
-  const MoeNvfp4Variant& v = moe_nvfp4_variant_from_env();
   MoeExpertsParams p;  // the fields moe_nvfp4_down_prefetch_fits reads
   p.top_k = int(a.top_k), p.n_shared = int(a.n_shared), p.hidden = int(a.hidden), p.inter = int(a.inter);
   if (a.down) p.down = weight_params(*a.down);
@@ -93,6 +93,11 @@ bool moe_experts_self_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& r) 
          nvfp4_mma(a.gate_up, a.x) && nvfp4_mma(a.down, /*h: aligned*/ nullptr) &&
          moe_nvfp4_down_prefetch_fits(p, t.tiles, t.unroll, moe_block_routing_bytes(a.n_experts),
                                       current_device_props().sm_count);
+}
+}  // namespace
+
+bool moe_experts_self_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& r) {
+  return self_routing_ok(a, r, moe_nvfp4_variant_from_env());
 }
 
 // The direct multi path (m = 2..8 without the plan kernel) is on unless PEREGRINE_MOE_DIRECT_MULTI=0.
@@ -249,7 +254,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
   // The routing left by the router (MoeRouterMode::kLogitsOnly): the kernels' own, or moe_routing's first.
-  if (routing && moe_experts_self_routing(a, *routing) && p.direct && gu_mma && dn_mma && p.gate_up_pdl) {
+  if (routing && self_routing_ok(a, *routing, v)) {
     p.self_routing = true;
     p.routing = moe_routing_params(*routing);
   } else if (routing) {
