@@ -195,6 +195,12 @@ constexpr PdlRouting kV3{64, 1, 8, 8, 4, MoeScoring::kSigmoid, MoeTopk::kNoAuxTc
 constexpr PdlRouting kV2Lite{64, 2, 6, 1, 1, MoeScoring::kSoftmax, MoeTopk::kGreedy, false, false, 1.0f};
 constexpr PdlRouting kV2{64, 2, 6, 8, 3, MoeScoring::kSoftmax, MoeTopk::kGroupLimitedGreedy, false, false, 16.0f};
 constexpr PdlRouting kTies{16, 2, 5, 1, 1, MoeScoring::kSigmoid, MoeTopk::kNoAuxTc, true, true, 2.446f};
+// The block routing's rank count at other splits of the keys over a block's threads: V3's and V2's
+// whole expert counts (256: more experts than gate_up's threads; 160: groups of 20), and 18 experts
+// (no 16-byte key loads).
+constexpr PdlRouting kV3Full{256, 1, 8, 8, 4, MoeScoring::kSigmoid, MoeTopk::kNoAuxTc, true, false, 2.5f};
+constexpr PdlRouting kV2Full{160, 2, 6, 8, 3, MoeScoring::kSoftmax, MoeTopk::kGroupLimitedGreedy, false, false, 16.0f};
+constexpr PdlRouting kE18{18, 1, 4, 1, 1, MoeScoring::kSigmoid, MoeTopk::kNoAuxTc, true, false, 2.446f};
 const PdlCase kPdlCases[] = {
     {"bf16_m1", WeightFormat::kBF16, 1},
     {"bf16_m3", WeightFormat::kBF16, 3},
@@ -205,6 +211,9 @@ const PdlCase kPdlCases[] = {
     {"nvfp4_m1_self_v2lite", WeightFormat::kNvfp4, 1, true, kV2Lite},
     {"nvfp4_m1_self_v2", WeightFormat::kNvfp4, 1, true, kV2},
     {"nvfp4_m1_self_ties", WeightFormat::kNvfp4, 1, true, kTies},
+    {"nvfp4_m1_self_v3_256", WeightFormat::kNvfp4, 1, true, kV3Full},
+    {"nvfp4_m1_self_v2_160", WeightFormat::kNvfp4, 1, true, kV2Full},
+    {"nvfp4_m1_self_e18", WeightFormat::kNvfp4, 1, true, kE18},
 };
 
 INSTANTIATE_TEST_SUITE_P(Chains, MoeLayerPdlCuda, ::testing::ValuesIn(kPdlCases),
