@@ -380,15 +380,18 @@ void run_case(const MoeCase& c) {
     // memory (down_prefetch; the default where its grid fits) must give the per-lane path's bits;
     // so must gate_up at 8 warps per block instead of the default 4.
     if (m == 1 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0) {
-      for (int variant : {0, 1, 2, 3}) {
+      for (int variant : {0, 1, 2, 3, 4, 5}) {
         SCOPED_TRACE(variant == 0   ? "down per lane"
                      : variant == 1 ? "down staged"
                      : variant == 2 ? "down prefetch"
-                                    : "gate_up 8 warps");
+                     : variant == 3 ? "gate_up 8 warps"
+                     : variant == 4 ? "down staged from h's f32 rows"
+                                    : "down prefetch from h's f32 rows");
         cuda::MoeNvfp4Variant v;
-        v.down_staged = variant == 1;
-        v.down_prefetch = variant == 2;
+        v.down_staged = variant == 1 || variant == 4;
+        v.down_prefetch = variant == 2 || variant == 5;
         v.gate_up_warps = variant == 3 ? 8 : 0;
+        v.h_frags = variant < 4;
         if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));  // y += ... starts from y0 again
         else PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
@@ -425,14 +428,16 @@ void run_case(const MoeCase& c) {
     // default's bits.
     if (m >= 2 && m <= 8 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0 &&
         !c.accumulate) {
-      for (int variant : {0, 1, 2}) {
+      for (int variant : {0, 1, 2, 3}) {
         SCOPED_TRACE(variant == 0   ? "gate_up 8 warps, x staged, down rings"
                      : variant == 1 ? "gate_up x per lane, down rings"
-                                    : "gate_up x staged, down h per lane");
+                     : variant == 2 ? "gate_up x staged, down h per lane"
+                                    : "down rings, h staged from its f32 rows");
         cuda::MoeNvfp4Variant v;
         v.gate_up_warps = variant == 0 ? 8 : 0;
         v.gate_up_multi_staged = variant != 1;
         v.down_multi_ring = variant != 2;
+        v.h_frags = variant != 3;
         PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
         ASSERT_TRUE(sync_ok());
@@ -583,6 +588,9 @@ const MoeCase kCases[] = {
     {"moonlight_dense_nvfp4", kFp4, 0, 1, 0, 2048, 11264, {1, 4}},
     {"tiny_nvfp4_scalar", kFp4, 8, 2, 3, 48, 80, {1, 5, 64}},
     {"tiny_nvfp4_duplicate_ids", kFp4, 8, 2, 3, 64, 32, {1, 6}, 128, Routing::kDuplicates},
+    // K = inter of 6 chunks: the last k-step of every staged h row half empty (zeros the f16
+    // fragments' copy must write where gate_up writes nothing), on the prefetching and ring downs.
+    {"small_nvfp4_inter192", kFp4, 16, 1, 4, 256, 192, {1, 3, 8}},
     // The exact (f32-x) NVFP4 kernels, kept for CudaRunnerOptions::exact.
     {"moonlight_nvfp4_exact", kFp4, 64, 2, 6, 2048, 1408, {1, 8, 33}, 128, Routing::kRandom, false, 0, true},
     {"v3_nvfp4_exact", kFp4, 256, 1, 8, 7168, 2048, {1, 4}, 128, Routing::kRandom, false, 0, true},

@@ -40,4 +40,40 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 __device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
 
+// The bulk copy (sm_90's async proxy): one thread moves a whole contiguous range from global into
+// this block's shared memory, counted in bytes on an mbarrier that the waiting threads poll. Its
+// uses: data a kernel before this one wrote (read after pdl_wait), one copy for what a block's
+// threads would otherwise load and store a piece each.
+//   mbarrier_init by one thread (count 1: the issuing thread's arrive), then bulk_copy_to_shared
+//   by that thread, then mbarrier_wait(bar, 0) by each thread that reads the range: the phase's
+//   completion makes the copy's bytes visible to them (a barrier after passes them on).
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(b), "r"(count) : "memory");
+  // The initialized barrier visible to the async proxy before any copy completes on it.
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from src to dst, completing on bar; the
+// calling thread's arrive announces them (arrive.expect_tx), so the phase ends when they have landed.
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(d),
+               "l"(src), "r"(bytes), "r"(b)
+               : "memory");
+}
+// Until the barrier's phase `parity` (0 for its first) has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(b), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
 }  // namespace pg::ops::cuda

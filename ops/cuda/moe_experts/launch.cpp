@@ -139,7 +139,8 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // instead of staged: PEREGRINE_MOE_NVFP4_DOWN_STAGED=0; the prefetching one off: PEREGRINE_MOE_NVFP4_DOWN_PREFETCH=0;
 // gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8; gate_up at 2..8 tokens with x read
 // per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
-// without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; at most N staged gate_up blocks per SM:
+// without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; h staged from its f32 rows instead of
+// gate_up's f16 fragments: PEREGRINE_MOE_NVFP4_H_FRAGS=0; at most N staged gate_up blocks per SM:
 // PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token). FP8 at decode
 // sizes on the f32-x kernels instead of the tensor cores: PEREGRINE_MOE_FP8_MMA=0; its m = 1 down with h per
 // lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0, with N 16-row tiles per warp: PEREGRINE_MOE_FP8_DOWN_TILES=N (1, 2);
@@ -159,6 +160,7 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.gate_up_multi_staged = !(ms && ms[0] == '0');
     const char* mr = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING");
     r.down_multi_ring = !(mr && mr[0] == '0');
+    r.h_frags = env_switch("PEREGRINE_MOE_NVFP4_H_FRAGS", true);
     const char* bs = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM");
     r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : -1;
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
@@ -242,6 +244,9 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool gu_vec = vector_path_ok(*a.gate_up, a.x), dn_vec = vector_path_ok(*a.down, p.plan.h);
   const bool gu_mma = a.f16_activations && a.gate_up->format == WeightFormat::kNvfp4 && gu_vec;
   const bool dn_mma = a.f16_activations && a.down->format == WeightFormat::kNvfp4 && dn_vec;
+  // Both stacks on the tensor-core kernels at one token or 2..8 (set below): gate_up writes h's f16
+  // fragments beside h, and the down modes that stage h copy them (the per-lane ones read h).
+  const bool h_frags = v.h_frags && gu_mma && dn_mma;
   // m = 2..8 (decode batches, verify steps): no plan either. An NVFP4 stack takes it on the
   // tensor-core kernels only (the f32-x NVFP4 kernels of kernel.cu have no multi down kernel).
   const bool nvfp4 = a.gate_up->format == WeightFormat::kNvfp4 || a.down->format == WeightFormat::kNvfp4;
@@ -253,6 +258,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool dn_fp8 = fp8_paths && dn_vec && fp8_experts_mma(*a.down, a.inter);
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
+  if (h_frags && (p.direct || p.direct_multi)) p.plan.h16 = reinterpret_cast<uint4*>(ws + l.h16);
   // The routing left by the router (MoeRouterMode::kLogitsOnly): the kernels' own, or moe_routing's first.
   if (routing && self_routing_ok(a, *routing, v)) {
     p.self_routing = true;

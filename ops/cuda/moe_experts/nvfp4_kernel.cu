@@ -224,17 +224,53 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       for (int c = 0; c < 2; ++c) {
         const int pair = 2 * t + c;
         const int64_t j = j0 + 8 * i + g;
+        const float gate = acc[i][c] * (s2[i][0] * kE2m1F16Unscale);
+        const float up = acc[i][2 + c] * (s2[i][1] * kE2m1F16Unscale);
+        const float v = silu(gate) * up;
+        // p.plan.h16: lane g < 4 also writes the f16 pair (element j, element j + 4) of its column,
+        // word g of the B fragment vector that holds j's group of 8 (nvfp4_mma_x_vec's pairs; j0 and
+        // the tile's rows are multiples of 8). Every lane shuffles: lane g + 4 holds j + 4.
+        const float v4 = p.plan.h16 ? __shfl_down_sync(kFullMask, v, 4 * 4) : 0.0f;
         if (pair < m_valid && j < p.inter) {
-          const float gate = acc[i][c] * (s2[i][0] * kE2m1F16Unscale);
-          const float up = acc[i][2 + c] * (s2[i][1] * kE2m1F16Unscale);
           // h row: shared pair (s, t) at h_base + t; routed: the plan's pair position, or (direct,
           // direct multi) the pair's flat index.
           const int64_t h_row = shared ? h_base + q + pair : p.direct_multi ? nth_set_bit(pairs, q + pair) : q + pair;
-          p.plan.h[h_row * p.inter + j] = silu(gate) * up;
+          p.plan.h[h_row * p.inter + j] = v;
+          if (p.plan.h16 && g < 4) {
+            const int64_t row_words = (int64_t(p.inter) / 32 + 3) / 4 * (kNvfp4MmaXStepVecs * 4);
+            const int64_t word = h_row * row_words + (j / 128) * (kNvfp4MmaXStepVecs * 4) +
+                                 (4 * ((j % 32) / 8) + (j / 32) % 4) * 4 + g;
+            reinterpret_cast<uint32_t*>(p.plan.h16)[word] = f32x2_to_f16x2_sat(v, v4);
+          }
         }
       }
   }
   pg_tl_mark(TimelineKernel::kGateUp, 3);
+}
+
+// h rows 0 .. n_rows - 1 into xs from gate_up's f16 fragments (p.plan.h16) with one bulk copy, in
+// place of nvfp4_mma_stage_x_rows over p.plan.h: the same f16 values in the same places. Warp 0
+// waits for the copy, then writes the zeros the stager writes where gate_up writes nothing (the
+// chunks past k_chunks in a row's last k-step); the caller's __syncthreads publishes xs to the
+// block. `bar`: an mbarrier thread 0 initialized with count 1 (moe_h_frags_init, before the
+// kernel's pdl_wait); called once a launch (its phase 0), after pdl_wait, by every thread.
+__device__ __forceinline__ void moe_h_frags_init(const MoeExpertsParams& p, uint64_t* bar) {
+  if (p.plan.h16 && threadIdx.x == 0) mbarrier_init(bar, 1);
+}
+__device__ __forceinline__ void moe_h_frags_stage(const MoeExpertsParams& p, int n_rows, int64_t k_chunks,
+                                                  int64_t k_steps, uint4* xs, uint64_t* bar) {
+  if (threadIdx.x >= kWarpSize) return;
+  const int row_vecs = int(k_steps) * kNvfp4MmaXStepVecs;
+  if (threadIdx.x == 0) bulk_copy_to_shared(xs, p.plan.h16, uint32_t(n_rows * row_vecs * sizeof(uint4)), bar);
+  __syncwarp();  // lane 0's mbarrier_init before the other lanes poll it
+  mbarrier_wait(bar, 0);
+  if (const int rem = int(k_chunks % 4)) {
+    const int per_row = (4 - rem) * 4;  // chunks rem .. 3 of the last k-step, words q = 0 .. 3 of each
+    for (int i = int(threadIdx.x); i < n_rows * per_row; i += kWarpSize) {
+      const int r = i / per_row, u = i % per_row;
+      xs[r * row_vecs + (row_vecs - kNvfp4MmaXStepVecs) + 4 * (u % 4) + rem + u / 4] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
 }
 
 // How the m = 1 down feeds its mmas (moe_down_direct_nvfp4_kernel's kMode): h per lane from L2,
@@ -276,12 +312,14 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_direct_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kMmaRows * kTiles;
   __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
+  __shared__ uint64_t h_bar;                         // moe_h_frags_stage's (staged modes)
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const unsigned tid = pinned_thread_idx();
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int slot = warp / k_split, kpart = warp % k_split;
   const int64_t row0 = int64_t(blockIdx.x) * kR;
   pg_tl_mark(TimelineKernel::kDown, 0);
+  if constexpr (kMode != MoeDownMode::kPerLane) moe_h_frags_init(p, &h_bar);
   if constexpr (kMode == MoeDownMode::kPrefetch) pdl_trigger();
   // p.self_routing: the block routes the token before its wait (block_routing.cuh), from the logits
   // the router completed before gate_up's routed blocks let this kernel launch; its scratch after
@@ -329,7 +367,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j], lane);
     pdl_wait();  // h comes from gate_up
     pg_tl_mark(TimelineKernel::kDown, 1);
-    nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
+    if (p.plan.h16) moe_h_frags_stage(p, n_slots, k_chunks, all_steps, xs, &h_bar);
+    else nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
     cp_async_wait_all();
     __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
     pg_tl_mark(TimelineKernel::kDown, 2);
@@ -341,7 +380,11 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     if constexpr (kMode == MoeDownMode::kStaged) {
       extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
       nvfp4_mma_stream_staged_regs<kTiles, kUnroll>(
-          wrow, srow, [&] { nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, down_nvfp4_hs); },
+          wrow, srow,
+          [&] {
+            if (p.plan.h16) moe_h_frags_stage(p, n_slots, k_chunks, all_steps, down_nvfp4_hs, &h_bar);
+            else nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, down_nvfp4_hs);
+          },
           down_nvfp4_hs + slot * all_steps * kNvfp4MmaXStepVecs, k_chunks, s0, s1, acc);
     } else {
       const float* xrow = g == 0 ? p.plan.h + int64_t(slot) * p.inter : nullptr;
@@ -453,6 +496,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   static_assert(kMoeDirectMaxSlots * kMoeDirectMaxTokens <= kMoeDirectMaxHRows, "s_part holds every (K slice, h row)");
   __shared__ float s_part[kMoeDirectMaxHRows][kR];     // [K slice * n_h + h row][output row]
   __shared__ int32_t s_order[kMoeDirectMaxRouted];     // [m, top_k]: token t's pairs in summing order (-1: dropped)
+  __shared__ uint64_t h_bar;                           // moe_h_frags_stage's (kRing)
   const unsigned tid = pinned_thread_idx();
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared);
@@ -466,6 +510,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     static_assert(kMoeDirectMaxTokens <= kMmaTokens, "a task's pairs fit one pass");
     constexpr int kRingStages = kMoeNvfp4DownMultiRingStages(kUnroll);
     using Stage = Nvfp4RingStage<1, kUnroll>;
+    moe_h_frags_init(p, &h_bar);
     extern __shared__ uint4 down_multi_smem[];  // [n_h] staged h rows, then [warps][kRingStages] Stage
     const int steps = int(k_steps), row_vecs = steps * kNvfp4MmaXStepVecs;
     uint4* xs = down_multi_smem;
@@ -506,7 +551,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     Nvfp4Ring<1, kUnroll, kRingStages> r{ring, total};
     r.start(issue);
     pdl_wait();  // h comes from gate_up
-    nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
+    if (p.plan.h16) moe_h_frags_stage(p, n_h, k_chunks, k_steps, xs, &h_bar);
+    else nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
     __syncthreads();
     int J = 0;
     for (int task = warp; task < n_tasks; task += kWarps) {

@@ -87,7 +87,7 @@ inline size_t moe_nvfp4_down_prefetch_bytes(int n_slots, int64_t inter, int tile
              size_t(tiles) * size_t(unroll) * size_t(kNvfp4RingStageBytes) +
          moe_nvfp4_down_staged_bytes(n_slots, inter);
 }
-constexpr size_t kMoeNvfp4DownPrefetchMaxBytes = size_t(226) << 10;  // 227 KB less s_part's 1 KB
+constexpr size_t kMoeNvfp4DownPrefetchMaxBytes = (size_t(226) << 10) - 16;  // 227 KB less s_part's 1 KB and h_bar
 // Whether the m = 1 down takes the kPrefetch mode (down_direct_launch): `extra` bytes of dynamic
 // shared memory beside its own (a self-routing block's scratch), 4-byte aligned scale rows (the
 // ring copies a lane's two scales as one word: K % 64 == 0), and a grid of no more blocks than SMs.
@@ -114,7 +114,7 @@ inline size_t moe_nvfp4_down_multi_ring_bytes(int64_t n_h, int64_t inter, int un
          size_t(kMoeDirectMaxSlots) * size_t(kMoeNvfp4DownMultiRingStages(unroll)) * size_t(unroll) *
              size_t(kNvfp4RingStageBytes);
 }
-constexpr size_t kMoeNvfp4DownMultiRingMaxBytes = size_t(227 << 10) - 8448;  // less s_part and s_order
+constexpr size_t kMoeNvfp4DownMultiRingMaxBytes = size_t(227 << 10) - 8448 - 16;  // less s_part, s_order, h_bar
 
 // down planned: warps of a block splitting K (config.h).
 __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t inter) {

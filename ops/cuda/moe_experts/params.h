@@ -22,11 +22,16 @@ struct MoePlanBuffers {
   int32_t* pair_flat = nullptr;      // [m * top_k] flat pair index t * top_k + k, by expert then ascending
   float* h = nullptr;                // [m * (top_k + n_shared), inter] f32 silu(gate·x) * (up·x): routed pair
                                      //  at its pair_flat position, shared pair (s, t) at m*top_k + s*m + t
+  // The direct paths' second copy of h as f16 B fragments, where the NVFP4 gate_up writes it (null:
+  // not written): h's rows back to back in nvfp4_mma_stage_x_rows's layout (k_steps x 16 uint4 a row;
+  // the chunks past inter / 32 in a row's last k-step never written), so that the down kernels that
+  // stage h take it with one bulk copy (moe_h_frags_stage in nvfp4_kernel.cu).
+  uint4* h16 = nullptr;
 };
 
 // The workspace layout, each array 256-byte aligned (offsets in bytes).
 struct MoeWorkspaceLayout {
-  size_t n_active = 0, active_expert = 0, seg_begin = 0, pair_flat = 0, h = 0, total = 0;
+  size_t n_active = 0, active_expert = 0, seg_begin = 0, pair_flat = 0, h = 0, h16 = 0, total = 0;
 };
 inline MoeWorkspaceLayout moe_workspace_layout(int64_t m, int64_t top_k, int64_t n_shared, int64_t n_experts,
                                                int64_t inter) {
@@ -39,6 +44,7 @@ inline MoeWorkspaceLayout moe_workspace_layout(int64_t m, int64_t top_k, int64_t
   l.seg_begin = o, o += up(size_t(max_active + 1) * sizeof(int32_t));
   l.pair_flat = o, o += up(size_t(m * top_k) * sizeof(int32_t));
   l.h = o, o += up(size_t(m * (top_k + n_shared) * inter) * sizeof(float));
+  l.h16 = o, o += up(size_t(m * (top_k + n_shared)) * size_t(((inter + 31) / 32 + 3) / 4) * 256);  // 128 f16 a k-step
   l.total = o;
   return l;
 }
