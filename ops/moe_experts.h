@@ -46,11 +46,6 @@ struct MoeExpertsArgs {
   // decode sizes the CUDA path then starts gate_up under PDL, its shared experts before the routing
   // is done (the CUDA runner promises it unless PEREGRINE_MOE_GATE_UP_PDL=0). Ignored elsewhere.
   bool after_router = false;
-  // CUDA: x's rows also as f16 B fragments (ops::cuda::rmsnorm_frags wrote them beside x: the
-  // same f16 values the kernels would make of x), for the NVFP4 tensor-core gate_up at 1..8 tokens,
-  // whose blocks then take x with one bulk copy each. Null, or where that kernel does not run:
-  // x alone is read. Ignored elsewhere.
-  const void* x_frags = nullptr;
 };
 
 // Shapes, pointers and, for FP8 block weights, that every expert's rows start on a scale-row

@@ -104,7 +104,6 @@ struct CudaRunner::Impl {
         *o_lat = nullptr, *o = nullptr, *router_logits = nullptr, *expert_w = nullptr, *hidden_all = nullptr,
         *hidden = nullptr, *normed = nullptr, *logits = nullptr, *cat = nullptr, *qkv = nullptr;
   int32_t* expert_idx = nullptr;
-  void* a_frags = nullptr;             // opt.x_frags: post_norm's output of <= 8 tokens as f16 B fragments
   unsigned* router_counter = nullptr;  // moe_router's last-block counter (zero between launches)
   unsigned* norm_counter = nullptr;    // linear_norm's (out_norm) last-block counter, likewise
   float* mla_ws = nullptr;
@@ -220,11 +219,6 @@ struct CudaRunner::Impl {
   // fused_norms (decode-sized steps): whether a projection of W at m rows takes linear_norm (the
   // GEMV lin() would launch), and the two forms. NVFP4 outside exact mode (the f16 tensor-core
   // GEMV): at one token, where linear_norm has that kernel.
-  // opt.x_frags: whether post_norm writes its output's f16 fragments for the experts' gate_up (NVFP4
-  // on the tensor cores: outside exact mode, a step of <= 8 tokens off the prefill path).
-  bool x_frags_for(const DevLayer& L, int64_t T) const {
-    return a_frags && T <= 8 && !opt.exact && !prefill_path(T) && L.mlp.gate_up.format == ops::WeightFormat::kNvfp4;
-  }
   bool fuse_norm(const Matrix& W, int64_t m) const {
     if (!opt.fused_norms || m > cu::kLinearNormMaxRows || prefill_path(m)) return false;
     if (W.format != ops::WeightFormat::kNvfp4 || opt.exact) return true;
@@ -321,9 +315,6 @@ Status CudaRunner::Impl::init_buffers() {
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(size_t(Tm * K) * 4));
     expert_idx = static_cast<int32_t*>(v);
-  }
-  if (opt.x_frags && cu::rmsnorm_frags_ok(H)) {
-    PG_ASSIGN_OR_RETURN(a_frags, acts.alloc(size_t(std::min<int64_t>(Tm, 8) * H) * 2));
   }
   {
     PG_ASSIGN_OR_RETURN(void* v, acts.alloc(16));
@@ -641,26 +632,17 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   PG_TRY(mark("mla_attention"));
   PG_TRY(parts.deferred ? cu::head_linear_combine(uv, parts, stream) : heads(uv));
   PG_TRY(mark("w_uv"));
-  const void* post_frags = nullptr;  // opt.x_frags: a's f16 fragments, where post_norm wrote them
   if (fuse_norm(A.o, T) && cu::linear_norm_out_pays(T, H)) {  // residual += o_proj(o); a = post_norm(residual), by o_proj's last block
     PG_TRY(lin_acc_norm(o, A.o, x, L.post_norm, a, T));
     PG_TRY(mark("o_proj+post_norm"));
   } else {
     PG_TRY(lin(o, A.o, x, T, /*acc=*/true));  // residual += o_proj(o)
     PG_TRY(mark("o_proj"));
-    if (x_frags_for(L, T)) {
-      ops::RmsNormArgs r;
-      r.x = x, r.weight = L.post_norm, r.y = a, r.m = T, r.n = H, r.eps = float(c.rms_norm_eps);
-      PG_TRY(cu::rmsnorm_frags(r, a_frags, stream));
-      post_frags = a_frags;
-    } else {
-      PG_TRY(norm(x, L.post_norm, a, T, H));
-    }
+    PG_TRY(norm(x, L.post_norm, a, T, H));
     PG_TRY(mark("post_norm"));
   }
   ops::MoeExpertsArgs me;
   me.x = a, me.y = x, me.m = T, me.hidden = H, me.accumulate = true;  // residual += mlp(a)
-  me.x_frags = post_frags;
   me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
   me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
   me.f16_activations = !opt.exact;  // NVFP4 experts: x and h rounded to f16 (tensor cores) unless exact
@@ -948,7 +930,6 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
     if (v == "twopass") opt.decode_attention = cu::MlaCores::kCudaTwoPass;
   }
   flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
-  flag("PEREGRINE_X_FRAGS", opt.x_frags);
   return opt;
 }
 

@@ -71,11 +71,6 @@ struct CudaRunnerOptions {
   // 85.5 / 92.8 vs 81.0 / 86.5 us: the fused GEMVs lose more than the launches save), moonlight
   // nvfp4 4.6% (468.9 vs 491.5). PEREGRINE_FUSED_NORMS=0 / =1 overrides.
   bool fused_norms = false;
-  // Decode-sized steps (<= 8 tokens): post_norm also writes its output as f16 B fragments
-  // (ops::cuda::rmsnorm_frags), and the NVFP4 experts' gate_up blocks take x with one bulk copy
-  // instead of each converting x's f32 rows (MoeExpertsArgs::x_frags; the same f16 values, the same
-  // bits). Off until measured on the H200; PEREGRINE_X_FRAGS=1 / =0 overrides.
-  bool x_frags = false;
   std::function<void(const std::string& what, double fraction)> progress;  // loading / filling
 };
 
@@ -114,7 +109,7 @@ class CudaRunner final : public ModelRunner {
   // Uploads the weights of a loaded (memory-mapped) checkpoint.
   static Result<std::unique_ptr<CudaRunner>> create(std::unique_ptr<DeepseekModel> host, CudaRunnerOptions opt);
   // The options a runner created with `opt` uses: the environment's overrides applied
-  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS, PEREGRINE_X_FRAGS: 1 on, 0 off;
+  // (PEREGRINE_SPEC_GRAPHS, PEREGRINE_PREFILL_ATTENTION, PEREGRINE_FUSED_NORMS: 1 on, 0 off;
   // PEREGRINE_DECODE_ATTENTION: cuda, auto, tensor or twopass).
   static CudaRunnerOptions effective_options(CudaRunnerOptions opt);
   // Random weights at cfg's shapes, made on the GPU (no checkpoint): for benchmarks.

@@ -16,11 +16,6 @@ inline int rmsnorm_threads(int64_t n) { return n <= kRmsNormSmallMaxN ? kRmsNorm
 // Rows of up to this many float4 a thread stay in registers (rmsnorm_regs_kernel): 8192 floats at
 // 256 threads (V3's 7168), 4096 at 128.
 constexpr int kRmsNormRegsPerThread = 8;
-// rmsnorm_frags: rows the register kernel takes, of whole 128-element k-steps (the f16 B fragments'
-// layout has no partial step to pad).
-inline bool rmsnorm_frags_ok(int64_t n) {
-  return n > 0 && n % 128 == 0 && n / 4 <= int64_t(kRmsNormRegsPerThread) * rmsnorm_threads(n);
-}
 
 // moe_routing: one warp per token; 4 warps per block keep the dynamic shared memory
 // (4 x 2 x n_experts floats <= 32 KB at the CUDA path's 1024-expert limit) under the 48 KB default.

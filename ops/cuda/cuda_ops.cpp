@@ -26,24 +26,6 @@ Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   return ok_status();
 }
 
-Status rmsnorm_frags(const RmsNormArgs& a, void* y_frags, cudaStream_t stream) {
-  PG_TRY(validate(a));
-  if (a.m > INT32_MAX) return unsupported("rmsnorm (CUDA): {} rows", a.m);
-  RmsNormParams p;
-  p.x = a.x, p.weight = a.weight, p.y = a.y, p.n = a.n, p.eps = a.eps, p.y_frags = y_frags;
-  p.x_stride = a.x_stride ? a.x_stride : a.n;
-  p.y_stride = a.y_stride ? a.y_stride : a.n;
-  p.vec4 = a.n % 4 == 0 && p.x_stride % 4 == 0 && p.y_stride % 4 == 0 && aligned16(a.x) && aligned16(a.y) &&
-           aligned16(a.weight);
-  if (!y_frags || !aligned16(y_frags) || !p.vec4 || !rmsnorm_frags_ok(a.n))
-    return invalid_argument(
-        "rmsnorm_frags: n = {} with {} rows and fragments at {}: needs n a multiple of 128 up to {}, 16-byte "
-        "aligned rows, weight and fragments",
-        a.n, p.vec4 ? "aligned" : "unaligned", y_frags, int64_t(kRmsNormRegsPerThread) * kRmsNormThreadsLarge * 4);
-  PG_CUDA_TRY(launch_rmsnorm(p, a.m, /*residual=*/false, stream));
-  return ok_status();
-}
-
 Status rmsnorm_residual(const RmsNormResidualArgs& a, cudaStream_t stream) {
   PG_TRY(validate(a));
   if (a.m > INT32_MAX) return unsupported("rmsnorm_residual (CUDA): {} rows", a.m);

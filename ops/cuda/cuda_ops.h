@@ -13,7 +13,6 @@
 #include "core/status.h"
 #include "ops/linear.h"
 #include "ops/moe_routing.h"
-#include "ops/cuda/config.h"  // rmsnorm_frags_ok
 #include "ops/rmsnorm.h"
 #include "ops/rmsnorm_residual.h"
 
@@ -26,11 +25,6 @@ Status linear(const LinearArgs& a, cudaStream_t stream);
 
 // y = rmsnorm(x) * weight, one block per row. y may alias x.
 Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream);
-// The same, and y also as f16 B fragments into y_frags (m x n x 2 bytes, 16-byte aligned; row r at
-// r * n * 2 bytes, in the staged-x layout of linear/nvfp4_mma.cuh), for an NVFP4 tensor-core
-// kernel that reads x as such (MoeExpertsArgs::x_frags): where rmsnorm_frags_ok(n) (config.h) and
-// the rows are 16-byte aligned; else an error.
-Status rmsnorm_frags(const RmsNormArgs& a, void* y_frags, cudaStream_t stream);
 // residual += x; y = rmsnorm(residual) * weight. y may alias x.
 Status rmsnorm_residual(const RmsNormResidualArgs& a, cudaStream_t stream);
 

@@ -21,9 +21,6 @@ struct RmsNormParams {
   int64_t n = 0, x_stride = 0, r_stride = 0, y_stride = 0;
   float eps = 1e-6f;
   bool vec4 = false;              // every row and the weight 16-byte aligned, n % 4 == 0
-  // Also y as f16 B fragments (rmsnorm_frags: the register kernel, n % 128 == 0): row r at
-  // y_frags + r * n * 2 bytes, in nvfp4_mma_stage_x_rows's layout. Null: not written.
-  void* y_frags = nullptr;
 };
 cudaError_t launch_rmsnorm(const RmsNormParams& p, int64_t m, bool residual, cudaStream_t stream);
 

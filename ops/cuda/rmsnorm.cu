@@ -2,7 +2,6 @@
 // ops::cpu::rmsnorm_residual (same expression per element; only the order of the sum of
 // squares differs, see tests/ops/rmsnorm_test.cpp for the tolerance this implies).
 #include "ops/cuda/common/pdl.cuh"
-#include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/config.h"
 #include "ops/cuda/kernels.h"
@@ -105,27 +104,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(const __grid_con
   }
   const float ms = block_sum<kThreads>(ss, scratch) / float(p.n);
   const float inv = 1.0f / sqrtf(ms + p.eps);  // IEEE sqrt and division, as the CPU's
-  // p.y_frags (n % 128 == 0, so a warp's 32 float4 are all inside the row or all past it): float4 j
-  // and j + 1 (the thread after, j even) are the 8 elements of group j / 2 of the row, whose f16
-  // pairs (8q + e, 8q + e + 4) make one B fragment vector (nvfp4_mma_x_vec): chunk c = j / 8 (32
-  // elements), its word q = (j / 2) % 4, at k-step c / 4, vector 4q + c % 4.
-  uint4* yf = p.y_frags ? static_cast<uint4*>(p.y_frags) + row * (p.n / 8) : nullptr;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int j = int(threadIdx.x) + i * kThreads;
-    const float4 v =
-        make_float4(w[i].x * (t[i].x * inv), w[i].y * (t[i].y * inv), w[i].z * (t[i].z * inv), w[i].w * (t[i].w * inv));
-    if (j < n4) y[j] = v;
-    if (yf && j - int(threadIdx.x % kWarpSize) < n4) {  // warp-uniform
-      const float4 hi = make_float4(__shfl_down_sync(kFullMask, v.x, 1), __shfl_down_sync(kFullMask, v.y, 1),
-                                    __shfl_down_sync(kFullMask, v.z, 1), __shfl_down_sync(kFullMask, v.w, 1));
-      if (j % 2 == 0) {
-        const int c = j / 8, q = (j / 2) % 4;
-        uint4 o;
-        nvfp4_mma_x_vec(v, hi, o);
-        yf[(c / 4) * 16 + 4 * q + c % 4] = o;
-      }
-    }
+    if (j < n4)
+      y[j] = make_float4(w[i].x * (t[i].x * inv), w[i].y * (t[i].y * inv), w[i].z * (t[i].z * inv), w[i].w * (t[i].w * inv));
   }
   pg_tl_mark(TimelineKernel::kRmsnorm, 2);
 }

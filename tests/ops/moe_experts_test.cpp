@@ -446,20 +446,6 @@ void run_case(const MoeCase& c) {
             << "the gate_up variant differs from the default's bits";
       }
     }
-    // x's rows also given as f16 B fragments (MoeExpertsArgs::x_frags, as rmsnorm_frags writes them):
-    // the staged NVFP4 gate_up takes them with one bulk copy instead of converting x: the same bits.
-    if (m <= 8 && c.format == kNvfp4Format && !c.exact && c.hidden % 128 == 0 && c.inter % 32 == 0) {
-      auto dxf = to_device(f16_frags(x.data(), m, H, H));
-      if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));
-      else PG_ASSERT_OK(dy.fill_bytes(0xff));
-      MoeExpertsArgs af = da;
-      af.x_frags = dxf.data();
-      PG_ASSERT_OK(cuda::moe_experts(af, ws.data(), ws.size(), nullptr));
-      ASSERT_TRUE(sync_ok());
-      const std::vector<float> yf = to_host(dy);
-      EXPECT_EQ(0, std::memcmp(yf.data(), y_gpu.data(), yf.size() * sizeof(float)))
-          << "gate_up with x's fragments differs from the default launch's bits";
-    }
     // m = 2..8 take the direct multi path (bf16 / f32, NVFP4 and FP8 on the f16 tensor cores):
     // each token's output must have the bits it has when the token runs alone (m = 1, the direct
     // path): the same dot products in the same order (NVFP4, FP8: the token as any of the mma's 8

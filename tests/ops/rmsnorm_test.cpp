@@ -147,44 +147,6 @@ TEST_P(RmsNormCuda, ResidualMatchesCpu) {
   else check_rows(c, to_host(dy), y_cpu, h.ys, h.off, "res_y");
 }
 
-// rmsnorm_frags: y as rmsnorm writes it, and beside it y's f16 B fragments, each the f16 of the
-// GPU's own y (round to nearest even), in the staged-x layout (test_util.h's f16_frags); shapes
-// it does not take are an error, not a silent y without fragments.
-TEST_P(RmsNormCuda, FragsAreY) {
-  PG_REQUIRE_CUDA();
-  const NormCase& c = GetParam();
-  NormData h = make_data(c, 31 + uint64_t(c.n) * 3 + uint64_t(c.m));
-  auto dx = to_device(h.x), dw = to_device(h.weight);
-  auto dy = to_device(std::vector<float>(size_t(c.m * h.ys + h.off), 0.0f));
-  auto df = to_device(std::vector<uint16_t>(size_t(c.m * c.n) + 8, 0xffffu));
-  RmsNormArgs da;
-  da.x = dx.data() + h.off, da.weight = dw.data() + h.off, da.m = c.m, da.n = c.n;
-  da.x_stride = h.xs, da.y_stride = h.ys;
-  da.y = c.alias_y_x ? dx.data() + h.off : dy.data() + h.off;
-  if (!cuda::rmsnorm_frags_ok(c.n) || c.misalign) {
-    const Status s = cuda::rmsnorm_frags(da, df.data(), nullptr);
-    EXPECT_FALSE(s.ok()) << c.name << ": n = " << c.n << " has no fragment layout here";
-    return;
-  }
-  PG_ASSERT_OK(cuda::rmsnorm_frags(da, df.data(), nullptr));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> y = to_host(c.alias_y_x ? dx : dy);
-  const std::vector<uint16_t> want = f16_frags(y.data() + h.off, c.m, c.n, h.ys), got = to_host(df);
-  int64_t differ = 0;
-  for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
-  EXPECT_EQ(differ, 0) << "fragments differ from y's f16 values";
-  EXPECT_EQ(got[want.size()], 0xffffu) << "written past m x n";
-  // And y itself as rmsnorm writes it.
-  auto dy2 = to_device(std::vector<float>(size_t(c.m * h.ys + h.off), 0.0f));
-  auto dx2 = to_device(h.x);
-  RmsNormArgs d2 = da;
-  d2.x = dx2.data() + h.off, d2.y = c.alias_y_x ? dx2.data() + h.off : dy2.data() + h.off;
-  PG_ASSERT_OK(cuda::rmsnorm(d2, nullptr));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> y2 = to_host(c.alias_y_x ? dx2 : dy2);
-  EXPECT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(float))) << "y differs from rmsnorm's";
-}
-
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCuda, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<NormCase>& i) { return std::string(i.param.name); });
 

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/common/device_buffer.h"
@@ -81,21 +80,6 @@ cuda::DeviceBuffer<T> poisoned(size_t n) {
   cuda::DeviceBuffer<T> b = r.ok() ? std::move(r).value() : cuda::DeviceBuffer<T>();
   EXPECT_TRUE(b.fill_bytes(0xff).ok());
   return b;
-}
-
-// rows x n of x (row stride `stride`, n % 128 == 0) as the NVFP4 tensor-core kernels' staged f16 B
-// fragments (linear/nvfp4_mma.cuh's layout: per 128-element k-step 16 vectors of 4 words, vector
-// 4q + t holding chunk t's elements (8q + j, 8q + j + 4), j = 0..3, low half first), rows back to
-// back: what ops::cuda::rmsnorm_frags writes and MoeExpertsArgs::x_frags reads. f16 by round to
-// nearest even (values within f16's range: the kernels saturate where this overflows).
-inline std::vector<uint16_t> f16_frags(const float* x, int64_t rows, int64_t n, int64_t stride) {
-  std::vector<uint16_t> o(size_t(rows * n));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t e = 0; e < n; ++e) {
-      const int64_t s = e / 128, c = (e / 32) % 4, q = (e % 32) / 8, j = e % 8;
-      o[size_t(r * n + s * 128 + (4 * q + c) * 8 + (j % 4) * 2 + j / 4)] = f32_to_f16(x[r * stride + e]);
-    }
-  return o;
 }
 
 inline bool is_poison(float v) {  // the 0xffffffff NaN that fill_bytes(0xff) writes

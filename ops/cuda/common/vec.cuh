@@ -117,15 +117,6 @@ __device__ __forceinline__ uint32_t f32x2_to_f16x2_sat(float lo, float hi) {
   return d;
 }
 
-// o = the f16 B-fragment words of x elements (8q + j, 8q + j + 4), j = 0..3 (lo: 8q .. 8q + 3, hi:
-// 8q + 4 ..): one uint4 of the staged-x layout (linear/nvfp4_mma.cuh, kNvfp4MmaXStepVecs).
-__device__ __forceinline__ void nvfp4_mma_x_vec(float4 lo, float4 hi, uint4& o) {
-  o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
-  o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
-  o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
-  o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
-}
-
 // Two e4m3fn (low byte first) -> f16x2 bits, exact (every e4m3 value is an f16).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2_bits(uint32_t two_bytes) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);

@@ -161,7 +161,13 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
 constexpr int kNvfp4MmaXStepVecs = int(kNvfp4X1StepBytes / sizeof(uint4));
 static_assert(kNvfp4MmaXStepVecs == 16, "a k-step of 128 elements is 16 uint4 of f16 pairs");
 
-// nvfp4_mma_x_vec (common/vec.cuh): one such uint4 from its 8 elements.
+// o = the f16 B-fragment words of x elements (8q + j, 8q + j + 4), j = 0..3 (lo: 8q .. 8q + 3, hi: 8q + 4 ..).
+__device__ __forceinline__ void nvfp4_mma_x_vec(float4 lo, float4 hi, uint4& o) {
+  o.x = f32x2_to_f16x2_sat(lo.x, hi.x);
+  o.y = f32x2_to_f16x2_sat(lo.y, hi.y);
+  o.z = f32x2_to_f16x2_sat(lo.z, hi.z);
+  o.w = f32x2_to_f16x2_sat(lo.w, hi.w);
+}
 
 // The x elements of item (row r, vector j of the row) of nvfp4_mma_stage_x_rows (below), normed where
 // norm_w is given; zeros where !valid or past k_chunks.

@@ -259,9 +259,6 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
   if (h_frags && (p.direct || p.direct_multi)) p.plan.h16 = reinterpret_cast<uint4*>(ws + l.h16);
-  // x's fragments: the staged gate_up's rows (whole k-steps, as its ring needs).
-  if (a.x_frags && gu_mma && (p.direct || p.direct_multi) && a.hidden % 128 == 0 && aligned16(a.x_frags))
-    p.x16 = static_cast<const uint4*>(a.x_frags);
   // The routing left by the router (MoeRouterMode::kLogitsOnly): the kernels' own, or moe_routing's first.
   if (routing && self_routing_ok(a, *routing, v)) {
     p.self_routing = true;

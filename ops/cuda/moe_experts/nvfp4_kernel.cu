@@ -75,7 +75,7 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
 // moonlight's one-token grid 10.7 warps an SM did not hide the unpack's dependent chains: ncu, 16%
 // occupancy, 52% of cycles with no eligible warp); per lane, one warp streams both halves into
 // two sums. The same bits on every path for a given split.
-template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1, bool kXFrags = false>
+template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1>
 __global__ void __launch_bounds__(kWarps * kWarpSize,
                                   kStagedX && kKSplit > 1  ? 3
                                   : kStagedX && kWarps == 4 ? 6
@@ -101,19 +101,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   pg_tl_mark(TimelineKernel::kGateUp, 0);
   // p.self_routing: the block's routing scratch, after what the kernel's dynamic shared memory holds.
   extern __shared__ uint4 gate_up_nvfp4_dyn[];
-  // p.x16 (staged): x's rows arrive with one bulk copy instead of the stager, issued by thread 0
-  // where the stager's first loads go out (routed blocks right after their wait, shared ones after
-  // the ring's); warp 0 waits for it in stage_x, the ring's barrier passes it on. A routed block
-  // that leaves without work first lets the copy land (`leave`): never a copy in flight into the
-  // shared memory of a block that is gone.
-  __shared__ uint64_t x_bar;
-  // kXFrags: its own instance (p.x16 set; with both paths in one kernel the 80-register bound spilled).
-  constexpr bool kFrags = kStagedX && kXFrags;
-  if (kFrags && tid == 0) mbarrier_init(&x_bar, 1);
-  auto x_copy = [&] {
-    if (tid == 0)
-      bulk_copy_to_shared(gate_up_nvfp4_dyn, p.x16, uint32_t((p.direct ? 1 : p.m) * (p.hidden / 128) * 256), &x_bar);
-  };
   auto routing = [&] {
     return MoeBlockRouting(reinterpret_cast<char*>(gate_up_nvfp4_dyn) + p.routing_smem, p.routing.n_experts);
   };
@@ -123,14 +110,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
     if (p.self_routing) moe_block_route_stage_bias(p.routing, routing(), tid, kWarps * kWarpSize);
     pdl_wait();
     pg_tl_mark(TimelineKernel::kGateUp, 1);
-    if constexpr (kStagedX) {
-      if (kFrags) x_copy();
-      else x_stager.load();
-    }
+    if constexpr (kStagedX) x_stager.load();
   }
-  auto leave = [&] {
-    if (kFrags && !shared && tid == 0) mbarrier_wait(&x_bar, 0);
-  };
   if (p.direct || p.direct_multi) pdl_trigger();
   if (!shared && p.direct) {
     if (p.self_routing) {  // block_routing.cuh: the block routes the token, x's loads in flight
@@ -142,11 +123,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
     } else {
       expert = p.expert_idx[slot];
     }
-    if (expert < 0 || expert >= p.n_experts) return leave();  // dropped, as the plan drops it
+    if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
     lo = slot, hi = slot + 1;
   } else if (!shared && p.direct_multi) {  // slot: the step's slot-th distinct expert, if any
     const WarpRouting w = warp_routing(p);
-    if (slot >= __popcll(static_cast<long long>(w.first))) return leave();
+    if (slot >= __popcll(static_cast<long long>(w.first))) return;
     expert = slot_expert(w, slot, pairs);
     lo = 0, hi = __popcll(static_cast<long long>(pairs));
   } else if (!shared) {
@@ -202,14 +183,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       const int rows = p.direct ? 1 : p.m;
       const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
       auto stage_x = [&] {
-        if constexpr (kFrags) {
-          if (shared) x_copy();  // after the ring's wait: x comes from the kernel before
-          if (warp_id == 0) {
-            __syncwarp();  // thread 0's mbarrier_init before its lanes poll
-            mbarrier_wait(&x_bar, 0);
-          }
-          return;
-        }
         if (shared) x_stager.load();  // after the ring's wait: x comes from the kernel before
         x_stager.finish(gate_up_nvfp4_smem);
       };
@@ -742,14 +715,9 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
     if (blocks_per_sm > 0 && per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
-    // p.x16: the instance that takes x's rows with one bulk copy (MoeExpertsParams::x16).
     constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit>;
-    constexpr auto kFragsKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit, true>;
-    if (cudaError_t e = p.x16 ? raise_smem_limit_once<kFragsKernel>() : raise_smem_limit_once<kKernel>();
-        e != cudaSuccess)
-      return e;
-    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, p.x16 ? kFragsKernel : kKernel, grid, dim3(kWarps * kWarpSize),
-                                      smem, stream, p);
+    if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize), smem, stream, p);
         e != cudaSuccess)
       return e;
     return cudaGetLastError();

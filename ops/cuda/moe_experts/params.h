@@ -76,7 +76,6 @@ __host__ __device__ constexpr size_t moe_block_routing_bytes(int64_t n_experts) 
 // One call of the op, passed as `const __grid_constant__` to every kernel.
 struct MoeExpertsParams {
   const float* x = nullptr;              // [m, hidden] f32
-  const uint4* x16 = nullptr;            // MoeExpertsArgs::x_frags where the staged NVFP4 gate_up reads it
   const int32_t* expert_idx = nullptr;   // [m, top_k]
   const float* expert_weight = nullptr;  // [m, top_k]
   MoeWeightParams gate_up;               // [(n_experts + n_shared) * 2 * inter, hidden]
