@@ -253,7 +253,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
 // waits for the copy, then writes the zeros the stager writes where gate_up writes nothing (the
 // chunks past k_chunks in a row's last k-step); the caller's __syncthreads publishes xs to the
 // block. `bar`: an mbarrier thread 0 initialized with count 1 (moe_h_frags_init, before the
-// kernel's pdl_wait); called once a launch (its phase 0), after pdl_wait, by every thread.
+// kernel's pdl_wait); called once a launch (its phase 0), after pdl_wait, by every thread. No proxy
+// fence: the fragments are an earlier grid's stores, complete and visible once pdl_wait returns.
+// H200 (2026-12-04, c254386, one call alternating with PEREGRINE_MOE_NVFP4_H_FRAGS=0): moonlight nvfp4
+// +0.7%, V3 4L nvfp4 +1.4% (its staged down's 9 rows), the k = 1 verify step -1.6%.
 __device__ __forceinline__ void moe_h_frags_init(const MoeExpertsParams& p, uint64_t* bar) {
   if (p.plan.h16 && threadIdx.x == 0) mbarrier_init(bar, 1);
 }
@@ -297,7 +300,8 @@ enum class MoeDownMode { kPerLane, kStaged, kPrefetch };
 // nvfp4_mma_stage_x_rows issues 4 items' loads at once (2 round trips a thread there). kPrefetch: every weight byte of
 // the block goes to shared memory before the wait for h: each warp's k-steps are issued at once as
 // cp.async stages into its own region (moe_nvfp4_down_prefetch_bytes), then pdl_wait, then every
-// slot's h is staged (nvfp4_mma_stage_x_rows) and the mmas read both from shared memory. Launched with PDL
+// slot's h is staged (gate_up's f16 fragments in one bulk copy, moe_h_frags_stage; else
+// nvfp4_mma_stage_x_rows) and the mmas read both from shared memory. Launched with PDL
 // after gate_up, whose routed blocks let it launch once the routing is complete, its blocks take the
 // SMs gate_up leaves room on and fetch their 100-200 KB while gate_up runs; after gate_up only h,
 // the mmas and the sums remain. The default where the grid fits one block per SM (down_direct_launch).
@@ -481,7 +485,8 @@ __device__ __forceinline__ void moe_down_multi_part(float (*s_part)[kMmaRows], i
 // cp.async ring of kMoeNvfp4DownMultiRingStages slots, so the next task's weights are in flight
 // while this one multiplies (per lane, a task's loads wait for the task before it: at 2 tokens
 // moonlight's 27 tasks on 16 warps are two rounds of round trips); all but one of its slots go out
-// before the wait for h, then the block stages every h row as f16 B fragments (nvfp4_mma_stage_x_rows) and lane g
+// before the wait for h, then the block stages every h row as f16 B fragments (moe_h_frags_stage's one
+// copy, or nvfp4_mma_stage_x_rows) and lane g
 // reads its pair's row from shared memory. One pass per task (m <= 8 pairs). The same f16 values in
 // the same mma slots, the same sums: the same bits. A task's setup is split by what needs it: the
 // issuing cursor only its expert's rows (one shuffle, the copy sources built once a task under one
