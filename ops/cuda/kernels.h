@@ -54,6 +54,21 @@ __host__ __device__ inline uint32_t moe_routing_order_key(float v) {
 #ifdef __CUDACC__
 // moe_routing's exp: evaluated in double, then rounded, as the host's (the CPU routing's bits).
 __device__ __forceinline__ float moe_exp_as_host(float x) { return float(exp(double(x))); }
+
+// A group's score in group-limited routing, as its order key: the sum of its two largest selection
+// values (a duplicate counts twice; the CPU's order of addition) when top2_sum, else its largest.
+// c: the group's per_group selection values. Both routings (route_token, moe_block_route) call this,
+// so their group choice has the same bits by construction.
+__device__ __forceinline__ uint32_t moe_group_score_key(const float* c, int per_group, bool top2_sum) {
+  float v1 = -INFINITY, v2 = -INFINITY;
+#pragma unroll 8
+  for (int i = 0; i < per_group; ++i) {
+    const float v = c[i];
+    if (v > v1) v2 = v1, v1 = v;
+    else if (v > v2) v2 = v;
+  }
+  return moe_routing_order_key(top2_sum ? (per_group >= 2 ? (0.0f + v1) + v2 : 0.0f + v1) : v1);
+}
 #endif
 
 // moe_router: the router GEMV (f32 | bf16 weights, linear's vector path) and moe_routing in one

@@ -107,17 +107,7 @@ __device__ __noinline__ void route_token(const MoeRoutingParams& params, int t, 
   uint32_t keep = ~0u;  // the kept groups (all unless group-limited)
   if (p.group_limited) {
     uint32_t gkey = 0;  // G <= 32: lane l owns group l
-    if (lane < G) {
-      const float* c = choice + size_t(lane) * per_group;
-      float v1 = -INFINITY, v2 = -INFINITY;  // the two largest values (duplicates count twice)
-#pragma unroll 8
-      for (int i = 0; i < per_group; ++i) {
-        const float v = c[i];
-        if (v > v1) v2 = v1, v1 = v;
-        else if (v > v2) v2 = v;
-      }
-      gkey = moe_routing_order_key(p.group_top2_sum ? (per_group >= 2 ? (0.0f + v1) + v2 : 0.0f + v1) : v1);
-    }
+    if (lane < G) gkey = moe_group_score_key(choice + size_t(lane) * per_group, per_group, p.group_top2_sum);
     keep = 0;
     if constexpr (kLean) __syncwarp();
     for (int k = 0; k < p.topk_group; ++k) {

@@ -7,16 +7,15 @@
 // wait (moonlight's timeline, docs/decode-status.md session 30: 2.6 -> 7.1 us after the router's
 // wait, then 7.7 -> 8.4 before the first weight load).
 //
-// The arithmetic is route_token's (moe_routing.cu), so the selection and the weights have its bits:
-// the same scores (exp in double, then rounded), the same selection values and keys
-// (moe_routing_order_key), the same group scores; the selection by rank instead of by repeated
-// argmax: expert e's rank is the number of experts before it in the routing order (key descending,
-// then index ascending), a total order, so the experts of rank 0..top_k-1 are the ones the argmaxes
-// take, in their order; the chosen scores summed in that order, as the CPU sums them. The path's
-// length: without a group limit a thread writes its experts' keys as it scores them (no pass and
-// barrier between), the ranking thread keeps a chosen expert's score beside its id (the weights'
-// sums then read them directly, not through the ids); moonlight nvfp4 +0.4% (H200, 2026-12-04:
-// 633.2 vs 630.6 tok/s, 3 rounds in one call).
+// The arithmetic is route_token's (moe_routing.cu), so the selection and the weights have its bits: the same
+// scores (exp in double, then rounded), the same selection values and keys (moe_routing_order_key), the same
+// group scores (moe_group_score_key, one helper for both); the selection by rank instead of by repeated
+// argmax: expert e's rank is the number of experts before it in the routing order (key descending, then index
+// ascending), a total order, so the experts of rank 0..top_k-1 are the ones the argmaxes take, in their
+// order; the chosen scores summed in that order, as the CPU sums them. The path's length: without a group
+// limit a thread writes its experts' keys as it scores them (no pass and barrier between), the ranking thread
+// keeps a chosen expert's score beside its id (the weights' sums then read them directly, not through the
+// ids); moonlight nvfp4 +0.4% (H200, 2026-12-04: 633.2 vs 630.6 tok/s, 3 rounds in one call).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -113,16 +112,8 @@ __device__ __forceinline__ void moe_block_route(const MoeRoutingParams& params, 
 
   if (!direct_keys) {
     uint32_t* gkey = reinterpret_cast<uint32_t*>(s.red);
-    if (tid < G) {  // group tid's score: its top-2 sum (duplicates count twice) or its maximum
-      const float* c = s.choice + size_t(tid) * per_group;
-      float v1 = -INFINITY, v2 = -INFINITY;
-      for (int i = 0; i < per_group; ++i) {
-        const float v = c[i];
-        if (v > v1) v2 = v1, v1 = v;
-        else if (v > v2) v2 = v;
-      }
-      gkey[tid] = moe_routing_order_key(p.group_top2_sum ? (per_group >= 2 ? (0.0f + v1) + v2 : 0.0f + v1) : v1);
-    }
+    if (tid < G)  // group tid's score (route_token's helper: the same bits)
+      gkey[tid] = moe_group_score_key(s.choice + size_t(tid) * per_group, per_group, p.group_top2_sum);
     __syncthreads();
     uint32_t keep = 0;  // the topk_group groups first in the order (key descending, then index)
     for (int g = 0; g < G; ++g) {
