@@ -405,15 +405,17 @@ void run_case(const MoeCase& c) {
     // the down (m = 1) at one tile with h staged or per lane and at two tiles, and gate_up with x
     // per lane, give the default launch's bits.
     if (!c.exact && m <= 8 && fp8_experts_mma(dn.host, c.inter) && fp8_experts_mma(gu.host, c.hidden)) {
-      for (int variant : {0, 1, 2, 3}) {
+      for (int variant : {0, 1, 2, 3, 4}) {
         SCOPED_TRACE(variant == 0   ? "fp8 down 1 tile, h staged"
                      : variant == 1 ? "fp8 down 1 tile, h per lane"
                      : variant == 2 ? "fp8 down 2 tiles, h per lane"
-                                    : "fp8 gate_up x per lane");
+                     : variant == 3 ? "fp8 gate_up x per lane"
+                                    : "fp8 down 1 tile, h staged from its f32 rows");
         cuda::MoeNvfp4Variant v;
-        v.fp8_down_tiles = variant == 2 ? 2 : variant < 2 ? 1 : 0;
+        v.fp8_down_tiles = variant == 2 ? 2 : variant < 2 || variant == 4 ? 1 : 0;
         v.fp8_down_staged = variant != 1;
         v.fp8_gate_up_staged = variant != 3;
+        v.h_frags = variant != 4;
         if (c.accumulate) PG_ASSERT_OK(dy.upload(y0.data(), y0.size()));
         else PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));

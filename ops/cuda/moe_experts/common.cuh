@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "ops/cuda/common/cp_async.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/moe_experts/config.h"
 #include "ops/cuda/moe_experts/params.h"
@@ -218,6 +219,23 @@ __device__ __forceinline__ MoeDirectSlot moe_direct_slot(const MoeExpertsParams&
 }
 __device__ __forceinline__ MoeDirectSlot moe_direct_slot(const MoeExpertsParams& p, int slot) {
   return moe_direct_slot(p, slot, p.expert_idx);
+}
+
+// h's f16 fragments (MoePlanBuffers::h16, written by gate_up: an earlier grid, complete and visible
+// once pdl_wait returns, so no proxy fence) into this block's shared memory with one bulk copy, in
+// place of each thread loading h's f32 rows and converting them: thread 0 issues it, warp 0 waits for
+// it and returns true (the other warps false at once); the caller's __syncthreads passes the bytes on
+// to the block. `bar`: an mbarrier thread 0 initialized with count 1 (moe_h_frags_init, before the
+// kernel's pdl_wait); once a launch (its phase 0), after pdl_wait, by every thread.
+__device__ __forceinline__ void moe_h_frags_init(const MoeExpertsParams& p, uint64_t* bar) {
+  if (p.plan.h16 && threadIdx.x == 0) mbarrier_init(bar, 1);
+}
+__device__ __forceinline__ bool moe_h_frags_copy(const MoeExpertsParams& p, uint32_t bytes, void* dst, uint64_t* bar) {
+  if (threadIdx.x >= kWarpSize) return false;
+  if (threadIdx.x == 0) bulk_copy_to_shared(dst, p.plan.h16, bytes, bar);
+  __syncwarp();  // thread 0's mbarrier_init before the other lanes poll it
+  mbarrier_wait(bar, 0);
+  return true;
 }
 
 }  // namespace pg::ops::cuda

@@ -115,11 +115,17 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
       for (int c = 0; c < 2; ++c) {
         const int pair = 2 * t + c;
         const int64_t j = j0 + 8 * i + g;
+        const float v = silu(acc[i][c]) * acc[i][2 + c];  // d c / d 2 + c: gate / up
+        // p.plan.h16: h also in f16, the FP8 staged layout (the row in order: inter % 64 == 0), lane g
+        // even writing its element and the next (lane g + 1's, one shuffle) as one word.
+        const float v1 = p.plan.h16 ? __shfl_down_sync(kFullMask, v, 4) : 0.0f;
         if (pair < m_valid && j < p.inter) {
           // h row: direct the slot, shared h_base + its token, direct multi the pair's flat index,
           // planned the pair's plan position.
           const int64_t h_row = routed_multi ? nth_set_bit(pairs, q + pair) : h_base + q + pair;
-          p.plan.h[h_row * p.inter + j] = silu(acc[i][c]) * acc[i][2 + c];  // d c / d 2 + c: gate / up
+          p.plan.h[h_row * p.inter + j] = v;
+          if (p.plan.h16 && g % 2 == 0)
+            reinterpret_cast<uint32_t*>(p.plan.h16)[(h_row * p.inter + j) / 2] = f32x2_to_f16x2_sat(v, v1);
         }
       }
     if constexpr (kStagedX) {
@@ -131,7 +137,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
 // m = 1, as moe_down_direct_nvfp4_kernel: grid x = hidden row tiles of 16 x kTiles rows, a block of
 // n_slots x k_split warps (moe_nvfp4_down_direct_split), one warp per (slot, K slice) with h row
 // `slot` as the mma's only real column. kStaged: every slot's h row staged per block as f16 B
-// fragments (fp8_mma_stage_x); else lane (0, t) reads its slot's h from L2 at every k-step. The
+// fragments (gate_up's f16 copy of h in one bulk copy where p.plan.h16, else fp8_mma_stage_x);
+// else lane (0, t) reads its slot's h from L2 at every k-step. The
 // first weight loads go out before the wait for h (PDL); the partial sums meet in shared memory:
 // each slot's K slices, then the slots in the contract's order (by rank).
 template <int kTiles, int kUnroll, bool kStaged>
@@ -140,6 +147,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   constexpr int kR = kMmaRows * kTiles;
   extern __shared__ uint4 down_fp8_hs[];  // [n_slots][inter / 64 steps] h as B fragments
   __shared__ float s_part[kMoeDirectMaxSlots][kR];  // [rank * k_split + K slice][row]
+  __shared__ uint64_t h_bar;                         // kStaged: moe_h_frags_copy's
+  if constexpr (kStaged) moe_h_frags_init(p, &h_bar);
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
   const int slot = warp / k_split, kpart = warp % k_split;
@@ -161,7 +170,11 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   float acc[kTiles][4];
   if constexpr (kStaged) {
     fp8_mma_stream<kTiles, kUnroll, true>(
-        rows, [&] { fp8_mma_stage_x(p.plan.h, p.inter, n_slots, all_steps, down_fp8_hs); },
+        rows,
+        [&] {  // gate_up's f16 copy of h (the same values) in one bulk copy, or h's f32 rows converted
+          if (p.plan.h16) moe_h_frags_copy(p, uint32_t(n_slots * all_steps * kFp8MmaXStepVecs * sizeof(uint4)), down_fp8_hs, &h_bar);
+          else fp8_mma_stage_x(p.plan.h, p.inter, n_slots, all_steps, down_fp8_hs);
+        },
         down_fp8_hs + slot * all_steps * kFp8MmaXStepVecs, nullptr, s0, s1, acc);
   } else {
     fp8_mma_stream<kTiles, kUnroll, false>(rows, [] {}, nullptr, g == 0 ? p.plan.h + int64_t(slot) * p.inter : nullptr,

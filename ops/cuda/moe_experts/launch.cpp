@@ -244,9 +244,6 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool gu_vec = vector_path_ok(*a.gate_up, a.x), dn_vec = vector_path_ok(*a.down, p.plan.h);
   const bool gu_mma = a.f16_activations && a.gate_up->format == WeightFormat::kNvfp4 && gu_vec;
   const bool dn_mma = a.f16_activations && a.down->format == WeightFormat::kNvfp4 && dn_vec;
-  // Both stacks on the tensor-core kernels at one token or 2..8 (set below): gate_up writes h's f16
-  // fragments beside h, and the down modes that stage h copy them (the per-lane ones read h).
-  const bool h_frags = v.h_frags && gu_mma && dn_mma;
   // m = 2..8 (decode batches, verify steps): no plan either. An NVFP4 stack takes it on the
   // tensor-core kernels only (the f32-x NVFP4 kernels of kernel.cu have no multi down kernel).
   const bool nvfp4 = a.gate_up->format == WeightFormat::kNvfp4 || a.down->format == WeightFormat::kNvfp4;
@@ -256,6 +253,10 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool fp8_paths = v.fp8_mma && a.f16_activations;
   const bool gu_fp8 = fp8_paths && gu_vec && fp8_experts_mma(*a.gate_up, a.hidden);
   const bool dn_fp8 = fp8_paths && dn_vec && fp8_experts_mma(*a.down, a.inter);
+  // Both stacks on the NVFP4 tensor-core kernels at one token or 2..8, or both on FP8's at one token
+  // (its 2..8-token down reads h per lane): gate_up writes h's f16 fragments beside h (each kernel
+  // family's staged layout), and the down modes that stage h copy them (the per-lane ones read h).
+  const bool h_frags = v.h_frags && ((gu_mma && dn_mma) || (gu_fp8 && dn_fp8 && p.direct));
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
   if (h_frags && (p.direct || p.direct_multi)) p.plan.h16 = reinterpret_cast<uint4*>(ws + l.h16);

@@ -72,10 +72,10 @@ struct MoeNvfp4Variant {
   // block, where it fits (nvfp4_params.h); moe_experts() sets it unless
   // PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0.
   bool down_multi_ring = false;
-  // gate_up (both stacks on the tensor-core kernels, 1..8 tokens) also writes h as f16 B fragments
-  // (moe_experts/params.h's MoePlanBuffers::h16), and the down modes that stage h (prefetch, staged,
-  // the multi rings) take them with one bulk copy instead of converting h's f32 rows: the same f16
-  // values. moe_experts() sets it unless PEREGRINE_MOE_NVFP4_H_FRAGS=0.
+  // gate_up (both stacks on the NVFP4 tensor-core kernels at 1..8 tokens, or on FP8's at one) also
+  // writes h as f16 B fragments (moe_experts/params.h's MoePlanBuffers::h16), and the down modes that
+  // stage h (prefetch, staged, the multi rings) take them with one bulk copy instead of converting h's
+  // f32 rows: the same f16 values. moe_experts() sets it unless PEREGRINE_MOE_NVFP4_H_FRAGS=0.
   bool h_frags = true;
   // Staged gate_up blocks per SM at most: > 0 that many, < 0 the one-token grid's ceil(blocks / SMs)
   // (the default; no cap where the experts route themselves, so the prefetching down fits beside it),

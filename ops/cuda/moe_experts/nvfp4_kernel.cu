@@ -248,25 +248,16 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   pg_tl_mark(TimelineKernel::kGateUp, 3);
 }
 
-// h rows 0 .. n_rows - 1 into xs from gate_up's f16 fragments (p.plan.h16) with one bulk copy, in
-// place of nvfp4_mma_stage_x_rows over p.plan.h: the same f16 values in the same places. Warp 0
-// waits for the copy, then writes the zeros the stager writes where gate_up writes nothing (the
-// chunks past k_chunks in a row's last k-step); the caller's __syncthreads publishes xs to the
-// block. `bar`: an mbarrier thread 0 initialized with count 1 (moe_h_frags_init, before the
-// kernel's pdl_wait); called once a launch (its phase 0), after pdl_wait, by every thread. No proxy
-// fence: the fragments are an earlier grid's stores, complete and visible once pdl_wait returns.
-// H200 (2026-12-04, c254386, one call alternating with PEREGRINE_MOE_NVFP4_H_FRAGS=0): moonlight nvfp4
-// +0.7%, V3 4L nvfp4 +1.4% (its staged down's 9 rows), the k = 1 verify step -1.6%.
-__device__ __forceinline__ void moe_h_frags_init(const MoeExpertsParams& p, uint64_t* bar) {
-  if (p.plan.h16 && threadIdx.x == 0) mbarrier_init(bar, 1);
-}
+// h rows 0 .. n_rows - 1 into xs from gate_up's f16 fragments (p.plan.h16) with one bulk copy
+// (moe_h_frags_copy), in place of nvfp4_mma_stage_x_rows over p.plan.h: the same f16 values in the
+// same places. Warp 0 then writes the zeros the stager writes where gate_up writes nothing (the
+// chunks past k_chunks in a row's last k-step). H200 (2026-12-04, c254386, one call alternating with
+// PEREGRINE_MOE_NVFP4_H_FRAGS=0): moonlight nvfp4 +0.7%, V3 4L nvfp4 +1.4% (its staged down's 9
+// rows), the k = 1 verify step -1.6%.
 __device__ __forceinline__ void moe_h_frags_stage(const MoeExpertsParams& p, int n_rows, int64_t k_chunks,
                                                   int64_t k_steps, uint4* xs, uint64_t* bar) {
-  if (threadIdx.x >= kWarpSize) return;
   const int row_vecs = int(k_steps) * kNvfp4MmaXStepVecs;
-  if (threadIdx.x == 0) bulk_copy_to_shared(xs, p.plan.h16, uint32_t(n_rows * row_vecs * sizeof(uint4)), bar);
-  __syncwarp();  // lane 0's mbarrier_init before the other lanes poll it
-  mbarrier_wait(bar, 0);
+  if (!moe_h_frags_copy(p, uint32_t(n_rows * row_vecs * sizeof(uint4)), xs, bar)) return;
   if (const int rem = int(k_chunks % 4)) {
     const int per_row = (4 - rem) * 4;  // chunks rem .. 3 of the last k-step, words q = 0 .. 3 of each
     for (int i = int(threadIdx.x); i < n_rows * per_row; i += kWarpSize) {

@@ -22,10 +22,11 @@ struct MoePlanBuffers {
   int32_t* pair_flat = nullptr;      // [m * top_k] flat pair index t * top_k + k, by expert then ascending
   float* h = nullptr;                // [m * (top_k + n_shared), inter] f32 silu(gate·x) * (up·x): routed pair
                                      //  at its pair_flat position, shared pair (s, t) at m*top_k + s*m + t
-  // The direct paths' second copy of h as f16 B fragments, where the NVFP4 gate_up writes it (null:
-  // not written): h's rows back to back in nvfp4_mma_stage_x_rows's layout (k_steps x 16 uint4 a row;
-  // the chunks past inter / 32 in a row's last k-step never written), so that the down kernels that
-  // stage h take it with one bulk copy (moe_h_frags_stage in nvfp4_kernel.cu).
+  // The direct paths' second copy of h as f16 B fragments, where the tensor-core gate_up writes it
+  // (null: not written), h's rows back to back in the down's staged layout: NVFP4's
+  // nvfp4_mma_stage_x_rows (k_steps x 16 uint4 a row; the chunks past inter / 32 in a row's last
+  // k-step never written), FP8's fp8_mma_stage_x (the row in order). The down kernels that stage h
+  // take it with one bulk copy (common.cuh's moe_h_frags_copy).
   uint4* h16 = nullptr;
 };
 
