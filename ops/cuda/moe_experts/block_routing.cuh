@@ -161,6 +161,142 @@ __device__ __noinline__ void moe_block_route_call(const MoeRoutingParams& params
   moe_block_route(params, t, s);
 }
 
+// m = 2..kMoeDirectMaxTokens tokens at once (the direct multi kernels; params.h's
+// moe_block_routing_multi_bytes): the same arithmetic as moe_block_route, token by token, with every
+// pass over all m x E (token, expert) items at once, so the path is as long as one token's (plus a
+// barrier, and the softmax's maximum by one thread a token). Token t's results: idx / weight [t *
+// top_k + k], its k-th choice in selection order (the layout of expert_idx / expert_weight).
+struct MoeBlockRoutingMulti {
+  float* score;     // [m E]
+  float* choice;    // [m E] selection values, then (as uint32) their keys
+  float* bias;      // [E] the correction biases (0 without noaux_tc)
+  uint32_t* gkey;   // [m 32] each token's group keys (group-limited)
+  int32_t* idx;     // [kMoeDirectMaxRouted] the chosen experts
+  float* chosen;    // [kMoeDirectMaxRouted] their scores
+  float* weight;    // [kMoeDirectMaxRouted] their weights (normalised, scaled)
+  float* red;       // [2 kMoeDirectMaxTokens] each token's maximum, then its sum (softmax)
+  __device__ MoeBlockRoutingMulti(void* smem, int E, int m) {
+    float* f = static_cast<float*>(smem);
+    score = f, choice = f + m * E, bias = f + 2 * m * E;
+    gkey = reinterpret_cast<uint32_t*>(bias + E);
+    idx = reinterpret_cast<int32_t*>(gkey + 32 * m);
+    chosen = reinterpret_cast<float*>(idx + kMoeDirectMaxRouted);
+    weight = chosen + kMoeDirectMaxRouted;
+    red = weight + kMoeDirectMaxRouted;
+  }
+};
+
+// Before the wait: the biases into the scratch (read after moe_block_route_multi's first barrier).
+__device__ __forceinline__ void moe_block_route_stage_bias(const MoeRoutingParams& p, float* bias, unsigned tid,
+                                                           unsigned nt) {
+  for (int e = int(tid); e < p.n_experts; e += int(nt)) bias[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
+}
+
+// The step's m tokens' routing into s.idx / s.weight; every thread of the block calls it (it has
+// barriers), after moe_block_route_stage_bias(p, s.bias, ...) and after the logits are complete.
+// Starts and ends with a barrier: the biases are read by other threads than those that staged them,
+// and the results are readable by every thread on return. Not inlined (called before the weights'
+// loops of kernels whose registers are tight).
+__device__ __noinline__ void moe_block_route_multi(const MoeRoutingParams& params, int m, const MoeBlockRoutingMulti& s) {
+  const MoeRoutingParams p = params;  // a local copy: no reload after each shared store
+  const int tid = int(threadIdx.x), nt = int(blockDim.x);
+  const int E = p.n_experts, G = p.n_group, per_group = E / G, n = m * E, K = p.top_k;
+  uint32_t* key = reinterpret_cast<uint32_t*>(s.choice);
+  const bool direct_keys = !p.group_limited;
+  __syncthreads();  // the staged biases
+  if (p.sigmoid) {
+    for (int i = tid; i < n; i += nt) {  // logits [m, E]: item i is token i / E's expert i % E
+      const int e = i % E;
+      const float v = 1.0f / (1.0f + moe_exp_as_host(-__ldcg(p.logits + i)));
+      s.score[i] = v;
+      if (direct_keys) key[i] = moe_routing_order_key(v + s.bias[e]);
+      else s.choice[i] = v + s.bias[e];
+    }
+  } else {  // softmax: a token's maximum (order-free) and its sum in index order, one thread each
+    for (int i = tid; i < n; i += nt) s.score[i] = __ldcg(p.logits + i);
+    __syncthreads();
+    if (tid < m) {
+      float mx = -INFINITY;
+      for (int e = 0; e < E; ++e) mx = fmaxf(mx, s.score[tid * E + e]);
+      s.red[tid] = mx;
+    }
+    __syncthreads();
+    for (int i = tid; i < n; i += nt) s.score[i] = moe_exp_as_host(s.score[i] - s.red[i / E]);
+    __syncthreads();
+    if (tid < m) {
+      const float* row = s.score + tid * E;
+      float sum = 0.0f;
+      int e = 0;
+      for (; (E & 3) == 0 && e < E; e += 4) {  // sequential, as the CPU sums; 16-byte loads
+        const float4 v = *reinterpret_cast<const float4*>(row + e);
+        sum += v.x, sum += v.y, sum += v.z, sum += v.w;
+      }
+      for (; e < E; ++e) sum += row[e];
+      s.red[kMoeDirectMaxTokens + tid] = sum;
+    }
+    __syncthreads();
+    for (int i = tid; i < n; i += nt) {
+      const int t = i / E, e = i - t * E;
+      const float v = s.score[i] / s.red[kMoeDirectMaxTokens + t];
+      s.score[i] = v;
+      if (direct_keys) key[i] = moe_routing_order_key(v + s.bias[e]);
+      else s.choice[i] = v + s.bias[e];
+    }
+  }
+  __syncthreads();
+
+  if (!direct_keys) {
+    for (int i = tid; i < m * G; i += nt) {  // token t's group g (route_token's helper: the same bits)
+      const int t = i / G, g = i - t * G;
+      s.gkey[t * 32 + g] = moe_group_score_key(s.choice + t * E + g * per_group, per_group, p.group_top2_sum);
+    }
+    __syncthreads();
+    const uint32_t masked = moe_routing_order_key(-INFINITY);
+    for (int i = tid; i < n; i += nt) {  // kept: the item's group among its token's topk_group first
+      const int t = i / E, g = (i - t * E) / per_group;
+      const uint32_t* gk = s.gkey + t * 32;
+      const uint32_t kg = gk[g];
+      int rank = 0;
+      for (int h = 0; h < G; ++h) rank += gk[h] > kg || (gk[h] == kg && h < g);
+      key[i] = rank < p.topk_group ? moe_routing_order_key(s.choice[i]) : masked;
+    }
+    __syncthreads();
+  }
+  // An item's rank among its token's experts (moe_block_route's count).
+  for (int i = tid; i < n; i += nt) {
+    const int t = i / E, e = i - t * E;
+    const uint32_t* kt = key + t * E;
+    const uint32_t ke = kt[e];
+    int rank = 0;
+    int j = 0;
+    for (; (E & 3) == 0 && j < E; j += 4) {  // 16-byte loads where the keys are aligned (E % 4 == 0)
+      const uint4 k4 = *reinterpret_cast<const uint4*>(kt + j);
+      rank += (k4.x > ke || (k4.x == ke && j < e)) + (k4.y > ke || (k4.y == ke && j + 1 < e)) +
+              (k4.z > ke || (k4.z == ke && j + 2 < e)) + (k4.w > ke || (k4.w == ke && j + 3 < e));
+    }
+    for (; j < E; ++j) rank += kt[j] > ke || (kt[j] == ke && j < e);
+    if (rank < K) s.idx[t * K + rank] = e, s.chosen[t * K + rank] = s.score[i];
+  }
+  __syncthreads();
+  for (int i = tid; i < m * K; i += nt) {  // each choice's weight over its token's chosen scores summed in order
+    const int k0 = i / K * K;
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += s.chosen[k0 + k];
+    float w = s.chosen[i];
+    if (p.normalize) w /= (sum + 1e-20f);
+    s.weight[i] = w * p.routed_scaling_factor;
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void moe_block_route_multi_publish(const MoeRoutingParams& p, int m,
+                                                              const MoeBlockRoutingMulti& s, unsigned tid) {
+  for (int i = int(tid); i < m * p.top_k; i += int(blockDim.x)) {
+    p.expert_idx[i] = s.idx[i];
+    p.expert_weight[i] = s.weight[i];
+  }
+}
+
 // The routing's results where later readers (tests, the routing record) expect them: one block writes.
 __device__ __forceinline__ void moe_block_route_publish(const MoeRoutingParams& p, int t, const MoeBlockRouting& s,
                                                         unsigned tid) {
