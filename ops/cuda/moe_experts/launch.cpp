@@ -93,7 +93,7 @@ bool self_routing_ok(const MoeExpertsArgs& a, const MoeRoutingArgs& r, const Moe
       a.m == 1 ? v.down_prefetch && moe_nvfp4_down_prefetch_fits(p, t.tiles, t.unroll, moe_block_routing_bytes(a.n_experts), sms)
                : moe_direct_multi_enabled() && moe_direct_multi_fits(a.m, a.top_k, a.n_shared) && v.down_multi_ring &&
                      t.tiles == 1 &&
-                     moe_nvfp4_down_multi_ring_fits(p, t.unroll, moe_block_routing_multi_bytes(a.n_experts, a.m), sms);
+                     moe_nvfp4_down_multi_ring_fits(p, t.unroll, 0, sms);
   return moe_self_routing_enabled() && down_ok && a.after_router && a.f16_activations && a.m >= 1 &&
          a.m <= kMoeDirectMaxTokens && r.m == a.m && a.top_k >= 1 && a.top_k <= a.n_experts &&
          a.top_k + a.n_shared <= kMoeDirectMaxSlots && r.n_experts == a.n_experts && r.top_k == a.top_k &&

@@ -508,18 +508,13 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared);
   const int k_split = moe_nvfp4_down_direct_split(p.top_k + p.n_shared);
-  // [n_h] staged h rows, then [warps][kRingStages] Stage (kRing); then the routing scratch (p.self_routing).
-  extern __shared__ uint4 down_multi_smem[];
-  // p.self_routing: the block routes the step's tokens before its wait (block_routing.cuh), from the
-  // logits the router completed before gate_up's routed blocks let this kernel launch.
+  extern __shared__ uint4 down_multi_smem[];  // [n_h] staged h rows, then [warps][kRingStages] Stage (kRing)
+  // p.self_routing: gate_up's blocks routed the step and its block (0, 0, 0) wrote expert_idx /
+  // expert_weight; this block reads them after its wait (routing here, before the wait, was on the
+  // layer's path: a block of this kernel only becomes resident as gate_up's blocks leave its SM).
+  if (p.self_routing) pdl_wait();
   const int32_t* idx = p.expert_idx;
   const float* weights = p.expert_weight;
-  if (p.self_routing) {
-    const MoeBlockRoutingMulti r(reinterpret_cast<char*>(down_multi_smem) + p.routing_smem, p.routing.n_experts, p.m);
-    moe_block_route_stage_bias(p.routing, r.bias, tid, blockDim.x);
-    moe_block_route_multi(p.routing, p.m, r);
-    idx = r.idx, weights = r.weight;
-  }
   const WarpRouting w = warp_routing(p, idx);
   const int n_distinct = __popcll(static_cast<long long>(w.first));
   const int n_tasks = (n_distinct + p.n_shared) * k_split;
@@ -784,7 +779,7 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p_in, bool staged, bool p
 template <int kUnroll>
 cudaError_t down_multi_launch(const MoeExpertsParams& p_in, bool ring, cudaStream_t stream) {
   MoeExpertsParams p = p_in;  // routing_smem set below
-  const size_t routing_bytes = p.self_routing ? moe_block_routing_multi_bytes(p.routing.n_experts, p.m) : 0;
+  const size_t routing_bytes = 0;  // the step's routing is gate_up's (p.self_routing)
   const dim3 grid(unsigned((int64_t(p.hidden) + kMmaRows - 1) / kMmaRows));
   const dim3 block(kMoeDirectMaxSlots * kWarpSize);
   if constexpr (kMoeNvfp4DownMultiRingStages(kUnroll) >= 2) {
