@@ -8,9 +8,8 @@
 // (moe_experts/kernel.cu) and NVFP4 experts (the tensor-core kernels, m = 1 with the staged-x ring),
 // m = 1 (direct) and m = 3 (direct multi).
 //
-// Self-routing (MoeExpertsParams::self_routing, NVFP4 at m = 1, and at m = 2..8 on the direct multi
-// path): the router writes only the logits and the expert kernels route the step's tokens themselves
-// (moe_experts_routing; moe_block_route, moe_block_route_multi). Its output, expert_idx
+// Self-routing (MoeExpertsParams::self_routing, NVFP4 at m = 1): the router writes only the logits
+// and the expert kernels route the token themselves (moe_experts_routing). Its output, expert_idx
 // and expert_weight must have the ordinary chain's bits, for the routings of the family: moonlight's
 // (sigmoid, noaux_tc, one group), V3's (eight groups, four kept), V2-Lite's (softmax, greedy), V2's
 // (softmax, group-limited greedy), and one with ties (router rows and biases equal in pairs: equal
@@ -215,16 +214,6 @@ const PdlCase kPdlCases[] = {
     {"nvfp4_m1_self_v3_256", WeightFormat::kNvfp4, 1, true, kV3Full},
     {"nvfp4_m1_self_v2_160", WeightFormat::kNvfp4, 1, true, kV2Full},
     {"nvfp4_m1_self_e18", WeightFormat::kNvfp4, 1, true, kE18},
-    // 2..8 tokens (the verify steps): every routed gate_up block and every down block routes them all.
-    {"nvfp4_m2_self", WeightFormat::kNvfp4, 2, true},
-    {"nvfp4_m8_self", WeightFormat::kNvfp4, 8, true},
-    {"nvfp4_m3_self_v3", WeightFormat::kNvfp4, 3, true, kV3},
-    {"nvfp4_m4_self_v2lite", WeightFormat::kNvfp4, 4, true, kV2Lite},
-    {"nvfp4_m3_self_v2", WeightFormat::kNvfp4, 3, true, kV2},
-    {"nvfp4_m2_self_ties", WeightFormat::kNvfp4, 2, true, kTies},
-    {"nvfp4_m8_self_v3_256", WeightFormat::kNvfp4, 8, true, kV3Full},
-    {"nvfp4_m4_self_v2_160", WeightFormat::kNvfp4, 4, true, kV2Full},
-    {"nvfp4_m3_self_e18", WeightFormat::kNvfp4, 3, true, kE18},
 };
 
 INSTANTIATE_TEST_SUITE_P(Chains, MoeLayerPdlCuda, ::testing::ValuesIn(kPdlCases),

@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     }
   }
   pdl_wait();  // warps without a task; y is written below
-  moe_token_order(p, p.expert_idx, s_order);
+  moe_token_order(p, s_order);
   __syncthreads();
   moe_down_multi_sum<kR>(p, s_part, s_order, k_split, n_routed, n_h, row0);
 }

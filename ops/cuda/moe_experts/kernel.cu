@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
     }
   }
   pdl_wait();  // lanes that streamed nothing; y is written below
-  moe_token_order(p, p.expert_idx, s_order);
+  moe_token_order(p, s_order);
   __syncthreads();
   for (int idx = threadIdx.x; idx < groups * kR * p.m; idx += kMoeThreads) {
     const int t = idx / (groups * kR), g = idx % (groups * kR) / kR, r = idx % kR;

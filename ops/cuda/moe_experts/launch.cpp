@@ -65,15 +65,13 @@ bool moe_self_routing_enabled() {
   return on;
 }
 
-// The kernels route the step themselves (MoeExpertsParams::self_routing) on the direct paths of the
-// NVFP4 tensor-core kernels (both stacks), under PDL after the router, with the routing's outputs
-// the experts' inputs and its shape within the block routines' (block_routing.cuh): at one token
-// where down prefetches its weights (moe_nvfp4_down_prefetch_fits: one block per SM, each routing
-// once before its wait), at 2..8 tokens (the verify steps) where down streams through its rings
-// (moe_nvfp4_down_multi_ring_fits: one block per SM too). Not V3's 448 down blocks of 512 threads:
-// those past the first wave routed on the layer's path (H200, 2026-12-04, 27e47fc, V3 4L nvfp4 886.6
-// -> 872.6 tok/s with them). h lives in the workspace, 256-byte aligned (moe_experts checks it), so
-// down's vector path is its weights'.
+// The kernels route the token themselves (MoeExpertsParams::self_routing) on the direct one-token path of
+// the NVFP4 tensor-core kernels (both stacks), under PDL after the router, with the routing's outputs
+// the experts' inputs and its shape within the block routine's (block_routing.cuh), where down
+// prefetches its weights (moe_nvfp4_down_prefetch_fits: one block per SM, each routing once before
+// its wait). Not V3's 448 down blocks of 512 threads: those past the first wave routed on the
+// layer's path (H200, 2026-12-04, 27e47fc, V3 4L nvfp4 886.6 -> 872.6 tok/s with them). h lives in
+// the workspace, 256-byte aligned (moe_experts checks it), so down's vector path is its weights'.
 // Under variant v (moe_experts_variant's; the environment's for moe_experts_self_routing), these
 // conditions imply the direct path, both stacks on the tensor-core kernels and gate_up under PDL.
 namespace {
@@ -81,26 +79,20 @@ bool self_routing_ok(const MoeExpertsArgs& a, const MoeRoutingArgs& r, const Moe
   const auto nvfp4_mma = [&](const Matrix* w, const void* x) {
     return w && w->format == WeightFormat::kNvfp4 && vector_path_ok(*w, x);
   };
-  MoeExpertsParams p;  // the fields moe_nvfp4_down_prefetch_fits / _multi_ring_fits read
-  p.m = int(a.m), p.top_k = int(a.top_k), p.n_shared = int(a.n_shared), p.hidden = int(a.hidden), p.inter = int(a.inter);
+  MoeExpertsParams p;  // the fields moe_nvfp4_down_prefetch_fits reads
+  p.top_k = int(a.top_k), p.n_shared = int(a.n_shared), p.hidden = int(a.hidden), p.inter = int(a.inter);
   if (a.down) p.down = weight_params(*a.down);
   MmaTile t = moe_nvfp4_down_tile();
   if (v.down_tiles) t.tiles = v.down_tiles;
   if (v.down_unroll) t.unroll = v.down_unroll;
-  const int sms = current_device_props().sm_count;
-  // One token: down prefetches (its kPrefetch mode). 2..8 (the direct multi path): down's rings.
-  const bool down_ok =
-      a.m == 1 ? v.down_prefetch && moe_nvfp4_down_prefetch_fits(p, t.tiles, t.unroll, moe_block_routing_bytes(a.n_experts), sms)
-               : moe_direct_multi_enabled() && moe_direct_multi_fits(a.m, a.top_k, a.n_shared) && v.down_multi_ring &&
-                     t.tiles == 1 &&
-                     moe_nvfp4_down_multi_ring_fits(p, t.unroll, 0, sms);
-  return moe_self_routing_enabled() && down_ok && a.after_router && a.f16_activations && a.m >= 1 &&
-         a.m <= kMoeDirectMaxTokens && r.m == a.m && a.top_k >= 1 && a.top_k <= a.n_experts &&
-         a.top_k + a.n_shared <= kMoeDirectMaxSlots && r.n_experts == a.n_experts && r.top_k == a.top_k &&
-         r.expert_idx == a.expert_idx && r.expert_weight == a.expert_weight &&
-         a.n_experts <= kMoeSelfRoutingMaxExperts && r.top_k <= kMoeBlockRoutingMaxTopK && r.n_group >= 1 &&
-         r.n_group <= 32 && a.n_experts % r.n_group == 0 && nvfp4_mma(a.gate_up, a.x) &&
-         nvfp4_mma(a.down, /*h: aligned*/ nullptr);
+  return moe_self_routing_enabled() && v.down_prefetch && a.after_router && a.f16_activations && a.m == 1 && r.m == 1 &&
+         a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared <= kMoeDirectMaxSlots &&
+         r.n_experts == a.n_experts && r.top_k == a.top_k && r.expert_idx == a.expert_idx &&
+         r.expert_weight == a.expert_weight && a.n_experts <= kMoeSelfRoutingMaxExperts &&
+         r.top_k <= kMoeBlockRoutingMaxTopK && r.n_group >= 1 && r.n_group <= 32 && a.n_experts % r.n_group == 0 &&
+         nvfp4_mma(a.gate_up, a.x) && nvfp4_mma(a.down, /*h: aligned*/ nullptr) &&
+         moe_nvfp4_down_prefetch_fits(p, t.tiles, t.unroll, moe_block_routing_bytes(a.n_experts),
+                                      current_device_props().sm_count);
 }
 }  // namespace
 

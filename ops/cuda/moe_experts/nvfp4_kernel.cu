@@ -99,17 +99,15 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   // 2026-12-03, moonlight: the conversions waiting for x were 8% of the kernel's stall samples).
   Nvfp4XStager<2> x_stager(p.x, p.hidden, p.direct ? 1 : p.m, p.hidden / 32, (p.hidden / 32 + 3) / 4);
   pg_tl_mark(TimelineKernel::kGateUp, 0);
-  // p.self_routing: the block's routing scratch, after what the kernel's dynamic shared memory holds
-  // (one token's, or m tokens' on the direct multi path).
+  // p.self_routing: the block's routing scratch, after what the kernel's dynamic shared memory holds.
   extern __shared__ uint4 gate_up_nvfp4_dyn[];
-  char* const routing_smem = reinterpret_cast<char*>(gate_up_nvfp4_dyn) + p.routing_smem;
-  auto routing = [&] { return MoeBlockRouting(routing_smem, p.routing.n_experts); };
-  auto routing_multi = [&] { return MoeBlockRoutingMulti(routing_smem, p.routing.n_experts, p.m); };
+  auto routing = [&] {
+    return MoeBlockRouting(reinterpret_cast<char*>(gate_up_nvfp4_dyn) + p.routing_smem, p.routing.n_experts);
+  };
   // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch
   // (self-routing: for the router's logits, the routing's input; down routes from them too).
   if (!shared) {
-    if (p.self_routing)
-      moe_block_route_stage_bias(p.routing, p.direct ? routing().bias : routing_multi().bias, tid, kWarps * kWarpSize);
+    if (p.self_routing) moe_block_route_stage_bias(p.routing, routing(), tid, kWarps * kWarpSize);
     pdl_wait();
     pg_tl_mark(TimelineKernel::kGateUp, 1);
     if constexpr (kStagedX) x_stager.load();
@@ -128,15 +126,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
     lo = slot, hi = slot + 1;
   } else if (!shared && p.direct_multi) {  // slot: the step's slot-th distinct expert, if any
-    const int32_t* idx = p.expert_idx;
-    if (p.self_routing) {  // block_routing.cuh: the block routes the step's m tokens, x's loads in flight
-      const MoeBlockRoutingMulti r = routing_multi();
-      moe_block_route_multi(p.routing, p.m, r);
-      pg_tl_mark(TimelineKernel::kGateUp, 4);
-      if (slot == 0 && blockIdx.x == 0 && blockIdx.z == 0) moe_block_route_multi_publish(p.routing, p.m, r, tid);
-      idx = r.idx;
-    }
-    const WarpRouting w = warp_routing(p, idx);
+    const WarpRouting w = warp_routing(p);
     if (slot >= __popcll(static_cast<long long>(w.first))) return;
     expert = slot_expert(w, slot, pairs);
     lo = 0, hi = __popcll(static_cast<long long>(pairs));
@@ -448,15 +438,14 @@ __device__ __forceinline__ MoeMultiTask moe_multi_task(const MoeExpertsParams& p
 // h_row(c)): each one's h row and weight (shared: 1; past m_valid: h row 0, weight 0), once each. The
 // ring path reads them before the pass's mmas (the weights' loads hide under them); the per-lane path
 // after, where its registers are (read before, its unroll-4 kernel spilled 60 bytes instead of 8).
-// weights: the step's [m, top_k] routing weights (p.expert_weight, or a self-routing block's).
 template <class HRow>
-__device__ __forceinline__ void moe_down_multi_cols(const float* weights, int t, int m_valid, bool shared,
+__device__ __forceinline__ void moe_down_multi_cols(const MoeExpertsParams& p, int t, int m_valid, bool shared,
                                                     HRow&& h_row, int (&hr)[2], float (&wgt)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int c = 2 * t + h;
     hr[h] = c < m_valid ? h_row(c) : 0;
-    wgt[h] = shared ? 1.0f : c < m_valid ? weights[hr[h]] : 0.0f;
+    wgt[h] = shared ? 1.0f : c < m_valid ? p.expert_weight[hr[h]] : 0.0f;
   }
 }
 
@@ -508,14 +497,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared);
   const int k_split = moe_nvfp4_down_direct_split(p.top_k + p.n_shared);
-  extern __shared__ uint4 down_multi_smem[];  // [n_h] staged h rows, then [warps][kRingStages] Stage (kRing)
-  // p.self_routing: gate_up's blocks routed the step and its block (0, 0, 0) wrote expert_idx /
-  // expert_weight; this block reads them after its wait (routing here, before the wait, was on the
-  // layer's path: a block of this kernel only becomes resident as gate_up's blocks leave its SM).
-  if (p.self_routing) pdl_wait();
-  const int32_t* idx = p.expert_idx;
-  const float* weights = p.expert_weight;
-  const WarpRouting w = warp_routing(p, idx);
+  const WarpRouting w = warp_routing(p);
   const int n_distinct = __popcll(static_cast<long long>(w.first));
   const int n_tasks = (n_distinct + p.n_shared) * k_split;
   const int64_t row0 = int64_t(blockIdx.x) * kR;
@@ -525,6 +507,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     constexpr int kRingStages = kMoeNvfp4DownMultiRingStages(kUnroll);
     using Stage = Nvfp4RingStage<1, kUnroll>;
     moe_h_frags_init(p, &h_bar);
+    extern __shared__ uint4 down_multi_smem[];  // [n_h] staged h rows, then [warps][kRingStages] Stage
     const int steps = int(k_steps), row_vecs = steps * kNvfp4MmaXStepVecs;
     uint4* xs = down_multi_smem;
     Stage* ring = reinterpret_cast<Stage*>(down_multi_smem + n_h * row_vecs) + warp * kRingStages;
@@ -579,7 +562,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       int hr[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) s2[h] = scale_2_of(p.down, down_tile_row(p, expert, row0, g, h));
-      moe_down_multi_cols(weights, t, m_valid, shared, h_row, hr, wgt);
+      moe_down_multi_cols(p, t, m_valid, shared, h_row, hr, wgt);
       int s0, s1;
       const int n = steps_of(task, s0, s1);
       const uint4* xl = xs + h_row(g < m_valid ? g : 0) * row_vecs;  // past the pairs: a column never written
@@ -604,13 +587,13 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
         nvfp4_mma_stream<1, kUnroll, true>(k.wrow, k.srow, xrow, k_chunks, s0, s1, acc);
         float wgt[2];
         int hr[2];
-        moe_down_multi_cols(weights, t, m_valid, shared, h_row, hr, wgt);
+        moe_down_multi_cols(p, t, m_valid, shared, h_row, hr, wgt);
         moe_down_multi_part(s_part, kpart * n_h, g, t, m_valid, hr, wgt, acc[0], s2);
       }
     }
   }
   pdl_wait();  // warps without a k-step; y is written below
-  moe_token_order(p, idx, s_order);
+  moe_token_order(p, s_order);
   __syncthreads();
   moe_down_multi_sum<kR>(p, s_part, s_order, k_split, n_routed, n_h, row0);
 }
@@ -695,7 +678,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1>
 cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
   MoeExpertsParams p = p_in;  // routing_smem set below
-  const size_t routing_bytes = p.self_routing ? moe_self_routing_bytes(p.routing.n_experts, p.direct ? 1 : p.m) : 0;
+  const size_t routing_bytes = p.self_routing ? moe_block_routing_bytes(p.routing.n_experts) : 0;
   constexpr int kRowsPerBlock = kWarps / kKSplit * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared * p.shared_slots), unsigned(moe_gate_up_splits(p.m)));
@@ -775,26 +758,23 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p_in, bool staged, bool p
                     stream, p);
 }
 
-// p.self_routing: the ring's (or no) dynamic shared memory, then the block's routing scratch.
 template <int kUnroll>
-cudaError_t down_multi_launch(const MoeExpertsParams& p_in, bool ring, cudaStream_t stream) {
-  MoeExpertsParams p = p_in;  // routing_smem set below
-  const size_t routing_bytes = 0;  // the step's routing is gate_up's (p.self_routing)
+cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, cudaStream_t stream) {
   const dim3 grid(unsigned((int64_t(p.hidden) + kMmaRows - 1) / kMmaRows));
   const dim3 block(kMoeDirectMaxSlots * kWarpSize);
   if constexpr (kMoeNvfp4DownMultiRingStages(kUnroll) >= 2) {
     const size_t rb = moe_nvfp4_down_multi_ring_bytes(p.m * (p.top_k + p.n_shared), p.inter, kUnroll);
-    if (ring && moe_nvfp4_down_multi_ring_fits(p, kUnroll, routing_bytes, current_device_props().sm_count)) {
+    // One block per SM (its ring and h take most of the SM's shared memory); 4-byte scale words.
+    if (ring && rb <= kMoeNvfp4DownMultiRingMaxBytes && nvfp4_x1_ok(p.inter, p.down.scale_fp8) &&
+        p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
       static_assert(sizeof(Nvfp4RingStage<1, kUnroll>) == size_t(kUnroll) * kNvfp4RingStageBytes,
                     "moe_nvfp4_down_multi_ring_bytes counts the ring's stage size");
       constexpr auto kKernel = moe_down_multi_nvfp4_kernel<kUnroll, true>;
       if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-      p.routing_smem = uint32_t(rb);
-      return launch_pdl(kKernel, grid, block, rb + routing_bytes, stream, p);
+      return launch_pdl(kKernel, grid, block, rb, stream, p);
     }
   }
-  p.routing_smem = 0;
-  return launch_pdl(moe_down_multi_nvfp4_kernel<kUnroll, false>, grid, block, routing_bytes, stream, p);
+  return launch_pdl(moe_down_multi_nvfp4_kernel<kUnroll, false>, grid, block, 0, stream, p);
 }
 
 template <int kUnroll>

@@ -115,16 +115,6 @@ inline size_t moe_nvfp4_down_multi_ring_bytes(int64_t n_h, int64_t inter, int un
              size_t(kNvfp4RingStageBytes);
 }
 constexpr size_t kMoeNvfp4DownMultiRingMaxBytes = size_t(227 << 10) - 8448 - 16;  // less s_part, s_order, h_bar
-// Whether the 2..8-token down takes its rings (down_multi_launch): `extra` bytes of dynamic shared
-// memory beside them (a self-routing block's scratch), 4-byte aligned scale rows, and one block per SM
-// (the rings and h take most of an SM's shared memory).
-inline bool moe_nvfp4_down_multi_ring_fits(const MoeExpertsParams& p, int unroll, size_t extra, int sm_count) {
-  const int64_t blocks = (int64_t(p.hidden) + kMmaRows - 1) / kMmaRows;
-  return kMoeNvfp4DownMultiRingStages(unroll) >= 2 &&
-         moe_nvfp4_down_multi_ring_bytes(p.m * (p.top_k + p.n_shared), p.inter, unroll) + extra <=
-             kMoeNvfp4DownMultiRingMaxBytes &&
-         nvfp4_x1_ok(p.inter, p.down.scale_fp8) && p.down.scale_fp8_cols % 4 == 0 && blocks <= sm_count;
-}
 
 // down planned: warps of a block splitting K (config.h).
 __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t inter) {

@@ -73,19 +73,6 @@ __host__ __device__ constexpr size_t moe_block_routing_floats(int64_t n_experts)
 __host__ __device__ constexpr size_t moe_block_routing_bytes(int64_t n_experts) {
   return (moe_block_routing_floats(n_experts) * sizeof(float) + 15) / 16 * 16;
 }
-// The same for m = 2..kMoeDirectMaxTokens tokens (moe_block_route_multi, the direct multi kernels):
-// m x E scores, m x E selection values, E biases, each token's 32 group keys, then the m x top_k
-// choices (<= kMoeDirectMaxRouted), their scores and their weights, and each token's maximum and sum.
-__host__ __device__ constexpr size_t moe_block_routing_multi_floats(int64_t n_experts, int64_t m) {
-  return size_t(2 * m * n_experts + n_experts + 32 * m + 3 * kMoeDirectMaxRouted + 2 * kMoeDirectMaxTokens);
-}
-__host__ __device__ constexpr size_t moe_block_routing_multi_bytes(int64_t n_experts, int64_t m) {
-  return (moe_block_routing_multi_floats(n_experts, m) * sizeof(float) + 15) / 16 * 16;
-}
-// A self-routing kernel's scratch at m tokens (1: moe_block_route's, else moe_block_route_multi's).
-__host__ __device__ constexpr size_t moe_self_routing_bytes(int64_t n_experts, int64_t m) {
-  return m == 1 ? moe_block_routing_bytes(n_experts) : moe_block_routing_multi_bytes(n_experts, m);
-}
 
 // One call of the op, passed as `const __grid_constant__` to every kernel.
 struct MoeExpertsParams {
@@ -120,13 +107,12 @@ struct MoeExpertsParams {
   // between). Its shared-expert blocks start at once (the router passes its own pdl_wait before it
   // triggers, so x is complete); the routed blocks wait for the routing, then trigger down.
   bool gate_up_pdl = false;
-  // Direct (m = 1) or direct multi (m = 2..8) on the NVFP4 tensor-core kernels, under gate_up_pdl:
-  // the router wrote only the logits (routing.logits; moe_router's MoeRouterMode::kLogitsOnly), and
-  // the kernels route the step's tokens themselves (moe_experts/block_routing.cuh): every routed
-  // gate_up block after its wait, every down block before its own; gate_up's block (0, 0, 0) writes
-  // routing.expert_idx / expert_weight (= expert_idx / expert_weight) for readers after the layer. The
-  // kernels then read neither. routing_smem: the byte offset of the block's routing scratch
-  // (moe_self_routing_bytes) in the kernel's dynamic shared memory (the launcher's).
+  // Direct (m = 1) on the NVFP4 tensor-core kernels, under gate_up_pdl: the router wrote only the
+  // logits (routing.logits; moe_router's MoeRouterMode::kLogitsOnly), and the kernels route the token
+  // themselves (moe_experts/block_routing.cuh): every routed gate_up block after its wait, every down
+  // block before its own; gate_up's block (0, 0) writes routing.expert_idx / expert_weight (= expert_idx /
+  // expert_weight) for readers after the layer. The kernels then read neither. routing_smem: the byte
+  // offset of the block's routing scratch in the kernel's dynamic shared memory (the launcher's).
   bool self_routing = false;
   MoeRoutingParams routing;
   uint32_t routing_smem = 0;
