@@ -259,7 +259,7 @@ done
 
 # ---- 5. `peregrine bench --synthetic` (issue #5's figures), each capped ------------------------
 PEREGRINE=$BUILD/peregrine
-# NAME:DTYPE:LAYERS[:spec|:attn[:VAR=VAL,...]] (spec: also the verify / draft step costs at k = 1, 2, 3,
+# BENCHES (PG_SUITE_BENCHES, read in 4c for its reserve): NAME:DTYPE:LAYERS[:spec|:attn[:VAR=VAL,...]] (spec: also the verify / draft step costs at k = 1, 2, 3,
 # issue 7; attn: with PEREGRINE_PREFILL_ATTENTION=0, the CUDA-core prefill attention; a fifth field
 # sets environment variables, e.g. a gated path: "moonlight-16b-a3b:bf16:0:spec:PEREGRINE_FUSED_NORMS=1").
 : >"$OUT/bench_model.txt"
