@@ -664,7 +664,8 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
     me.expert_idx = expert_idx, me.expert_weight = expert_w, me.top_k = c.num_experts_per_tok;
     // gate_up under PDL after the router; the routing record's copy would sit between them.
     me.after_router = cu::moe_gate_up_pdl_enabled() && !routing_rec;
-    // One token on the NVFP4 expert kernels where down prefetches: they route it from the logits.
+    // One token on the NVFP4 expert kernels where down prefetches, or on the FP8 tensor-core ones: they
+    // route it from the logits.
     self_routed = !prefill_path(T) && cu::moe_experts_self_routing(me, r);
     ops::MoeRouterArgs ro;
     ro.x = a, ro.router = &L.router, ro.logits = router_logits, ro.routing = r;

@@ -6,9 +6,9 @@
 // chain: a shared-expert block that read x before the GEMV finished, or a routed block (or down)
 // that read the routing before the router finished, gives NaNs or other experts. bf16 experts
 // (moe_experts/kernel.cu) and NVFP4 experts (the tensor-core kernels, m = 1 with the staged-x ring),
-// m = 1 (direct) and m = 3 (direct multi).
+// m = 1 (direct) and m = 3 (direct multi); FP8 experts (fp8_kernel.cu) too.
 //
-// Self-routing (MoeExpertsParams::self_routing, NVFP4 at m = 1): the router writes only the logits
+// Self-routing (MoeExpertsParams::self_routing, NVFP4 and FP8 at m = 1): the router writes only the logits
 // and the expert kernels route the token themselves (moe_experts_routing). Its output, expert_idx
 // and expert_weight must have the ordinary chain's bits, for the routings of the family: moonlight's
 // (sigmoid, noaux_tc, one group), V3's (eight groups, four kept), V2-Lite's (softmax, greedy), V2's
@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ostream>
@@ -85,8 +86,27 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
   const int64_t gu_rows = n_stack * 2 * I, dn_rows = n_stack * H;
   cuda::DeviceBuffer<uint16_t> gu16, dn16;
   cuda::DeviceBuffer<uint8_t> gu4, dn4, gus, dns;
+  cuda::DeviceBuffer<float> gu_inv, dn_inv;
   Matrix gate_up, down;
-  if (c.format == WeightFormat::kBF16) {
+  if (c.format == WeightFormat::kFp8Block) {  // finite e4m3 codes, 128 x 128 block scales around 2^-9
+    auto codes = [&](int64_t n, uint64_t s) {
+      std::vector<uint8_t> v(static_cast<size_t>(n));
+      for (size_t i = 0; i < v.size(); ++i) {
+        const uint8_t b = uint8_t(splitmix64(s + i) & 0xff);
+        v[i] = (b & 0x7f) == 0x7f ? uint8_t(b ^ 1) : b;  // not the NaN codes
+      }
+      return v;
+    };
+    auto scales = [&](int64_t rows, int64_t cols, uint64_t s) {
+      std::vector<float> v(static_cast<size_t>(((rows + 127) / 128) * ((cols + 127) / 128)));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::exp2(-9.0f + 2.0f * uniform_pm1(s, i));
+      return v;
+    };
+    gu4 = to_device(codes(gu_rows * H, seed + 6)), dn4 = to_device(codes(dn_rows * I, seed + 7));
+    gu_inv = to_device(scales(gu_rows, H, seed + 8)), dn_inv = to_device(scales(dn_rows, I, seed + 9));
+    gate_up = Matrix{WeightFormat::kFp8Block, gu_rows, H, gu4.data(), gu_inv.data(), 128, 128};
+    down = Matrix{WeightFormat::kFp8Block, dn_rows, I, dn4.data(), dn_inv.data(), 128, 128};
+  } else if (c.format == WeightFormat::kBF16) {
     std::vector<uint16_t> g(static_cast<size_t>(gu_rows * H)), d(static_cast<size_t>(dn_rows * I));
     for (size_t i = 0; i < g.size(); ++i) g[i] = f32_to_bf16(0.04f * uniform_pm1(seed + 4, i));
     for (size_t i = 0; i < d.size(); ++i) d[i] = f32_to_bf16(0.05f * uniform_pm1(seed + 5, i));
@@ -214,6 +234,15 @@ const PdlCase kPdlCases[] = {
     {"nvfp4_m1_self_v3_256", WeightFormat::kNvfp4, 1, true, kV3Full},
     {"nvfp4_m1_self_v2_160", WeightFormat::kNvfp4, 1, true, kV2Full},
     {"nvfp4_m1_self_e18", WeightFormat::kNvfp4, 1, true, kE18},
+    // The FP8 tensor-core experts: under PDL at 1 and 3 tokens, self-routed at one token (down reads
+    // gate_up's published routing after its wait).
+    {"fp8_m1", WeightFormat::kFp8Block, 1},
+    {"fp8_m3", WeightFormat::kFp8Block, 3},
+    {"fp8_m1_self", WeightFormat::kFp8Block, 1, true},
+    {"fp8_m1_self_v3", WeightFormat::kFp8Block, 1, true, kV3},
+    {"fp8_m1_self_v2", WeightFormat::kFp8Block, 1, true, kV2},
+    {"fp8_m1_self_ties", WeightFormat::kFp8Block, 1, true, kTies},
+    {"fp8_m1_self_v3_256", WeightFormat::kFp8Block, 1, true, kV3Full},
 };
 
 INSTANTIATE_TEST_SUITE_P(Chains, MoeLayerPdlCuda, ::testing::ValuesIn(kPdlCases),

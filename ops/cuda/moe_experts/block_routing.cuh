@@ -157,7 +157,7 @@ __device__ __forceinline__ void moe_block_route(const MoeRoutingParams& params, 
   __syncthreads();
 }
 
-__device__ __noinline__ void moe_block_route_call(const MoeRoutingParams& params, int t, const MoeBlockRouting& s) {
+static __device__ __noinline__ void moe_block_route_call(const MoeRoutingParams& params, int t, const MoeBlockRouting& s) {
   moe_block_route(params, t, s);
 }
 

@@ -14,6 +14,7 @@
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/fp8_mma.cuh"
+#include "ops/cuda/moe_experts/block_routing.cuh"
 #include "ops/cuda/moe_experts/common.cuh"
 #include "ops/cuda/moe_experts/fp8_params.h"
 
@@ -39,7 +40,10 @@ __device__ __forceinline__ const float* fp8_scales_row(const MoeWeightParams& w,
 // the step's x rows staged once per block as f16 B fragments (fp8_mma_staged_bytes), lane g reads
 // its pair's token row; else lane g reads it from L2 at every k-step. Both give the same f16 values
 // in the same mma slots with the same k-steps, so a pair's h has the same bits at any m. Routed
-// slots wait for the routing (PDL) before they read expert_idx, then trigger down's launch.
+// slots wait for the routing (PDL) before they read expert_idx, then trigger down's launch
+// (p.self_routing, m = 1: they wait for the router's logits and route the token themselves, as the
+// NVFP4 kernel's, the block's scratch after the staged x; block (0, 0, 0) writes expert_idx /
+// expert_weight, which down reads after its wait).
 // kMinBlocks: blocks per SM the registers must allow (moe_fp8_gate_up_min_blocks); at 5 the staging
 // issues two items' loads at a time instead of four (<= 96 registers without a spill).
 template <int kTiles, int kUnroll, int kWarps, bool kStagedX, int kMinBlocks>
@@ -49,14 +53,27 @@ __global__ void __launch_bounds__(kWarps * kWarpSize, kMinBlocks) moe_gate_up_fp
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
   const int slot = blockIdx.y;
   const bool shared = slot >= p.max_active;
-  if (!shared) pdl_wait();
+  auto routing = [&] {
+    return MoeBlockRouting(reinterpret_cast<char*>(gate_up_fp8_xs) + p.routing_smem, p.routing.n_experts);
+  };
+  if (!shared) {
+    if (p.self_routing) moe_block_route_stage_bias(p.routing, routing(), threadIdx.x, blockDim.x);
+    pdl_wait();
+  }
   pdl_trigger();
   int64_t expert;
   int lo = 0, hi = 1;  // the slot's pairs: direct multi bit ranks, planned the plan's pair positions
   int64_t h_base = 0;  // direct: the slot's h row; shared: h row of token 0
   uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
   if (!shared && p.direct) {
-    expert = p.expert_idx[slot];
+    if (p.self_routing) {  // block_routing.cuh: the block routes the token
+      const MoeBlockRouting r = routing();
+      moe_block_route(p.routing, 0, r);
+      if (slot == 0 && blockIdx.x == 0 && blockIdx.z == 0) moe_block_route_publish(p.routing, 0, r, threadIdx.x);
+      expert = r.idx[slot];
+    } else {
+      expert = p.expert_idx[slot];
+    }
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it (block-uniform)
     h_base = slot;
   } else if (!shared && p.direct_multi) {  // the step's slot-th distinct expert, if any
@@ -152,6 +169,10 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int n_slots = p.top_k + p.n_shared, k_split = moe_nvfp4_down_direct_split(n_slots);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
   const int slot = warp / k_split, kpart = warp % k_split;
+  // p.self_routing: gate_up's block (0, 0, 0) wrote expert_idx / expert_weight; read after the wait
+  // (a block of this kernel becomes resident only as gate_up's leave its SM: routing here would sit
+  // on the layer's path, as session 34's 2..8-token down measured).
+  if (p.self_routing) pdl_wait();
   const auto [expert, rank, shared, valid] = moe_direct_slot(p, slot);
   const int64_t row0 = int64_t(blockIdx.x) * kR, e = valid ? expert : 0;
   Fp8MmaRows<kTiles> rows;
@@ -340,13 +361,18 @@ cudaError_t gate_up_fp8_launch(const MoeExpertsParams& p, dim3 grid, bool staged
   constexpr int kTiles = 1, kUnroll = kMoeFp8GateUpUnroll, kWarps = kMoeFp8GateUpWarps;
   const dim3 block(kWarps * kWarpSize);
   const size_t xs = staged ? fp8_mma_staged_bytes(p.m, p.hidden) : 0;
+  // p.self_routing: the block's routing scratch after the staged x (16-byte multiples).
+  const size_t routing_bytes = p.self_routing ? moe_block_routing_bytes(p.routing.n_experts) : 0;
+  MoeExpertsParams q = p;
+  q.routing_smem = uint32_t(xs);
   if (xs > 0) {
     constexpr auto kKernel = moe_gate_up_fp8_kernel<kTiles, kUnroll, kWarps, true, kMinBlocks>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, block, xs, stream, p); e != cudaSuccess) return e;
+    if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, block, xs + routing_bytes, stream, q); e != cudaSuccess)
+      return e;
   } else {
     if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, moe_gate_up_fp8_kernel<kTiles, kUnroll, kWarps, false, kMinBlocks>,
-                                      grid, block, 0, stream, p);
+                                      grid, block, routing_bytes, stream, q);
         e != cudaSuccess)
       return e;
   }

@@ -64,12 +64,20 @@ bool moe_self_routing_enabled() {
   static const bool on = env_switch("PEREGRINE_MOE_SELF_ROUTING", true);
   return on;
 }
+// The same for the FP8 tensor-core kernels, under moe_self_routing_enabled: on unless
+// PEREGRINE_MOE_FP8_SELF_ROUTING=0.
+namespace {
+bool moe_fp8_self_routing_enabled() {
+  static const bool on = env_switch("PEREGRINE_MOE_FP8_SELF_ROUTING", true);
+  return on;
+}
+}  // namespace
 
 // The kernels route the token themselves (MoeExpertsParams::self_routing) on the direct one-token path of
 // the NVFP4 tensor-core kernels (both stacks), under PDL after the router, with the routing's outputs
 // the experts' inputs and its shape within the block routine's (block_routing.cuh), where down
 // prefetches its weights (moe_nvfp4_down_prefetch_fits: one block per SM, each routing once before
-// its wait). Not V3's 448 down blocks of 512 threads: those past the first wave routed on the
+// its wait); and on the FP8 tensor-core kernels' one-token path (gate_up routes, down reads). Not V3's 448 down blocks of 512 threads: those past the first wave routed on the
 // layer's path (H200, 2026-12-04, 27e47fc, V3 4L nvfp4 886.6 -> 872.6 tok/s with them). h lives in
 // the workspace, 256-byte aligned (moe_experts checks it), so down's vector path is its weights'.
 // Under variant v (moe_experts_variant's; the environment's for moe_experts_self_routing), these
@@ -85,14 +93,22 @@ bool self_routing_ok(const MoeExpertsArgs& a, const MoeRoutingArgs& r, const Moe
   MmaTile t = moe_nvfp4_down_tile();
   if (v.down_tiles) t.tiles = v.down_tiles;
   if (v.down_unroll) t.unroll = v.down_unroll;
-  return moe_self_routing_enabled() && v.down_prefetch && a.after_router && a.f16_activations && a.m == 1 && r.m == 1 &&
-         a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared <= kMoeDirectMaxSlots &&
+  const bool nvfp4 = nvfp4_mma(a.gate_up, a.x) && nvfp4_mma(a.down, /*h: aligned*/ nullptr) && v.down_prefetch &&
+                     moe_nvfp4_down_prefetch_fits(p, t.tiles, t.unroll, moe_block_routing_bytes(a.n_experts),
+                                                  current_device_props().sm_count);
+  // The FP8 tensor-core kernels at one token (fp8_kernel.cu): gate_up's routed blocks route the token,
+  // down reads the routing gate_up's block (0, 0, 0) wrote, after its wait (PEREGRINE_MOE_FP8_SELF_ROUTING=0:
+  // the router's routing for them).
+  const auto fp8_mma = [&](const Matrix* w, const void* x, int64_t k) {
+    return w && v.fp8_mma && vector_path_ok(*w, x) && fp8_experts_mma(*w, k);
+  };
+  const bool fp8 = moe_fp8_self_routing_enabled() && fp8_mma(a.gate_up, a.x, a.hidden) &&
+                   fp8_mma(a.down, /*h: aligned*/ nullptr, a.inter);
+  return moe_self_routing_enabled() && (nvfp4 || fp8) && a.after_router && a.f16_activations && a.m == 1 &&
+         r.m == 1 && a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared <= kMoeDirectMaxSlots &&
          r.n_experts == a.n_experts && r.top_k == a.top_k && r.expert_idx == a.expert_idx &&
          r.expert_weight == a.expert_weight && a.n_experts <= kMoeSelfRoutingMaxExperts &&
-         r.top_k <= kMoeBlockRoutingMaxTopK && r.n_group >= 1 && r.n_group <= 32 && a.n_experts % r.n_group == 0 &&
-         nvfp4_mma(a.gate_up, a.x) && nvfp4_mma(a.down, /*h: aligned*/ nullptr) &&
-         moe_nvfp4_down_prefetch_fits(p, t.tiles, t.unroll, moe_block_routing_bytes(a.n_experts),
-                                      current_device_props().sm_count);
+         r.top_k <= kMoeBlockRoutingMaxTopK && r.n_group >= 1 && r.n_group <= 32 && a.n_experts % r.n_group == 0;
 }
 }  // namespace
 

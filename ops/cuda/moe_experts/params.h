@@ -107,12 +107,13 @@ struct MoeExpertsParams {
   // between). Its shared-expert blocks start at once (the router passes its own pdl_wait before it
   // triggers, so x is complete); the routed blocks wait for the routing, then trigger down.
   bool gate_up_pdl = false;
-  // Direct (m = 1) on the NVFP4 tensor-core kernels, under gate_up_pdl: the router wrote only the
-  // logits (routing.logits; moe_router's MoeRouterMode::kLogitsOnly), and the kernels route the token
-  // themselves (moe_experts/block_routing.cuh): every routed gate_up block after its wait, every down
-  // block before its own; gate_up's block (0, 0) writes routing.expert_idx / expert_weight (= expert_idx /
-  // expert_weight) for readers after the layer. The kernels then read neither. routing_smem: the byte
-  // offset of the block's routing scratch in the kernel's dynamic shared memory (the launcher's).
+  // Direct (m = 1) on the NVFP4 or FP8 tensor-core kernels, under gate_up_pdl: the router wrote only
+  // the logits (routing.logits; moe_router's MoeRouterMode::kLogitsOnly), and the kernels route the
+  // token themselves (moe_experts/block_routing.cuh): every routed gate_up block after its wait, and
+  // NVFP4's down blocks before their own; gate_up's block (0, 0, 0) writes routing.expert_idx /
+  // expert_weight (= expert_idx / expert_weight) for readers after the layer, FP8's down among them
+  // (after its wait). routing_smem: the byte offset of the block's routing scratch in the kernel's
+  // dynamic shared memory (the launcher's).
   bool self_routing = false;
   MoeRoutingParams routing;
   uint32_t routing_smem = 0;
