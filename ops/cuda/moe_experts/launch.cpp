@@ -77,9 +77,10 @@ bool moe_fp8_self_routing_enabled() {
 // the NVFP4 tensor-core kernels (both stacks), under PDL after the router, with the routing's outputs
 // the experts' inputs and its shape within the block routine's (block_routing.cuh), where down
 // prefetches its weights (moe_nvfp4_down_prefetch_fits: one block per SM, each routing once before
-// its wait); and on the FP8 tensor-core kernels' one-token path (gate_up routes, down reads). Not V3's 448 down blocks of 512 threads: those past the first wave routed on the
-// layer's path (H200, 2026-12-04, 27e47fc, V3 4L nvfp4 886.6 -> 872.6 tok/s with them). h lives in
-// the workspace, 256-byte aligned (moe_experts checks it), so down's vector path is its weights'.
+// its wait); and on the FP8 tensor-core kernels' one-token path (gate_up routes, down reads after its
+// wait). Not V3's 448 down blocks of 512 threads: those past the first wave routed on the layer's path
+// (H200, 2026-12-04, 27e47fc, V3 4L nvfp4 886.6 -> 872.6 tok/s with them). h lives in the workspace,
+// 256-byte aligned (moe_experts checks it), so down's vector path is its weights'.
 // Under variant v (moe_experts_variant's; the environment's for moe_experts_self_routing), these
 // conditions imply the direct path, both stacks on the tensor-core kernels and gate_up under PDL.
 namespace {
