@@ -99,11 +99,16 @@ bool self_routing_ok(const MoeExpertsArgs& a, const MoeRoutingArgs& r, const Moe
                                                   current_device_props().sm_count);
   // The FP8 tensor-core kernels at one token (fp8_kernel.cu): gate_up's routed blocks route the token,
   // down reads the routing gate_up's block (0, 0, 0) wrote, after its wait (PEREGRINE_MOE_FP8_SELF_ROUTING=0:
-  // the router's routing for them).
+  // the router's routing for them). Only with the one-tile down (moe_fp8_down_direct_tiles: moonlight's
+  // 128 blocks staging h), whose first weight loads before the wait are half the two-tile one's: H200,
+  // 2026-12-04, alternating against PEREGRINE_MOE_FP8_SELF_ROUTING=0, moonlight fp8 586.5 vs 571.0 tok/s
+  // (+2.7%), V3 4L fp8 (two tiles, 224 blocks) 777.1 vs 783.1 (-0.8%).
   const auto fp8_mma = [&](const Matrix* w, const void* x, int64_t k) {
     return w && v.fp8_mma && vector_path_ok(*w, x) && fp8_experts_mma(*w, k);
   };
-  const bool fp8 = moe_fp8_self_routing_enabled() && fp8_mma(a.gate_up, a.x, a.hidden) &&
+  const int fp8_down_tiles =
+      v.fp8_down_tiles ? v.fp8_down_tiles : moe_fp8_down_direct_tiles(a.hidden, current_device_props().sm_count);
+  const bool fp8 = moe_fp8_self_routing_enabled() && fp8_down_tiles == 1 && fp8_mma(a.gate_up, a.x, a.hidden) &&
                    fp8_mma(a.down, /*h: aligned*/ nullptr, a.inter);
   return moe_self_routing_enabled() && (nvfp4 || fp8) && a.after_router && a.f16_activations && a.m == 1 &&
          r.m == 1 && a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared <= kMoeDirectMaxSlots &&
