@@ -6,7 +6,8 @@
 # instead (an A/B of two builds: gpu_suite.sh's section 5a). Prints per bench and variant the tok/s of
 # each round, their mean and the change against the first variant. Extra bench flags: PG_SWEEP_ARGS;
 # seconds a run may take: PG_SWEEP_TIMEOUT (60). PG_SWEEP_METRIC=verifyK (K = 1..4): the verify step's
-# time in ms at K drafted tokens (`--speculative-tokens K`; lower is better) instead of decode tok/s.
+# time in ms at K drafted tokens (`--speculative-tokens K`; lower is better) instead of decode tok/s;
+# PG_SWEEP_METRIC=draftK: the draft step's ms at K.
 set -uo pipefail
 BIN=${1:?usage: scripts/bench_sweep.sh PEREGRINE ROUNDS BENCHES VARIANT...}
 ROUNDS=${2:?rounds}
@@ -21,8 +22,11 @@ for b in $BENCHES; do
   if [[ $metric =~ ^verify([1-4])$ ]]; then
     args+=(--speculative-tokens "${BASH_REMATCH[1]}")
     pattern="s/^spec k=${BASH_REMATCH[1]} *verify *\\([0-9.]*\\) ms.*/\\1/p" fmt=%.3f label=" $metric(ms)"
+  elif [[ $metric =~ ^draft([1-4])$ ]]; then
+    args+=(--speculative-tokens "${BASH_REMATCH[1]}")
+    pattern="s/^spec k=${BASH_REMATCH[1]} .*; draft *\\([0-9.]*\\) ms.*/\\1/p" fmt=%.3f label=" $metric(ms)"
   elif [ "$metric" != decode ]; then
-    echo "bench_sweep: PG_SWEEP_METRIC='$metric': decode or verify1..verify4" >&2; exit 2
+    echo "bench_sweep: PG_SWEEP_METRIC='$metric': decode, verify1..verify4 or draft1..draft4" >&2; exit 2
   fi
   [ "${layers:-0}" != 0 ] && args+=(--layers "$layers")
   declare -A got=()

@@ -931,6 +931,8 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
     if (v == "twopass") opt.decode_attention = cu::MlaCores::kCudaTwoPass;
   }
   flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
+  flag("PEREGRINE_DRAFT_HEAD_FP8", opt.draft_head_fp8);
+  if (opt.exact) opt.draft_head_fp8 = false;
   return opt;
 }
 
@@ -953,6 +955,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(std::unique_ptr<DeepseekM
   impl->softmax_scale = mla_softmax_scale(impl->cfg);
   PG_ASSIGN_OR_RETURN(impl->w, upload_weights(impl->cfg, host->weights(), opt.exact, opt.progress));
   host.reset();  // the mapping is no longer needed
+  if (impl->opt.draft_head_fp8) PG_TRY(fp8_draft_heads(impl->w));
   PG_TRY(impl->init_buffers());
   return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
 }
@@ -969,6 +972,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::synthetic(const ModelConfig& cfg
                              : dtype == SyntheticDtype::kNvfp4 ? ops::WeightFormat::kNvfp4
                                                                : ops::WeightFormat::kBF16;
   PG_ASSIGN_OR_RETURN(impl->w, synthetic_weights(cfg, f, seed, opt.progress));
+  if (impl->opt.draft_head_fp8) PG_TRY(fp8_draft_heads(impl->w));
   PG_TRY(impl->init_buffers());
   return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
 }
@@ -983,8 +987,9 @@ std::string CudaRunner::describe() const {
     graphs = fmt::format("on: {} decode, {} verify, {} draft, {} draft-chain captured{}", m.counts.decode,
                          m.counts.verify, m.counts.draft, m.counts.chain,
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
-  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{})", p.name, n_blocks_, block_size_, graphs,
+  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{}{})", p.name, n_blocks_, block_size_, graphs,
                      m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "",
+                     m.opt.draft_head_fp8 ? ", FP8 draft head" : "",
                      m.opt.exact || m.opt.decode_attention == cu::MlaCores::kAuto ? ""
                      : m.opt.decode_attention == cu::MlaCores::kTensor      ? ", tensor-core decode attention"
                      : m.opt.decode_attention == cu::MlaCores::kCudaTwoPass ? ", two-pass decode attention"

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "ops/cuda/common/cuda_check.h"
+#include "ops/cuda/common/fp8_quantize.h"
 #include "ops/cuda/common/nvfp4_layout_launch.h"
 #include "ops/cuda/common/probe.h"
 
@@ -40,6 +41,27 @@ namespace {
 int64_t scale_rows(const Matrix& m) { return (m.rows + m.block_rows - 1) / m.block_rows; }
 
 }  // namespace
+
+Status fp8_draft_heads(DeviceWeights& w) {
+  std::map<const void*, Matrix> done;  // one copy per distinct head (the MTP layers share the model's)
+  for (DevMtp& d : w.mtp) {
+    const Matrix& h = d.head;
+    if (auto it = done.find(h.data); it != done.end()) {
+      d.head = it->second;
+      continue;
+    }
+    if ((h.format != WeightFormat::kBF16 && h.format != WeightFormat::kF32) || h.cols % 64 != 0) continue;
+    const int64_t blocks = ((h.rows + 127) / 128) * ((h.cols + 127) / 128);
+    PG_ASSIGN_OR_RETURN(void* codes, w.arena.alloc(size_t(h.rows * h.cols)));
+    PG_ASSIGN_OR_RETURN(void* scales, w.arena.alloc(size_t(blocks) * 4));
+    PG_CUDA_TRY(ops::cuda::fp8_quantize_blocks(h.data, h.format == WeightFormat::kBF16, h.rows, h.cols,
+                                                static_cast<uint8_t*>(codes), static_cast<float*>(scales), nullptr));
+    Matrix q{WeightFormat::kFp8Block, h.rows, h.cols, codes, static_cast<const float*>(scales), 128, 128};
+    done.emplace(h.data, q);
+    d.head = q;
+  }
+  return ok_status();
+}
 
 size_t matrix_bytes(const Matrix& m) {
   if (m.format == WeightFormat::kNvfp4)  // packed E2M1 pairs + one e4m3 scale per 16 values (+ scale_2 groups)

@@ -83,6 +83,14 @@ Result<DeviceWeights> upload_weights(const ModelConfig& cfg, const ModelWeights&
 Result<DeviceWeights> synthetic_weights(const ModelConfig& cfg, ops::WeightFormat format, uint64_t seed,
                                         const LoadProgress& progress);
 
+// The MTP layers' heads as DeepSeek FP8 (e4m3 codes, one scale per 128 x 128 block), for drafting:
+// a bf16 or f32 head (the model's lm_head, shared, or the MTP layer's own) is quantized once on the
+// device and each DevMtp::head points at its copy; the main lm_head is untouched. Drafts stay
+// lossless whatever head makes them (verification decides what is emitted); the FP8 copy halves the
+// bytes a draft step's head reads (moonlight: 671 of the draft step's bytes are the bf16 head), for
+// some acceptance. Heads already FP8 / NVFP4, or whose K the FP8 kernels do not take, stay.
+Status fp8_draft_heads(DeviceWeights& w);
+
 size_t matrix_elem_bytes(const ops::Matrix& m);
 // Bytes of a matrix including its block scales.
 size_t matrix_bytes(const ops::Matrix& m);

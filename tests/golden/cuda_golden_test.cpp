@@ -819,13 +819,15 @@ TEST(CudaSpecGraphs, VerifyAndDraftGraphsMatchEagerLaunches) {
 // An engine over a CUDA runner (default mode, up to 4 sequences) for the speculation tests: k drafts
 // per step, at most `seqs` sequences per step, speculative graphs on or off, the GPU sampler (and so
 // the device draft chain) or the host's. *runner: the runner the engine owns, for its graph counts.
+// fp8_draft_head: the MTP layer drafts through an FP8 copy of its head (CudaRunnerOptions::draft_head_fp8).
 Result<std::unique_ptr<Engine>> make_spec_engine(const std::filesystem::path& dir, std::shared_ptr<Tokenizer> tok,
                                                  int64_t k, int64_t seqs, bool graphs, bool device_sampler,
-                                                 CudaRunner** runner) {
+                                                 CudaRunner** runner, bool fp8_draft_head = false) {
   PG_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> host, DeepseekModel::load(dir));
   CudaRunnerOptions o = test_options(/*exact=*/false);
   o.max_num_seqs = 4;
   o.spec_graphs = graphs;
+  o.draft_head_fp8 = fp8_draft_head;
   PG_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> r, CudaRunner::create(std::move(host), o));
   *runner = r.get();
   EngineConfig ec;
@@ -889,6 +891,58 @@ TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
       if (k > 1) {
         EXPECT_GT(c.draft_replays, 0) << "k=" << k << " seqs=" << seqs;
       }
+    }
+  }
+}
+
+// Drafting through an FP8 copy of the MTP head (CudaRunnerOptions::draft_head_fp8) changes the drafts,
+// not the output: greedy generation with k = 1 and 3, one request and four, equals plain greedy
+// generation. Prints the drafts accepted with each head (the copy's cost in acceptance).
+TEST(CudaEngine, SpeculativeFp8DraftHeadGreedyEqualsPlain) {
+  PG_REQUIRE_GPU();
+  const auto dir = model_dir("peregrine_tiny");
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto shared_tok = std::make_shared<Tokenizer>(*tok);
+  const char* prompts[] = {"The history of the English language", "def fibonacci(n):",
+                           "She walked into the room and", "The Debian package manager"};
+  auto run = [&](int64_t k, int64_t seqs, bool fp8_head) {
+    CudaRunner* runner = nullptr;
+    auto e = make_spec_engine(dir, shared_tok, k, seqs, /*graphs=*/true, /*device_sampler=*/false, &runner, fp8_head);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    std::vector<std::vector<int32_t>> ids(std::size(prompts));
+    if (!e.ok()) return ids;
+    for (size_t i = 0; i < std::size(prompts); ++i) {
+      GenerationRequest req;
+      req.prompt_ids = *tok->encode(prompts[i]);
+      req.params.max_tokens = 48;
+      req.params.temperature = 0.0;  // greedy
+      req.params.ignore_eos = true;
+      auto id = (*e)->submit(std::move(req), [&, i](GenerationEvent&& ev) {
+        ids[i].insert(ids[i].end(), ev.token_ids.begin(), ev.token_ids.end());
+        EXPECT_TRUE(ev.error.ok()) << ev.error.to_string();
+      });
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+    }
+    while ((*e)->step()) {
+    }
+    if (k > 0) {
+      const EngineStats st = (*e)->stats();
+      std::printf("[ measure  ] CUDA k=%lld seqs=%lld %s head: %lld/%lld drafts accepted; %s\n", (long long)k,
+                  (long long)seqs, fp8_head ? "FP8" : "model's", (long long)st.spec_accepted_tokens_total,
+                  (long long)st.spec_draft_tokens_total, runner->describe().c_str());
+      if (fp8_head) {
+        EXPECT_NE(runner->describe().find("FP8 draft head"), std::string::npos) << runner->describe();
+      }
+    }
+    return ids;
+  };
+  for (int64_t seqs : {1, 4}) {
+    const auto plain = run(0, seqs, false);
+    for (int64_t k : {1, 3}) {
+      run(k, seqs, false);  // the model's head, for the acceptance it prints
+      const auto spec = run(k, seqs, true);
+      for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(spec[i], plain[i]) << "k=" << k << " seqs=" << seqs << " prompt " << i;
     }
   }
 }
