@@ -838,42 +838,55 @@ Result<std::unique_ptr<Engine>> make_spec_engine(const std::filesystem::path& di
   return Engine::create(std::unique_ptr<ModelRunner>(std::move(r)), std::move(tok), ec);
 }
 
+// Greedy generation (48 tokens, EOS ignored) of each prompt through make_spec_engine's engine with
+// speculative graphs: the token ids per prompt. k > 0 prints the drafts accepted; *counts (if given)
+// receives the runner's graph counts.
+std::vector<std::vector<int32_t>> spec_greedy_ids(const std::filesystem::path& dir, const std::shared_ptr<Tokenizer>& tok,
+                                                  const std::vector<const char*>& prompts, int64_t k, int64_t seqs,
+                                                  bool fp8_draft_head, CudaGraphCounts* counts) {
+  CudaRunner* runner = nullptr;
+  auto e = make_spec_engine(dir, tok, k, seqs, /*graphs=*/true, /*device_sampler=*/false, &runner, fp8_draft_head);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  std::vector<std::vector<int32_t>> ids(prompts.size());
+  if (!e.ok()) return ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest req;
+    req.prompt_ids = *tok->encode(prompts[i]);
+    req.params.max_tokens = 48;
+    req.params.temperature = 0.0;  // greedy
+    req.params.ignore_eos = true;
+    auto id = (*e)->submit(std::move(req), [&ids, i](GenerationEvent&& ev) {
+      ids[i].insert(ids[i].end(), ev.token_ids.begin(), ev.token_ids.end());
+      EXPECT_TRUE(ev.error.ok()) << ev.error.to_string();
+    });
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+  }
+  while ((*e)->step()) {
+  }
+  if (counts) *counts = runner->graph_counts();
+  if (k > 0) {
+    const EngineStats st = (*e)->stats();
+    std::printf("[ measure  ] CUDA k=%lld seqs=%lld: %lld/%lld drafts accepted over %lld verify steps; %s\n",
+                (long long)k, (long long)seqs, (long long)st.spec_accepted_tokens_total,
+                (long long)st.spec_draft_tokens_total, (long long)st.spec_verify_steps_total,
+                runner->describe().c_str());
+    if (fp8_draft_head) {
+      EXPECT_NE(runner->describe().find("FP8 draft head"), std::string::npos) << runner->describe();
+    }
+  }
+  return ids;
+}
+
 TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
   PG_REQUIRE_GPU();
   const auto dir = model_dir("peregrine_tiny");
   auto tok = Tokenizer::load(dir);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   auto shared_tok = std::make_shared<Tokenizer>(*tok);
-  const char* prompts[] = {"The history of the English language", "def fibonacci(n):",
-                           "She walked into the room and", "The Debian package manager"};
+  const std::vector<const char*> prompts = {"The history of the English language", "def fibonacci(n):",
+                                            "She walked into the room and", "The Debian package manager"};
   auto run = [&](int64_t k, int64_t seqs, CudaGraphCounts* counts) {
-    CudaRunner* runner = nullptr;
-    auto e = make_spec_engine(dir, shared_tok, k, seqs, /*graphs=*/true, /*device_sampler=*/false, &runner);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    std::vector<std::vector<int32_t>> ids(std::size(prompts));
-    for (size_t i = 0; i < std::size(prompts); ++i) {
-      GenerationRequest req;
-      req.prompt_ids = *tok->encode(prompts[i]);
-      req.params.max_tokens = 48;
-      req.params.temperature = 0.0;  // greedy
-      req.params.ignore_eos = true;
-      auto id = (*e)->submit(std::move(req), [&, i](GenerationEvent&& ev) {
-        ids[i].insert(ids[i].end(), ev.token_ids.begin(), ev.token_ids.end());
-        EXPECT_TRUE(ev.error.ok()) << ev.error.to_string();
-      });
-      EXPECT_TRUE(id.ok()) << id.status().to_string();
-    }
-    while ((*e)->step()) {
-    }
-    if (counts) *counts = runner->graph_counts();
-    if (k > 0) {
-      const EngineStats st = (*e)->stats();
-      std::printf("[ measure  ] CUDA k=%lld seqs=%lld: %lld/%lld drafts accepted over %lld verify steps; %s\n",
-                  (long long)k, (long long)seqs, (long long)st.spec_accepted_tokens_total,
-                  (long long)st.spec_draft_tokens_total, (long long)st.spec_verify_steps_total,
-                  runner->describe().c_str());
-    }
-    return ids;
+    return spec_greedy_ids(dir, shared_tok, prompts, k, seqs, /*fp8_draft_head=*/false, counts);
   };
   for (int64_t seqs : {1, 4}) {
     const auto plain = run(0, seqs, nullptr);
@@ -904,38 +917,10 @@ TEST(CudaEngine, SpeculativeFp8DraftHeadGreedyEqualsPlain) {
   auto tok = Tokenizer::load(dir);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   auto shared_tok = std::make_shared<Tokenizer>(*tok);
-  const char* prompts[] = {"The history of the English language", "def fibonacci(n):",
-                           "She walked into the room and", "The Debian package manager"};
+  const std::vector<const char*> prompts = {"The history of the English language", "def fibonacci(n):",
+                                            "She walked into the room and", "The Debian package manager"};
   auto run = [&](int64_t k, int64_t seqs, bool fp8_head) {
-    CudaRunner* runner = nullptr;
-    auto e = make_spec_engine(dir, shared_tok, k, seqs, /*graphs=*/true, /*device_sampler=*/false, &runner, fp8_head);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    std::vector<std::vector<int32_t>> ids(std::size(prompts));
-    if (!e.ok()) return ids;
-    for (size_t i = 0; i < std::size(prompts); ++i) {
-      GenerationRequest req;
-      req.prompt_ids = *tok->encode(prompts[i]);
-      req.params.max_tokens = 48;
-      req.params.temperature = 0.0;  // greedy
-      req.params.ignore_eos = true;
-      auto id = (*e)->submit(std::move(req), [&, i](GenerationEvent&& ev) {
-        ids[i].insert(ids[i].end(), ev.token_ids.begin(), ev.token_ids.end());
-        EXPECT_TRUE(ev.error.ok()) << ev.error.to_string();
-      });
-      EXPECT_TRUE(id.ok()) << id.status().to_string();
-    }
-    while ((*e)->step()) {
-    }
-    if (k > 0) {
-      const EngineStats st = (*e)->stats();
-      std::printf("[ measure  ] CUDA k=%lld seqs=%lld %s head: %lld/%lld drafts accepted; %s\n", (long long)k,
-                  (long long)seqs, fp8_head ? "FP8" : "model's", (long long)st.spec_accepted_tokens_total,
-                  (long long)st.spec_draft_tokens_total, runner->describe().c_str());
-      if (fp8_head) {
-        EXPECT_NE(runner->describe().find("FP8 draft head"), std::string::npos) << runner->describe();
-      }
-    }
-    return ids;
+    return spec_greedy_ids(dir, shared_tok, prompts, k, seqs, fp8_head, nullptr);
   };
   for (int64_t seqs : {1, 4}) {
     const auto plain = run(0, seqs, false);
