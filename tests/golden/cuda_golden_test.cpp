@@ -838,6 +838,10 @@ Result<std::unique_ptr<Engine>> make_spec_engine(const std::filesystem::path& di
   return Engine::create(std::unique_ptr<ModelRunner>(std::move(r)), std::move(tok), ec);
 }
 
+// The speculation tests' prompts.
+const std::vector<const char*> kSpecPrompts = {"The history of the English language", "def fibonacci(n):",
+                                               "She walked into the room and", "The Debian package manager"};
+
 // Greedy generation (48 tokens, EOS ignored) of each prompt through make_spec_engine's engine with
 // speculative graphs: the token ids per prompt. k > 0 prints the drafts accepted; *counts (if given)
 // receives the runner's graph counts.
@@ -883,10 +887,8 @@ TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
   auto tok = Tokenizer::load(dir);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   auto shared_tok = std::make_shared<Tokenizer>(*tok);
-  const std::vector<const char*> prompts = {"The history of the English language", "def fibonacci(n):",
-                                            "She walked into the room and", "The Debian package manager"};
   auto run = [&](int64_t k, int64_t seqs, CudaGraphCounts* counts) {
-    return spec_greedy_ids(dir, shared_tok, prompts, k, seqs, /*fp8_draft_head=*/false, counts);
+    return spec_greedy_ids(dir, shared_tok, kSpecPrompts, k, seqs, /*fp8_draft_head=*/false, counts);
   };
   for (int64_t seqs : {1, 4}) {
     const auto plain = run(0, seqs, nullptr);
@@ -917,10 +919,8 @@ TEST(CudaEngine, SpeculativeFp8DraftHeadGreedyEqualsPlain) {
   auto tok = Tokenizer::load(dir);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   auto shared_tok = std::make_shared<Tokenizer>(*tok);
-  const std::vector<const char*> prompts = {"The history of the English language", "def fibonacci(n):",
-                                            "She walked into the room and", "The Debian package manager"};
   auto run = [&](int64_t k, int64_t seqs, bool fp8_head) {
-    return spec_greedy_ids(dir, shared_tok, prompts, k, seqs, fp8_head, nullptr);
+    return spec_greedy_ids(dir, shared_tok, kSpecPrompts, k, seqs, fp8_head, nullptr);
   };
   for (int64_t seqs : {1, 4}) {
     const auto plain = run(0, seqs, false);
