@@ -15,11 +15,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
+#include <memory>
 #include <random>
+#include <span>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/cuda/device_sampler_cuda.h"
 #include "model/cuda/cuda_runner.h"
 #include "model/cuda/device_weights.h"
 #include "model/synthetic_config.h"
@@ -34,6 +37,20 @@ namespace {
 
 namespace cu = ops::cuda;
 using Json = nlohmann::ordered_json;
+
+// The engine's greedy draft choice for draft_chain: on the GPU sampler's picker (the device
+// chain), on the host by argmax where the runner falls back to its host loop.
+class GreedyDraftPicker final : public DraftPicker {
+ public:
+  explicit GreedyDraftPicker(DeviceDraftPicker* device) : device_(device) {}
+  int32_t pick(size_t, int64_t, std::span<const float> logits) override {
+    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  DeviceDraftPicker* device() override { return device_; }
+
+ private:
+  DeviceDraftPicker* device_;
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -272,9 +289,10 @@ int run_cuda_bench(const CudaBenchOptions& o) {
   // (a replayed graph, like the decode steps above). Its bound: the plain step plus reading the
   // routed experts its extra tokens add (distinct experts per MoE layer beyond the plain step's
   // top_k, counted from a routing record of one eager run, outside the timings) at the measured
-  // HBM read rate, x1.1. Draft: k chained one-token MTP steps through forward_mtp as the engine
-  // calls it (hidden states and logits to the host each step, a sync each). Effective tokens/s:
-  // E(k) = 1 + a + ... + a^k tokens per (verify + draft) at per-draft acceptance a.
+  // HBM read rate, x1.1. Draft: draft_chain as the engine calls it (the MTP catch-up pass over the
+  // positions the verify step kept, depths 1..k-1 on the device, the drafts' ids back), weighted
+  // over how many drafts were accepted. Effective tokens/s: E(k) = 1 + a + ... + a^k tokens per
+  // (verify + draft) at per-draft acceptance a.
   int64_t first_dense = -1, first_moe = -1;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const bool moe = c.n_routed_experts > 0 && l >= c.first_k_dense_replace;
@@ -305,6 +323,13 @@ int run_cuda_bench(const CudaBenchOptions& o) {
     if (!r.ok()) return fail(r.status());
     moe_q1 = std::move(r).value();
   }
+  // Drafts picked greedily on the GPU sampler, as the engine's device chain picks them.
+  const std::shared_ptr<DeviceSampler> sampler = make_cuda_device_sampler();
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const DeviceSampler::Row greedy_row{&greedy, RngPosition{}, nullptr};
+  if (Status st = sampler->set_draft_rows(std::span(&greedy_row, 1), c.vocab_size); !st.ok()) return fail(st);
+  GreedyDraftPicker draft_picker(sampler->draft_picker());
   j["speculative"] = Json::array();
   for (int64_t k : o.speculative_tokens) {
     const int64_t q = k + 1;
@@ -366,29 +391,40 @@ int run_cuda_bench(const CudaBenchOptions& o) {
                 {"extra_expert_bytes", extra_bytes},
                 {"bound_ms", bound_ms},
                 {"meets_bound", verify_ms <= bound_ms}};
-    if (R.n_mtp_layers() > 0) {
-      const int64_t H = c.hidden_size;
-      std::vector<float> h0(static_cast<size_t>(H));
-      for (size_t i = 0; i < h0.size(); ++i) h0[i] = float(int64_t(rng() % 2001) - 1000) / 1000.0f;
-      std::vector<int32_t> dt = random_tokens(k);
-      std::vector<double> wall;
-      for (int r = -1; r < std::max(o.repeats, 9); ++r) {  // r = -1: warm-up (captures the graph)
-        if (Status st = R.synchronize(); !st.ok()) return fail(st);
-        const auto t0 = std::chrono::steady_clock::now();
-        std::vector<float> prev = h0;
-        for (int64_t d = 0; d < k; ++d) {
-          const SeqStep ms{std::span(&dt[size_t(d)], 1), o.context + q - 1 + d, table1, false};
-          StepOutput mo;
-          if (Status st = R.forward_mtp(0, std::span(&ms, 1), prev, mo); !st.ok()) return fail(st);
-          prev = std::move(mo.hidden);
+    if (R.n_mtp_layers() > 0 && draft_picker.device()) {
+      // The draft as the engine runs it (Engine::draft_next): draft_chain with the GPU sampler's
+      // greedy picker: the MTP catch-up pass over the 1 + m positions the verify step kept (m
+      // drafts accepted), then depths 1..k-1 on the device, the drafts' ids back, one sync. Its
+      // cost per m; at acceptance a, m = j with probability a^j (1 - a) (j < k) and a^k (j = k).
+      const int64_t H = c.hidden_size, last = o.context + q;  // the bonus token's position
+      std::vector<int32_t> ct = random_tokens(q);
+      std::vector<double> draft_at;  // [m]: ms with m drafts accepted
+      for (int64_t m = 0; m <= k; ++m) {
+        const int64_t n_valid = 1 + m;
+        const SeqStep cs{std::span(ct).first(size_t(n_valid)), last - n_valid, table1, false};
+        std::vector<float> h0(static_cast<size_t>(n_valid * H));
+        for (float& v : h0) v = float(int64_t(rng() % 2001) - 1000) / 1000.0f;
+        DraftRow row_d;
+        row_d.n_drafts = k, row_d.last_pos = last, row_d.block_table = table1;
+        std::vector<double> wall;
+        for (int r = -1; r < std::max(o.repeats, 9); ++r) {  // r = -1: warm-up (captures the graphs)
+          if (Status st = R.synchronize(); !st.ok()) return fail(st);
+          const auto t0 = std::chrono::steady_clock::now();
+          DraftOutput dout;
+          if (Status st = R.draft_chain(0, std::span(&cs, 1), h0, std::span(&row_d, 1), draft_picker, dout); !st.ok())
+            return fail(st);
+          const auto t1 = std::chrono::steady_clock::now();
+          if (r >= 0) wall.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         }
-        const auto t1 = std::chrono::steady_clock::now();
-        if (r >= 0) wall.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        draft_at.push_back(median(wall));
       }
-      const double draft_ms = median(wall), a = o.acceptance_rate;
-      double expected = 0, pw = 1;
+      const double a = o.acceptance_rate;
+      double expected = 0, pw = 1, draft_ms = 0;
       for (int64_t i = 0; i <= k; ++i) expected += pw, pw *= a;
+      pw = 1;
+      for (int64_t m = 0; m <= k; ++m, pw *= a) draft_ms += (m < k ? pw * (1 - a) : pw) * draft_at[size_t(m)];
       row["draft_ms"] = draft_ms;
+      row["draft_ms_by_accepted"] = draft_at;
       row["acceptance_rate"] = a;
       row["expected_tokens_per_step"] = expected;
       row["effective_tokens_per_s"] = expected * 1e3 / (verify_ms + draft_ms);
@@ -514,11 +550,15 @@ int run_cuda_bench(const CudaBenchOptions& o) {
                 (long long)v["distinct_experts_max"].get<int64_t>(),
                 (long long)v["plain_experts_per_moe_layer"].get<int64_t>(), v["extra_expert_bytes"].get<double>() / 1e6,
                 v["bound_ms"].get<double>(), v["meets_bound"].get<bool>() ? "met" : "MISSED");
-    if (v.contains("draft_ms"))
-      std::printf("; draft %.3f ms; at acceptance %.3f: %.2f tokens/step, %.0f tok/s effective vs %.0f plain",
-                  v["draft_ms"].get<double>(), v["acceptance_rate"].get<double>(),
+    if (v.contains("draft_ms")) {
+      std::printf("; draft %.3f ms (with 0..%lld accepted:", v["draft_ms"].get<double>(),
+                  (long long)v["k"].get<int64_t>());
+      for (const auto& d : v["draft_ms_by_accepted"]) std::printf(" %.3f", d.get<double>());
+      std::printf("); at acceptance %.3f: %.2f tokens/step, %.0f tok/s effective vs %.0f plain",
+                  v["acceptance_rate"].get<double>(),
                   v["expected_tokens_per_step"].get<double>(), v["effective_tokens_per_s"].get<double>(),
                   v["plain_tokens_per_s"].get<double>());
+    }
     std::printf("\n");
     if (v.contains("moe_layer")) {
       // Ops are matched by name (a layer's op names are unique); one only at q shows "-" at q = 1.

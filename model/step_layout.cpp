@@ -60,12 +60,13 @@ int64_t graph_bucket(int64_t n_seqs, int64_t q, const GraphBucketLimits& lim) {
   return b * q <= lim.max_tokens && b * q <= lim.max_rows ? b : 0;
 }
 
-StepLayout pad_graph_step(const StepLayout& L, int64_t bucket, int64_t q, int32_t scratch_block, int64_t stride) {
+StepLayout pad_graph_step(const StepLayout& L, int64_t bucket, int64_t q, int32_t scratch_block, int64_t stride,
+                          bool every_row_out) {
   StepLayout P = L;
   P.tables.resize(size_t(bucket * stride), 0);
   for (int64_t i = L.T / q; i < bucket; ++i) {
     for (int64_t j = 0; j < q; ++j) {
-      P.out_rows.push_back(int64_t(P.tokens.size()));
+      if (every_row_out || j == q - 1) P.out_rows.push_back(int64_t(P.tokens.size()));
       P.tokens.push_back(0);
       P.token_seq.push_back(int32_t(i));
       P.positions.push_back(j);

@@ -43,9 +43,11 @@ struct GraphBucketLimits {
 // above it (its projections would change kernels): it gets the largest bucket below the line.
 int64_t graph_bucket(int64_t n_seqs, int64_t q, const GraphBucketLimits& lim);
 
-// L (n_seqs sequences of q tokens each, every row out, tables of stride `stride`) padded to
-// `bucket` sequences: the padded ones are token 0 at positions 0..q-1 of `scratch_block`, all
-// their rows out, after the real rows. T becomes bucket x q.
-StepLayout pad_graph_step(const StepLayout& L, int64_t bucket, int64_t q, int32_t scratch_block, int64_t stride);
+// L (n_seqs sequences of q tokens each, tables of stride `stride`; every row out, or with
+// !every_row_out each sequence's last row, as an MTP catch-up pass has them) padded to `bucket`
+// sequences: the padded ones are token 0 at positions 0..q-1 of `scratch_block`, their rows out
+// the same way, after the real rows. T becomes bucket x q.
+StepLayout pad_graph_step(const StepLayout& L, int64_t bucket, int64_t q, int32_t scratch_block, int64_t stride,
+                          bool every_row_out = true);
 
 }  // namespace pg

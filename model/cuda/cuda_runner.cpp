@@ -815,7 +815,8 @@ Status CudaRunner::Impl::replay(int64_t kind, const StepLayout& L, int64_t bucke
   // Every buffer the graph reads sits at a fixed address: the inputs at the offsets of the
   // (bucket x q, bucket) InputLayout, uploaded here before each launch.
   // Padded sequences write and read the scratch block (the last one, past the n_blocks ids).
-  const StepLayout P = pad_graph_step(L, bucket, q, int32_t(n_blocks), table_stride);
+  // The main step's graphs take every row out at q > 1 (verify); the MTP's, each sequence's last.
+  const StepLayout P = pad_graph_step(L, bucket, q, int32_t(n_blocks), table_stride, kind == kMainStep);
   PG_ASSIGN_OR_RETURN(Step s, upload(P));
   s.max_ctx = max_model_len;  // the attention grid covers any context
   if (before) PG_TRY(before(P.T));
@@ -1145,12 +1146,14 @@ Status CudaRunner::Impl::mtp_pass(int64_t mtp_idx, std::span<const SeqStep> seqs
     if (padded_T > L.T) PG_CUDA_TRY(cudaMemsetAsync(hidden + L.T * H, 0, size_t((padded_T - L.T) * H) * 4, stream));
     return ok_status();
   };
-  // Drafting steps (one token per sequence, its row) replay a graph per bucket.
-  const int64_t n_seqs = int64_t(seqs.size());
-  bool one_each = spec_graphs() && !routing_rec && L.T == n_seqs;
-  for (const SeqStep& s : seqs) one_each = one_each && !s.no_logits;
-  if (const int64_t bucket = one_each ? graph_bucket(n_seqs, 1) : 0; bucket > 0) {
-    const Status st = replay(kMtpStep + mtp_idx, L, bucket, 1, stage_hidden);
+  // Passes whose sequences all carry q tokens and want their last row's logits replay a graph per
+  // (bucket, q): the one-token drafting steps, and the catch-up pass after a verify step, which
+  // carries 1 + the drafts accepted (eager launches of a whole MTP layer before).
+  const int64_t n_seqs = int64_t(seqs.size()), q = seqs.empty() ? 0 : int64_t(seqs[0].tokens.size());
+  bool uniform = spec_graphs() && !routing_rec && q >= 1;
+  for (const SeqStep& s : seqs) uniform = uniform && int64_t(s.tokens.size()) == q && !s.no_logits && !s.all_logits;
+  if (const int64_t bucket = uniform ? graph_bucket(n_seqs, q) : 0; bucket > 0) {
+    const Status st = replay(kMtpStep + mtp_idx, L, bucket, q, stage_hidden);
     if (st.ok()) return st;
     std::fprintf(stderr, "cuda: draft-step graph failed (%s); speculative steps run eagerly from now on\n",
                  st.to_string().c_str());

@@ -802,10 +802,31 @@ TEST(CudaSpecGraphs, VerifyAndDraftGraphsMatchEagerLaunches) {
           ASSERT_EQ(gm.n_rows, batch);
           EXPECT_TRUE(std::memcmp(gm.logits.data(), em.logits.data(), gm.logits.size() * 4) == 0) << what << " mtp logits";
           EXPECT_TRUE(std::memcmp(gm.hidden.data(), em.hidden.data(), gm.hidden.size() * 4) == 0) << what << " mtp hidden";
+          // A catch-up pass after drafts were accepted (k >= 2): the MTP layer over c = q - 1 tokens
+          // per sequence (the verified positions but the last), its last row's logits: a graph per
+          // (bucket, c) too.
+          if (const int64_t c = q - 1; c >= 2) {
+            std::vector<SeqStep> cs;
+            std::vector<float> cprev;
+            for (int64_t s = 0; s < batch; ++s) {
+              const int64_t pos = pre[size_t(s)] + step * q;
+              cs.push_back(SeqStep{std::span(ids[size_t(s)]).subspan(size_t(pos + 1), size_t(c)), pos, tables[size_t(s)]});
+              const float* h = &g.hidden_all[size_t(s * q * H)];
+              cprev.insert(cprev.end(), h, h + c * H);
+            }
+            StepOutput gc, ec;
+            ASSERT_TRUE(graph->forward_mtp(0, cs, cprev, gc).ok()) << what;
+            ASSERT_TRUE(eager->forward_mtp(0, cs, cprev, ec).ok()) << what;
+            ASSERT_EQ(gc.n_rows, batch);
+            EXPECT_TRUE(std::memcmp(gc.logits.data(), ec.logits.data(), gc.logits.size() * 4) == 0)
+                << what << " catch-up logits";
+            EXPECT_TRUE(std::memcmp(gc.hidden.data(), ec.hidden.data(), gc.hidden.size() * 4) == 0)
+                << what << " catch-up hidden";
+          }
         }
         const CudaGraphCounts after = graph->graph_counts();
         EXPECT_EQ(after.verify_replays - before.verify_replays, 2) << what;
-        EXPECT_EQ(after.draft_replays - before.draft_replays, 2) << what;
+        EXPECT_EQ(after.draft_replays - before.draft_replays, k >= 2 ? 4 : 2) << what;
         EXPECT_EQ(eager->graph_counts().verify + eager->graph_counts().draft, 0) << what;
       }
     }

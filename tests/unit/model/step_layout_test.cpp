@@ -93,6 +93,29 @@ TEST(PadGraphStep, RealRowsUnchangedPaddedRowsInTheScratchBlock) {
   }
 }
 
+TEST(PadGraphStep, LastRowsOutForTheMtpCatchUp) {
+  // An MTP catch-up pass: two sequences of q = 3 tokens, each its last row out, padded to 4: the
+  // padded sequences' last rows follow the real ones' (rows 2 and 5), then 8 and 11.
+  ModelConfig c;
+  c.vocab_size = 100, c.max_position_embeddings = 4096;
+  const int64_t bs = 16, n_blocks = 20, stride = 4, q = 3;
+  std::vector<std::vector<int32_t>> toks = {{5, 6, 7}, {8, 9, 10}};
+  std::vector<std::vector<int32_t>> tables = {{3, 4}, {7}};
+  std::vector<SeqStep> seqs;
+  const int64_t starts[] = {20, 4};
+  for (size_t i = 0; i < toks.size(); ++i) seqs.push_back(SeqStep{toks[i], starts[i], tables[i]});
+  StepLayout L;
+  ASSERT_TRUE(layout_step(c, seqs, n_blocks, bs, L, stride).ok());
+  ASSERT_EQ(L.out_rows, (std::vector<int64_t>{2, 5}));
+  const StepLayout P = pad_graph_step(L, 4, q, int32_t(n_blocks), stride, /*every_row_out=*/false);
+  EXPECT_EQ(P.T, 12);
+  EXPECT_EQ(P.out_rows, (std::vector<int64_t>{2, 5, 8, 11}));
+  EXPECT_EQ(P.positions, (std::vector<int64_t>{20, 21, 22, 4, 5, 6, 0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(P.token_seq, (std::vector<int32_t>{0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3}));
+  EXPECT_EQ(P.tables[size_t(2 * stride)], int32_t(n_blocks));
+  EXPECT_EQ(P.tables[size_t(3 * stride)], int32_t(n_blocks));
+}
+
 TEST(PadGraphStep, DecodeBucketIsTheOldPadding) {
   // q = 1: padded rows are token 0 at position 0 of the scratch block, one row each.
   StepLayout L;
