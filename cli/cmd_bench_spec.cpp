@@ -146,6 +146,7 @@ Result<std::unique_ptr<Engine>> make_engine(const SpecBenchOptions& o, const Mod
   ro.max_num_batched_tokens = ec.scheduler.max_num_batched_tokens;
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.cuda_graphs = o.graphs;
+  ro.speculative = m.k > 0 || m.adaptive;
   PG_ASSIGN_OR_RETURN(auto runner, make_runner(std::move(model), ro));
 #ifdef PG_WITH_CUDA
   if (runner->device_logits()) ec.device_sampler = make_cuda_device_sampler();

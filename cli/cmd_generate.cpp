@@ -82,6 +82,7 @@ int run_generate(GenerateOptions o) {
   ro.max_num_seqs = 1;
   ro.max_num_batched_tokens = ec.scheduler.max_num_batched_tokens;
   ro.exact = o.exact;
+  ro.speculative = o.speculative_tokens > 0;
   auto runner = make_runner(std::move(model).value(), ro);
   if (!runner.ok()) return fail(runner.status());
 #ifdef PG_WITH_CUDA

@@ -22,6 +22,7 @@ struct RunnerOptions {
   double gpu_memory_utilization = 0.90;
   bool cuda_graphs = true;
   bool exact = false;            // cuda debug mode: f32 activations everywhere (matches the CPU to ~1e-5)
+  bool speculative = false;      // the engine drafts with the MTP layers (cuda: their FP8 draft head)
   bool progress = false;         // a loading progress line on stderr
 };
 

@@ -130,6 +130,7 @@ int serve(ServeOptions o) {
   ro.max_num_batched_tokens = o.max_num_batched_tokens;
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.cuda_graphs = o.cuda_graphs;
+  ro.speculative = o.speculative_tokens > 0;
   ro.progress = true;
   auto runner = make_runner(std::move(model).value(), ro);
   if (!runner.ok()) {
