@@ -264,20 +264,29 @@ bool Engine::Impl::step_inner() {
     steps.push_back(s);
     n_prompt_tokens += std::max<int64_t>(0, std::min(p.start + p.n_new, p.seq->n_prompt) - p.start);
   }
-  // Sampling where the logits are (the GPU) unless a row verifies drafts or drafts follow.
-  const bool dev_sample = cfg.device_sampler && model->device_logits() && spec_k == 0;
+  // Sampling where the logits are (the GPU), verify rows too where the verification is greedy
+  // without penalties (each row's argmax, as the host's verify draws it: ids and logprobs come
+  // back, not (1 + drafts) vocabularies of logits); speculative sampling verifies on the host.
+  bool dev_sample = cfg.device_sampler && model->device_logits();
+  for (const ScheduledSeq& p : plan) {
+    const RequestState& r = *static_cast<const RequestState*>(p.seq->owner);
+    if (p.sample && r.drafts_in_seq > 0) dev_sample = dev_sample && r.req.params.is_greedy() && !r.req.params.has_penalties();
+  }
   model->set_logits_to_host(!dev_sample);
   StepOutput out;
   Status st = model->forward(steps, out);
   scheduler->commit(plan);
   const int64_t vocab = model->config().vocab_size, H = model->config().hidden_size;
   std::vector<SampledToken> dev_tokens;
-  if (st.ok() && dev_sample) {
+  if (st.ok() && dev_sample && !out.logits.empty()) {  // the runner brought them back after all (chunked rows)
+    dev_sample = false;
+  } else if (st.ok() && dev_sample) {
     std::vector<DeviceSampler::Row> rows;
     for (const ScheduledSeq& p : plan) {
       if (!p.sample) continue;
       const RequestState& r = *static_cast<const RequestState*>(p.seq->owner);
-      rows.push_back({&r.req.params, r.rng_position(), r.history()});
+      for (int64_t i = 0; i <= r.drafts_in_seq; ++i)  // a verify row per draft, plus one (greedy: no RNG)
+        rows.push_back({&r.req.params, r.rng_position(), r.history()});
     }
     // Ids past the tokenizer's vocabulary are padding: not candidates (as mask_padding's -inf).
     const int64_t n_text = std::min<int64_t>(vocab, tokenizer->vocab_size());
@@ -315,8 +324,9 @@ bool Engine::Impl::step_inner() {
         r.seq.tokens.resize(size_t(base));
         r.drafts_in_seq = 0;
         int64_t m = 0;
-        reason = r.verify(std::span<const float>(&out.logits[size_t(row * vocab)], size_t((n_d + 1) * vocab)), vocab,
-                          sampler, ev, &m);
+        reason = dev_sample ? r.verify_greedy(std::span(dev_tokens).subspan(size_t(row), size_t(n_d + 1)), ev, &m)
+                            : r.verify(std::span<const float>(&out.logits[size_t(row * vocab)], size_t((n_d + 1) * vocab)),
+                                       vocab, sampler, ev, &m);
         row += n_d + 1;
         r.seq.n_computed = base + m;  // KV of the rejected drafts is stale: rolled back
         r.depth.observe(n_d, m);

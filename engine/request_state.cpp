@@ -118,25 +118,16 @@ int32_t RequestState::draw_draft(std::span<const float> mtp_logits, Sampler& sam
 
 std::optional<std::string> RequestState::verify(std::span<const float> rows, int64_t vocab, Sampler& sampler,
                                                 GenerationEvent& ev, int64_t* n_accepted_out) {
-  const std::vector<int32_t> d = std::move(drafts);
   const auto q = std::move(draft_dists);
-  drafts.clear();
-  draft_dists.clear();
-  *n_accepted_out = 0;
-  ++n_verify_steps;
-  n_drafted += int64_t(d.size());
+  const std::vector<int32_t> d = begin_verify(n_accepted_out);
   const SamplingParams& p = req.params;
+  auto row_at = [&](size_t i) { return rows.subspan(i * size_t(vocab), size_t(vocab)); };
+  if (p.is_greedy())  // each row's token drawn as the history stands after the rows before it
+    return accept_greedy(
+        d, [&](size_t i) { return sampler.sample(row_at(i), p, rng_position(), history()); }, ev, n_accepted_out);
   for (size_t i = 0; i <= d.size(); ++i) {
-    const std::span<const float> row = rows.subspan(i * size_t(vocab), size_t(vocab));
+    const std::span<const float> row = row_at(i);
     if (i == d.size()) return sample_and_append(row, sampler, ev);  // every draft accepted: one more
-    if (p.is_greedy()) {
-      SampledToken t = sampler.sample(row, p, rng_position(), history());
-      const bool accepted = t.token_id == d[i];
-      if (accepted) ++*n_accepted_out, ++n_accepted;
-      if (auto reason = append(t, ev)) return reason;
-      if (!accepted) return std::nullopt;
-      continue;
-    }
     // Speculative sampling: accept d with probability min(1, p(d) / q(d)), else draw from
     // norm(max(0, p - q)). Both distributions are the sampler's filtered weights.
     std::vector<WeightedToken> target;
@@ -174,6 +165,39 @@ std::optional<std::string> RequestState::verify(std::span<const float> rows, int
     return std::nullopt;
   }
   return std::nullopt;
+}
+
+std::vector<int32_t> RequestState::begin_verify(int64_t* n_accepted_out) {
+  std::vector<int32_t> d = std::move(drafts);
+  drafts.clear();
+  draft_dists.clear();
+  *n_accepted_out = 0;
+  ++n_verify_steps;
+  n_drafted += int64_t(d.size());
+  return d;
+}
+
+template <typename Target>
+std::optional<std::string> RequestState::accept_greedy(const std::vector<int32_t>& d, Target&& target,
+                                                       GenerationEvent& ev, int64_t* n_accepted_out) {
+  for (size_t i = 0; i <= d.size(); ++i) {
+    const SampledToken t = target(i);
+    const bool accepted = i < d.size() && t.token_id == d[i];
+    if (accepted) ++*n_accepted_out, ++n_accepted;
+    if (auto reason = append(t, ev)) return reason;
+    if (!accepted) return std::nullopt;  // the first mismatch, or the token after the last draft
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> RequestState::verify_greedy(std::span<const SampledToken> targets, GenerationEvent& ev,
+                                                       int64_t* n_accepted_out) {
+  const std::vector<int32_t> d = begin_verify(n_accepted_out);
+  if (targets.size() != d.size() + 1) {
+    ev.error = internal_error("verify: {} target rows for {} drafts", targets.size(), d.size());
+    return std::string("error");
+  }
+  return accept_greedy(d, [&](size_t i) { return targets[i]; }, ev, n_accepted_out);
 }
 
 }  // namespace pg

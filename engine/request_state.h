@@ -53,12 +53,23 @@ struct RequestState {
   // distribution is exactly the target's). Returns the finish reason when the request ended.
   std::optional<std::string> verify(std::span<const float> rows, int64_t vocab, Sampler& sampler,
                                     GenerationEvent& ev, int64_t* n_accepted_out);
+  // The same for a greedy request without penalties whose target rows were drawn on the device
+  // (DeviceSampler::sample: the argmax of each row, with its logprobs): targets[n + 1].
+  std::optional<std::string> verify_greedy(std::span<const SampledToken> targets, GenerationEvent& ev,
+                                           int64_t* n_accepted_out);
 
   // The text still held back when the request ends for a reason other than a stop
   // ("length", "abort", "error").
   std::string flush_text();
 
  private:
+  // A verify step's start: takes the drafts (and clears their distributions), counts the step.
+  std::vector<int32_t> begin_verify(int64_t* n_accepted_out);
+  // Greedy verification: target(i) is row i's token; appends while the drafts match, then the
+  // target's token at the first mismatch (or after the last draft).
+  template <typename Target>
+  std::optional<std::string> accept_greedy(const std::vector<int32_t>& d, Target&& target, GenerationEvent& ev,
+                                           int64_t* n_accepted_out);
   IncrementalDetokenizer detok_;
   StopChecker stop_;
   std::optional<TokenHistory> history_;
