@@ -170,8 +170,12 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
     me.gate_up = &gate_up, me.down = &down, me.n_experts = E, me.n_shared = S, me.top_k = top_k;
     me.expert_idx = didx.data(), me.expert_weight = dw.data(), me.after_router = after_router;
     const size_t ws_bytes = cuda::moe_experts_workspace_bytes(M, top_k, S, E, I);
-    if (self_routed) {  // PEREGRINE_MOE_SELF_ROUTING=0: moe_routing, then the experts (the fallback)
-      ASSERT_EQ(cuda::moe_experts_self_routing(me, r), cuda::moe_self_routing_enabled())
+    // Self-routing where it is on: PEREGRINE_MOE_SELF_ROUTING=0 (or, for FP8, PEREGRINE_MOE_FP8_SELF_ROUTING=0)
+    // takes moe_routing, then the experts (the fallback).
+    const bool self_on = cuda::moe_self_routing_enabled() &&
+                         (c.format != WeightFormat::kFp8Block || cuda::moe_fp8_self_routing_enabled());
+    if (self_routed) {
+      ASSERT_EQ(cuda::moe_experts_self_routing(me, r), self_on)
           << "this case should take the self-routing kernels unless they are off";
       PG_ASSERT_OK(cuda::moe_experts_routing(me, r, ws, ws_bytes, stream));
     } else {
@@ -199,8 +203,10 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
   }
   std::printf("[ moe pdl  ] %-16s m=%lld: %d chains %s, same bits (experts %s)\n", c.name, (long long)M, kReps,
               !c.self_routing                   ? "under PDL"
-              : cuda::moe_self_routing_enabled() ? "self-routed"
-                                                 : "routed before the experts",
+              : cuda::moe_self_routing_enabled() &&
+                      (c.format != WeightFormat::kFp8Block || cuda::moe_fp8_self_routing_enabled())
+                  ? "self-routed"
+                  : "routed before the experts",
               [&] {
                 std::string e;
                 for (int32_t i : ref.idx) e += (e.empty() ? "" : " ") + std::to_string(i);

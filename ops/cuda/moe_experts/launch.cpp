@@ -64,14 +64,10 @@ bool moe_self_routing_enabled() {
   static const bool on = env_switch("PEREGRINE_MOE_SELF_ROUTING", true);
   return on;
 }
-// The same for the FP8 tensor-core kernels, under moe_self_routing_enabled: on unless
-// PEREGRINE_MOE_FP8_SELF_ROUTING=0.
-namespace {
 bool moe_fp8_self_routing_enabled() {
   static const bool on = env_switch("PEREGRINE_MOE_FP8_SELF_ROUTING", true);
   return on;
 }
-}  // namespace
 
 // The kernels route the token themselves (MoeExpertsParams::self_routing) on the direct one-token path of
 // the NVFP4 tensor-core kernels (both stacks), under PDL after the router, with the routing's outputs

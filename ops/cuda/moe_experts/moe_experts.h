@@ -38,6 +38,9 @@ Status moe_experts_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& routin
 // PEREGRINE_MOE_SELF_ROUTING=0 (read once).
 bool moe_experts_self_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& routing);
 bool moe_self_routing_enabled();
+// The same for the FP8 tensor-core kernels (under moe_self_routing_enabled): on unless
+// PEREGRINE_MOE_FP8_SELF_ROUTING=0.
+bool moe_fp8_self_routing_enabled();
 
 // Whether m = 2..8 take the direct multi path (on unless PEREGRINE_MOE_DIRECT_MULTI=0; read once).
 bool moe_direct_multi_enabled();
