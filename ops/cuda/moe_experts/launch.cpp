@@ -69,6 +69,14 @@ bool moe_fp8_self_routing_enabled() {
   return on;
 }
 
+namespace {
+// The one-token FP8 down's 16-row tiles per warp under variant v: its own, or moe_fp8_down_direct_tiles'
+// choice for this GPU. The launch and the self-routing condition both ask here.
+int fp8_down_tiles(const MoeNvfp4Variant& v, int64_t hidden) {
+  return v.fp8_down_tiles ? v.fp8_down_tiles : moe_fp8_down_direct_tiles(hidden, current_device_props().sm_count);
+}
+}  // namespace
+
 // The kernels route the token themselves (MoeExpertsParams::self_routing) on the direct one-token path of
 // the NVFP4 tensor-core kernels (both stacks), under PDL after the router, with the routing's outputs
 // the experts' inputs and its shape within the block routine's (block_routing.cuh), where down
@@ -102,9 +110,7 @@ bool self_routing_ok(const MoeExpertsArgs& a, const MoeRoutingArgs& r, const Moe
   const auto fp8_mma = [&](const Matrix* w, const void* x, int64_t k) {
     return w && v.fp8_mma && vector_path_ok(*w, x) && fp8_experts_mma(*w, k);
   };
-  const int fp8_down_tiles =
-      v.fp8_down_tiles ? v.fp8_down_tiles : moe_fp8_down_direct_tiles(a.hidden, current_device_props().sm_count);
-  const bool fp8 = moe_fp8_self_routing_enabled() && fp8_down_tiles == 1 && fp8_mma(a.gate_up, a.x, a.hidden) &&
+  const bool fp8 = moe_fp8_self_routing_enabled() && fp8_down_tiles(v, a.hidden) == 1 && fp8_mma(a.gate_up, a.x, a.hidden) &&
                    fp8_mma(a.down, /*h: aligned*/ nullptr, a.inter);
   return moe_self_routing_enabled() && (nvfp4 || fp8) && a.after_router && a.f16_activations && a.m == 1 &&
          r.m == 1 && a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared <= kMoeDirectMaxSlots &&
@@ -319,7 +325,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     if (v.down_unroll) t.unroll = v.down_unroll;
     PG_CUDA_TRY(launch_moe_down_nvfp4(p, t, v.down_staged, v.down_prefetch, v.down_multi_ring, stream));
   } else if (dn_fp8) {
-    const int tiles = v.fp8_down_tiles ? v.fp8_down_tiles : moe_fp8_down_direct_tiles(a.hidden, current_device_props().sm_count);
+    const int tiles = fp8_down_tiles(v, a.hidden);
     PG_CUDA_TRY(launch_moe_down_fp8(p, v.fp8_down_staged && tiles == 1, tiles, stream));
   } else {
     PG_CUDA_TRY(launch_moe_down(p, to_kernel_format(a.down->format), dn_vec, m_tile, stream));
