@@ -106,7 +106,7 @@ Status quantize_nvfp4(const float* w, int64_t rows, int64_t cols, float scale_2_
     amax = std::max(amax, row_amax[r]);
   }
   float scale_2 = scale_2_or_auto;
-  if (scale_2 == kNvfp4AutoScale2) scale_2 = amax > 0 ? amax / (kNvfp4E4M3Max * kNvfp4E2M1Max) : 1.0f;
+  if (scale_2 == kNvfp4AutoScale2) scale_2 = nvfp4_auto_scale_2(amax);
 
   out.rows = rows;
   out.cols = cols;

@@ -43,6 +43,11 @@ struct Nvfp4Tensor {
   float scale_2 = 1.0f;            // per-tensor scale (weight_scale_2)
 };
 
+// The per-tensor scale quantize_nvfp4 derives from a tensor's largest magnitude (kNvfp4AutoScale2):
+// amax / (448 * 6), and 1.0 for an all-zero tensor. The device quantizer's too
+// (ops/cuda/common/nvfp4_quantize.h), so both give the same bits.
+inline float nvfp4_auto_scale_2(float amax) { return amax > 0 ? amax / (kNvfp4E4M3Max * kNvfp4E2M1Max) : 1.0f; }
+
 // The e2m1 code of a value already divided by its block scale: round to nearest, ties to even
 // mantissa (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), magnitudes
 // above 6 (and ±inf) saturate to ±6. The sign bit is set only for x < 0, so +0 and -0 both give

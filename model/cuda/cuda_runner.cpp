@@ -932,8 +932,13 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
     if (v == "twopass") opt.decode_attention = cu::MlaCores::kCudaTwoPass;
   }
   flag("PEREGRINE_FUSED_NORMS", opt.fused_norms);
-  flag("PEREGRINE_DRAFT_HEAD_FP8", opt.draft_head_fp8);
-  if (opt.exact) opt.draft_head_fp8 = false;
+  if (const char* e = std::getenv("PEREGRINE_DRAFT_HEAD")) {
+    const std::string_view v(e);
+    if (v == "model") opt.draft_head = DraftHead::kModel;
+    if (v == "fp8") opt.draft_head = DraftHead::kFp8;
+    if (v == "nvfp4") opt.draft_head = DraftHead::kNvfp4;
+  }
+  if (opt.exact) opt.draft_head = DraftHead::kModel;
   return opt;
 }
 
@@ -956,7 +961,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(std::unique_ptr<DeepseekM
   impl->softmax_scale = mla_softmax_scale(impl->cfg);
   PG_ASSIGN_OR_RETURN(impl->w, upload_weights(impl->cfg, host->weights(), opt.exact, opt.progress));
   host.reset();  // the mapping is no longer needed
-  if (impl->opt.draft_head_fp8) PG_TRY(fp8_draft_heads(impl->w));
+  PG_TRY(quantize_draft_heads(impl->w, impl->opt.draft_head));
   PG_TRY(impl->init_buffers());
   return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
 }
@@ -973,7 +978,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::synthetic(const ModelConfig& cfg
                              : dtype == SyntheticDtype::kNvfp4 ? ops::WeightFormat::kNvfp4
                                                                : ops::WeightFormat::kBF16;
   PG_ASSIGN_OR_RETURN(impl->w, synthetic_weights(cfg, f, seed, opt.progress));
-  if (impl->opt.draft_head_fp8) PG_TRY(fp8_draft_heads(impl->w));
+  PG_TRY(quantize_draft_heads(impl->w, impl->opt.draft_head));
   PG_TRY(impl->init_buffers());
   return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
 }
@@ -990,7 +995,9 @@ std::string CudaRunner::describe() const {
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
   return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{}{})", p.name, n_blocks_, block_size_, graphs,
                      m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "",
-                     m.opt.draft_head_fp8 ? ", FP8 draft head" : "",
+                     m.opt.draft_head == DraftHead::kFp8     ? ", FP8 draft head"
+                     : m.opt.draft_head == DraftHead::kNvfp4 ? ", NVFP4 draft head"
+                                                             : "",
                      m.opt.exact || m.opt.decode_attention == cu::MlaCores::kAuto ? ""
                      : m.opt.decode_attention == cu::MlaCores::kTensor      ? ", tensor-core decode attention"
                      : m.opt.decode_attention == cu::MlaCores::kCudaTwoPass ? ", two-pass decode attention"

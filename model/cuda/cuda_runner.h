@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "formats/model_config.h"
 #include "ops/cuda/mla_attention.h"
+#include "model/cuda/draft_head.h"
 #include "model/deepseek_model.h"
 #include "model/model_runner.h"
 #include "model/step_layout.h"
@@ -33,13 +34,14 @@ struct CudaRunnerOptions {
   int64_t max_num_seqs = 64;             // sequences in one step (largest graph bucket)
   int64_t max_tokens_per_step = 2048;    // new tokens in one step (prefill chunk); activations are sized by it
   bool use_graphs = true;                // decode steps replay captured CUDA graphs
-  // The MTP layers draft through an FP8 copy of their head (model/cuda/device_weights.h's
-  // fp8_draft_heads): lossless (verification decides), half the bf16 head's bytes a draft step, at
-  // the cost of that copy's memory. make_runner sets it when the engine drafts (RunnerOptions::
-  // speculative). H200, 2026-12-04: V3 4L nvfp4's draft at k = 1 0.759 -> 0.574 ms, the embedded
-  // model's greedy acceptance 81/106 -> 82/106 (k = 1), 117/203 both (k = 3).
-  // PEREGRINE_DRAFT_HEAD_FP8=1 / =0 overrides. Not in exact mode.
-  bool draft_head_fp8 = false;
+  // The MTP layers draft through a quantized copy of their head (model/cuda/device_weights.h's
+  // quantize_draft_heads): lossless (verification decides), a half (FP8) or ~0.28 (NVFP4) of the
+  // bf16 head's bytes a draft step, at the cost of that copy's memory and of some acceptance.
+  // make_runner sets kFp8 when the engine drafts (RunnerOptions::speculative). H200, 2026-12-04:
+  // V3 4L nvfp4's draft at k = 1 0.759 -> 0.574 ms with FP8, the embedded model's greedy acceptance
+  // 81/106 -> 82/106 (k = 1), 117/203 both (k = 3). PEREGRINE_DRAFT_HEAD=model|fp8|nvfp4
+  // overrides. Not in exact mode (always the model's head there).
+  DraftHead draft_head = DraftHead::kModel;
   // With use_graphs, speculative steps replay graphs too: verify steps (every sequence carrying
   // q = 2..kMaxGraphTokens new tokens, all logits) per (bucket, q), and one-token MTP draft steps
   // per bucket. Off: they run eagerly (debugging; the GPU tests compare both). On since their GPU

@@ -16,7 +16,9 @@
 #include <tuple>
 
 #include "ops/cuda/common/cuda_check.h"
+#include "formats/nvfp4.h"
 #include "ops/cuda/common/fp8_quantize.h"
+#include "ops/cuda/common/nvfp4_quantize.h"
 #include "ops/cuda/common/nvfp4_layout_launch.h"
 #include "ops/cuda/common/probe.h"
 
@@ -40,9 +42,38 @@ namespace {
 
 int64_t scale_rows(const Matrix& m) { return (m.rows + m.block_rows - 1) / m.block_rows; }
 
+// The FP8 copy of head h (bf16 or f32, K % 64 == 0) in w's arena.
+Result<Matrix> fp8_head(DeviceWeights& w, const Matrix& h) {
+  const int64_t blocks = ((h.rows + 127) / 128) * ((h.cols + 127) / 128);
+  PG_ASSIGN_OR_RETURN(void* codes, w.arena.alloc(size_t(h.rows * h.cols)));
+  PG_ASSIGN_OR_RETURN(void* scales, w.arena.alloc(size_t(blocks) * 4));
+  PG_CUDA_TRY(cu::fp8_quantize_blocks(h.data, h.format == WeightFormat::kBF16, h.rows, h.cols,
+                                      static_cast<uint8_t*>(codes), static_cast<float*>(scales), nullptr));
+  return Matrix{WeightFormat::kFp8Block, h.rows, h.cols, codes, static_cast<const float*>(scales), 128, 128};
+}
+
+// The NVFP4 copy of head h (bf16 or f32, K % 64 == 0) in w's arena, its codes in the device layout.
+Result<Matrix> nvfp4_head(DeviceWeights& w, const Matrix& h) {
+  const bool bf16 = h.format == WeightFormat::kBF16;
+  float amax = 0.0f;
+  PG_CUDA_TRY(cu::nvfp4_amax(h.data, bf16, h.rows * h.cols, &amax, nullptr));
+  if (!std::isfinite(amax)) return invalid_argument("cuda: the MTP head has a non-finite weight (amax {})", amax);
+  const float scale_2 = nvfp4_auto_scale_2(amax);
+  PG_ASSIGN_OR_RETURN(void* codes, w.arena.alloc(size_t(h.rows * h.cols / 2)));
+  PG_ASSIGN_OR_RETURN(void* scales, w.arena.alloc(size_t(h.rows * h.cols / ops::kNvfp4GroupSize)));
+  PG_CUDA_TRY(cu::nvfp4_quantize(h.data, bf16, h.rows, h.cols, scale_2, static_cast<uint8_t*>(codes),
+                                 static_cast<uint8_t*>(scales), nullptr));
+  PG_CUDA_TRY(cu::nvfp4_to_device_layout(codes, size_t(h.rows * h.cols / 2), nullptr));
+  Matrix q{WeightFormat::kNvfp4, h.rows, h.cols, codes};
+  q.scale_fp8 = static_cast<const uint8_t*>(scales);
+  q.scale_2 = scale_2;
+  return q;
+}
+
 }  // namespace
 
-Status fp8_draft_heads(DeviceWeights& w) {
+Status quantize_draft_heads(DeviceWeights& w, DraftHead head) {
+  if (head == DraftHead::kModel) return ok_status();
   std::map<const void*, Matrix> done;  // one copy per distinct head (the MTP layers share the model's)
   for (DevMtp& d : w.mtp) {
     const Matrix& h = d.head;
@@ -51,12 +82,12 @@ Status fp8_draft_heads(DeviceWeights& w) {
       continue;
     }
     if ((h.format != WeightFormat::kBF16 && h.format != WeightFormat::kF32) || h.cols % 64 != 0) continue;
-    const int64_t blocks = ((h.rows + 127) / 128) * ((h.cols + 127) / 128);
-    PG_ASSIGN_OR_RETURN(void* codes, w.arena.alloc(size_t(h.rows * h.cols)));
-    PG_ASSIGN_OR_RETURN(void* scales, w.arena.alloc(size_t(blocks) * 4));
-    PG_CUDA_TRY(ops::cuda::fp8_quantize_blocks(h.data, h.format == WeightFormat::kBF16, h.rows, h.cols,
-                                                static_cast<uint8_t*>(codes), static_cast<float*>(scales), nullptr));
-    Matrix q{WeightFormat::kFp8Block, h.rows, h.cols, codes, static_cast<const float*>(scales), 128, 128};
+    Matrix q;
+    if (head == DraftHead::kFp8) {
+      PG_ASSIGN_OR_RETURN(q, fp8_head(w, h));
+    } else {
+      PG_ASSIGN_OR_RETURN(q, nvfp4_head(w, h));
+    }
     done.emplace(h.data, q);
     d.head = q;
   }

@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "formats/model_config.h"
+#include "model/cuda/draft_head.h"
 #include "model/deepseek_weights.h"
 #include "ops/cuda/common/device_arena.h"
 #include "ops/head_linear.h"
@@ -83,13 +84,16 @@ Result<DeviceWeights> upload_weights(const ModelConfig& cfg, const ModelWeights&
 Result<DeviceWeights> synthetic_weights(const ModelConfig& cfg, ops::WeightFormat format, uint64_t seed,
                                         const LoadProgress& progress);
 
-// The MTP layers' heads as DeepSeek FP8 (e4m3 codes, one scale per 128 x 128 block), for drafting:
-// a bf16 or f32 head (the model's lm_head, shared, or the MTP layer's own) is quantized once on the
-// device and each DevMtp::head points at its copy; the main lm_head is untouched. Drafts stay
-// lossless whatever head makes them (verification decides what is emitted); the FP8 copy halves the
-// bytes a draft step's head reads (moonlight: 671 of the draft step's bytes are the bf16 head), for
-// some acceptance. Heads already FP8 / NVFP4, or whose K the FP8 kernels do not take, stay.
-Status fp8_draft_heads(DeviceWeights& w);
+// The MTP layers' heads quantized for drafting (DraftHead::kModel: nothing to do): a bf16 or f32 head
+// (the model's lm_head, shared, or the MTP layer's own) is quantized once on the device and each
+// DevMtp::head points at its copy; the main lm_head is untouched. As DeepSeek FP8 (e4m3 codes, one
+// scale per 128 x 128 block; ops/cuda/common/fp8_quantize.h) or as NVFP4 (e2m1 codes, an e4m3 scale
+// per 16 values and a per-tensor scale, quantize_nvfp4's rules without the MSE search;
+// nvfp4_quantize.h). Drafts stay lossless whatever head makes them (verification decides what is
+// emitted); the copy cuts the bytes a draft step's head reads (moonlight: 671 MB of the draft step's
+// bytes are the bf16 head; FP8 336, NVFP4 189), for some acceptance. Heads already FP8 / NVFP4, or
+// whose K the kernels do not take (FP8: K % 64; NVFP4: K % 64), stay.
+Status quantize_draft_heads(DeviceWeights& w, DraftHead head);
 
 size_t matrix_elem_bytes(const ops::Matrix& m);
 // Bytes of a matrix including its block scales.

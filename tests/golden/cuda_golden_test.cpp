@@ -840,15 +840,15 @@ TEST(CudaSpecGraphs, VerifyAndDraftGraphsMatchEagerLaunches) {
 // An engine over a CUDA runner (default mode, up to 4 sequences) for the speculation tests: k drafts
 // per step, at most `seqs` sequences per step, speculative graphs on or off, the GPU sampler (and so
 // the device draft chain) or the host's. *runner: the runner the engine owns, for its graph counts.
-// fp8_draft_head: the MTP layer drafts through an FP8 copy of its head (CudaRunnerOptions::draft_head_fp8).
+// draft_head: the head the MTP layer drafts through (CudaRunnerOptions::draft_head).
 Result<std::unique_ptr<Engine>> make_spec_engine(const std::filesystem::path& dir, std::shared_ptr<Tokenizer> tok,
                                                  int64_t k, int64_t seqs, bool graphs, bool device_sampler,
-                                                 CudaRunner** runner, bool fp8_draft_head = false) {
+                                                 CudaRunner** runner, DraftHead draft_head = DraftHead::kModel) {
   PG_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> host, DeepseekModel::load(dir));
   CudaRunnerOptions o = test_options(/*exact=*/false);
   o.max_num_seqs = 4;
   o.spec_graphs = graphs;
-  o.draft_head_fp8 = fp8_draft_head;
+  o.draft_head = draft_head;
   PG_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> r, CudaRunner::create(std::move(host), o));
   *runner = r.get();
   EngineConfig ec;
@@ -868,9 +868,9 @@ const std::vector<const char*> kSpecPrompts = {"The history of the English langu
 // receives the runner's graph counts.
 std::vector<std::vector<int32_t>> spec_greedy_ids(const std::filesystem::path& dir, const std::shared_ptr<Tokenizer>& tok,
                                                   const std::vector<const char*>& prompts, int64_t k, int64_t seqs,
-                                                  bool fp8_draft_head, CudaGraphCounts* counts) {
+                                                  DraftHead draft_head, CudaGraphCounts* counts) {
   CudaRunner* runner = nullptr;
-  auto e = make_spec_engine(dir, tok, k, seqs, /*graphs=*/true, /*device_sampler=*/false, &runner, fp8_draft_head);
+  auto e = make_spec_engine(dir, tok, k, seqs, /*graphs=*/true, /*device_sampler=*/false, &runner, draft_head);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   std::vector<std::vector<int32_t>> ids(prompts.size());
   if (!e.ok()) return ids;
@@ -895,8 +895,9 @@ std::vector<std::vector<int32_t>> spec_greedy_ids(const std::filesystem::path& d
                 (long long)k, (long long)seqs, (long long)st.spec_accepted_tokens_total,
                 (long long)st.spec_draft_tokens_total, (long long)st.spec_verify_steps_total,
                 runner->describe().c_str());
-    if (fp8_draft_head) {
-      EXPECT_NE(runner->describe().find("FP8 draft head"), std::string::npos) << runner->describe();
+    if (draft_head != DraftHead::kModel) {
+      const char* want = draft_head == DraftHead::kFp8 ? "FP8 draft head" : "NVFP4 draft head";
+      EXPECT_NE(runner->describe().find(want), std::string::npos) << runner->describe();
     }
   }
   return ids;
@@ -909,7 +910,7 @@ TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   auto shared_tok = std::make_shared<Tokenizer>(*tok);
   auto run = [&](int64_t k, int64_t seqs, CudaGraphCounts* counts) {
-    return spec_greedy_ids(dir, shared_tok, kSpecPrompts, k, seqs, /*fp8_draft_head=*/false, counts);
+    return spec_greedy_ids(dir, shared_tok, kSpecPrompts, k, seqs, DraftHead::kModel, counts);
   };
   for (int64_t seqs : {1, 4}) {
     const auto plain = run(0, seqs, nullptr);
@@ -931,24 +932,27 @@ TEST(CudaEngine, SpeculativeGreedyEqualsPlainWithGraphs) {
   }
 }
 
-// Drafting through an FP8 copy of the MTP head (CudaRunnerOptions::draft_head_fp8) changes the drafts,
-// not the output: greedy generation with k = 1 and 3, one request and four, equals plain greedy
-// generation. Prints the drafts accepted with each head (the copy's cost in acceptance).
-TEST(CudaEngine, SpeculativeFp8DraftHeadGreedyEqualsPlain) {
+// Drafting through an FP8 or NVFP4 copy of the MTP head (CudaRunnerOptions::draft_head) changes the
+// drafts, not the output: greedy generation with k = 1 and 3, one request and four, equals plain
+// greedy generation. Prints the drafts accepted with each head (the copy's cost in acceptance).
+TEST(CudaEngine, SpeculativeQuantizedDraftHeadsGreedyEqualPlain) {
   PG_REQUIRE_GPU();
   const auto dir = model_dir("peregrine_tiny");
   auto tok = Tokenizer::load(dir);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   auto shared_tok = std::make_shared<Tokenizer>(*tok);
-  auto run = [&](int64_t k, int64_t seqs, bool fp8_head) {
-    return spec_greedy_ids(dir, shared_tok, kSpecPrompts, k, seqs, fp8_head, nullptr);
+  auto run = [&](int64_t k, int64_t seqs, DraftHead head) {
+    return spec_greedy_ids(dir, shared_tok, kSpecPrompts, k, seqs, head, nullptr);
   };
   for (int64_t seqs : {1, 4}) {
-    const auto plain = run(0, seqs, false);
+    const auto plain = run(0, seqs, DraftHead::kModel);
     for (int64_t k : {1, 3}) {
-      run(k, seqs, false);  // the model's head, for the acceptance it prints
-      const auto spec = run(k, seqs, true);
-      for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(spec[i], plain[i]) << "k=" << k << " seqs=" << seqs << " prompt " << i;
+      run(k, seqs, DraftHead::kModel);  // the model's head, for the acceptance it prints
+      for (DraftHead head : {DraftHead::kFp8, DraftHead::kNvfp4}) {
+        const auto spec = run(k, seqs, head);
+        for (size_t i = 0; i < plain.size(); ++i)
+          EXPECT_EQ(spec[i], plain[i]) << "k=" << k << " seqs=" << seqs << " head " << int(head) << " prompt " << i;
+      }
     }
   }
 }

@@ -46,4 +46,21 @@ PG_NVFP4_HD constexpr uint32_t nvfp4_device_code(uint32_t d, uint32_t odd) {
   return odd ? ((d >> 4) & 0x07u) | ((d & 0x01u) << 3) : ((d >> 1) & 0x07u) | ((d >> 4) & 0x08u);
 }
 
+// The e2m1 code (checkpoint order: s e1 e0 m) of x, already divided by its block scale, as
+// formats/nvfp4.h's nvfp4_encode (the device quantizer's, nvfp4_quantize.h):
+// round to nearest, ties to the even mantissa, magnitudes above 6 (and inf) saturate to 6, the
+// sign bit set only for x < 0 (so +0 and -0 give 0, and -0.1 gives 0x8), NaN gives 0.
+PG_NVFP4_HD constexpr uint8_t nvfp4_encode_rne(float x) {
+  const float a = x < 0 ? -x : x;
+  const uint8_t mag = a > 5.0f    ? 7
+                      : a >= 3.5f  ? 6
+                      : a > 2.5f   ? 5
+                      : a >= 1.75f ? 4
+                      : a > 1.25f  ? 3
+                      : a >= 0.75f ? 2
+                      : a > 0.25f  ? 1
+                                   : 0;
+  return uint8_t(mag | (x < 0 ? 8 : 0));
+}
+
 }  // namespace pg::ops::cuda

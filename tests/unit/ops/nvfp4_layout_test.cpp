@@ -2,13 +2,19 @@
 // bits permuted (a bijection, undone by nvfp4_checkpoint_byte), the word form equal to the byte
 // form on every byte position, and nvfp4_device_code giving back the checkpoint's nibbles. The
 // device unpacks that read this layout (vec.cuh) are checked against the CPU on the H200 by the
-// NVFP4 op tests (Nvfp4DequantCuda bit for bit, LinearCuda, MoeExpertsCuda).
+// NVFP4 op tests (Nvfp4DequantCuda bit for bit, LinearCuda, MoeExpertsCuda). Also the device
+// quantizer's e2m1 rounding (nvfp4_encode_rne) against the CPU quantizer's (nvfp4_encode).
 #include "ops/cuda/common/nvfp4_layout.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <set>
+
+#include "formats/nvfp4.h"
 
 namespace pg::ops::cuda {
 namespace {
@@ -52,6 +58,22 @@ TEST(Nvfp4Layout, EvenCodesSitWhereTheirF16HighByteWantsThem) {
     EXPECT_EQ(d & 0x8Eu, ((lo & 7u) << 1) | ((lo & 8u) << 4)) << "byte " << b;
     EXPECT_EQ(d & 0x71u, ((hi & 7u) << 4) | (hi >> 3)) << "byte " << b;
   }
+}
+
+// Every rounding boundary of e2m1 (the midpoints between its values), the floats either side of
+// each, the values themselves, zeros, infinities, NaN, and a sweep of 2^20 floats over [-8, 8]:
+// the device quantizer's branch chain rounds as the CPU quantizer's minifloat encoder.
+TEST(Nvfp4Layout, DeviceEncodeRoundsAsTheCpuQuantizer) {
+  std::vector<float> xs = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(), 1e-30f, -1e-30f, 100.0f, -100.0f};
+  const float values[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (int i = 0; i < 8; ++i) {
+    const float mids[] = {values[i], i < 7 ? (values[i] + values[i + 1]) / 2 : 7.0f};
+    for (float m : mids)
+      for (float x : {m, std::nextafter(m, 0.0f), std::nextafter(m, 100.0f)}) xs.insert(xs.end(), {x, -x});
+  }
+  for (int i = 0; i < (1 << 20); ++i) xs.push_back(-8.0f + 16.0f * float(i) / float(1 << 20));
+  for (float x : xs) EXPECT_EQ(int(nvfp4_encode_rne(x)), int(pg::nvfp4_encode(x))) << "x = " << x;
 }
 
 }  // namespace
