@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "ops/cpu/simd.h"
 
 namespace pg::ops {
 
@@ -15,8 +16,7 @@ void matrix_row_to_f32(const Matrix& w, int64_t r, float* out) {
       std::memcpy(out, static_cast<const float*>(w.data) + r * w.cols, size_t(w.cols) * sizeof(float));
       return;
     case WeightFormat::kBF16: {
-      const uint16_t* row = static_cast<const uint16_t*>(w.data) + r * w.cols;
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = bf16_to_f32(row[c]);
+      cpu::simd_bf16_to_f32(static_cast<const uint16_t*>(w.data) + r * w.cols, out, w.cols);
       return;
     }
     case WeightFormat::kFp8Block: {

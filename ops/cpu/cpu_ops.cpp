@@ -8,20 +8,11 @@
 #include <vector>
 
 #include "core/check.h"
+#include "ops/cpu/simd.h"
 
 namespace pg::ops::cpu {
 
-float dot(const float* a, const float* b, int64_t n) {
-  constexpr int kLanes = 16;
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  return acc[0];
-}
+float dot(const float* a, const float* b, int64_t n) { return simd_dot(a, b, n); }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
@@ -31,12 +22,23 @@ void linear(const LinearArgs& a, ThreadPool& pool) {
   const Matrix& w = *a.w;
   const int64_t xs = a.x_stride ? a.x_stride : w.cols, ys = a.y_stride ? a.y_stride : w.rows;
   if (a.m == 0) return;
-  // Parallel over output features: each thread dequantizes a row once and uses it for all m.
+  // Parallel over output features: each thread dequantizes a row once and uses it for all m
+  // (bf16 rows at one or two tokens: converted inside the dot instead, the same bits).
+  const bool bf16_direct = w.format == WeightFormat::kBF16 && a.m <= 2;
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> row;
     row.resize(size_t(w.cols));
     for (int64_t r = r0; r < r1; ++r) {
       const float* wr;
+      if (bf16_direct) {
+        const uint16_t* wb = static_cast<const uint16_t*>(w.data) + r * w.cols;
+        for (int64_t i = 0; i < a.m; ++i) {
+          const float v = simd_dot_bf16(a.x + i * xs, wb, w.cols);
+          float& out = a.y[i * ys + r];
+          out = a.accumulate ? out + v : v;
+        }
+        continue;
+      }
       if (w.format == WeightFormat::kF32) {
         wr = static_cast<const float*>(w.data) + r * w.cols;
       } else {

@@ -1,0 +1,31 @@
+// The CPU ops' inner loops (dot products, bf16 rows to f32), picked once at run time by what the
+// processor supports: AVX2 where it has it, else the portable loops. Every form gives the same bits
+// as the portable one (the same 16 interleaved partial sums, each a product rounded then added,
+// then the same tree: no FMA), so results do not depend on the machine, only their speed does.
+#pragma once
+
+#include <cstdint>
+
+namespace pg::ops::cpu {
+
+// sum_i a[i] * b[i] in dot()'s fixed order (cpu_ops.h).
+float simd_dot(const float* a, const float* b, int64_t n);
+// dot(x, w as f32): the same bits as converting the bf16 row first, without the row buffer.
+float simd_dot_bf16(const float* x, const uint16_t* w, int64_t n);
+// out[i] = bf16 w[i] as f32 (exact: the bits shifted up).
+void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n);
+// "avx2" or "portable": the form in use (`peregrine bench` prints it). PEREGRINE_CPU_SIMD=portable
+// keeps the portable form on any processor (an A/B of the speed; the bits are the same).
+const char* simd_level();
+
+// One form's loops, for the tests that hold every form to the portable one's bits.
+struct SimdKernels {
+  float (*dot)(const float*, const float*, int64_t);
+  float (*dot_bf16)(const float*, const uint16_t*, int64_t);
+  void (*bf16_to_f32)(const uint16_t*, float*, int64_t);
+  const char* level;
+};
+// The form named `level` ("portable", "avx2"), or nullptr where this build or processor lacks it.
+const SimdKernels* simd_kernels(const char* level);
+
+}  // namespace pg::ops::cpu
