@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/spec_bench.h"
 #include "model/deepseek_model.h"
+#include "ops/cpu/simd.h"
 #ifdef PG_WITH_CUDA
 #include "cli/cuda_bench.h"
 #endif
@@ -163,7 +164,7 @@ int run_bench_cpu(const BenchOptions& o) {
   }
   const double pf = median(prefill_s), dc = median(decode_s);
   const double prefill_tps = double(o.prompt_tokens) / pf, decode_tps = double(o.decode_tokens) / dc;
-  nlohmann::json j = {{"model", o.model_dir}, {"device", "cpu"}, {"threads", pool.size()},
+  nlohmann::json j = {{"model", o.model_dir}, {"device", "cpu"}, {"cpu_loops", ops::cpu::simd_level()}, {"threads", pool.size()},
                       {"prompt_tokens", o.prompt_tokens}, {"decode_tokens", o.decode_tokens},
                       {"repeats", o.repeats}, {"prefill_tokens_per_s", prefill_tps},
                       {"decode_tokens_per_s", decode_tps}, {"decode_ms_per_token", 1e3 * dc / double(o.decode_tokens)}};
@@ -171,7 +172,7 @@ int run_bench_cpu(const BenchOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("model            %s\n", o.model_dir.c_str());
-    std::printf("device           cpu, %d threads\n", pool.size());
+    std::printf("device           cpu (%s loops), %d threads\n", ops::cpu::simd_level(), pool.size());
     std::printf("prefill          %lld tokens: %.1f tokens/s (median of %d)\n", (long long)o.prompt_tokens, prefill_tps,
                 o.repeats);
     std::printf("decode, batch 1  %lld tokens after the prompt: %.1f tokens/s (%.2f ms/token)\n",

@@ -14,9 +14,7 @@ namespace pg::ops::cpu {
 
 float dot(const float* a, const float* b, int64_t n) { return simd_dot(a, b, n); }
 
-void axpy(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
+void axpy(float alpha, const float* x, float* y, int64_t n) { simd_axpy(alpha, x, y, n); }
 
 void linear(const LinearArgs& a, ThreadPool& pool) {
   const Matrix& w = *a.w;

@@ -52,6 +52,10 @@ float dot_bf16_portable(const float* x, const uint16_t* w, int64_t n) {
   return finish(acc, x, [w](int64_t j) { return bf16_bits_to_f32(w[j]); }, i, n);
 }
 
+void axpy_portable(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
 void bf16_to_f32_portable(const uint16_t* w, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(w[i]);
 }
@@ -88,6 +92,14 @@ __attribute__((target("avx2"))) float dot_bf16_avx2(const float* x, const uint16
   return finish(acc, x, [w](int64_t j) { return bf16_bits_to_f32(w[j]); }, i, n);
 }
 
+__attribute__((target("avx2"))) void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(a, _mm256_loadu_ps(x + i))));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
 __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* w, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, bf16x8_to_f32(w + i));
@@ -95,9 +107,9 @@ __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* w, float* 
 }
 #endif
 
-constexpr SimdKernels kPortable{dot_portable, dot_bf16_portable, bf16_to_f32_portable, "portable"};
+constexpr SimdKernels kPortable{dot_portable, dot_bf16_portable, axpy_portable, bf16_to_f32_portable, "portable"};
 #if PG_SIMD_X86
-constexpr SimdKernels kAvx2{dot_avx2, dot_bf16_avx2, bf16_to_f32_avx2, "avx2"};
+constexpr SimdKernels kAvx2{dot_avx2, dot_bf16_avx2, axpy_avx2, bf16_to_f32_avx2, "avx2"};
 #endif
 
 const SimdKernels& pick() {
@@ -117,6 +129,7 @@ const SimdKernels& kernels() {
 
 float simd_dot(const float* a, const float* b, int64_t n) { return kernels().dot(a, b, n); }
 float simd_dot_bf16(const float* x, const uint16_t* w, int64_t n) { return kernels().dot_bf16(x, w, n); }
+void simd_axpy(float alpha, const float* x, float* y, int64_t n) { kernels().axpy(alpha, x, y, n); }
 void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n) { kernels().bf16_to_f32(w, out, n); }
 const char* simd_level() { return kernels().level; }
 

@@ -12,6 +12,8 @@ namespace pg::ops::cpu {
 float simd_dot(const float* a, const float* b, int64_t n);
 // dot(x, w as f32): the same bits as converting the bf16 row first, without the row buffer.
 float simd_dot_bf16(const float* x, const uint16_t* w, int64_t n);
+// y[i] += alpha * x[i] (the product rounded, then the sum).
+void simd_axpy(float alpha, const float* x, float* y, int64_t n);
 // out[i] = bf16 w[i] as f32 (exact: the bits shifted up).
 void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n);
 // "avx2" or "portable": the form in use (`peregrine bench` prints it). PEREGRINE_CPU_SIMD=portable
@@ -22,6 +24,7 @@ const char* simd_level();
 struct SimdKernels {
   float (*dot)(const float*, const float*, int64_t);
   float (*dot_bf16)(const float*, const uint16_t*, int64_t);
+  void (*axpy)(float, const float*, float*, int64_t);
   void (*bf16_to_f32)(const uint16_t*, float*, int64_t);
   const char* level;
 };

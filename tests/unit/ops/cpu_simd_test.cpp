@@ -1,7 +1,8 @@
 // The CPU inner loops (ops/cpu/simd.h): every form this processor has gives the portable form's
 // bits: dot products at every length from 0 to 80 and around the 16-lane chunks of long rows, over
 // values from subnormal to large with both signs (so rounding and cancellation differ between
-// orders); the bf16-row dot against the dot of the converted row; bf16 -> f32 over all 65,536 codes.
+// orders); the bf16-row dot against the dot of the converted row; axpy; bf16 -> f32 over all
+// 65,536 codes.
 #include "ops/cpu/simd.h"
 
 #include <gtest/gtest.h>
@@ -73,6 +74,20 @@ TEST(CpuSimd, Bf16RowDotIsTheDotOfTheConvertedRow) {
       for (int64_t i = 0; i < n; ++i) w[size_t(i)] = f32_to_bf16(wf[size_t(i)]), wr[size_t(i)] = bf16_to_f32(w[size_t(i)]);
       EXPECT_EQ(bits(k->dot_bf16(x.data(), w.data(), n)), bits(portable()->dot(x.data(), wr.data(), n)))
           << level << " at n = " << n;
+    }
+  }
+}
+
+TEST(CpuSimd, EveryFormAxpysAsThePortableOne) {
+  for (const char* level : {"portable", "avx2"}) {
+    const SimdKernels* k = simd_kernels(level);
+    if (!k) continue;
+    for (int64_t n : lengths()) {
+      const auto x = values(n, uint32_t(n) + 3);
+      auto y = values(n, uint32_t(n) + 5), want = y;
+      k->axpy(0.37f, x.data(), y.data(), n);
+      portable()->axpy(0.37f, x.data(), want.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(y[size_t(i)]), bits(want[size_t(i)])) << level << " n " << n << " at " << i;
     }
   }
 }
