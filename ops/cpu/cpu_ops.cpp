@@ -20,34 +20,34 @@ void linear(const LinearArgs& a, ThreadPool& pool) {
   const Matrix& w = *a.w;
   const int64_t xs = a.x_stride ? a.x_stride : w.cols, ys = a.y_stride ? a.y_stride : w.rows;
   if (a.m == 0) return;
-  // Parallel over output features: each thread dequantizes a row once and uses it for all m
-  // (bf16 rows at one or two tokens: converted inside the dot instead, the same bits).
-  const bool bf16_direct = w.format == WeightFormat::kBF16 && a.m <= 2;
+  auto put = [&](int64_t i, int64_t r, float v) {
+    float& out = a.y[i * ys + r];
+    out = a.accumulate ? out + v : v;
+  };
+  // Parallel over output features. One token over bf16 rows: several rows at a time against x,
+  // converted inside the dots. Otherwise each thread dequantizes a row once and dots it with
+  // the m tokens (several at a time). Every value is dot()'s bits either way.
+  const bool bf16_rows = w.format == WeightFormat::kBF16 && a.m == 1;
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> row;
+    thread_local std::vector<float> row, v;
+    if (bf16_rows) {
+      v.resize(size_t(r1 - r0));
+      simd_dots_bf16(a.x, static_cast<const uint16_t*>(w.data) + r0 * w.cols, w.cols, r1 - r0, w.cols, v.data());
+      for (int64_t r = r0; r < r1; ++r) put(0, r, v[size_t(r - r0)]);
+      return;
+    }
     row.resize(size_t(w.cols));
+    v.resize(size_t(a.m));
     for (int64_t r = r0; r < r1; ++r) {
       const float* wr;
-      if (bf16_direct) {
-        const uint16_t* wb = static_cast<const uint16_t*>(w.data) + r * w.cols;
-        for (int64_t i = 0; i < a.m; ++i) {
-          const float v = simd_dot_bf16(a.x + i * xs, wb, w.cols);
-          float& out = a.y[i * ys + r];
-          out = a.accumulate ? out + v : v;
-        }
-        continue;
-      }
       if (w.format == WeightFormat::kF32) {
         wr = static_cast<const float*>(w.data) + r * w.cols;
       } else {
         matrix_row_to_f32(w, r, row.data());
         wr = row.data();
       }
-      for (int64_t i = 0; i < a.m; ++i) {
-        const float v = dot(a.x + i * xs, wr, w.cols);
-        float& out = a.y[i * ys + r];
-        out = a.accumulate ? out + v : v;
-      }
+      simd_dots(a.x, xs, a.m, wr, w.cols, v.data());
+      for (int64_t i = 0; i < a.m; ++i) put(i, r, v[size_t(i)]);
     }
   }, /*min_chunk=*/std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols * a.m)));
 }

@@ -52,6 +52,14 @@ float dot_bf16_portable(const float* x, const uint16_t* w, int64_t n) {
   return finish(acc, x, [w](int64_t j) { return bf16_bits_to_f32(w[j]); }, i, n);
 }
 
+void dots_portable(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t n, float* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = dot_portable(a + r * a_stride, b, n);
+}
+
+void dots_bf16_portable(const float* x, const uint16_t* w, int64_t w_stride, int64_t rows, int64_t n, float* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = dot_bf16_portable(x, w + r * w_stride, n);
+}
+
 void axpy_portable(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
@@ -92,6 +100,66 @@ __attribute__((target("avx2"))) float dot_bf16_avx2(const float* x, const uint16
   return finish(acc, x, [w](int64_t j) { return bf16_bits_to_f32(w[j]); }, i, n);
 }
 
+// kDotRows rows at once: 2 kDotRows independent accumulator chains (each row's two halves of 16
+// lanes), so the adds of different rows overlap where one row's chain waits on each add's latency.
+// Row r's b operand: f32 rows of a (b the shared vector), or bf16 rows of w (x shared).
+constexpr int kDotRows = 4;
+
+__attribute__((target("avx2"))) void dots_avx2(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t n,
+                                               float* out) {
+  int64_t r0 = 0;
+  for (; r0 + kDotRows <= rows; r0 += kDotRows) {
+    const float* ar[kDotRows];
+    __m256 lo[kDotRows], hi[kDotRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kDotRows; ++r) ar[r] = a + (r0 + r) * a_stride, lo[r] = hi[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const __m256 b0 = _mm256_loadu_ps(b + i), b1 = _mm256_loadu_ps(b + i + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < kDotRows; ++r) {
+        lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(ar[r] + i), b0));
+        hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(ar[r] + i + 8), b1));
+      }
+    }
+    for (int r = 0; r < kDotRows; ++r) {
+      float acc[kLanes];
+      _mm256_storeu_ps(acc, lo[r]);
+      _mm256_storeu_ps(acc + 8, hi[r]);
+      out[r0 + r] = finish(acc, ar[r], [b](int64_t j) { return b[j]; }, i, n);
+    }
+  }
+  for (; r0 < rows; ++r0) out[r0] = dot_avx2(a + r0 * a_stride, b, n);
+}
+
+__attribute__((target("avx2"))) void dots_bf16_avx2(const float* x, const uint16_t* w, int64_t w_stride, int64_t rows,
+                                                    int64_t n, float* out) {
+  int64_t r0 = 0;
+  for (; r0 + kDotRows <= rows; r0 += kDotRows) {
+    const uint16_t* wr[kDotRows];
+    __m256 lo[kDotRows], hi[kDotRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kDotRows; ++r) wr[r] = w + (r0 + r) * w_stride, lo[r] = hi[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < kDotRows; ++r) {
+        lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(x0, bf16x8_to_f32(wr[r] + i)));
+        hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(x1, bf16x8_to_f32(wr[r] + i + 8)));
+      }
+    }
+    for (int r = 0; r < kDotRows; ++r) {
+      float acc[kLanes];
+      _mm256_storeu_ps(acc, lo[r]);
+      _mm256_storeu_ps(acc + 8, hi[r]);
+      const uint16_t* wrr = wr[r];
+      out[r0 + r] = finish(acc, x, [wrr](int64_t j) { return bf16_bits_to_f32(wrr[j]); }, i, n);
+    }
+  }
+  for (; r0 < rows; ++r0) out[r0] = dot_bf16_avx2(x, w + r0 * w_stride, n);
+}
+
 __attribute__((target("avx2"))) void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
   int64_t i = 0;
@@ -107,9 +175,10 @@ __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* w, float* 
 }
 #endif
 
-constexpr SimdKernels kPortable{dot_portable, dot_bf16_portable, axpy_portable, bf16_to_f32_portable, "portable"};
+constexpr SimdKernels kPortable{dot_portable,  dot_bf16_portable,    axpy_portable, dots_portable,
+                                dots_bf16_portable, bf16_to_f32_portable, "portable"};
 #if PG_SIMD_X86
-constexpr SimdKernels kAvx2{dot_avx2, dot_bf16_avx2, axpy_avx2, bf16_to_f32_avx2, "avx2"};
+constexpr SimdKernels kAvx2{dot_avx2, dot_bf16_avx2, axpy_avx2, dots_avx2, dots_bf16_avx2, bf16_to_f32_avx2, "avx2"};
 #endif
 
 const SimdKernels& pick() {
@@ -129,6 +198,12 @@ const SimdKernels& kernels() {
 
 float simd_dot(const float* a, const float* b, int64_t n) { return kernels().dot(a, b, n); }
 float simd_dot_bf16(const float* x, const uint16_t* w, int64_t n) { return kernels().dot_bf16(x, w, n); }
+void simd_dots(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t n, float* out) {
+  kernels().dots(a, a_stride, rows, b, n, out);
+}
+void simd_dots_bf16(const float* x, const uint16_t* w, int64_t w_stride, int64_t rows, int64_t n, float* out) {
+  kernels().dots_bf16(x, w, w_stride, rows, n, out);
+}
 void simd_axpy(float alpha, const float* x, float* y, int64_t n) { kernels().axpy(alpha, x, y, n); }
 void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n) { kernels().bf16_to_f32(w, out, n); }
 const char* simd_level() { return kernels().level; }

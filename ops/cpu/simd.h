@@ -12,6 +12,11 @@ namespace pg::ops::cpu {
 float simd_dot(const float* a, const float* b, int64_t n);
 // dot(x, w as f32): the same bits as converting the bf16 row first, without the row buffer.
 float simd_dot_bf16(const float* x, const uint16_t* w, int64_t n);
+// out[r] = dot(a + r * a_stride, b, n) for r < rows: each the bits of simd_dot; several rows at
+// once where the form can (their partial sums are independent chains, so they overlap).
+void simd_dots(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t n, float* out);
+// out[r] = simd_dot_bf16(x, w + r * w_stride, n) for r < rows (rows of a bf16 matrix against one x).
+void simd_dots_bf16(const float* x, const uint16_t* w, int64_t w_stride, int64_t rows, int64_t n, float* out);
 // y[i] += alpha * x[i] (the product rounded, then the sum).
 void simd_axpy(float alpha, const float* x, float* y, int64_t n);
 // out[i] = bf16 w[i] as f32 (exact: the bits shifted up).
@@ -25,6 +30,8 @@ struct SimdKernels {
   float (*dot)(const float*, const float*, int64_t);
   float (*dot_bf16)(const float*, const uint16_t*, int64_t);
   void (*axpy)(float, const float*, float*, int64_t);
+  void (*dots)(const float*, int64_t, int64_t, const float*, int64_t, float*);
+  void (*dots_bf16)(const float*, const uint16_t*, int64_t, int64_t, int64_t, float*);
   void (*bf16_to_f32)(const uint16_t*, float*, int64_t);
   const char* level;
 };

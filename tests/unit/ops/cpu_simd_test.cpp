@@ -78,6 +78,30 @@ TEST(CpuSimd, Bf16RowDotIsTheDotOfTheConvertedRow) {
   }
 }
 
+// Several rows at once (1..9 rows, so whole blocks and remainders): each row the bits of its dot.
+TEST(CpuSimd, RowsAtOnceDotAsOneAtATime) {
+  for (const char* level : {"portable", "avx2"}) {
+    const SimdKernels* k = simd_kernels(level);
+    if (!k) continue;
+    for (int64_t n : {0, 5, 16, 37, 256, 1031})
+      for (int64_t rows = 1; rows <= 9; ++rows) {
+        const int64_t stride = n + 3;
+        const auto a = values(rows * stride, uint32_t(n * 16 + rows)), b = values(n, uint32_t(n) + 99);
+        std::vector<uint16_t> w(static_cast<size_t>(rows * stride));
+        for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(a[i]);
+        std::vector<float> got(static_cast<size_t>(rows)), got16(static_cast<size_t>(rows));
+        k->dots(a.data(), stride, rows, b.data(), n, got.data());
+        k->dots_bf16(b.data(), w.data(), stride, rows, n, got16.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          EXPECT_EQ(bits(got[size_t(r)]), bits(portable()->dot(a.data() + r * stride, b.data(), n)))
+              << level << " dots: n " << n << " rows " << rows << " row " << r;
+          EXPECT_EQ(bits(got16[size_t(r)]), bits(portable()->dot_bf16(b.data(), w.data() + r * stride, n)))
+              << level << " bf16 dots: n " << n << " rows " << rows << " row " << r;
+        }
+      }
+  }
+}
+
 TEST(CpuSimd, EveryFormAxpysAsThePortableOne) {
   for (const char* level : {"portable", "avx2"}) {
     const SimdKernels* k = simd_kernels(level);
