@@ -24,16 +24,20 @@ void linear(const LinearArgs& a, ThreadPool& pool) {
     float& out = a.y[i * ys + r];
     out = a.accumulate ? out + v : v;
   };
-  // Parallel over output features. One token over bf16 rows: several rows at a time against x,
-  // converted inside the dots. Otherwise each thread dequantizes a row once and dots it with
-  // the m tokens (several at a time). Every value is dot()'s bits either way.
-  const bool bf16_rows = w.format == WeightFormat::kBF16 && a.m == 1;
+  // Parallel over output features. A few tokens (a decode or verify step) over bf16 rows: the
+  // rows converted inside the dots, several rows and tokens at a time. Otherwise each thread
+  // dequantizes a row once and dots it with the m tokens (several at a time). Every value is
+  // dot()'s bits either way.
+  const bool bf16_rows = w.format == WeightFormat::kBF16 && a.m <= 4;
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> row, v;
     if (bf16_rows) {
-      v.resize(size_t(r1 - r0));
-      simd_dots_bf16(a.x, static_cast<const uint16_t*>(w.data) + r0 * w.cols, w.cols, r1 - r0, w.cols, v.data());
-      for (int64_t r = r0; r < r1; ++r) put(0, r, v[size_t(r - r0)]);
+      const int64_t nr = r1 - r0;
+      v.resize(size_t(a.m * nr));
+      simd_dots_bf16_tokens(a.x, xs, a.m, static_cast<const uint16_t*>(w.data) + r0 * w.cols, w.cols, nr, w.cols,
+                            v.data(), nr);
+      for (int64_t i = 0; i < a.m; ++i)
+        for (int64_t r = r0; r < r1; ++r) put(i, r, v[size_t(i * nr + r - r0)]);
       return;
     }
     row.resize(size_t(w.cols));

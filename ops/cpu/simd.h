@@ -1,5 +1,5 @@
 // The CPU ops' inner loops (dot products, bf16 rows to f32), picked once at run time by what the
-// processor supports: AVX2 where it has it, else the portable loops. Every form gives the same bits
+// processor supports: AVX-512 where it has it, else AVX2, else the portable loops. Every form gives the same bits
 // as the portable one (the same 16 interleaved partial sums, each a product rounded then added,
 // then the same tree: no FMA), so results do not depend on the machine, only their speed does.
 #pragma once
@@ -17,12 +17,17 @@ float simd_dot_bf16(const float* x, const uint16_t* w, int64_t n);
 void simd_dots(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t n, float* out);
 // out[r] = simd_dot_bf16(x, w + r * w_stride, n) for r < rows (rows of a bf16 matrix against one x).
 void simd_dots_bf16(const float* x, const uint16_t* w, int64_t w_stride, int64_t rows, int64_t n, float* out);
+// out[t * out_stride + r] = simd_dot_bf16(x + t * x_stride, w + r * w_stride, n) for t < m, r < rows:
+// a few tokens against rows of a bf16 matrix, each converted once per pair of tokens.
+void simd_dots_bf16_tokens(const float* x, int64_t x_stride, int64_t m, const uint16_t* w, int64_t w_stride,
+                           int64_t rows, int64_t n, float* out, int64_t out_stride);
 // y[i] += alpha * x[i] (the product rounded, then the sum).
 void simd_axpy(float alpha, const float* x, float* y, int64_t n);
 // out[i] = bf16 w[i] as f32 (exact: the bits shifted up).
 void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n);
-// "avx2" or "portable": the form in use (`peregrine bench` prints it). PEREGRINE_CPU_SIMD=portable
-// keeps the portable form on any processor (an A/B of the speed; the bits are the same).
+// "avx512", "avx2" or "portable": the form in use (`peregrine bench` prints it).
+// PEREGRINE_CPU_SIMD=portable or =avx2 keeps that form where the processor has more (an A/B of the
+// speed; the bits are the same).
 const char* simd_level();
 
 // One form's loops, for the tests that hold every form to the portable one's bits.
@@ -32,10 +37,11 @@ struct SimdKernels {
   void (*axpy)(float, const float*, float*, int64_t);
   void (*dots)(const float*, int64_t, int64_t, const float*, int64_t, float*);
   void (*dots_bf16)(const float*, const uint16_t*, int64_t, int64_t, int64_t, float*);
+  void (*dots_bf16_tokens)(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t);
   void (*bf16_to_f32)(const uint16_t*, float*, int64_t);
   const char* level;
 };
-// The form named `level` ("portable", "avx2"), or nullptr where this build or processor lacks it.
+// The form named `level` ("portable", "avx2", "avx512"), or nullptr where this build or processor lacks it.
 const SimdKernels* simd_kernels(const char* level);
 
 }  // namespace pg::ops::cpu

@@ -46,7 +46,7 @@ const SimdKernels* portable() { return simd_kernels("portable"); }
 TEST(CpuSimd, EveryFormDotsAsThePortableOne) {
   ASSERT_NE(portable(), nullptr);
   std::printf("[ measure  ] CPU loops in use: %s\n", simd_level());
-  for (const char* level : {"portable", "avx2"}) {
+  for (const char* level : {"portable", "avx2", "avx512"}) {
     const SimdKernels* k = simd_kernels(level);
     if (!k) {
       std::printf("[ measure  ] %s: not on this processor, not compared\n", level);
@@ -63,7 +63,7 @@ TEST(CpuSimd, EveryFormDotsAsThePortableOne) {
 }
 
 TEST(CpuSimd, Bf16RowDotIsTheDotOfTheConvertedRow) {
-  for (const char* level : {"portable", "avx2"}) {
+  for (const char* level : {"portable", "avx2", "avx512"}) {
     const SimdKernels* k = simd_kernels(level);
     if (!k) continue;
     for (int64_t n : lengths()) {
@@ -80,7 +80,7 @@ TEST(CpuSimd, Bf16RowDotIsTheDotOfTheConvertedRow) {
 
 // Several rows at once (1..9 rows, so whole blocks and remainders): each row the bits of its dot.
 TEST(CpuSimd, RowsAtOnceDotAsOneAtATime) {
-  for (const char* level : {"portable", "avx2"}) {
+  for (const char* level : {"portable", "avx2", "avx512"}) {
     const SimdKernels* k = simd_kernels(level);
     if (!k) continue;
     for (int64_t n : {0, 5, 16, 37, 256, 1031})
@@ -102,8 +102,31 @@ TEST(CpuSimd, RowsAtOnceDotAsOneAtATime) {
   }
 }
 
+// A few tokens against bf16 rows (1..5 tokens, 1..5 rows: pairs and their remainders).
+TEST(CpuSimd, TokensAgainstBf16RowsDotAsOneAtATime) {
+  for (const char* level : {"portable", "avx2", "avx512"}) {
+    const SimdKernels* k = simd_kernels(level);
+    if (!k) continue;
+    for (int64_t n : {0, 7, 16, 40, 256})
+      for (int64_t m = 1; m <= 5; ++m)
+        for (int64_t rows = 1; rows <= 5; ++rows) {
+          const int64_t xs = n + 1, wsd = n + 2, os = rows + 3;
+          const auto x = values(m * xs, uint32_t(n * 100 + m * 10 + rows));
+          const auto wf = values(rows * wsd, uint32_t(n * 100 + m * 10 + rows + 7));
+          std::vector<uint16_t> w(wf.size());
+          for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(wf[i]);
+          std::vector<float> out(static_cast<size_t>(m * os), -1.0f);
+          k->dots_bf16_tokens(x.data(), xs, m, w.data(), wsd, rows, n, out.data(), os);
+          for (int64_t t = 0; t < m; ++t)
+            for (int64_t r = 0; r < rows; ++r)
+              ASSERT_EQ(bits(out[size_t(t * os + r)]), bits(portable()->dot_bf16(x.data() + t * xs, w.data() + r * wsd, n)))
+                  << level << " n " << n << " m " << m << " rows " << rows << " at (" << t << ", " << r << ")";
+        }
+  }
+}
+
 TEST(CpuSimd, EveryFormAxpysAsThePortableOne) {
-  for (const char* level : {"portable", "avx2"}) {
+  for (const char* level : {"portable", "avx2", "avx512"}) {
     const SimdKernels* k = simd_kernels(level);
     if (!k) continue;
     for (int64_t n : lengths()) {
@@ -119,7 +142,7 @@ TEST(CpuSimd, EveryFormAxpysAsThePortableOne) {
 TEST(CpuSimd, Bf16ToF32OnEveryCode) {
   std::vector<uint16_t> w(65536 + 5);
   for (size_t i = 0; i < w.size(); ++i) w[i] = uint16_t(i);
-  for (const char* level : {"portable", "avx2"}) {
+  for (const char* level : {"portable", "avx2", "avx512"}) {
     const SimdKernels* k = simd_kernels(level);
     if (!k) continue;
     std::vector<float> out(w.size());
