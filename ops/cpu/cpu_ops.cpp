@@ -104,30 +104,41 @@ void rope(const RopeArgs& a) {
 
 void mla_attention(const MlaAttentionArgs& a, ThreadPool& pool) {
   const int64_t R = a.kv_lora_rank, P = a.rope_dim, D = R + P;
+  // A cache block's rows are consecutive (stride D): their scores and their P·V terms go a block
+  // at a time (simd_dots, simd_axpys), with the bits of one row at a time.
   pool.parallel_for(a.m * a.n_heads, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> scores;
+    thread_local std::vector<float> scores, pe, weights;
     for (int64_t th = b; th < e; ++th) {
       const int64_t t = th / a.n_heads, h = th % a.n_heads;
-      const int64_t n = a.ctx_len[t];
+      const int64_t n = a.ctx_len[t], bs = a.block_size;
       const int32_t* table = a.block_tables + int64_t(a.token_seq[t]) * a.max_blocks_per_seq;
       const float* ql = a.q_lat + t * q_lat_row_stride(a) + h * q_lat_head_stride(a);
       const float* qp = a.q_pe + t * q_pe_row_stride(a) + h * q_pe_head_stride(a);
       scores.resize(static_cast<size_t>(n));
+      pe.resize(static_cast<size_t>(bs));
+      weights.resize(static_cast<size_t>(bs));
+      auto block_rows = [&](int64_t j0) { return a.kv + int64_t(table[j0 / bs]) * bs * D; };
       float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        const float* row = a.kv + (int64_t(table[j / a.block_size]) * a.block_size + j % a.block_size) * D;
-        const float s = (dot(ql, row, R) + dot(qp, row + R, P)) * a.softmax_scale;
-        scores[j] = s;
-        mx = std::max(mx, s);
+      for (int64_t j0 = 0; j0 < n; j0 += bs) {
+        const int64_t rows = std::min(bs, n - j0);
+        const float* blk = block_rows(j0);
+        simd_dots(blk, D, rows, ql, R, &scores[size_t(j0)]);
+        simd_dots(blk + R, D, rows, qp, P, pe.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          const float s = (scores[size_t(j0 + r)] + pe[size_t(r)]) * a.softmax_scale;
+          scores[size_t(j0 + r)] = s;
+          mx = std::max(mx, s);
+        }
       }
       float sum = 0;
       for (int64_t j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
       float* o = a.o_lat + (t * a.n_heads + h) * R;
       std::fill(o, o + R, 0.0f);
       const float inv = 1.0f / sum;
-      for (int64_t j = 0; j < n; ++j) {
-        const float* row = a.kv + (int64_t(table[j / a.block_size]) * a.block_size + j % a.block_size) * D;
-        axpy(scores[j] * inv, row, o, R);
+      for (int64_t j0 = 0; j0 < n; j0 += bs) {
+        const int64_t rows = std::min(bs, n - j0);
+        for (int64_t r = 0; r < rows; ++r) weights[size_t(r)] = scores[size_t(j0 + r)] * inv;
+        simd_axpys(weights.data(), block_rows(j0), D, rows, o, R);
       }
     }
   });

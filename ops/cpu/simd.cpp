@@ -72,6 +72,10 @@ void axpy_portable(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+void axpys_portable(const float* alpha, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) axpy_portable(alpha[r], x + r * x_stride, y, n);
+}
+
 void bf16_to_f32_portable(const uint16_t* w, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(w[i]);
 }
@@ -237,6 +241,19 @@ __attribute__((target("avx2"))) void axpy_avx2(float alpha, const float* x, floa
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+__attribute__((target("avx2"))) void axpys_avx2(const float* alpha, const float* x, int64_t x_stride, int64_t rows,
+                                                float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(y + i);
+    for (int64_t r = 0; r < rows; ++r)
+      v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_set1_ps(alpha[r]), _mm256_loadu_ps(x + r * x_stride + i)));
+    _mm256_storeu_ps(y + i, v);
+  }
+  for (; i < n; ++i)
+    for (int64_t r = 0; r < rows; ++r) y[i] += alpha[r] * x[r * x_stride + i];
+}
+
 __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* w, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, bf16x8_to_f32(w + i));
@@ -351,6 +368,18 @@ PG_AVX512 void axpy_avx512(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+PG_AVX512 void axpys_avx512(const float* alpha, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(y + i);
+    for (int64_t r = 0; r < rows; ++r)
+      v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(x + r * x_stride + i)));
+    _mm512_storeu_ps(y + i, v);
+  }
+  for (; i < n; ++i)
+    for (int64_t r = 0; r < rows; ++r) y[i] += alpha[r] * x[r * x_stride + i];
+}
+
 PG_AVX512 void bf16_to_f32_avx512(const uint16_t* w, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, bf16x16_to_f32(w + i));
@@ -358,12 +387,12 @@ PG_AVX512 void bf16_to_f32_avx512(const uint16_t* w, float* out, int64_t n) {
 }
 #endif
 
-constexpr SimdKernels kPortable{dot_portable,       dot_bf16_portable,         axpy_portable,        dots_portable,
+constexpr SimdKernels kPortable{dot_portable,       dot_bf16_portable,         axpy_portable, axpys_portable, dots_portable,
                                 dots_bf16_portable, dots_bf16_tokens_portable, bf16_to_f32_portable, "portable"};
 #if PG_SIMD_X86
-constexpr SimdKernels kAvx512{dot_avx512,       dot_bf16_avx512,         axpy_avx512,        dots_avx512,
+constexpr SimdKernels kAvx512{dot_avx512,       dot_bf16_avx512,         axpy_avx512, axpys_avx512, dots_avx512,
                               dots_bf16_avx512, dots_bf16_tokens_avx512, bf16_to_f32_avx512, "avx512"};
-constexpr SimdKernels kAvx2{dot_avx2,       dot_bf16_avx2,         axpy_avx2,        dots_avx2,
+constexpr SimdKernels kAvx2{dot_avx2,       dot_bf16_avx2,         axpy_avx2, axpys_avx2, dots_avx2,
                             dots_bf16_avx2, dots_bf16_tokens_avx2, bf16_to_f32_avx2, "avx2"};
 #endif
 
@@ -397,6 +426,9 @@ void simd_dots_bf16_tokens(const float* x, int64_t x_stride, int64_t m, const ui
   kernels().dots_bf16_tokens(x, x_stride, m, w, w_stride, rows, n, out, out_stride);
 }
 void simd_axpy(float alpha, const float* x, float* y, int64_t n) { kernels().axpy(alpha, x, y, n); }
+void simd_axpys(const float* alpha, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t n) {
+  kernels().axpys(alpha, x, x_stride, rows, y, n);
+}
 void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n) { kernels().bf16_to_f32(w, out, n); }
 const char* simd_level() { return kernels().level; }
 

@@ -23,6 +23,9 @@ void simd_dots_bf16_tokens(const float* x, int64_t x_stride, int64_t m, const ui
                            int64_t rows, int64_t n, float* out, int64_t out_stride);
 // y[i] += alpha * x[i] (the product rounded, then the sum).
 void simd_axpy(float alpha, const float* x, float* y, int64_t n);
+// For r = 0 .. rows - 1 in order: y[i] += alpha[r] * x[r * x_stride + i] (the bits of that
+// many simd_axpy calls; y read and written once for all of them).
+void simd_axpys(const float* alpha, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t n);
 // out[i] = bf16 w[i] as f32 (exact: the bits shifted up).
 void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n);
 // "avx512", "avx2" or "portable": the form in use (`peregrine bench` prints it).
@@ -35,6 +38,7 @@ struct SimdKernels {
   float (*dot)(const float*, const float*, int64_t);
   float (*dot_bf16)(const float*, const uint16_t*, int64_t);
   void (*axpy)(float, const float*, float*, int64_t);
+  void (*axpys)(const float*, const float*, int64_t, int64_t, float*, int64_t);
   void (*dots)(const float*, int64_t, int64_t, const float*, int64_t, float*);
   void (*dots_bf16)(const float*, const uint16_t*, int64_t, int64_t, int64_t, float*);
   void (*dots_bf16_tokens)(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t);

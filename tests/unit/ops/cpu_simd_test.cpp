@@ -139,6 +139,24 @@ TEST(CpuSimd, EveryFormAxpysAsThePortableOne) {
   }
 }
 
+// Several axpys into one y (0..9 rows): the bits of one axpy after another, in row order.
+TEST(CpuSimd, AxpysAreAxpysInRowOrder) {
+  for (const char* level : {"portable", "avx2", "avx512"}) {
+    const SimdKernels* k = simd_kernels(level);
+    if (!k) continue;
+    for (int64_t n : {0, 5, 16, 37, 64, 512})
+      for (int64_t rows = 0; rows <= 9; ++rows) {
+        const int64_t stride = n + 5;
+        const auto x = values(rows * stride, uint32_t(n * 10 + rows)), alpha = values(rows, uint32_t(rows) + 77);
+        auto y = values(n, uint32_t(n) + 13), want = y;
+        k->axpys(alpha.data(), x.data(), stride, rows, y.data(), n);
+        for (int64_t r = 0; r < rows; ++r) portable()->axpy(alpha[size_t(r)], x.data() + r * stride, want.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(bits(y[size_t(i)]), bits(want[size_t(i)])) << level << " n " << n << " rows " << rows << " at " << i;
+      }
+  }
+}
+
 TEST(CpuSimd, Bf16ToF32OnEveryCode) {
   std::vector<uint16_t> w(65536 + 5);
   for (size_t i = 0; i < w.size(); ++i) w[i] = uint16_t(i);
