@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "ops/cpu/simd.h"
@@ -33,13 +34,10 @@ void matrix_row_to_f32(const Matrix& w, int64_t r, float* out) {
       // Same definition as formats/nvfp4.cpp's dequantize_nvfp4 (tests hold them bit-identical).
       const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
       const uint8_t* scales = w.scale_fp8 + r * (w.cols / kNvfp4GroupSize);
-      const float scale_2 = w.row_scale_2(r);
-      for (int64_t c = 0; c < w.cols; c += 2) {
-        const float s = f8e4m3_to_f32(scales[c / kNvfp4GroupSize]);
-        const uint8_t b = row[c / 2];
-        out[c] = (e2m1_to_f32(b & 0xf) * s) * scale_2;
-        out[c + 1] = (e2m1_to_f32(b >> 4) * s) * scale_2;
-      }
+      thread_local std::vector<float> s;  // the row's block scales as f32
+      s.resize(size_t(w.cols / kNvfp4GroupSize));
+      for (size_t b = 0; b < s.size(); ++b) s[b] = f8e4m3_to_f32(scales[b]);
+      cpu::simd_nvfp4_to_f32(row, s.data(), w.row_scale_2(r), w.cols, out);
       return;
     }
   }

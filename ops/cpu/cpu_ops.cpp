@@ -40,18 +40,29 @@ void linear(const LinearArgs& a, ThreadPool& pool) {
         for (int64_t r = r0; r < r1; ++r) put(i, r, v[size_t(i * nr + r - r0)]);
       return;
     }
-    row.resize(size_t(w.cols));
-    v.resize(size_t(a.m));
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* wr;
+    // kGroup rows at a time (dequantized into `row` unless f32): one token dots them all at once,
+    // more tokens dot each row with all tokens at once.
+    constexpr int64_t kGroup = 4;
+    row.resize(size_t(kGroup * w.cols));
+    v.resize(size_t(std::max<int64_t>(a.m, kGroup)));
+    for (int64_t g0 = r0; g0 < r1; g0 += kGroup) {
+      const int64_t nr = std::min(kGroup, r1 - g0);
+      const float* wg;
       if (w.format == WeightFormat::kF32) {
-        wr = static_cast<const float*>(w.data) + r * w.cols;
+        wg = static_cast<const float*>(w.data) + g0 * w.cols;
       } else {
-        matrix_row_to_f32(w, r, row.data());
-        wr = row.data();
+        for (int64_t j = 0; j < nr; ++j) matrix_row_to_f32(w, g0 + j, row.data() + j * w.cols);
+        wg = row.data();
       }
-      simd_dots(a.x, xs, a.m, wr, w.cols, v.data());
-      for (int64_t i = 0; i < a.m; ++i) put(i, r, v[size_t(i)]);
+      if (a.m == 1) {
+        simd_dots(wg, w.cols, nr, a.x, w.cols, v.data());
+        for (int64_t j = 0; j < nr; ++j) put(0, g0 + j, v[size_t(j)]);
+        continue;
+      }
+      for (int64_t j = 0; j < nr; ++j) {
+        simd_dots(a.x, xs, a.m, wg + j * w.cols, w.cols, v.data());
+        for (int64_t i = 0; i < a.m; ++i) put(i, g0 + j, v[size_t(i)]);
+      }
     }
   }, /*min_chunk=*/std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols * a.m)));
 }

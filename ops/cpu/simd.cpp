@@ -76,6 +76,19 @@ void axpys_portable(const float* alpha, const float* x, int64_t x_stride, int64_
   for (int64_t r = 0; r < rows; ++r) axpy_portable(alpha[r], x + r * x_stride, y, n);
 }
 
+// e2m1 codes (bit 3 the sign) as f32: core/dtype.h's e2m1_to_f32.
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+void nvfp4_to_f32_portable(const uint8_t* packed, const float* block_scale, float scale_2, int64_t cols, float* out) {
+  for (int64_t c = 0; c < cols; c += 2) {
+    const float s = block_scale[c / 16];
+    const uint8_t b = packed[c / 2];
+    out[c] = (kE2M1[b & 0xf] * s) * scale_2;
+    out[c + 1] = (kE2M1[b >> 4] * s) * scale_2;
+  }
+}
+
 void bf16_to_f32_portable(const uint16_t* w, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(w[i]);
 }
@@ -254,6 +267,27 @@ __attribute__((target("avx2"))) void axpys_avx2(const float* alpha, const float*
     for (int64_t r = 0; r < rows; ++r) y[i] += alpha[r] * x[r * x_stride + i];
 }
 
+// 16 values a block: the block's 8 bytes split into nibbles in element order, the magnitudes looked up
+// in 8 lanes, the sign bit put back, then the two products.
+__attribute__((target("avx2"))) void nvfp4_to_f32_avx2(const uint8_t* packed, const float* block_scale, float scale_2,
+                                                       int64_t cols, float* out) {
+  const __m256 mags = _mm256_loadu_ps(kE2M1);
+  const __m256 s2 = _mm256_set1_ps(scale_2);
+  for (int64_t b = 0; b < cols / 16; ++b) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + 8 * b));
+    const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f));
+    const __m128i codes = _mm_unpacklo_epi8(lo, hi);  // 16 codes in element order
+    const __m256 s = _mm256_set1_ps(block_scale[b]);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i c = _mm256_cvtepu8_epi32(h ? _mm_srli_si128(codes, 8) : codes);
+      const __m256 mag = _mm256_permutevar8x32_ps(mags, c);  // the low 3 bits pick the magnitude
+      const __m256 v = _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(c, 3), 31)));
+      _mm256_storeu_ps(out + 16 * b + 8 * h, _mm256_mul_ps(_mm256_mul_ps(v, s), s2));
+    }
+  }
+}
+
 __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* w, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, bf16x8_to_f32(w + i));
@@ -380,6 +414,19 @@ PG_AVX512 void axpys_avx512(const float* alpha, const float* x, int64_t x_stride
     for (int64_t r = 0; r < rows; ++r) y[i] += alpha[r] * x[r * x_stride + i];
 }
 
+PG_AVX512 void nvfp4_to_f32_avx512(const uint8_t* packed, const float* block_scale, float scale_2, int64_t cols,
+                                   float* out) {
+  const __m512 table = _mm512_loadu_ps(kE2M1);
+  const __m512 s2 = _mm512_set1_ps(scale_2);
+  for (int64_t b = 0; b < cols / 16; ++b) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + 8 * b));
+    const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f));
+    const __m512 v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), table);
+    _mm512_storeu_ps(out + 16 * b, _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(block_scale[b])), s2));
+  }
+}
+
 PG_AVX512 void bf16_to_f32_avx512(const uint16_t* w, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, bf16x16_to_f32(w + i));
@@ -388,12 +435,15 @@ PG_AVX512 void bf16_to_f32_avx512(const uint16_t* w, float* out, int64_t n) {
 #endif
 
 constexpr SimdKernels kPortable{dot_portable,       dot_bf16_portable,         axpy_portable, axpys_portable, dots_portable,
-                                dots_bf16_portable, dots_bf16_tokens_portable, bf16_to_f32_portable, "portable"};
+                                dots_bf16_portable, dots_bf16_tokens_portable, bf16_to_f32_portable,
+                                nvfp4_to_f32_portable, "portable"};
 #if PG_SIMD_X86
 constexpr SimdKernels kAvx512{dot_avx512,       dot_bf16_avx512,         axpy_avx512, axpys_avx512, dots_avx512,
-                              dots_bf16_avx512, dots_bf16_tokens_avx512, bf16_to_f32_avx512, "avx512"};
+                              dots_bf16_avx512, dots_bf16_tokens_avx512, bf16_to_f32_avx512,
+                              nvfp4_to_f32_avx512, "avx512"};
 constexpr SimdKernels kAvx2{dot_avx2,       dot_bf16_avx2,         axpy_avx2, axpys_avx2, dots_avx2,
-                            dots_bf16_avx2, dots_bf16_tokens_avx2, bf16_to_f32_avx2, "avx2"};
+                            dots_bf16_avx2, dots_bf16_tokens_avx2, bf16_to_f32_avx2,
+                            nvfp4_to_f32_avx2, "avx2"};
 #endif
 
 const SimdKernels& pick() {
@@ -430,6 +480,9 @@ void simd_axpys(const float* alpha, const float* x, int64_t x_stride, int64_t ro
   kernels().axpys(alpha, x, x_stride, rows, y, n);
 }
 void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n) { kernels().bf16_to_f32(w, out, n); }
+void simd_nvfp4_to_f32(const uint8_t* packed, const float* block_scale, float scale_2, int64_t cols, float* out) {
+  kernels().nvfp4_to_f32(packed, block_scale, scale_2, cols, out);
+}
 const char* simd_level() { return kernels().level; }
 
 const SimdKernels* simd_kernels(const char* level) {

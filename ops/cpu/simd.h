@@ -28,6 +28,11 @@ void simd_axpy(float alpha, const float* x, float* y, int64_t n);
 void simd_axpys(const float* alpha, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t n);
 // out[i] = bf16 w[i] as f32 (exact: the bits shifted up).
 void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n);
+// One NVFP4 row as f32 (cols % 16 == 0): out[c] = (e2m1(code c) * block_scale[c / 16]) * scale_2, both
+// products rounded (ops::matrix_row_to_f32's definition). packed: cols / 2 bytes, element 2j in the
+// low nibble of byte j; block_scale: the row's cols / 16 e4m3 scales already as f32.
+void simd_nvfp4_to_f32(const uint8_t* packed, const float* block_scale, float scale_2, int64_t cols, float* out);
+
 // "avx512", "avx2" or "portable": the form in use (`peregrine bench` prints it).
 // PEREGRINE_CPU_SIMD=portable or =avx2 keeps that form where the processor has more (an A/B of the
 // speed; the bits are the same).
@@ -43,6 +48,7 @@ struct SimdKernels {
   void (*dots_bf16)(const float*, const uint16_t*, int64_t, int64_t, int64_t, float*);
   void (*dots_bf16_tokens)(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t);
   void (*bf16_to_f32)(const uint16_t*, float*, int64_t);
+  void (*nvfp4_to_f32)(const uint8_t*, const float*, float, int64_t, float*);
   const char* level;
 };
 // The form named `level` ("portable", "avx2", "avx512"), or nullptr where this build or processor lacks it.

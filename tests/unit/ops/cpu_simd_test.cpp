@@ -157,6 +157,29 @@ TEST(CpuSimd, AxpysAreAxpysInRowOrder) {
   }
 }
 
+// NVFP4 rows: every byte value in both nibble positions, block scales from e4m3's range, a scale_2;
+// each form against core/dtype.h's e2m1_to_f32 with the two products rounded in order.
+TEST(CpuSimd, Nvfp4RowsAsTheDefinition) {
+  const int64_t cols = 2 * 256 + 64;  // every byte once, then more
+  std::vector<uint8_t> packed(static_cast<size_t>(cols / 2));
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = uint8_t(i * 37 + 11);
+  std::vector<float> scales(static_cast<size_t>(cols / 16));
+  for (size_t b = 0; b < scales.size(); ++b) scales[b] = f8e4m3_to_f32(uint8_t((b * 29 + 3) % 0x7f));
+  const float scale_2 = 0.0371f;
+  std::vector<float> want(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) {
+    const uint8_t b = packed[size_t(c / 2)];
+    want[size_t(c)] = (e2m1_to_f32(c % 2 ? b >> 4 : b & 0xf) * scales[size_t(c / 16)]) * scale_2;
+  }
+  for (const char* level : {"portable", "avx2", "avx512"}) {
+    const SimdKernels* k = simd_kernels(level);
+    if (!k) continue;
+    std::vector<float> out(static_cast<size_t>(cols), -1.0f);
+    k->nvfp4_to_f32(packed.data(), scales.data(), scale_2, cols, out.data());
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(bits(out[size_t(c)]), bits(want[size_t(c)])) << level << " at " << c;
+  }
+}
+
 TEST(CpuSimd, Bf16ToF32OnEveryCode) {
   std::vector<uint16_t> w(65536 + 5);
   for (size_t i = 0; i < w.size(); ++i) w[i] = uint16_t(i);
