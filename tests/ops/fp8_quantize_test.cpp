@@ -15,6 +15,7 @@
 #include "ops/cuda/common/fp8_quantize.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/matrix.h"
+#include "tests/ops/quantized_copy.h"
 #include "tests/ops/test_util.h"
 
 namespace pg::ops::test {
@@ -72,19 +73,7 @@ TEST_P(Fp8QuantizeCuda, BitExactVsCpu) {
   // The FP8 linear over the copy against the source's (one token): the head's logits as drafted.
   const Matrix src_m{c.bf16 ? WeightFormat::kBF16 : WeightFormat::kF32, c.rows, c.cols, src};
   const Matrix fp8_m{WeightFormat::kFp8Block, c.rows, c.cols, dcodes.data(), dscale.data(), 128, 128};
-  std::vector<float> x(static_cast<size_t>(c.cols));
-  parallel_fill(x, [&](uint64_t i) { return uniform_pm1(seed + 2, i); });
-  auto dx = to_device(x);
-  auto dy0 = poisoned<float>(size_t(c.rows)), dy1 = poisoned<float>(size_t(c.rows));
-  LinearArgs la;
-  la.x = dx.data(), la.m = 1, la.w = &src_m, la.y = dy0.data();
-  PG_ASSERT_OK(cuda::linear(la, nullptr));
-  la.w = &fp8_m, la.y = dy1.data();
-  PG_ASSERT_OK(cuda::linear(la, nullptr));
-  const auto y0 = to_host(dy0), y1 = to_host(dy1);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < y0.size(); ++i) num += double(y1[i] - y0[i]) * (y1[i] - y0[i]), den += double(y0[i]) * y0[i];
-  const double rel = std::sqrt(num / den);
+  const double rel = linear_copy_rel_rms(src_m, fp8_m, seed + 2);
   // e4m3 rounds to 3 mantissa bits: ~3.6% RMS a weight, at most 6.25%; a wrong scale or layout gives ~1.
   EXPECT_LT(rel, 0.06) << "the FP8 copy's outputs against the source's (relative RMS error)";
   std::printf("[ measure  ] fp8 quantize %s: logits' relative RMS error %.4f\n", c.name, rel);

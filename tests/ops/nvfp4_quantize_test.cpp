@@ -18,6 +18,7 @@
 #include "ops/cuda/common/nvfp4_quantize.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/matrix.h"
+#include "tests/ops/quantized_copy.h"
 #include "tests/ops/test_util.h"
 
 namespace pg::ops::test {
@@ -82,19 +83,7 @@ TEST_P(Nvfp4QuantizeCuda, ByteExactVsCpu) {
   Matrix q_m{WeightFormat::kNvfp4, c.rows, c.cols, dpacked.data()};
   q_m.scale_fp8 = dscales.data();
   q_m.scale_2 = scale_2;
-  std::vector<float> x(static_cast<size_t>(c.cols));
-  parallel_fill(x, [&](uint64_t i) { return uniform_pm1(seed + 2, i); });
-  auto dx = to_device(x);
-  auto dy0 = poisoned<float>(size_t(c.rows)), dy1 = poisoned<float>(size_t(c.rows));
-  LinearArgs la;
-  la.x = dx.data(), la.m = 1, la.w = &src_m, la.y = dy0.data();
-  PG_ASSERT_OK(cuda::linear(la, nullptr));
-  la.w = &q_m, la.y = dy1.data();
-  PG_ASSERT_OK(cuda::linear(la, nullptr));
-  const auto y0 = to_host(dy0), y1 = to_host(dy1);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < y0.size(); ++i) num += double(y1[i] - y0[i]) * (y1[i] - y0[i]), den += double(y0[i]) * y0[i];
-  const double rel = std::sqrt(num / den);
+  const double rel = linear_copy_rel_rms(src_m, q_m, seed + 2);
   // e2m1 keeps one mantissa bit: the weights' RMS error is ~10-15% of their RMS for these blocks; a
   // wrong scale, nibble order or layout gives ~1.
   EXPECT_LT(rel, 0.25) << "the NVFP4 copy's outputs against the source's (relative RMS error)";
