@@ -221,7 +221,8 @@ Command add_bench(CLI::App& root) {
   app->add_option("--seed", opts->seed, "speculation, sampled: prompt i is seeded seed + i in every mode");
   app->add_option("--speculative-draft-cost", opts->draft_cost,
                   "speculation: one more draft's cost relative to a decode step, for the adaptive depth "
-                  "(default: the engine's; auto: fitted from the fixed k's step times)");
+                  "(default: the backend's, 0.25 on a GPU and 0.75 on the CPU; auto: fitted from the fixed k's step "
+                  "times)");
   app->add_option("--acceptance-rate", opts->acceptance_rate,
                   "cuda: per-draft acceptance for the effective tokens/s of --speculative-tokens (default: the "
                   "embedded model's measured 0.564)")

@@ -225,7 +225,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
   for (const Mode& m : *modes) n_fixed_spec += !m.adaptive && m.k > 0;
   if (o.draft_cost_auto && n_fixed_spec < 2)
     return fail(invalid_argument("--speculative-draft-cost auto fits the cost from two or more fixed k >= 1"));
-  const double default_cost = o.draft_cost ? *o.draft_cost : EngineConfig{}.speculative_draft_cost;
+  std::optional<double> engine_cost;  // the cost the engines ran adaptive with when none was given
   std::vector<double> fitted_costs;  // per pass
   // Passes outside, modes inside: load drifts on a shared machine reach every mode alike. The
   // adaptive mode comes last, after the fixed k whose step times fit its draft cost.
@@ -239,10 +239,13 @@ int run_spec_bench(const SpecBenchOptions& o) {
           if (!fit.cost()) return fail(internal_error("no draft cost could be fitted from the fixed-k steps"));
           cost = *fit.cost();
         }
-        res.draft_cost.push_back(cost ? *cost : default_cost);
       }
       auto engine = make_engine(o, res.mode, cost, tok);
       if (!engine.ok()) return fail(engine.status());
+      if (res.mode.adaptive) {
+        res.draft_cost.push_back((*engine)->speculative_draft_cost());
+        if (!cost) engine_cost = (*engine)->speculative_draft_cost();
+      }
       SamplingParams params;
       params.temperature = o.temperature;
       params.ignore_eos = true;
@@ -312,7 +315,10 @@ int run_spec_bench(const SpecBenchOptions& o) {
             {"repeats", o.repeats},
             {"temperature", o.temperature},
             {"seed", o.seed},
-            {"speculative_draft_cost", o.draft_cost_auto ? Json("auto") : Json(default_cost)},
+            {"speculative_draft_cost", o.draft_cost_auto ? Json("auto")
+                                       : o.draft_cost    ? Json(*o.draft_cost)
+                                       : engine_cost     ? Json(*engine_cost)
+                                                         : Json(nullptr)},
             {"modes", Json::array()}};
   for (const ModeResult& r : results) {
     const double tps = median(r.decode_tps);
@@ -382,7 +388,7 @@ int run_spec_bench(const SpecBenchOptions& o) {
     if (j.contains("fitted_draft_cost"))
       std::printf("draft cost c fitted from the fixed k's step times: %.2f of a step; adaptive ran with %.2f%s\n",
                   j["fitted_draft_cost"].get<double>(), median(adaptive->draft_cost),
-                  o.draft_cost_auto ? " (auto)" : o.draft_cost ? "" : " (the engine's default)");
+                  o.draft_cost_auto ? " (auto)" : o.draft_cost ? "" : " (the backend's default)");
     if (adaptive && best_fixed)
       std::printf("adaptive vs best fixed k (k=%lld): %+.1f%% (target >= -5%%): %s\n", (long long)best_fixed->mode.k,
                   adaptive_pct, adaptive_pct >= -5.0 ? "met" : "MISSED");

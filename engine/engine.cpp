@@ -32,6 +32,7 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> scheduler;
   Sampler sampler;  // engine thread only
   int64_t spec_k = 0;  // draft depth (0: no speculation)
+  double draft_cost = 0.25;  // the adaptive depth's cost of one more draft (EngineConfig::speculative_draft_cost)
 
   // Shared with other threads, under mu.
   mutable std::mutex mu;
@@ -107,9 +108,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> mode
   impl->tokenizer = std::move(tokenizer);
   impl->cfg = cfg;
   impl->stats.kv_blocks_total = cfg.kv_blocks;
-  if (!(cfg.speculative_draft_cost >= 0.0 && cfg.speculative_draft_cost <= 10.0))
+  impl->draft_cost = cfg.speculative_draft_cost.value_or(impl->model->draft_cost_hint());
+  if (!(impl->draft_cost >= 0.0 && impl->draft_cost <= 10.0))
     return invalid_argument("speculative draft cost must be in [0, 10] (a fraction of a decode step), got {}",
-                            cfg.speculative_draft_cost);
+                            impl->draft_cost);
   if (cfg.num_speculative_tokens < 0 || cfg.num_speculative_tokens > kMaxSpeculativeTokens)
     return invalid_argument("speculative tokens must be in [0, {}], got {}", kMaxSpeculativeTokens,
                             cfg.num_speculative_tokens);
@@ -422,7 +424,7 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
     r.draft_dists.clear();
     // Verify positions run to last + n_drafts: keep them inside the context and max_tokens.
     const int64_t last = int64_t(r.seq.tokens.size()) - 1;
-    const int64_t k = cfg.speculative_adaptive ? r.depth.choose(spec_k, cfg.speculative_draft_cost) : spec_k;
+    const int64_t k = cfg.speculative_adaptive ? r.depth.choose(spec_k, draft_cost) : spec_k;
     cap[i] = std::min<int64_t>(k, max_model_len - 1 - last);
     if (r.req.params.max_tokens) cap[i] = std::min(cap[i], *r.req.params.max_tokens - r.n_generated() - 1);
     rows[i].last_pos = last;
@@ -505,6 +507,7 @@ void Engine::stop(Clock::time_point deadline) {
 }
 
 bool Engine::step() { return impl_->step(); }
+double Engine::speculative_draft_cost() const { return impl_->draft_cost; }
 
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lk(impl_->mu);

@@ -72,7 +72,8 @@ struct EngineConfig {
   // recent acceptance (engine/adaptive_depth.h) with one more draft costing
   // speculative_draft_cost of a decode step.
   bool speculative_adaptive = false;
-  double speculative_draft_cost = 0.25;
+  // Unset: the runner's typical cost (ModelRunner::draft_cost_hint: 0.25 on a GPU, 0.75 on the CPU).
+  std::optional<double> speculative_draft_cost;
   // Draws tokens where the runner's logits live (CUDA: engine/cuda/device_sampler_cuda.h), for
   // steps without speculative rows; null: every row is sampled on the host.
   std::shared_ptr<DeviceSampler> device_sampler;
@@ -123,6 +124,9 @@ class Engine {
   bool step();
 
   EngineStats stats() const;
+  // The adaptive depth's cost of one more draft in use (EngineConfig::speculative_draft_cost, or the
+  // runner's hint).
+  double speculative_draft_cost() const;
   const ModelRunner& model() const;
   const Tokenizer& tokenizer() const;
   int64_t max_model_len() const;

@@ -103,6 +103,11 @@ class ModelRunner {
   virtual void set_logits_to_host(bool) {}
   // The CPU model behind the runner, when there is one (the engine sets its thread pool).
   virtual DeepseekModel* cpu_model() { return nullptr; }
+  // What one more draft (its chain step and its verify row) typically costs on this backend, as a
+  // share of a decode step: the adaptive depth's cost when the engine is given none
+  // (EngineConfig::speculative_draft_cost). Bandwidth-bound GPUs: ~0.25 (the embedded model on the
+  // H200 fits 0.24; bench/RESULTS.md, session 36).
+  virtual double draft_cost_hint() const { return 0.25; }
 };
 
 class CpuRunner final : public ModelRunner {
@@ -121,6 +126,9 @@ class CpuRunner final : public ModelRunner {
   }
   std::string describe() const override { return "cpu"; }
   DeepseekModel* cpu_model() override { return model_.get(); }
+  // The CPU is compute-bound at these sizes: a verify row costs nearly a step's arithmetic (the
+  // embedded model on the 2-core development machine fits 0.63-0.92).
+  double draft_cost_hint() const override { return 0.75; }
 
  private:
   std::unique_ptr<DeepseekModel> model_;

@@ -31,7 +31,7 @@ if "$bin" bench "$tiny" --speculative-tokens 0,1,2,adaptive "${common[@]}" --jso
   check "greedy: accepted length = 1 + accepted per verify step" "all(abs(m[n]['mean_accepted_length'] - 1 - m[n]['accepted'] / m[n]['verify_steps']) < 1e-9 for n in ['1', '2', 'adaptive'])"
   check "greedy: speeds" "all(x['decode_tokens_per_s'] > 0 and x['ttft_ms_mean'] > 0 for x in j['modes']) and m['0']['speedup_vs_no_speculation'] == 1"
   check "greedy: adaptive vs best fixed k" "j['adaptive_vs_best_fixed']['best_fixed_k'] in (1, 2) and j['adaptive_vs_best_fixed']['target_pct'] == -5"
-  check "greedy: the engine's default draft cost" "j['speculative_draft_cost'] == 0.25 and m['adaptive']['draft_cost'] == 0.25 and j['fitted_draft_cost'] >= 0"
+  check "greedy: the CPU backend's default draft cost" "j['speculative_draft_cost'] == 0.75 and m['adaptive']['draft_cost'] == 0.75 and j['fitted_draft_cost'] >= 0"
   grep -q "greedy outputs identical across modes: yes" "$tmp/table.txt" && grep -q "adaptive vs best fixed k" "$tmp/table.txt" \
     && echo "ok   greedy: table on stdout" || { echo "FAIL greedy: table"; cat "$tmp/table.txt"; fails=$((fails+1)); }
 else
