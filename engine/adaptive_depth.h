@@ -46,8 +46,9 @@ class AdaptiveDepth {
 // fixed work, the MTP pass over the accepted positions; beta: one more draft, its chain step and
 // its verify row). Maximising E(k) / t(k) over k >= 1 is maximising E(k) / (1 + (beta / alpha) k),
 // so c = beta / alpha: least squares over (k, seconds per step) samples. Measured on the 2-core
-// CPU with the embedded model c = 0.64 .. 1.06 (bench/RESULTS.md, "Speculation end to end through
-// the engine"), against the engine's default 0.25.
+// CPU with the embedded model c = 0.63 .. 1.06 (bench/RESULTS.md, "Speculation end to end through
+// the engine", session 36), hence the CPU runner's default 0.75 (ModelRunner::draft_cost_hint; GPUs
+// 0.25).
 class DraftCostFit {
  public:
   void add(int64_t k, double seconds_per_step) {
