@@ -24,45 +24,33 @@ void linear(const LinearArgs& a, ThreadPool& pool) {
     float& out = a.y[i * ys + r];
     out = a.accumulate ? out + v : v;
   };
-  // Parallel over output features. A few tokens (a decode or verify step) over bf16 rows: the
-  // rows converted inside the dots, several rows and tokens at a time. Otherwise each thread
-  // dequantizes a row once and dots it with the m tokens (several at a time). Every value is
-  // dot()'s bits either way.
-  const bool bf16_rows = w.format == WeightFormat::kBF16 && a.m <= 4;
+  // Parallel over output features, a group of rows at a time against all m tokens (several rows
+  // and tokens at once in the dots; the group's rows stay in cache while the tokens stream): bf16
+  // rows converted inside the dots (groups of ~32 KB of weights: few calls), other formats
+  // dequantized four rows at a time into `row` first (a buffer that stays in L1). Every value is
+  // dot()'s bits.
+  const bool bf16 = w.format == WeightFormat::kBF16;
+  const int64_t kGroup = bf16 ? std::max<int64_t>(4, (int64_t(32) << 10) / (2 * w.cols) / 4 * 4) : 4;
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> row, v;
-    if (bf16_rows) {
-      const int64_t nr = r1 - r0;
-      v.resize(size_t(a.m * nr));
-      simd_dots_bf16_tokens(a.x, xs, a.m, static_cast<const uint16_t*>(w.data) + r0 * w.cols, w.cols, nr, w.cols,
-                            v.data(), nr);
-      for (int64_t i = 0; i < a.m; ++i)
-        for (int64_t r = r0; r < r1; ++r) put(i, r, v[size_t(i * nr + r - r0)]);
-      return;
-    }
-    // kGroup rows at a time (dequantized into `row` unless f32): one token dots them all at once,
-    // more tokens dot each row with all tokens at once.
-    constexpr int64_t kGroup = 4;
-    row.resize(size_t(kGroup * w.cols));
-    v.resize(size_t(std::max<int64_t>(a.m, kGroup)));
+    v.resize(size_t(a.m * kGroup));
+    if (!bf16 && w.format != WeightFormat::kF32) row.resize(size_t(kGroup * w.cols));
     for (int64_t g0 = r0; g0 < r1; g0 += kGroup) {
       const int64_t nr = std::min(kGroup, r1 - g0);
-      const float* wg;
-      if (w.format == WeightFormat::kF32) {
-        wg = static_cast<const float*>(w.data) + g0 * w.cols;
+      if (bf16) {
+        simd_dots_bf16_tokens(a.x, xs, a.m, static_cast<const uint16_t*>(w.data) + g0 * w.cols, w.cols, nr, w.cols,
+                              v.data(), nr);
       } else {
-        for (int64_t j = 0; j < nr; ++j) matrix_row_to_f32(w, g0 + j, row.data() + j * w.cols);
-        wg = row.data();
+        const float* wg = static_cast<const float*>(w.data) + g0 * w.cols;
+        if (w.format != WeightFormat::kF32) {
+          for (int64_t j = 0; j < nr; ++j) matrix_row_to_f32(w, g0 + j, row.data() + j * w.cols);
+          wg = row.data();
+        }
+        if (a.m == 1) simd_dots(wg, w.cols, nr, a.x, w.cols, v.data());
+        else simd_dots_tokens(a.x, xs, a.m, wg, w.cols, nr, w.cols, v.data(), nr);
       }
-      if (a.m == 1) {
-        simd_dots(wg, w.cols, nr, a.x, w.cols, v.data());
-        for (int64_t j = 0; j < nr; ++j) put(0, g0 + j, v[size_t(j)]);
-        continue;
-      }
-      for (int64_t j = 0; j < nr; ++j) {
-        simd_dots(a.x, xs, a.m, wg + j * w.cols, w.cols, v.data());
-        for (int64_t i = 0; i < a.m; ++i) put(i, g0 + j, v[size_t(i)]);
-      }
+      for (int64_t i = 0; i < a.m; ++i)
+        for (int64_t j = 0; j < nr; ++j) put(i, g0 + j, v[size_t(i * nr + j)]);
     }
   }, /*min_chunk=*/std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols * a.m)));
 }

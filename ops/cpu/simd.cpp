@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*() and then warn that
@@ -68,6 +69,12 @@ void dots_bf16_tokens_portable(const float* x, int64_t x_stride, int64_t m, cons
   for (int64_t t = 0; t < m; ++t) dots_bf16_portable(x + t * x_stride, w, w_stride, rows, n, out + t * out_stride);
 }
 
+void dots_tokens_portable(const float* x, int64_t x_stride, int64_t m, const float* w, int64_t w_stride, int64_t rows,
+                          int64_t n, float* out, int64_t out_stride) {
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t r = 0; r < rows; ++r) out[t * out_stride + r] = dot_portable(x + t * x_stride, w + r * w_stride, n);
+}
+
 void axpy_portable(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
@@ -126,6 +133,7 @@ inline V e2m1(const uint8_t* bytes8) {
   };
   return {half(codes), half(_mm_srli_si128(codes, 8))};
 }
+constexpr int kTokBlock = 2;  // 2 tokens x 4 rows x 2 registers: the 16 registers AVX2 has
 #include "ops/cpu/simd_forms.inc"
 }  // namespace avx2
 #pragma GCC pop_options
@@ -154,21 +162,25 @@ inline V e2m1(const uint8_t* bytes8) {
   const __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
   return {_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), _mm512_loadu_ps(kE2M1))};
 }
+constexpr int kTokBlock = 4;  // 4 tokens x 4 rows = 16 of the 32 registers
 #include "ops/cpu/simd_forms.inc"
 }  // namespace avx512
 #pragma GCC pop_options
 #endif
 
-constexpr SimdKernels kPortable{dot_portable,       dot_bf16_portable,         axpy_portable, axpys_portable, dots_portable,
-                                dots_bf16_portable, dots_bf16_tokens_portable, bf16_to_f32_portable,
+constexpr SimdKernels kPortable{dot_portable,          dot_bf16_portable,         axpy_portable,
+                                axpys_portable,        dots_portable,             dots_bf16_portable,
+                                dots_bf16_tokens_portable, dots_tokens_portable,  bf16_to_f32_portable,
                                 nvfp4_to_f32_portable, "portable"};
 #if PG_SIMD_X86
-constexpr SimdKernels kAvx512{avx512::dot,       avx512::dot_bf16,         avx512::axpy,        avx512::axpys,
-                              avx512::dots,      avx512::dots_bf16,        avx512::dots_bf16_tokens,
-                              avx512::bf16_to_f32, avx512::nvfp4_to_f32, "avx512"};
-constexpr SimdKernels kAvx2{avx2::dot,         avx2::dot_bf16,         avx2::axpy,        avx2::axpys,
-                            avx2::dots,        avx2::dots_bf16,        avx2::dots_bf16_tokens,
-                            avx2::bf16_to_f32, avx2::nvfp4_to_f32,     "avx2"};
+constexpr SimdKernels kAvx512{avx512::dot,         avx512::dot_bf16,         avx512::axpy,
+                              avx512::axpys,       avx512::dots,             avx512::dots_bf16,
+                              avx512::dots_bf16_tokens, avx512::dots_tokens, avx512::bf16_to_f32,
+                              avx512::nvfp4_to_f32, "avx512"};
+constexpr SimdKernels kAvx2{avx2::dot,         avx2::dot_bf16,         avx2::axpy,
+                            avx2::axpys,       avx2::dots,             avx2::dots_bf16,
+                            avx2::dots_bf16_tokens, avx2::dots_tokens, avx2::bf16_to_f32,
+                            avx2::nvfp4_to_f32, "avx2"};
 #endif
 
 const SimdKernels& pick() {
@@ -199,6 +211,10 @@ void simd_dots_bf16(const float* x, const uint16_t* w, int64_t w_stride, int64_t
 void simd_dots_bf16_tokens(const float* x, int64_t x_stride, int64_t m, const uint16_t* w, int64_t w_stride,
                            int64_t rows, int64_t n, float* out, int64_t out_stride) {
   kernels().dots_bf16_tokens(x, x_stride, m, w, w_stride, rows, n, out, out_stride);
+}
+void simd_dots_tokens(const float* x, int64_t x_stride, int64_t m, const float* w, int64_t w_stride, int64_t rows,
+                      int64_t n, float* out, int64_t out_stride) {
+  kernels().dots_tokens(x, x_stride, m, w, w_stride, rows, n, out, out_stride);
 }
 void simd_axpy(float alpha, const float* x, float* y, int64_t n) { kernels().axpy(alpha, x, y, n); }
 void simd_axpys(const float* alpha, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t n) {

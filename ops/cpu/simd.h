@@ -18,9 +18,13 @@ void simd_dots(const float* a, int64_t a_stride, int64_t rows, const float* b, i
 // out[r] = simd_dot_bf16(x, w + r * w_stride, n) for r < rows (rows of a bf16 matrix against one x).
 void simd_dots_bf16(const float* x, const uint16_t* w, int64_t w_stride, int64_t rows, int64_t n, float* out);
 // out[t * out_stride + r] = simd_dot_bf16(x + t * x_stride, w + r * w_stride, n) for t < m, r < rows:
-// a few tokens against rows of a bf16 matrix, each converted once per pair of tokens.
+// tokens against rows of a bf16 matrix, each row converted once per block of tokens (2 with AVX2,
+// 4 with AVX-512).
 void simd_dots_bf16_tokens(const float* x, int64_t x_stride, int64_t m, const uint16_t* w, int64_t w_stride,
                            int64_t rows, int64_t n, float* out, int64_t out_stride);
+// The same against f32 rows: out[t * out_stride + r] = simd_dot(x + t * x_stride, w + r * w_stride, n).
+void simd_dots_tokens(const float* x, int64_t x_stride, int64_t m, const float* w, int64_t w_stride, int64_t rows,
+                      int64_t n, float* out, int64_t out_stride);
 // y[i] += alpha * x[i] (the product rounded, then the sum).
 void simd_axpy(float alpha, const float* x, float* y, int64_t n);
 // For r = 0 .. rows - 1 in order: y[i] += alpha[r] * x[r * x_stride + i] (the bits of that
@@ -47,6 +51,7 @@ struct SimdKernels {
   void (*dots)(const float*, int64_t, int64_t, const float*, int64_t, float*);
   void (*dots_bf16)(const float*, const uint16_t*, int64_t, int64_t, int64_t, float*);
   void (*dots_bf16_tokens)(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t);
+  void (*dots_tokens)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t);
   void (*bf16_to_f32)(const uint16_t*, float*, int64_t);
   void (*nvfp4_to_f32)(const uint8_t*, const float*, float, int64_t, float*);
   const char* level;

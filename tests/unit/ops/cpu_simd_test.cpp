@@ -102,25 +102,30 @@ TEST(CpuSimd, RowsAtOnceDotAsOneAtATime) {
   }
 }
 
-// A few tokens against bf16 rows (1..5 tokens, 1..5 rows: pairs and their remainders).
+// Tokens against bf16 and f32 rows (1..9 tokens, 1..5 rows: whole token and row blocks and their
+// remainders).
 TEST(CpuSimd, TokensAgainstBf16RowsDotAsOneAtATime) {
   for (const char* level : {"portable", "avx2", "avx512"}) {
     const SimdKernels* k = simd_kernels(level);
     if (!k) continue;
     for (int64_t n : {0, 7, 16, 40, 256})
-      for (int64_t m = 1; m <= 5; ++m)
+      for (int64_t m = 1; m <= 9; ++m)
         for (int64_t rows = 1; rows <= 5; ++rows) {
           const int64_t xs = n + 1, wsd = n + 2, os = rows + 3;
           const auto x = values(m * xs, uint32_t(n * 100 + m * 10 + rows));
           const auto wf = values(rows * wsd, uint32_t(n * 100 + m * 10 + rows + 7));
           std::vector<uint16_t> w(wf.size());
           for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(wf[i]);
-          std::vector<float> out(static_cast<size_t>(m * os), -1.0f);
+          std::vector<float> out(static_cast<size_t>(m * os), -1.0f), out32(out);
           k->dots_bf16_tokens(x.data(), xs, m, w.data(), wsd, rows, n, out.data(), os);
+          k->dots_tokens(x.data(), xs, m, wf.data(), wsd, rows, n, out32.data(), os);
           for (int64_t t = 0; t < m; ++t)
-            for (int64_t r = 0; r < rows; ++r)
+            for (int64_t r = 0; r < rows; ++r) {
               ASSERT_EQ(bits(out[size_t(t * os + r)]), bits(portable()->dot_bf16(x.data() + t * xs, w.data() + r * wsd, n)))
-                  << level << " n " << n << " m " << m << " rows " << rows << " at (" << t << ", " << r << ")";
+                  << level << " bf16: n " << n << " m " << m << " rows " << rows << " at (" << t << ", " << r << ")";
+              ASSERT_EQ(bits(out32[size_t(t * os + r)]), bits(portable()->dot(x.data() + t * xs, wf.data() + r * wsd, n)))
+                  << level << " f32: n " << n << " m " << m << " rows " << rows << " at (" << t << ", " << r << ")";
+            }
         }
   }
 }
