@@ -166,8 +166,6 @@ std::array<float, 256> make_table() {
 }
 const std::array<float, 256> kE4M3Table = make_table<kSpecE4M3>();
 const std::array<float, 256> kE5M2Table = make_table<kSpecE5M2>();
-constexpr float kE2M1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 }  // namespace
 
 float f8e4m3_to_f32(uint8_t v) { return kE4M3Table[v]; }

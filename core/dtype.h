@@ -53,6 +53,9 @@ float f8e5m2_to_f32(uint8_t v);
 uint8_t f32_to_f8e4m3(float f, Overflow ov = Overflow::kInfOrNaN);
 uint8_t f32_to_f8e5m2(float f, Overflow ov = Overflow::kInfOrNaN);
 
+// The 16 e2m1 values by code (bit 3 the sign): e2m1_to_f32's table, for vector lookups.
+inline constexpr float kE2M1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                          -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 float e2m1_to_f32(uint8_t nibble);  // low 4 bits used
 // e2m1 has no inf/NaN: out-of-range and ±inf saturate to ±6; NaN maps to +6 (quantizers never
 // produce it: a NaN input is a checked error upstream).

@@ -16,6 +16,25 @@ float dot(const float* a, const float* b, int64_t n) { return simd_dot(a, b, n);
 
 void axpy(float alpha, const float* x, float* y, int64_t n) { simd_axpy(alpha, x, y, n); }
 
+void dot_rows(const Matrix& w, int64_t r0, int64_t n_rows, const float* x, float* out) {
+  if (w.format == WeightFormat::kBF16) {
+    simd_dots_bf16(x, static_cast<const uint16_t*>(w.data) + r0 * w.cols, w.cols, n_rows, w.cols, out);
+    return;
+  }
+  if (w.format == WeightFormat::kF32) {
+    simd_dots(static_cast<const float*>(w.data) + r0 * w.cols, w.cols, n_rows, x, w.cols, out);
+    return;
+  }
+  constexpr int64_t kGroup = 4;  // rows dequantized at a time: a buffer that stays in L1
+  thread_local std::vector<float> rows;
+  rows.resize(size_t(kGroup * w.cols));
+  for (int64_t g = 0; g < n_rows; g += kGroup) {
+    const int64_t nr = std::min(kGroup, n_rows - g);
+    for (int64_t j = 0; j < nr; ++j) matrix_row_to_f32(w, r0 + g + j, rows.data() + j * w.cols);
+    simd_dots(rows.data(), w.cols, nr, x, w.cols, out + g);
+  }
+}
+
 void linear(const LinearArgs& a, ThreadPool& pool) {
   const Matrix& w = *a.w;
   const int64_t xs = a.x_stride ? a.x_stride : w.cols, ys = a.y_stride ? a.y_stride : w.rows;
@@ -24,15 +43,21 @@ void linear(const LinearArgs& a, ThreadPool& pool) {
     float& out = a.y[i * ys + r];
     out = a.accumulate ? out + v : v;
   };
-  // Parallel over output features, a group of rows at a time against all m tokens (several rows
-  // and tokens at once in the dots; the group's rows stay in cache while the tokens stream): bf16
-  // rows converted inside the dots (groups of ~32 KB of weights: few calls), other formats
-  // dequantized four rows at a time into `row` first (a buffer that stays in L1). Every value is
-  // dot()'s bits.
+  // Parallel over output features. One token: the thread's rows through dot_rows. More: a group of
+  // rows at a time against all m tokens (several rows and tokens at once in the dots; the group's
+  // rows stay in cache while the tokens stream), bf16 rows converted inside the dots (groups of
+  // ~32 KB of weights: few calls), other formats dequantized four rows at a time into `row` first
+  // (a buffer that stays in L1). Every value is dot()'s bits.
   const bool bf16 = w.format == WeightFormat::kBF16;
   const int64_t kGroup = bf16 ? std::max<int64_t>(4, (int64_t(32) << 10) / (2 * w.cols) / 4 * 4) : 4;
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> row, v;
+    if (a.m == 1) {
+      v.resize(size_t(r1 - r0));
+      dot_rows(w, r0, r1 - r0, a.x, v.data());
+      for (int64_t r = r0; r < r1; ++r) put(0, r, v[size_t(r - r0)]);
+      return;
+    }
     v.resize(size_t(a.m * kGroup));
     if (!bf16 && w.format != WeightFormat::kF32) row.resize(size_t(kGroup * w.cols));
     for (int64_t g0 = r0; g0 < r1; g0 += kGroup) {
@@ -46,8 +71,7 @@ void linear(const LinearArgs& a, ThreadPool& pool) {
           for (int64_t j = 0; j < nr; ++j) matrix_row_to_f32(w, g0 + j, row.data() + j * w.cols);
           wg = row.data();
         }
-        if (a.m == 1) simd_dots(wg, w.cols, nr, a.x, w.cols, v.data());
-        else simd_dots_tokens(a.x, xs, a.m, wg, w.cols, nr, w.cols, v.data(), nr);
+        simd_dots_tokens(a.x, xs, a.m, wg, w.cols, nr, w.cols, v.data(), nr);
       }
       for (int64_t i = 0; i < a.m; ++i)
         for (int64_t j = 0; j < nr; ++j) put(i, g0 + j, v[size_t(i * nr + j)]);

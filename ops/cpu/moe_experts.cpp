@@ -9,7 +9,6 @@
 
 #include "core/check.h"
 #include "ops/cpu/cpu_ops.h"
-#include "ops/cpu/simd.h"
 
 namespace pg::ops::cpu {
 namespace {
@@ -20,22 +19,6 @@ struct Pair {
 };
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
-
-// out[j] = dot(x, row r0 + j of w) for j < nr: bf16 rows converted inside the dots, other formats
-// dequantized into `buf` first; several rows at a time either way (ops/cpu/simd.h), dot()'s bits.
-void dot_rows(const Matrix& w, int64_t r0, int64_t nr, const float* x, float* out, std::vector<float>& buf) {
-  if (w.format == WeightFormat::kBF16) {
-    simd_dots_bf16(x, static_cast<const uint16_t*>(w.data) + r0 * w.cols, w.cols, nr, w.cols, out);
-    return;
-  }
-  const float* rows = static_cast<const float*>(w.data) + r0 * w.cols;
-  if (w.format != WeightFormat::kF32) {
-    buf.resize(size_t(nr * w.cols));
-    for (int64_t j = 0; j < nr; ++j) matrix_row_to_f32(w, r0 + j, buf.data() + j * w.cols);
-    rows = buf.data();
-  }
-  simd_dots(rows, w.cols, nr, x, w.cols, out);
-}
 
 }  // namespace
 
@@ -70,15 +53,15 @@ void moe_experts(const MoeExpertsArgs& a, ThreadPool& pool) {
   // chunk's rows of one expert go together through dot_rows.
   std::vector<float> h(size_t(n_pairs * I));
   pool.parallel_for(n_active * I, [&](int64_t i0, int64_t i1) {
-    thread_local std::vector<float> gbuf, ubuf, g, u;
+    thread_local std::vector<float> g, u;
     for (int64_t i = i0; i < i1;) {
       const int64_t ai = i / I, j0 = i % I, nj = std::min(i1 - i, I - j0), e = active[size_t(ai)];
       g.resize(size_t(nj)), u.resize(size_t(nj));
       const std::vector<Pair>& ps = pairs[size_t(e)];
       for (size_t p = 0; p < ps.size(); ++p) {
         const float* x = a.x + ps[p].token * H;
-        dot_rows(*a.gate_up, e * 2 * I + j0, nj, x, g.data(), gbuf);
-        dot_rows(*a.gate_up, e * 2 * I + I + j0, nj, x, u.data(), ubuf);
+        dot_rows(*a.gate_up, e * 2 * I + j0, nj, x, g.data());
+        dot_rows(*a.gate_up, e * 2 * I + I + j0, nj, x, u.data());
         float* hp = &h[size_t((first[size_t(ai)] + int64_t(p)) * I + j0)];
         for (int64_t j = 0; j < nj; ++j) hp[j] = silu(g[size_t(j)]) * u[size_t(j)];
       }
@@ -89,7 +72,7 @@ void moe_experts(const MoeExpertsArgs& a, ThreadPool& pool) {
   // y[t][o] = sum over t's pairs (experts ascending) of weight * down_e[o]·h, parallel over o; a
   // chunk's outputs of one expert and pair go together through dot_rows, then add in that order.
   pool.parallel_for(H, [&](int64_t o0, int64_t o1) {
-    thread_local std::vector<float> dbuf, acc, d;
+    thread_local std::vector<float> acc, d;
     const int64_t no = o1 - o0;
     acc.assign(size_t(a.m * no), 0.0f);
     d.resize(size_t(no));
@@ -97,7 +80,7 @@ void moe_experts(const MoeExpertsArgs& a, ThreadPool& pool) {
       const int64_t e = active[size_t(ai)];
       const std::vector<Pair>& ps = pairs[size_t(e)];
       for (size_t p = 0; p < ps.size(); ++p) {
-        dot_rows(*a.down, e * H + o0, no, &h[size_t((first[size_t(ai)] + int64_t(p)) * I)], d.data(), dbuf);
+        dot_rows(*a.down, e * H + o0, no, &h[size_t((first[size_t(ai)] + int64_t(p)) * I)], d.data());
         float* at = &acc[size_t(ps[p].token * no)];
         for (int64_t o = 0; o < no; ++o) at[o] += ps[p].weight * d[size_t(o)];
       }

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "core/dtype.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*() and then warn that
 // the (deliberately) undefined value may be used: a known false positive, silenced for this file.
@@ -83,9 +85,7 @@ void axpys_portable(const float* alpha, const float* x, int64_t x_stride, int64_
   for (int64_t r = 0; r < rows; ++r) axpy_portable(alpha[r], x + r * x_stride, y, n);
 }
 
-// e2m1 codes (bit 3 the sign) as f32: core/dtype.h's e2m1_to_f32.
-constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+constexpr const float* kE2M1 = kE2M1Values;  // core/dtype.h: e2m1 codes (bit 3 the sign) as f32
 
 void nvfp4_to_f32_portable(const uint8_t* packed, const float* block_scale, float scale_2, int64_t cols, float* out) {
   for (int64_t c = 0; c < cols; c += 2) {

@@ -21,13 +21,6 @@
 namespace pg::ops::test {
 namespace {
 
-struct QuantCase {
-  const char* name;
-  int64_t rows, cols;
-  bool bf16;
-};
-void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
-
 class Fp8QuantizeCuda : public ::testing::TestWithParam<QuantCase> {};
 
 TEST_P(Fp8QuantizeCuda, BitExactVsCpu) {
@@ -44,13 +37,10 @@ TEST_P(Fp8QuantizeCuda, BitExactVsCpu) {
     const float x = uniform_pm1(seed, i) * std::exp2(-6.0f * std::fabs(uniform_pm1(seed + 1, i)));
     return c.bf16 ? bf16_to_f32(f32_to_bf16(x)) : x;
   });
-  std::vector<uint16_t> vb(static_cast<size_t>(c.bf16 ? n : 0));
-  for (size_t i = 0; i < vb.size(); ++i) vb[i] = f32_to_bf16(v[i]);
-  auto dsrc32 = to_device(c.bf16 ? std::vector<float>(1) : v);
-  auto dsrc16 = to_device(c.bf16 ? vb : std::vector<uint16_t>(1));
+  const QuantSource dsrc = upload_source(c, v);
   auto dcodes = poisoned<uint8_t>(size_t(n));
   auto dscale = poisoned<float>(size_t(br * bc));
-  const void* src = c.bf16 ? static_cast<const void*>(dsrc16.data()) : static_cast<const void*>(dsrc32.data());
+  const void* src = dsrc.data();
   ASSERT_EQ(cuda::fp8_quantize_blocks(src, c.bf16, c.rows, c.cols, dcodes.data(), dscale.data(), nullptr), cudaSuccess);
   const auto codes = to_host(dcodes);
   const auto scale = to_host(dscale);
@@ -71,7 +61,7 @@ TEST_P(Fp8QuantizeCuda, BitExactVsCpu) {
   EXPECT_EQ(bad, 0) << "codes differ, first at element " << first;
 
   // The FP8 linear over the copy against the source's (one token): the head's logits as drafted.
-  const Matrix src_m{c.bf16 ? WeightFormat::kBF16 : WeightFormat::kF32, c.rows, c.cols, src};
+  const Matrix src_m = dsrc.matrix(c);
   const Matrix fp8_m{WeightFormat::kFp8Block, c.rows, c.cols, dcodes.data(), dscale.data(), 128, 128};
   const double rel = linear_copy_rel_rms(src_m, fp8_m, seed + 2);
   // e4m3 rounds to 3 mantissa bits: ~3.6% RMS a weight, at most 6.25%; a wrong scale or layout gives ~1.

@@ -24,13 +24,6 @@
 namespace pg::ops::test {
 namespace {
 
-struct QuantCase {
-  const char* name;
-  int64_t rows, cols;
-  bool bf16;
-};
-void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
-
 class Nvfp4QuantizeCuda : public ::testing::TestWithParam<QuantCase> {};
 
 TEST_P(Nvfp4QuantizeCuda, ByteExactVsCpu) {
@@ -50,11 +43,8 @@ TEST_P(Nvfp4QuantizeCuda, ByteExactVsCpu) {
     if (r == 2 && col < 16) x = col == 0 ? 1.0f : -1e-3f;
     return c.bf16 ? bf16_to_f32(f32_to_bf16(x)) : x;
   });
-  std::vector<uint16_t> vb(static_cast<size_t>(c.bf16 ? n : 0));
-  for (size_t i = 0; i < vb.size(); ++i) vb[i] = f32_to_bf16(v[i]);
-  auto dsrc32 = to_device(c.bf16 ? std::vector<float>(1) : v);
-  auto dsrc16 = to_device(c.bf16 ? vb : std::vector<uint16_t>(1));
-  const void* src = c.bf16 ? static_cast<const void*>(dsrc16.data()) : static_cast<const void*>(dsrc32.data());
+  const QuantSource dsrc = upload_source(c, v);
+  const void* src = dsrc.data();
 
   Nvfp4Tensor want;
   PG_ASSERT_OK(quantize_nvfp4(v.data(), c.rows, c.cols, kNvfp4AutoScale2, /*mse_search=*/false, want));
@@ -79,7 +69,7 @@ TEST_P(Nvfp4QuantizeCuda, ByteExactVsCpu) {
 
   // The NVFP4 linear over the copy against the source's (one token): the head's logits as drafted.
   ASSERT_EQ(cuda::nvfp4_to_device_layout(dpacked.data(), dpacked.size(), nullptr), cudaSuccess);
-  const Matrix src_m{c.bf16 ? WeightFormat::kBF16 : WeightFormat::kF32, c.rows, c.cols, src};
+  const Matrix src_m = dsrc.matrix(c);
   Matrix q_m{WeightFormat::kNvfp4, c.rows, c.cols, dpacked.data()};
   q_m.scale_fp8 = dscales.data();
   q_m.scale_2 = scale_2;
