@@ -1,6 +1,7 @@
 // `peregrine quantize SRC DST --format nvfp4`: a BF16 / F32 / DeepSeek FP8 checkpoint to NVIDIA
-// ModelOpt NVFP4 (cli/quantize.h), with a progress bar, and with --calib a quality report of DST
-// against SRC (the evaluation of `peregrine eval`, cli/eval_report.h).
+// ModelOpt NVFP4 (cli/quantize.h), with a progress bar; --gptq rounds with GPTQ calibrated on the
+// --calib text (cli/gptq.h); --calib writes a quality report of DST against SRC (the evaluation of
+// `peregrine eval`, cli/eval_report.h) on that text or on --report-text.
 #include <cstdio>
 #include <optional>
 
@@ -17,6 +18,8 @@ namespace {
 struct QuantizeCommandOptions {
   QuantizeOptions q;
   std::string calib, calib_device = "auto";
+  bool gptq = false;
+  std::string report_text;  // the quality report's text (default: --calib's)
 };
 
 int fail(const Status& st) {
@@ -25,12 +28,19 @@ int fail(const Status& st) {
 }
 
 int run_quantize(const QuantizeCommandOptions& o) {
-  // The text is checked before the long part, not after it.
-  if (!o.calib.empty()) {
-    auto text = read_file_to_string(o.calib);
-    if (!text.ok()) return fail(invalid_argument("--calib: {}", text.status().message()));
-    if (text->empty()) return fail(invalid_argument("--calib {}: the file is empty", o.calib));
+  if (o.gptq && o.calib.empty())
+    return fail(invalid_argument("--gptq calibrates on the text of --calib: add --calib TEXT_FILE"));
+  if (!o.report_text.empty() && o.calib.empty())
+    return fail(invalid_argument("--report-text sets the text of --calib's quality report: add --calib TEXT_FILE"));
+  // The texts are checked before the long part, not after it.
+  for (const auto& [flag, path] : {std::pair{"--calib", o.calib}, std::pair{"--report-text", o.report_text}}) {
+    if (path.empty()) continue;
+    auto text = read_file_to_string(path);
+    if (!text.ok()) return fail(invalid_argument("{}: {}", flag, text.status().message()));
+    if (text->empty()) return fail(invalid_argument("{} {}: the file is empty", flag, path));
   }
+  QuantizeOptions q = o.q;
+  if (o.gptq) q.gptq_text = o.calib;
   std::optional<ProgressBar> bar;
   QuantizeCallbacks cb;
   cb.planned = [](const QuantizePlan& plan) {
@@ -40,7 +50,11 @@ int run_quantize(const QuantizeCommandOptions& o) {
     if (!bar) bar.emplace("peregrine quantize", "tensors", total, bytes_total);
     bar->update(done, bytes_done);
   };
-  auto res = quantize_checkpoint(o.q, cb);
+  cb.log = [&](const std::string& line) {
+    if (bar) return bar->note("peregrine quantize: " + line);
+    std::fprintf(stderr, "peregrine quantize: %s\n", line.c_str());
+  };
+  auto res = quantize_checkpoint(q, cb);
   if (bar) bar->finish();
   if (!res.ok()) return fail(res.status());
   const QuantizePlan& plan = res->plan;
@@ -50,6 +64,12 @@ int run_quantize(const QuantizeCommandOptions& o) {
                o.q.dst.c_str(), (long long)plan.n_quantized, res->shards.size(), res->shards.size() == 1 ? "" : "s",
                format_bytes(double(res->bytes_out)).c_str(), format_bytes(double(res->bytes_in)).c_str(),
                res->bytes_out > 0 ? double(res->bytes_in) / double(res->bytes_out) : 0.0);
+  if (res->gptq_passes > 0)
+    std::fprintf(stderr,
+                 "peregrine quantize: gptq: %lld calibration pass%s over %lld tokens of %s; damping up to %g of the "
+                 "mean diagonal\n",
+                 (long long)res->gptq_passes, res->gptq_passes == 1 ? "" : "es", (long long)res->gptq_tokens,
+                 o.calib.c_str(), res->gptq_max_damp);
   std::string excluded;
   for (const std::string& m : plan.exclude_modules) excluded += (excluded.empty() ? "" : ", ") + m;
   std::fprintf(stderr, "peregrine quantize: exclude_modules: %s\n", excluded.c_str());
@@ -65,13 +85,16 @@ int run_quantize(const QuantizeCommandOptions& o) {
   EvalOptions eo;
   eo.model_dir = o.q.dst.string();
   eo.reference_dir = o.q.src.string();
-  eo.text_path = o.calib;
+  eo.text_path = o.report_text.empty() ? o.calib : o.report_text;
   eo.device = o.calib_device;
   eo.log_prefix = "peregrine quantize";
   auto report = run_eval(eo);
   if (!report.ok()) return fail(report.status().with_context("--calib evaluation of DST against SRC"));
   (*report)["quantization"] = {{"format", o.q.format},
                                {"mse", o.q.mse},
+                               {"method", o.gptq ? "gptq" : "round to nearest"},
+                               {"calibration_text", o.gptq ? o.calib : std::string()},
+                               {"gptq_damp", o.gptq ? o.q.gptq_damp : 0.0},
                                {"exclude_modules", plan.exclude_modules},
                                {"quantized_linears", plan.n_quantized}};
   const std::string text = report->dump(2) + "\n";
@@ -101,8 +124,20 @@ Command add_quantize(CLI::App& root) {
                   "'*self_attn*', '*shared_experts*'); routed experts are always quantized")
       ->allow_extra_args(false);
   app->add_option("--calib", o->calib,
-                  "after writing, evaluate DST against SRC on this text as `peregrine eval` does and write "
-                  "DST/quality_report.json (NVFP4 here is weight-only: the text measures, it calibrates nothing)");
+                  "calibration text: with --gptq the Linears' inputs on it steer the rounding; after writing, DST "
+                  "is evaluated against SRC as `peregrine eval` does (on --report-text if given) into "
+                  "DST/quality_report.json");
+  app->add_flag("--gptq", o->gptq,
+                "GPTQ: round each Linear a column at a time, moving the error onto the columns left, weighted by "
+                "the Hessian of its inputs on the --calib text (the source model runs on the CPU; slower)");
+  app->add_option("--gptq-damp", o->q.gptq_damp, "GPTQ's damping, a fraction of the Hessian's mean diagonal (default 0.1)")
+      ->check(CLI::Range(0.0, 1.0));
+  app->add_option("--gptq-memory", o->q.gptq_max_hessian_bytes,
+                  "the Hessians of one GPTQ calibration pass at most, e.g. 8GB (more passes when the model's "
+                  "exceed it; default 8GiB)")
+      ->transform(CLI::AsSizeValue(false));
+  app->add_option("--report-text", o->report_text,
+                  "the text of --calib's quality report, when it should not be the calibration text");
   app->add_option("--calib-device", o->calib_device, "device of the --calib evaluation: auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app->add_flag("--mse", o->q.mse, "search each block scale for the smallest squared error (slower)");

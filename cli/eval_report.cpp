@@ -98,6 +98,32 @@ Result<std::optional<int64_t>> first_divergence(Side& model, Side& ref, std::spa
 
 }  // namespace
 
+Result<std::vector<std::vector<int32_t>>> text_windows(const Tokenizer& tok, const std::string& text, int64_t context,
+                                                       int64_t max_tokens) {
+  if (context < 2) return invalid_argument("windows must hold at least 2 tokens, got {}", context);
+  // Plain text: added tokens in it are not special. Each window starts with BOS when the
+  // tokenizer adds one, as every sequence did in training.
+  EncodeOptions eo;
+  eo.parse_special = false;
+  eo.add_bos = false;
+  eo.add_eos = false;
+  auto ids = tok.encode(text, eo);
+  if (!ids.ok()) return ids.status();
+  if (int64_t(ids->size()) > max_tokens) ids->resize(size_t(max_tokens));
+  const std::optional<int32_t> bos = tok.add_bos_token() ? tok.bos_id() : std::nullopt;
+  const int64_t per_window = context - (bos ? 1 : 0);
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t i = 0; i < ids->size(); i += size_t(per_window)) {
+    std::vector<int32_t> w;
+    if (bos) w.push_back(*bos);
+    w.insert(w.end(), ids->begin() + std::ptrdiff_t(i),
+             ids->begin() + std::ptrdiff_t(std::min(ids->size(), i + size_t(per_window))));
+    if (w.size() >= 2) windows.push_back(std::move(w));  // one token predicts nothing
+  }
+  if (windows.empty()) return invalid_argument("too short ({} tokens); at least 2 are needed", ids->size());
+  return windows;
+}
+
 Result<nlohmann::json> run_eval(EvalOptions o) {
   if (o.context < 2) return invalid_argument("--context must be at least 2 tokens, got {}", o.context);
   if (o.activations != "f32" && o.activations != "e4m3")
@@ -130,28 +156,9 @@ Result<nlohmann::json> run_eval(EvalOptions o) {
     o.context = max_pos;
   }
 
-  // Plain text: added tokens in it are not special. Each window starts with BOS when the
-  // tokenizer adds one, as every sequence did in training.
-  EncodeOptions eo;
-  eo.parse_special = false;
-  eo.add_bos = false;
-  eo.add_eos = false;
-  auto ids = tok->encode(*text, eo);
-  if (!ids.ok()) return ids.status().with_context(o.text_path);
-  if (int64_t(ids->size()) > o.max_tokens) ids->resize(size_t(o.max_tokens));
-  const std::optional<int32_t> bos = tok->add_bos_token() ? tok->bos_id() : std::nullopt;
-  const int64_t per_window = o.context - (bos ? 1 : 0);
-  std::vector<std::vector<int32_t>> windows;
-  for (size_t i = 0; i < ids->size(); i += size_t(per_window)) {
-    std::vector<int32_t> w;
-    if (bos) w.push_back(*bos);
-    w.insert(w.end(), ids->begin() + std::ptrdiff_t(i),
-             ids->begin() + std::ptrdiff_t(std::min(ids->size(), i + size_t(per_window))));
-    if (w.size() >= 2) windows.push_back(std::move(w));  // one token predicts nothing
-  }
-  if (windows.empty())
-    return invalid_argument("--text {}: too short ({} tokens); at least 2 are needed", o.text_path,
-                                 ids->size());
+  auto windows_or = text_windows(*tok, *text, o.context, o.max_tokens);
+  if (!windows_or.ok()) return windows_or.status().with_context("--text " + o.text_path);
+  const std::vector<std::vector<int32_t>>& windows = *windows_or;
 
   const int64_t gen_len = std::clamp<int64_t>(max_pos - kGenPrompt, 0, kGenTokens);
   const int64_t n_gen_windows = gen_len > 0 ? std::min<int64_t>(o.generations, int64_t(windows.size())) : 0;

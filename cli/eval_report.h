@@ -4,10 +4,15 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+
+namespace pg {
+class Tokenizer;
+}
 
 namespace pg::cli {
 
@@ -23,6 +28,13 @@ struct EvalOptions {
   // only); "f32": as loaded.
   std::string activations = "f32";
 };
+
+// A text's teacher-forced windows, as eval and GPTQ's calibration take them: its tokens (plain text:
+// added tokens are not special), the first max_tokens, cut into windows of `context` tokens that
+// each start with BOS when the tokenizer adds one; a last window of one token is dropped.
+// Errors: context < 2, the tokenizer's, and a text of fewer than 2 tokens ("too short").
+Result<std::vector<std::vector<int32_t>>> text_windows(const Tokenizer& tok, const std::string& text, int64_t context,
+                                                       int64_t max_tokens);
 
 // Per-token KL(ref || model), top-1 agreement, perplexity of both on teacher-forced windows of the
 // text, and where greedy generations of the two first diverge. Returns the report:

@@ -50,6 +50,16 @@ void ProgressBar::update(int64_t items_done, uint64_t bytes_done) {
   }
 }
 
+void ProgressBar::note(const std::string& line) {
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s\n", line.c_str());
+    draw(false);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  std::fflush(stderr);
+}
+
 void ProgressBar::finish() {
   if (finished_) return;
   finished_ = true;

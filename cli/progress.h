@@ -15,6 +15,8 @@ class ProgressBar {
   ProgressBar(std::string label, std::string unit, int64_t total_items, uint64_t total_bytes);
   // Redraws when the last draw is >= 100 ms old (terminal) or a 10 % step was crossed (not one).
   void update(int64_t items_done, uint64_t bytes_done);
+  // A line of its own above the bar (a long step starting), then the bar again on a terminal.
+  void note(const std::string& line);
   // Draws the final state and ends the line.
   void finish();
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -17,6 +18,7 @@
 #include "core/check.h"
 #include "formats/file_io.h"
 #include "formats/nvfp4.h"
+#include "formats/nvfp4_gptq.h"
 #include "formats/safetensors_writer.h"
 #include "ops/matrix.h"
 
@@ -379,46 +381,103 @@ Result<QuantizeResult> quantize_checkpoint(const QuantizeOptions& o, const Quant
   }
 
   ThreadPool pool(o.threads);
+  const bool gptq = !o.gptq_text.empty();
+  std::unique_ptr<GptqCalibration> calib;
+  if (gptq) {
+    GptqCalibrationOptions co;
+    co.text = o.gptq_text;
+    co.max_hessian_bytes = o.gptq_max_hessian_bytes;
+    PG_ASSIGN_OR_RETURN(calib, GptqCalibration::open(o.src, co, &pool));
+    res.gptq_tokens = calib->tokens();
+  }
+  // Every shard is laid out up front and written in any order: the copies and rounded tensors in
+  // file order, GPTQ's tensors pass by pass.
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};  // what transformers expects
-  std::optional<SafetensorsFileWriter> writer;
-  int64_t current = -1, done = 0;
+  std::vector<std::optional<SafetensorsFileWriter>> writers(static_cast<size_t>(n_shards));
+  for (int64_t s = 0; s < n_shards; ++s) {
+    const fs::path path = o.dst / shard_names[size_t(s)];
+    PG_ASSIGN_OR_RETURN(SafetensorsFileWriter w, SafetensorsFileWriter::create(path, specs[size_t(s)], metadata));
+    writers[size_t(s)].emplace(std::move(w));
+    res.shards.push_back(path);
+  }
+  // A shard is finished (renamed into place) once its last tensor is written, so a run that fails
+  // leaves the shards before the failure complete and no partial one.
+  std::vector<int64_t> left(static_cast<size_t>(n_shards), 0);
+  for (const Item& it : items)
+    if (it.shard >= 0) ++left[size_t(it.shard)];
+  int64_t done = 0;
   uint64_t bytes_done = 0;
+  auto item_done = [&](const Item& it) -> Status {
+    if (it.shard >= 0 && --left[size_t(it.shard)] == 0) PG_TRY(writers[size_t(it.shard)]->finish());
+    release_pages(it.t->bytes());
+    bytes_done += it.t->n_bytes;
+    if (callbacks.progress) callbacks.progress(++done, int64_t(items.size()), bytes_done, total_in);
+    return ok_status();
+  };
   std::vector<float> w32;  // [rows, cols] f32 copy of the weight being quantized
   Nvfp4Tensor q;
-  for (const Item& it : items) {
+  // One quantized Linear: its source in f32, then GPTQ under `h` or rounding to nearest.
+  auto quantize_item = [&](const Item& it, const GptqHessian* h) -> Status {
     const TensorView& t = *it.t;
-    if (it.shard >= 0 && it.shard != current) {
-      if (writer) PG_TRY(writer->finish());
-      current = it.shard;
-      const fs::path path = o.dst / shard_names[size_t(current)];
-      PG_ASSIGN_OR_RETURN(SafetensorsFileWriter w, SafetensorsFileWriter::create(path, specs[size_t(current)], metadata));
-      writer.emplace(std::move(w));
-      res.shards.push_back(path);
+    const TensorView* scale_inv = it.plan->scale_inv.empty() ? nullptr : ckpt.find(it.plan->scale_inv);
+    PG_TRY(source_weight_to_f32(t, scale_inv, cfg.quantization_config, w32, pool));
+    // Its only errors here are a bad checkpoint (a NaN or inf weight), not a bad command line.
+    Status st;
+    if (h) {
+      auto stats = quantize_nvfp4_gptq(w32.data(), t.shape[0], t.shape[1], *h, {o.gptq_damp, o.mse}, q, &pool);
+      st = stats.status();
+      if (stats.ok()) res.gptq_max_damp = std::max(res.gptq_max_damp, stats->damp_used);
+    } else {
+      st = quantize_nvfp4(w32.data(), t.shape[0], t.shape[1], kNvfp4AutoScale2, o.mse, q, &pool);
     }
+    if (!st.ok()) return data_loss("tensor '{}' in {}: {}", t.name, *t.file, st.message());
+    const std::string m(t.name.substr(0, t.name.size() - kWeight.size()));
+    // Weight-only quantization: activations stay bf16, so there is no activation scale to
+    // calibrate; ModelOpt's input_scale (amax / (448 * 6) of the inputs) is written as 1.0, which
+    // weight-only readers (ours: bound, unused) ignore.
+    const float input_scale = 1.0f;
+    SafetensorsFileWriter& writer = *writers[size_t(it.shard)];
+    PG_TRY(writer.write(m + ".weight", q.packed));
+    PG_TRY(writer.write(m + ".weight_scale", q.scale_fp8));
+    PG_TRY(writer.write(m + ".weight_scale_2", as_bytes(q.scale_2)));
+    PG_TRY(writer.write(m + ".input_scale", as_bytes(input_scale)));
+    if (scale_inv) release_pages(scale_inv->bytes());
+    return ok_status();
+  };
+  std::vector<const Item*> deferred;  // GPTQ's, in file order
+  for (const Item& it : items) {
     if (it.plan->action == TensorAction::kCopy) {
-      PG_TRY(writer->write(t.name, t.bytes()));
+      PG_TRY(writers[size_t(it.shard)]->write(it.t->name, it.t->bytes()));
     } else if (it.plan->action == TensorAction::kQuantize) {
-      const TensorView* scale_inv = it.plan->scale_inv.empty() ? nullptr : ckpt.find(it.plan->scale_inv);
-      PG_TRY(source_weight_to_f32(t, scale_inv, cfg.quantization_config, w32, pool));
-      // Its only errors here are a bad checkpoint (a NaN or inf weight), not a bad command line.
-      if (Status st = quantize_nvfp4(w32.data(), t.shape[0], t.shape[1], kNvfp4AutoScale2, o.mse, q, &pool); !st.ok())
-        return data_loss("tensor '{}' in {}: {}", t.name, *t.file, st.message());
-      const std::string m(t.name.substr(0, t.name.size() - kWeight.size()));
-      // Weight-only quantization: activations stay bf16, so there is no activation scale to
-      // calibrate; ModelOpt's input_scale (amax / (448 * 6) of the inputs) is written as 1.0, which
-      // weight-only readers (ours: bound, unused) ignore.
-      const float input_scale = 1.0f;
-      PG_TRY(writer->write(m + ".weight", q.packed));
-      PG_TRY(writer->write(m + ".weight_scale", q.scale_fp8));
-      PG_TRY(writer->write(m + ".weight_scale_2", as_bytes(q.scale_2)));
-      PG_TRY(writer->write(m + ".input_scale", as_bytes(input_scale)));
-      if (scale_inv) release_pages(scale_inv->bytes());
+      if (gptq) {
+        deferred.push_back(&it);
+        continue;
+      }
+      PG_TRY(quantize_item(it, nullptr));
     }
-    release_pages(t.bytes());
-    bytes_done += t.n_bytes;
-    if (callbacks.progress) callbacks.progress(++done, int64_t(items.size()), bytes_done, total_in);
+    PG_TRY(item_done(it));
   }
-  if (writer) PG_TRY(writer->finish());
+  if (gptq) {
+    std::vector<std::string> modules;
+    std::map<std::string, const Item*, std::less<>> item_of;
+    for (const Item* it : deferred) {
+      modules.emplace_back(it->t->name.substr(0, it->t->name.size() - kWeight.size()));
+      item_of[modules.back()] = it;
+    }
+    const std::vector<std::vector<std::string>> passes = calib->plan_passes(modules);
+    res.gptq_passes = int64_t(passes.size());
+    for (size_t p = 0; p < passes.size(); ++p) {
+      if (callbacks.log)
+        callbacks.log(fmt::format("gptq: calibration pass {}/{}: {} Linears, {} tokens in {} windows", p + 1,
+                                  passes.size(), passes[p].size(), calib->tokens(), calib->windows()));
+      PG_TRY(calib->collect(passes[p]).with_context("gptq calibration"));
+      for (const std::string& m : passes[p]) {
+        const Item& it = *item_of.at(m);
+        PG_TRY(quantize_item(it, calib->hessian(m)));
+        PG_TRY(item_done(it));
+      }
+    }
+  }
   res.bytes_in = total_in;
   res.bytes_out = total_out;
 

@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "formats/model_config.h"
 #include "formats/safetensors.h"
+#include "cli/gptq.h"
 
 namespace pg::cli {
 
@@ -30,6 +31,11 @@ struct QuantizeOptions {
   bool force = false;                // write into a non-empty DST
   int threads = 0;                   // 0: every hardware thread
   uint64_t max_shard_bytes = kDefaultMaxShardBytes;
+  // GPTQ (formats/nvfp4_gptq.h) with the Hessians of this calibration text (cli/gptq.h); empty:
+  // every block rounded to nearest (quantize_nvfp4). `mse` applies to GPTQ's block scales too.
+  std::filesystem::path gptq_text;
+  double gptq_damp = 0.1;  // measured on the embedded model: cli/gptq.h
+  uint64_t gptq_max_hessian_bytes = kDefaultGptqMemory;
 };
 
 // One tensor of the source, as the planner sees it.
@@ -92,6 +98,8 @@ struct QuantizeResult {
   std::vector<std::string> copied_files;      // tokenizer, generation_config.json, ... (names)
   bool config_keeps_fp8 = false;  // config.json kept its DeepSeek FP8 quantization_config (n_fp8_kept > 0)
   uint64_t bytes_in = 0, bytes_out = 0;  // tensor bytes
+  int64_t gptq_passes = 0, gptq_tokens = 0;  // calibration passes over the text, and its tokens
+  double gptq_max_damp = 0;                  // the largest damping a Hessian needed
 };
 
 struct QuantizeCallbacks {
@@ -99,6 +107,8 @@ struct QuantizeCallbacks {
   std::function<void(const QuantizePlan&)> planned;
   // After each source tensor: tensors done / total, source bytes done / total.
   std::function<void(int64_t, int64_t, uint64_t, uint64_t)> progress;
+  // A line about a long step (GPTQ's calibration passes).
+  std::function<void(const std::string&)> log;
 };
 
 // Quantizes options.src into options.dst:

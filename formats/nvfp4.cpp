@@ -39,38 +39,39 @@ double block_sq_error(const float* x, const uint8_t* codes, uint8_t s_code, floa
 
 // One row: block scales and packed codes.
 void quantize_row(const float* x, int64_t cols, float scale_2, bool mse_search, uint8_t* packed, uint8_t* scales) {
-  const float scale_2x6 = kNvfp4E2M1Max * scale_2;
-  uint8_t codes[kB], trial[kB];
+  uint8_t codes[kB];
   for (int64_t b = 0; b < cols / kB; ++b) {
     const float* xb = x + b * kB;
-    float amax = 0;
-    for (int64_t j = 0; j < kB; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    float q = amax / scale_2x6;
-    if (q == 0) q = 1.0f;
-    q = std::clamp(q, kNvfp4E4M3Min, kNvfp4E4M3Max);
-    uint8_t s_code = f32_to_f8e4m3(q, Overflow::kSaturate);
+    const uint8_t s_code = nvfp4_block_scale(xb, scale_2, mse_search);
     encode_block(xb, s_code, scale_2, codes);
-    if (mse_search && amax > 0) {
-      double best = block_sq_error(xb, codes, s_code, scale_2);
-      const uint8_t base = s_code;
-      for (int step : kMseSteps) {
-        const int c = int(base) + step;
-        if (c < 1 || c > kE4M3MaxCode) continue;  // 0 is a zero scale; above 0x7e is NaN
-        encode_block(xb, uint8_t(c), scale_2, trial);
-        const double e = block_sq_error(xb, trial, uint8_t(c), scale_2);
-        if (e < best) {
-          best = e;
-          s_code = uint8_t(c);
-          std::copy(trial, trial + kB, codes);
-        }
-      }
-    }
     scales[b] = s_code;
     for (int64_t j = 0; j < kB; j += 2) packed[(b * kB + j) / 2] = uint8_t(codes[j] | (codes[j + 1] << 4));
   }
 }
 
 }  // namespace
+
+uint8_t nvfp4_block_scale(const float* x, float scale_2, bool mse_search) {
+  float amax = 0;
+  for (int64_t j = 0; j < kB; ++j) amax = std::max(amax, std::fabs(x[j]));
+  float q = amax / (kNvfp4E2M1Max * scale_2);
+  if (q == 0) q = 1.0f;
+  q = std::clamp(q, kNvfp4E4M3Min, kNvfp4E4M3Max);
+  uint8_t s_code = f32_to_f8e4m3(q, Overflow::kSaturate);
+  if (!mse_search || amax == 0) return s_code;
+  uint8_t codes[kB];
+  encode_block(x, s_code, scale_2, codes);
+  double best = block_sq_error(x, codes, s_code, scale_2);
+  const uint8_t base = s_code;
+  for (int step : kMseSteps) {
+    const int c = int(base) + step;
+    if (c < 1 || c > kE4M3MaxCode) continue;  // 0 is a zero scale; above 0x7e is NaN
+    encode_block(x, uint8_t(c), scale_2, codes);
+    const double e = block_sq_error(x, codes, uint8_t(c), scale_2);
+    if (e < best) best = e, s_code = uint8_t(c);
+  }
+  return s_code;
+}
 
 uint8_t nvfp4_encode(float x) {
   if (!(x < 0) && !(x > 0)) return 0;  // ±0 and NaN

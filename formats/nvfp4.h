@@ -55,6 +55,11 @@ inline float nvfp4_auto_scale_2(float amax) { return amax > 0 ? amax / (kNvfp4E4
 // scale product underflows; the weight itself was 0).
 uint8_t nvfp4_encode(float x);
 
+// The e4m3fn code of one block's scale, by quantize_nvfp4's rules below (amax, then the MSE
+// search when asked) for the 16 values at x. GPTQ (formats/nvfp4_gptq.h) picks its block scales
+// with it too, from the block's values as updated when its first column is reached.
+uint8_t nvfp4_block_scale(const float* x, float scale_2, bool mse_search);
+
 // Quantizes w [rows, cols] f32 (row-major; cols % 16 == 0; every element finite) into `out`.
 //  scale_2: scale_2_or_auto when > 0; kNvfp4AutoScale2 (0) derives it as ModelOpt does,
 //    amax(|w|) / (448 * 6) (NVFP4QTensor.get_weights_scaling_factor_2: the tensor's largest

@@ -136,6 +136,7 @@ void mla_attention_bf16(const ops::MlaAttentionArgs& m, ThreadPool& pool) {
 }  // namespace
 
 void DeepseekModel::proj(const float* x, const Matrix& w, float* y, int64_t m, bool accumulate) const {
+  if (observer_) observer_->observe(w, x, m, 0);
   if (e4m3_x_ && w.format == ops::WeightFormat::kNvfp4) return linear_e4m3x(x, w, y, m, thread_pool(), accumulate);
   if (emul_.projection_min_rows > 0 && m >= emul_.projection_min_rows)
     return linear_bf16(x, w, y, m, thread_pool(), accumulate);
@@ -148,18 +149,24 @@ void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, 
                                 bool accumulate, bool bf16, int64_t f16_inter) const {
   ThreadPool& pool = thread_pool();
   std::vector<float> g(size_t(T * inter)), u(size_t(T * inter));  // [T, inter]
+  if (observer_) {
+    observer_->observe(w.gate, x, T, 0);
+    observer_->observe(w.up, x, T, 0);
+  }
   if (e4m3_x_ && w.gate.format == ops::WeightFormat::kNvfp4) {  // the W4A8 probe: x and h to e4m3
     std::vector<float> xr(size_t(T * w.gate.cols));
     round_rows_e4m3(x, T, w.gate.cols, 0, xr.data());
     linear(xr.data(), w.gate, g.data(), T, pool);
     linear(xr.data(), w.up, u.data(), T, pool);
     for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    if (observer_) observer_->observe(w.down, g.data(), T, 0);
     return linear_e4m3x(g.data(), w.down, y, T, pool, accumulate);
   }
   if (bf16) {  // the tensor-core experts: x, the weights and h rounded to bf16
     linear_bf16(x, w.gate, g.data(), T, pool);
     linear_bf16(x, w.up, u.data(), T, pool);
     for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    if (observer_) observer_->observe(w.down, g.data(), T, 0);
     linear_bf16(g.data(), w.down, y, T, pool, accumulate);
     return;
   }
@@ -173,6 +180,7 @@ void DeepseekModel::mlp_forward(const MlpWeights& w, const float* x, int64_t T, 
     linear(x, w.up, u.data(), T, pool);
   }
   for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+  if (observer_) observer_->observe(w.down, g.data(), T, 0);
   if (f16_inter > 0 && ops::f16_mma_gemv(w.down, f16_inter))
     return linear_f16x(g.data(), w.down, y, T, pool, accumulate);
   linear(g.data(), w.down, y, T, pool, accumulate);  // [T, H]
@@ -258,6 +266,7 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   std::vector<float> kv(size_t(T * D));  // [T, R + P]: [c_kv | k_pe]
   proj(a.data(), A.kv_a_proj_with_mqa, kv.data(), T);
   rmsnorm_rows(kv.data(), A.kv_a_layernorm, kv.data(), T, R, eps, D, D);
+  if (observer_) observer_->observe(A.kv_b_proj, kv.data(), T, D);  // the c_kv rows W_UK / W_UV take
 
   ops::RopeArgs ra;  // q_pe of every head
   ra.x = q.data(); ra.positions = positions; ra.table = &rope_; ra.m = T; ra.n_heads = nh;

@@ -29,6 +29,17 @@ struct SeqStep {
   bool no_logits = false;                // no logits at all (a prefill chunk that samples nothing)
 };
 
+// Sees the input of every Linear the forward pass applies, as it applies it: calibration (GPTQ's
+// Hessians, cli/gptq.h). x: m rows of w.cols values, row stride x_stride (0: w.cols). Called on the
+// calling thread, between the ops; `w.data` identifies the weight (it points into the checkpoint's
+// mapping: DeepseekModel::checkpoint()). kv_b_proj, which the forward pass applies absorbed (W_UK,
+// W_UV), is observed with the normalized c_kv rows it would project.
+class LinearObserver {
+ public:
+  virtual ~LinearObserver() = default;
+  virtual void observe(const ops::Matrix& w, const float* x, int64_t m, int64_t x_stride) = 0;
+};
+
 struct StepOutput {
   // Rows in order: for each sequence, its new tokens (all), its last token, or none (no_logits).
   std::vector<float> logits;  // [n_rows, vocab_size] f32
@@ -46,6 +57,7 @@ class DeepseekModel {
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
+  const Checkpoint& checkpoint() const { return ckpt_; }
   int64_t vocab_size() const { return cfg_.vocab_size; }
   // Values per token per layer in the KV cache: kv_lora_rank + qk_rope_head_dim.
   int64_t kv_row_dim() const { return cfg_.kv_lora_rank + cfg_.qk_rope_head_dim; }
@@ -93,6 +105,9 @@ class DeepseekModel {
   // Off by default; no CUDA kernel does this yet.
   void set_e4m3_activations(bool on) { e4m3_x_ = on; }
 
+  // Calibration: every Linear's input goes to `o` (nullptr: none, the default).
+  void set_linear_observer(LinearObserver* o) { observer_ = o; }
+
   // The pool CPU ops run on (default: ThreadPool::global()).
   void set_thread_pool(ThreadPool* pool) { pool_ = pool; }
   ThreadPool& thread_pool() const { return pool_ ? *pool_ : ThreadPool::global(); }
@@ -120,6 +135,7 @@ class DeepseekModel {
   ThreadPool* pool_ = nullptr;
   Bf16Emulation emul_;
   bool e4m3_x_ = false;
+  LinearObserver* observer_ = nullptr;
 };
 
 }  // namespace pg

@@ -144,6 +144,24 @@ else
   fail "calib: quantize exited non-zero"; cat "$tmp/err.txt"
 fi
 
+# 4b. --gptq on the embedded model: the report names the method and the calibration text, and the
+# held-out --report-text is what it measured; the folder loads.
+q=$tmp/tiny-gptq
+calib=$src/bench/quality/eval-text.md
+if "$bin" quantize "$tiny" "$q" --format nvfp4 --gptq --calib "$calib" --report-text "$text" --calib-device cpu \
+    >"$tmp/table.txt" 2>"$tmp/err.txt"; then
+  if python3 -c "
+import json; j = json.load(open('$q/quality_report.json'))
+assert j['quantization']['method'] == 'gptq' and j['quantization']['calibration_text'] == '$calib', j['quantization']
+assert j['text'] == '$text' and j['kl']['mean'] > 0"; then
+    echo "ok   gptq: quality_report.json names the method, the calibration text and the held-out text"
+  else fail "gptq: quality_report.json"; fi
+  grep -q "gptq: 1 calibration pass over" "$tmp/err.txt" && echo "ok   gptq: calibration summary" || fail "gptq: no summary"
+  "$bin" info "$q" >/dev/null 2>&1 && echo "ok   gptq: the folder loads" || fail "gptq: info fails"
+else
+  fail "gptq: quantize exited non-zero"; cat "$tmp/err.txt"
+fi
+
 # 5. Bad input.
 mkdir "$tmp/llama"; cp "$src/tests/golden/v3_tiny"/* "$tmp/llama/"
 sed -i 's/"deepseek_v3"/"llama"/' "$tmp/llama/config.json"
@@ -176,6 +194,13 @@ expect_error "missing --format" 2 "format" -- "$bin" quantize "$tiny" "$tmp/o6"
 expect_error "already NVFP4" 1 "already.*NVFP4|already.*ModelOpt" -- "$bin" quantize "$tmp/tiny-nvfp4" "$tmp/o7" --format nvfp4
 expect_error "excluding routed experts" 2 "routed expert" -- "$bin" quantize "$tiny" "$tmp/o8" --format nvfp4 --exclude '*mlp*'
 expect_error "missing --calib text" 2 "calib" -- "$bin" quantize "$tiny" "$tmp/o9" --format nvfp4 --calib "$tmp/nope.txt"
+expect_error "--gptq without --calib" 2 "gptq.*add --calib" -- "$bin" quantize "$tiny" "$tmp/o10" --format nvfp4 --gptq
+expect_error "--report-text without --calib" 2 "report-text.*add --calib" -- \
+  "$bin" quantize "$tiny" "$tmp/o14" --format nvfp4 --report-text "$text"
+expect_error "missing --report-text file" 2 "report-text" -- \
+  "$bin" quantize "$tiny" "$tmp/o12" --format nvfp4 --calib "$text" --report-text "$tmp/nope.txt"
+expect_error "--gptq-damp out of range" 2 "gptq-damp" -- "$bin" quantize "$tiny" "$tmp/o13" --format nvfp4 --gptq \
+  --calib "$text" --gptq-damp 3
 # A failure in the middle: shards finished before it are complete files, the one in progress is
 # gone (no temporary left), and there is no config.json or index, so the folder does not load.
 expect_error "NaN weight" 1 "experts.5.up_proj.weight.*\\[0\\]\\[7\\].*not finite" -- \
