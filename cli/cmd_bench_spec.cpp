@@ -134,6 +134,7 @@ Result<std::unique_ptr<Engine>> make_engine(const SpecBenchOptions& o, const Mod
                                             const std::shared_ptr<const Tokenizer>& tok) {
   PG_ASSIGN_OR_RETURN(auto model, DeepseekModel::load(o.model_dir));
   EngineConfig ec;
+  ec.enable_prefix_caching = false;  // the same prompts run in every mode: each computes them
   ec.scheduler.max_num_seqs = 1;  // one request at a time: the per-user figure
   ec.scheduler.max_num_batched_tokens = 8192;
   ec.n_threads = o.threads;

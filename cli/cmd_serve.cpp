@@ -55,6 +55,9 @@ Command add_serve(CLI::App& root) {
   app->add_option("--speculative-tokens", opts->speculative_tokens,
                   "Draft depth k of speculative decoding with the model's MTP head (0: off)")
       ->capture_default_str()->check(CLI::Range(0, 8));
+  app->add_flag("!--no-prefix-caching", opts->prefix_caching,
+                "compute every prompt in full (by default a request reuses the KV blocks an earlier request "
+                "computed for the same leading tokens)");
   app->add_flag("--speculative-adaptive", opts->speculative_adaptive,
                 "Pick the draft depth per step in 1..--speculative-tokens from recent acceptance");
   app->add_option("--http-threads", opts->http_threads, "Threads serving HTTP connections")->capture_default_str()

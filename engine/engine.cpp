@@ -53,7 +53,8 @@ struct Engine::Impl {
   bool step_inner();
   // Runs the MTP head over the positions computed this step and draws each request's drafts.
   // steps[j] belongs to mtp_owner[j]; the sequences in `drafting` have one output row each.
-  void draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden, const std::vector<RequestState*>& mtp_owner,
+  // False when the MTP pass failed (the step goes on without drafts).
+  bool draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden, const std::vector<RequestState*>& mtp_owner,
                   const std::vector<RequestState*>& drafting);
   void refresh_gauges();  // running / waiting / KV usage into stats (takes mu)
   void mask_padding(std::vector<float>& logits) const;  // -inf for ids the tokenizer lacks
@@ -102,7 +103,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> mode
     return invalid_argument("engine: max_num_seqs and max_num_batched_tokens must be > 0");
   impl->pool = std::make_unique<ThreadPool>(cfg.n_threads);
   if (DeepseekModel* cpu = model->cpu_model()) cpu->set_thread_pool(impl->pool.get());
-  impl->blocks = std::make_unique<BlockManager>(cfg.kv_blocks, cfg.kv_block_size);
+  if (cfg.num_speculative_tokens < 0 || cfg.num_speculative_tokens > kMaxSpeculativeTokens)
+    return invalid_argument("speculative tokens must be in [0, {}], got {}", kMaxSpeculativeTokens,
+                            cfg.num_speculative_tokens);
+  impl->spec_k = model->n_mtp_layers() > 0 ? cfg.num_speculative_tokens : 0;
+  // With speculation the cache holds MTP KV too, whose entry at a position depends on the next
+  // token: a cached block's key then covers one token past it.
+  impl->blocks = std::make_unique<BlockManager>(cfg.kv_blocks, cfg.kv_block_size, cfg.enable_prefix_caching,
+                                                impl->spec_k > 0 ? 1 : 0);
   impl->scheduler = std::make_unique<Scheduler>(cfg.scheduler, *impl->blocks);
   impl->model = std::move(model);
   impl->tokenizer = std::move(tokenizer);
@@ -112,10 +120,6 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> mode
   if (!(impl->draft_cost >= 0.0 && impl->draft_cost <= 10.0))
     return invalid_argument("speculative draft cost must be in [0, 10] (a fraction of a decode step), got {}",
                             impl->draft_cost);
-  if (cfg.num_speculative_tokens < 0 || cfg.num_speculative_tokens > kMaxSpeculativeTokens)
-    return invalid_argument("speculative tokens must be in [0, {}], got {}", kMaxSpeculativeTokens,
-                            cfg.num_speculative_tokens);
-  impl->spec_k = impl->model->n_mtp_layers() > 0 ? cfg.num_speculative_tokens : 0;
   impl->model->set_need_hidden_all(impl->spec_k > 0);
   impl->stats.speculative_tokens = impl->spec_k;
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -244,9 +248,9 @@ bool Engine::Impl::step_inner() {
   // their sequence, so the scheduler budgets and allocates blocks for them.
   if (spec_k > 0)
     for (auto& [id, r] : active)
-      if (!r->drafts.empty() && r->drafts_in_seq == 0) {
+      if (!r->drafts.empty() && r->seq.n_drafts == 0) {
         r->seq.tokens.insert(r->seq.tokens.end(), r->drafts.begin(), r->drafts.end());
-        r->drafts_in_seq = int64_t(r->drafts.size());
+        r->seq.n_drafts = int64_t(r->drafts.size());
       }
   std::vector<Sequence*> preempted;
   std::vector<ScheduledSeq> plan = scheduler->schedule(&preempted);
@@ -262,7 +266,7 @@ bool Engine::Impl::step_inner() {
     s.start_pos = p.start;
     s.block_table = p.seq->block_table;
     s.no_logits = !p.sample;
-    s.all_logits = p.sample && r.drafts_in_seq > 0;  // verify: a row per draft, plus one
+    s.all_logits = p.sample && r.seq.n_drafts > 0;  // verify: a row per draft, plus one
     steps.push_back(s);
     n_prompt_tokens += std::max<int64_t>(0, std::min(p.start + p.n_new, p.seq->n_prompt) - p.start);
   }
@@ -272,7 +276,7 @@ bool Engine::Impl::step_inner() {
   bool dev_sample = cfg.device_sampler && model->device_logits();
   for (const ScheduledSeq& p : plan) {
     const RequestState& r = *static_cast<const RequestState*>(p.seq->owner);
-    if (p.sample && r.drafts_in_seq > 0) dev_sample = dev_sample && r.req.params.is_greedy() && !r.req.params.has_penalties();
+    if (p.sample && r.seq.n_drafts > 0) dev_sample = dev_sample && r.req.params.is_greedy() && !r.req.params.has_penalties();
   }
   model->set_logits_to_host(!dev_sample);
   StepOutput out;
@@ -287,7 +291,7 @@ bool Engine::Impl::step_inner() {
     for (const ScheduledSeq& p : plan) {
       if (!p.sample) continue;
       const RequestState& r = *static_cast<const RequestState*>(p.seq->owner);
-      for (int64_t i = 0; i <= r.drafts_in_seq; ++i)  // a verify row per draft, plus one (greedy: no RNG)
+      for (int64_t i = 0; i <= r.seq.n_drafts; ++i)  // a verify row per draft, plus one (greedy: no RNG)
         rows.push_back({&r.req.params, r.rng_position(), r.history()});
     }
     // Ids past the tokenizer's vocabulary are padding: not candidates (as mask_padding's -inf).
@@ -313,18 +317,18 @@ bool Engine::Impl::step_inner() {
     offset += p.n_new;
     int64_t n_valid = p.n_new;  // tokens of this step whose KV stays valid
     if (!p.sample) {
-      if (r.drafts_in_seq > 0) {  // only part of a verify step fit the budget: drop the drafts
+      if (r.seq.n_drafts > 0) {  // only part of a verify step fit the budget: drop the drafts
         r.strip_drafts();
         continue;
       }
     } else {
       GenerationEvent ev;
       std::optional<std::string> reason;
-      const int64_t n_d = r.drafts_in_seq;
+      const int64_t n_d = r.seq.n_drafts;
       if (n_d > 0) {
         const int64_t base = int64_t(r.seq.tokens.size()) - n_d;  // tokens before the drafts
         r.seq.tokens.resize(size_t(base));
-        r.drafts_in_seq = 0;
+        r.seq.n_drafts = 0;
         int64_t m = 0;
         reason = dev_sample ? r.verify_greedy(std::span(dev_tokens).subspan(size_t(row), size_t(n_d + 1)), ev, &m)
                             : r.verify(std::span<const float>(&out.logits[size_t(row * vocab)], size_t((n_d + 1) * vocab)),
@@ -348,6 +352,9 @@ bool Engine::Impl::step_inner() {
         ev.finished = true;
         ev.finish_reason = *reason;
         r.finished = true;
+        // Its blocks stay for later requests; with speculation only those completed before this
+        // step, whose MTP KV is written (none runs for a finished request).
+        scheduler->publish(&r.seq, spec_k > 0 ? p.start : r.seq.n_computed);
         retire(r);
         emit(r, std::move(ev));
         continue;
@@ -367,7 +374,16 @@ bool Engine::Impl::step_inner() {
     mtp_hidden.insert(mtp_hidden.end(), out.hidden_all.begin() + off * H, out.hidden_all.begin() + (off + n_valid) * H);
     if (p.sample) drafting.push_back(&r);
   }
-  if (!mtp_steps.empty()) draft_next(mtp_steps, mtp_hidden, mtp_owner, drafting);
+  if (!mtp_steps.empty() && !draft_next(mtp_steps, mtp_hidden, mtp_owner, drafting)) mtp_owner.clear();
+  // The blocks this step completed go to the prefix cache: every computed position, except that
+  // with speculation a position counts once the MTP pass has written its entry too (this step's
+  // positions: when the MTP pass above took them).
+  for (const ScheduledSeq& p : plan) {
+    RequestState& r = *static_cast<RequestState*>(p.seq->owner);
+    if (r.finished) continue;
+    const bool mtp_done = spec_k == 0 || std::find(mtp_owner.begin(), mtp_owner.end(), &r) != mtp_owner.end();
+    scheduler->publish(&r.seq, mtp_done ? r.seq.n_computed : std::min(p.start, r.seq.n_computed));
+  }
   std::erase_if(active, [](const auto& kv) { return kv.second->finished; });
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -375,6 +391,8 @@ bool Engine::Impl::step_inner() {
     stats.prompt_tokens_total += n_prompt_tokens;
     stats.generation_tokens_total += n_generated;
     stats.preemptions_total += int64_t(preempted.size());
+    stats.prefix_cache_queries_total = scheduler->prefix_queries();
+    stats.prefix_cache_hits_total = scheduler->prefix_hits();
     stats.spec_verify_steps_total += n_verify;
     stats.spec_draft_tokens_total += n_drafted;
     stats.spec_accepted_tokens_total += n_accepted;
@@ -409,7 +427,7 @@ class EngineDraftPicker final : public DraftPicker {
 
 }  // namespace
 
-void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden,
+bool Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& hidden,
                               const std::vector<RequestState*>& mtp_owner, const std::vector<RequestState*>& drafting) {
   // How deep each drafting sequence drafts, decided before the chain runs: at most its depth k,
   // inside the context and max_tokens; depth d >= 1 writes the MTP KV at position last + d - 1
@@ -461,7 +479,7 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
   DraftOutput out;
   if (Status st = model->draft_chain(0, steps, hidden, rows, picker, out); !st.ok()) {
     for (RequestState* r : drafting) r->drafts.clear(), r->draft_dists.clear();  // go on without drafts
-    return;
+    return false;
   }
   const int64_t vocab = model->config().vocab_size;
   for (size_t i = 0; i < drafting.size(); ++i) {
@@ -475,6 +493,7 @@ void Engine::Impl::draft_next(std::vector<SeqStep>& steps, std::vector<float>& h
       r.draft_dists.emplace_back(dist.begin(), dist.end());
     }
   }
+  return true;
 }
 
 void Engine::Impl::loop() {

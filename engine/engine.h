@@ -74,6 +74,11 @@ struct EngineConfig {
   bool speculative_adaptive = false;
   // Unset: the runner's typical cost (ModelRunner::draft_cost_hint: 0.25 on a GPU, 0.75 on the CPU).
   std::optional<double> speculative_draft_cost;
+  // Prefix caching: a request whose leading tokens fill whole KV blocks that an earlier request
+  // computed takes those blocks and computes from there (engine/block_manager.h). Outputs are the
+  // same as without it on the CPU reference; on a GPU, cached positions may have been computed by
+  // other kernels (a decode step's instead of a prefill's), as with chunked prefill.
+  bool enable_prefix_caching = true;
   // Draws tokens where the runner's logits live (CUDA: engine/cuda/device_sampler_cuda.h), for
   // steps without speculative rows; null: every row is sampled on the host.
   std::shared_ptr<DeviceSampler> device_sampler;
@@ -86,6 +91,8 @@ struct EngineStats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   double kv_usage = 0;                  // used / total, in [0, 1]
   int64_t prompt_tokens_total = 0;      // prompt tokens computed (recomputation included)
+  int64_t prefix_cache_queries_total = 0;  // final tokens of admitted sequences looked up in the prefix cache
+  int64_t prefix_cache_hits_total = 0;     // of those, positions found cached (not computed)
   int64_t generation_tokens_total = 0;
   int64_t preemptions_total = 0;
   int64_t requests_finished_total = 0;

@@ -100,10 +100,10 @@ SampledToken record(int32_t id, std::span<const float> row, const SamplingParams
 }  // namespace
 
 void RequestState::strip_drafts() {
-  if (drafts_in_seq == 0) return;
-  seq.tokens.resize(seq.tokens.size() - size_t(drafts_in_seq));
+  if (seq.n_drafts == 0) return;
+  seq.tokens.resize(seq.tokens.size() - size_t(seq.n_drafts));
   seq.n_computed = std::min<int64_t>(seq.n_computed, int64_t(seq.tokens.size()) - 1);
-  drafts_in_seq = 0;
+  seq.n_drafts = 0;
   drafts.clear();
   draft_dists.clear();
 }

@@ -38,10 +38,9 @@ struct RequestState {
   std::optional<std::string> append(const SampledToken& tok, GenerationEvent& ev);
   // --- speculative decoding (MTP drafts) ---
   // Drafts proposed for the tokens after the last one; while a verify step is planned they are
-  // also appended to seq.tokens (n_in_seq of them), so the scheduler computes them.
+  // also appended to seq.tokens (seq.n_drafts of them), so the scheduler computes them.
   std::vector<int32_t> drafts;
   std::vector<std::vector<WeightedToken>> draft_dists;  // sampling: the distribution each was drawn from
-  int64_t drafts_in_seq = 0;
   int64_t n_drafted = 0, n_accepted = 0, n_verify_steps = 0;
   AdaptiveDepth depth;  // the draft depth in adaptive mode (EngineConfig::speculative_adaptive)
   // Removes planned drafts from seq.tokens (after a partial schedule or a preemption).

@@ -19,11 +19,13 @@ void Scheduler::remove(Sequence* seq) {
   if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) waiting_.erase(it);
   if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) running_.erase(it);
   blocks_.release(seq->block_table);
+  seq->n_blocks_checked = 0;
 }
 
 void Scheduler::preempt(Sequence* seq) {
   running_.erase(std::find(running_.begin(), running_.end(), seq));
   blocks_.release(seq->block_table);
+  seq->n_blocks_checked = 0;
   seq->n_computed = 0;  // recomputed from scratch (prompt + generated so far) when readmitted
   ++seq->n_preemptions;
   waiting_.push_front(seq);
@@ -51,7 +53,16 @@ std::vector<ScheduledSeq> Scheduler::schedule(std::vector<Sequence*>* preempted)
   // 2. Waiting sequences, first come first served; admitted only when all their blocks exist.
   while (!waiting_.empty() && budget > 0 && n_running() < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
-    if (blocks_.missing(s->block_table, int64_t(s->tokens.size())) > blocks_.n_free()) break;
+    // Cached leading blocks: at most the positions before the last final token, which must be
+    // computed for its logits.
+    const int64_t n_final = int64_t(s->tokens.size()) - s->n_drafts;
+    const bool fresh = s->n_computed == 0 && s->block_table.empty() && blocks_.prefix_caching();
+    if (fresh) s->n_computed = blocks_.match(s->tokens, n_final - 1, s->block_table, s->block_hashes);
+    if (blocks_.missing(s->block_table, int64_t(s->tokens.size())) > blocks_.n_free()) {
+      if (fresh) blocks_.release(s->block_table), s->n_computed = 0;  // not admitted: let the blocks go
+      break;
+    }
+    if (fresh) prefix_queries_ += n_final, prefix_hits_ += s->n_computed;
     blocks_.ensure(s->block_table, int64_t(s->tokens.size()));
     waiting_.pop_front();
     running_.push_back(s);
@@ -64,6 +75,10 @@ std::vector<ScheduledSeq> Scheduler::schedule(std::vector<Sequence*>* preempted)
 
 void Scheduler::commit(const std::vector<ScheduledSeq>& step) {
   for (const ScheduledSeq& s : step) s.seq->n_computed += s.n_new;
+}
+
+void Scheduler::publish(Sequence* seq, int64_t n_ready) {
+  blocks_.publish(seq->tokens, n_ready, seq->block_table, seq->block_hashes, seq->n_blocks_checked);
 }
 
 }  // namespace pg

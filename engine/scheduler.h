@@ -4,6 +4,8 @@
 // free blocks allow. A sequence is admitted only when blocks for all its tokens exist; when a
 // running sequence cannot get a block for its next token, the newest running sequence is
 // preempted (its blocks freed; it goes back to the front of the queue and is recomputed).
+// With prefix caching (BlockManager), an admitted sequence first takes the published blocks that
+// hold its leading tokens and computes from there; publish() offers the blocks a step completed.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,12 @@ struct Sequence {
   int64_t n_computed = 0;        // leading tokens whose KV is in the cache
   std::vector<int32_t> block_table;
   int64_t n_preemptions = 0;
+  int64_t n_drafts = 0;          // trailing tokens that are drafts (speculative decoding), not yet final
   void* owner = nullptr;         // the engine's per-request state
+  // Prefix caching (BlockManager::match / publish): the memo of its blocks' keys, and how many
+  // leading blocks of block_table publish() has looked at.
+  std::vector<uint64_t> block_hashes;
+  int64_t n_blocks_checked = 0;
 
   int64_t pending() const { return int64_t(tokens.size()) - n_computed; }
 };
@@ -54,6 +61,14 @@ class Scheduler {
   std::vector<ScheduledSeq> schedule(std::vector<Sequence*>* preempted = nullptr);
   // After the step ran: marks the computed tokens.
   void commit(const std::vector<ScheduledSeq>& step);
+  // Offers the sequence's blocks whose KV is final to the prefix cache: the blocks within its
+  // first n_ready tokens (the caller knows how many are final: computed and not drafts, and for
+  // the MTP KV, followed by a known token).
+  void publish(Sequence* seq, int64_t n_ready);
+
+  // Prefix caching counters: prompt positions looked up at admission, and those found cached.
+  int64_t prefix_queries() const { return prefix_queries_; }
+  int64_t prefix_hits() const { return prefix_hits_; }
 
   int64_t n_running() const { return int64_t(running_.size()); }
   int64_t n_waiting() const { return int64_t(waiting_.size()); }
@@ -66,6 +81,7 @@ class Scheduler {
   BlockManager& blocks_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order: the back is the newest
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace pg

@@ -89,6 +89,11 @@ std::string ServerMetrics::render(const EngineStats& e, std::string_view model_n
          double(e.preemptions_total));
   scalar(out, "peregrine:prompt_tokens_total", "counter", "Number of prefill tokens processed.", labels,
          double(e.prompt_tokens_total));
+  scalar(out, "peregrine:prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache at admission.", labels, double(e.prefix_cache_queries_total));
+  scalar(out, "peregrine:prefix_cache_hits_total", "counter",
+         "Prompt tokens found in the prefix cache (their KV reused, not computed).", labels,
+         double(e.prefix_cache_hits_total));
   scalar(out, "peregrine:generation_tokens_total", "counter", "Number of generation tokens processed.", labels,
          double(e.generation_tokens_total));
   scalar(out, "peregrine:engine_steps_total", "counter", "Number of engine steps run.", labels,

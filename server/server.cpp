@@ -121,6 +121,7 @@ int serve(ServeOptions o) {
   ec_cfg.n_threads = o.threads;
   ec_cfg.num_speculative_tokens = o.speculative_tokens;
   ec_cfg.speculative_adaptive = o.speculative_adaptive;
+  ec_cfg.enable_prefix_caching = o.prefix_caching;
   RunnerOptions ro;
   ro.device = o.device;
   ro.kv_blocks = o.kv_blocks;

@@ -32,6 +32,7 @@ struct ServeOptions {
   int threads = 0;                               // engine CPU threads; 0: all hardware threads
   int64_t speculative_tokens = 0;                // MTP draft depth (0: off)
   bool speculative_adaptive = false;             // depth per step in 1..speculative_tokens from acceptance
+  bool prefix_caching = true;                    // reuse the KV blocks of earlier requests' leading tokens
   std::string device = "auto";                   // auto (cuda when a GPU is present) | cpu | cuda
   double gpu_memory_utilization = 0.90;          // cuda: share of GPU memory (weights + KV + activations)
   bool cuda_graphs = true;                       // cuda: replay decode steps as CUDA graphs

@@ -207,6 +207,39 @@ test('/metrics: Prometheus text with the vLLM-named series', async () => {
   assert.ok(m['peregrine:time_to_first_token_seconds_count'] > 0);
 });
 
+test('prefix caching: a repeated long prompt reuses the cached blocks, with the same answer; off by flag', async () => {
+  const long = 'Tell me about the history of the printing press and the people who built it. '.repeat(6);
+  const req = { model: MODEL, messages: user(long), max_tokens: 8, temperature: 0, logprobs: true };
+  const c = client(server);
+  const before = await metrics(server);
+  const first = await c.chat.completions.create(req);
+  const mid = await metrics(server);
+  const second = await c.chat.completions.create(req);
+  const after = await metrics(server);
+  assert.equal(second.choices[0].message.content, first.choices[0].message.content);
+  assert.deepEqual(second.choices[0].logprobs.content.map((t) => t.logprob),
+    first.choices[0].logprobs.content.map((t) => t.logprob));
+  const hits = after['peregrine:prefix_cache_hits_total'] - mid['peregrine:prefix_cache_hits_total'];
+  assert.ok(hits >= first.usage.prompt_tokens - 16, `the second request found ${hits} of ${first.usage.prompt_tokens} prompt tokens cached`);
+  assert.ok(after['peregrine:prefix_cache_queries_total'] - mid['peregrine:prefix_cache_queries_total'] >= first.usage.prompt_tokens);
+  assert.ok(after['peregrine:prompt_tokens_total'] - mid['peregrine:prompt_tokens_total'] <= 16, 'only the last block is computed again');
+  assert.ok(mid['peregrine:prompt_tokens_total'] - before['peregrine:prompt_tokens_total'] >= first.usage.prompt_tokens);
+
+  const off = await startServer({ args: [goldenModel, '--served-model-name', MODEL, '--threads', '1', '--no-prefix-caching'] });
+  try {
+    const co = client(off);
+    const a = await co.chat.completions.create(req);
+    const b = await co.chat.completions.create(req);
+    assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+    assert.equal(a.choices[0].message.content, first.choices[0].message.content);
+    const m = await metrics(off);
+    assert.equal(m['peregrine:prefix_cache_hits_total'], 0);
+    assert.ok(m['peregrine:prompt_tokens_total'] >= 2 * first.usage.prompt_tokens);
+  } finally {
+    assert.equal((await off.stop()).code, 0);
+  }
+});
+
 test('reasoning split with an R1-style template; per request and by flag', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-r1-'));
   const tmpl = path.join(dir, 'r1.jinja');

@@ -203,6 +203,95 @@ TEST(EngineScheduling, PreemptionAndQueueingKeepGreedyOutputs) {
   EXPECT_EQ(st.kv_blocks_used, 0);
 }
 
+// Prefix caching keeps every output. Requests that start as earlier ones did (the same prompt
+// again, that prompt with its answer and a next turn, a prompt that shares only its first blocks)
+// run one after another, so each finds the blocks the ones before published; their tokens and
+// logprobs equal an engine's without the cache, greedy and seeded sampling, with and without
+// speculation (the cache then holds MTP KV too). The cache must have served tokens.
+TEST(EnginePrefixCache, SameTokensAndLogprobsAsWithout) {
+  std::map<int64_t, int64_t> hits;
+  for (int64_t k : {0, 2}) {
+    struct Run {
+      std::vector<std::vector<int32_t>> ids;
+      std::vector<std::vector<float>> logprobs;
+      EngineStats stats;
+    };
+    auto run = [&](bool cache) {
+      EngineConfig cfg;
+      cfg.kv_block_size = 8;
+      cfg.scheduler.max_num_batched_tokens = 32;  // prompts in chunks
+      cfg.num_speculative_tokens = k;
+      cfg.enable_prefix_caching = cache;
+      Fixture f = make("peregrine_tiny", cfg);
+      std::vector<int32_t> base;
+      for (const auto& p : f.expected["prompts"]) {
+        const auto ids = p["ids"].get<std::vector<int32_t>>();
+        base.insert(base.end(), ids.begin(), ids.end());
+      }
+      Run out;
+      auto one = [&](std::vector<int32_t> prompt, double temperature) {
+        GenerationRequest r;
+        r.prompt_ids = std::move(prompt);
+        r.params.temperature = temperature;
+        r.params.seed = 99;
+        r.params.max_tokens = 20;
+        r.params.ignore_eos = true;
+        r.params.logprobs = 2;
+        Collected c;
+        std::vector<float> lps;
+        auto id = f.engine->submit(r, [&](GenerationEvent&& ev) {
+          c.ids.insert(c.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+          for (const TokenLogprob& t : ev.logprobs) lps.push_back(t.logprob);
+          c.done |= ev.finished;
+        });
+        EXPECT_TRUE(id.ok()) << id.status().to_string();
+        run_until_idle(*f.engine);
+        EXPECT_TRUE(c.done);
+        out.ids.push_back(c.ids);
+        out.logprobs.push_back(lps);
+        return c.ids;
+      };
+      const std::vector<int32_t> first = one(base, 0.0);
+      one(base, 0.8);  // the same prompt: every block but the last from the cache
+      std::vector<int32_t> turn = base;  // the conversation goes on: prompt, answer, a new message
+      turn.insert(turn.end(), first.begin(), first.end());
+      turn.insert(turn.end(), base.begin(), base.begin() + 9);
+      one(turn, 0.0);
+      one(turn, 0.8);
+      std::vector<int32_t> fork(base.begin(), base.begin() + 20);  // shares two blocks, then differs
+      fork.insert(fork.end(), base.rbegin(), base.rend());
+      one(fork, 0.8);
+      // Differs right after a block: with speculation that block's last MTP entry, computed with
+      // the next token of the prompt that published it, is not this prompt's (the lookahead key).
+      std::vector<int32_t> edge(base.begin(), base.begin() + 24);
+      edge.insert(edge.end(), base.begin(), base.begin() + 30);
+      one(edge, 0.0);
+      one(edge, 0.8);
+      out.stats = f.engine->stats();
+      EXPECT_EQ(out.stats.kv_blocks_used, 0);
+      return out;
+    };
+    const Run off = run(false), on = run(true);
+    for (size_t i = 0; i < off.ids.size(); ++i) {
+      EXPECT_EQ(on.ids[i], off.ids[i]) << "k=" << k << " request " << i;
+      EXPECT_EQ(on.logprobs[i], off.logprobs[i]) << "k=" << k << " request " << i;
+    }
+    // The drafts too: the same MTP KV gives the same drafts, hence the same verify outcomes.
+    EXPECT_EQ(on.stats.spec_draft_tokens_total, off.stats.spec_draft_tokens_total) << "k=" << k;
+    EXPECT_EQ(on.stats.spec_accepted_tokens_total, off.stats.spec_accepted_tokens_total) << "k=" << k;
+    EXPECT_EQ(off.stats.prefix_cache_hits_total, 0);
+    EXPECT_GT(on.stats.prefix_cache_hits_total, 150) << "k=" << k;
+    EXPECT_LT(on.stats.prompt_tokens_total, off.stats.prompt_tokens_total - 150) << "k=" << k;
+    std::printf("k=%lld: prefix cache hits %lld of %lld prompt tokens looked up; computed %lld vs %lld\n", (long long)k,
+                (long long)on.stats.prefix_cache_hits_total, (long long)on.stats.prefix_cache_queries_total,
+                (long long)on.stats.prompt_tokens_total, (long long)off.stats.prompt_tokens_total);
+    hits[k] = on.stats.prefix_cache_hits_total;
+  }
+  // With speculation a block is shared only when the token after it matches too: the prompts that
+  // part right after a block (the edge ones) share one block less.
+  EXPECT_LT(hits[2], hits[0]);
+}
+
 TEST(EngineSampling, SeededRequestsReproduceAndChoicesDiffer) {
   EngineConfig cfg;
   Fixture f = make("v3_tiny", cfg);

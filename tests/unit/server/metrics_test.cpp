@@ -24,6 +24,8 @@ TEST(Metrics, RendersEngineGaugesAndCounters) {
   e.prompt_tokens_total = 100;
   e.generation_tokens_total = 50;
   e.preemptions_total = 7;
+  e.prefix_cache_queries_total = 300;
+  e.prefix_cache_hits_total = 224;
   const std::string t = m.render(e, "tiny");
   const std::string l = "{model_name=\"tiny\"}";
   EXPECT_EQ(sample(t, "peregrine:num_requests_running" + l), 3);
@@ -33,6 +35,8 @@ TEST(Metrics, RendersEngineGaugesAndCounters) {
   EXPECT_EQ(sample(t, "peregrine:prompt_tokens_total" + l), 100);
   EXPECT_EQ(sample(t, "peregrine:generation_tokens_total" + l), 50);
   EXPECT_EQ(sample(t, "peregrine:num_preemptions_total" + l), 7);
+  EXPECT_EQ(sample(t, "peregrine:prefix_cache_queries_total" + l), 300);
+  EXPECT_EQ(sample(t, "peregrine:prefix_cache_hits_total" + l), 224);
   EXPECT_NE(t.find("# TYPE peregrine:num_preemptions_total counter\n"), std::string::npos);
   EXPECT_NE(t.find("# TYPE peregrine:time_to_first_token_seconds histogram\n"), std::string::npos);
   EXPECT_NE(t.find("# TYPE peregrine:inter_token_latency_seconds histogram\n"), std::string::npos);
