@@ -126,42 +126,51 @@ void rope(const RopeArgs& a) {
 }
 
 void mla_attention(const MlaAttentionArgs& a, ThreadPool& pool) {
-  const int64_t R = a.kv_lora_rank, P = a.rope_dim, D = R + P;
-  // A cache block's rows are consecutive (stride D): their scores and their P·V terms go a block
-  // at a time (simd_dots, simd_axpys), with the bits of one row at a time.
-  pool.parallel_for(a.m * a.n_heads, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> scores, pe, weights;
-    for (int64_t th = b; th < e; ++th) {
-      const int64_t t = th / a.n_heads, h = th % a.n_heads;
-      const int64_t n = a.ctx_len[t], bs = a.block_size;
+  const int64_t R = a.kv_lora_rank, P = a.rope_dim, D = R + P, H = a.n_heads, bs = a.block_size;
+  // Every head of a token attends over the same cache rows (the latent KV), so a work item takes
+  // G heads of one token and scores a cache block's rows against all of them at once
+  // (simd_dots_tokens: each row loaded once for the G queries); G = every head once the tokens
+  // alone keep the threads busy (prefill), else 1 (decode: the heads spread over the threads).
+  // Each (token, head) still gets the bits of one row at a time (simd_dot per score, simd_axpy
+  // per P·V term, in row order).
+  const int64_t G = a.m >= 2 * int64_t(pool.size()) ? H : 1, groups = (H + G - 1) / G;
+  pool.parallel_for(a.m * groups, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scores, pe, weights, mx;
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t t = item / groups, h0 = (item % groups) * G, g = std::min(G, H - h0);
+      const int64_t n = a.ctx_len[t];
       const int32_t* table = a.block_tables + int64_t(a.token_seq[t]) * a.max_blocks_per_seq;
-      const float* ql = a.q_lat + t * q_lat_row_stride(a) + h * q_lat_head_stride(a);
-      const float* qp = a.q_pe + t * q_pe_row_stride(a) + h * q_pe_head_stride(a);
-      scores.resize(static_cast<size_t>(n));
-      pe.resize(static_cast<size_t>(bs));
+      const float* ql = a.q_lat + t * q_lat_row_stride(a) + h0 * q_lat_head_stride(a);
+      const float* qp = a.q_pe + t * q_pe_row_stride(a) + h0 * q_pe_head_stride(a);
+      scores.resize(static_cast<size_t>(g * n));  // [g][n]
+      pe.resize(static_cast<size_t>(g * bs));     // [g][bs]
       weights.resize(static_cast<size_t>(bs));
+      mx.assign(static_cast<size_t>(g), -std::numeric_limits<float>::infinity());
       auto block_rows = [&](int64_t j0) { return a.kv + int64_t(table[j0 / bs]) * bs * D; };
-      float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j0 = 0; j0 < n; j0 += bs) {
         const int64_t rows = std::min(bs, n - j0);
         const float* blk = block_rows(j0);
-        simd_dots(blk, D, rows, ql, R, &scores[size_t(j0)]);
-        simd_dots(blk + R, D, rows, qp, P, pe.data());
-        for (int64_t r = 0; r < rows; ++r) {
-          const float s = (scores[size_t(j0 + r)] + pe[size_t(r)]) * a.softmax_scale;
-          scores[size_t(j0 + r)] = s;
-          mx = std::max(mx, s);
-        }
+        simd_dots_tokens(ql, q_lat_head_stride(a), g, blk, D, rows, R, &scores[size_t(j0)], n);
+        simd_dots_tokens(qp, q_pe_head_stride(a), g, blk + R, D, rows, P, pe.data(), bs);
+        for (int64_t hh = 0; hh < g; ++hh)
+          for (int64_t r = 0; r < rows; ++r) {
+            float& sc = scores[size_t(hh * n + j0 + r)];
+            sc = (sc + pe[size_t(hh * bs + r)]) * a.softmax_scale;
+            mx[size_t(hh)] = std::max(mx[size_t(hh)], sc);
+          }
       }
-      float sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
-      float* o = a.o_lat + (t * a.n_heads + h) * R;
-      std::fill(o, o + R, 0.0f);
-      const float inv = 1.0f / sum;
-      for (int64_t j0 = 0; j0 < n; j0 += bs) {
-        const int64_t rows = std::min(bs, n - j0);
-        for (int64_t r = 0; r < rows; ++r) weights[size_t(r)] = scores[size_t(j0 + r)] * inv;
-        simd_axpys(weights.data(), block_rows(j0), D, rows, o, R);
+      for (int64_t hh = 0; hh < g; ++hh) {
+        float* sh = &scores[size_t(hh * n)];
+        float sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += (sh[j] = std::exp(sh[j] - mx[size_t(hh)]));
+        float* o = a.o_lat + (t * H + h0 + hh) * R;
+        std::fill(o, o + R, 0.0f);
+        const float inv = 1.0f / sum;
+        for (int64_t j0 = 0; j0 < n; j0 += bs) {
+          const int64_t rows = std::min(bs, n - j0);
+          for (int64_t r = 0; r < rows; ++r) weights[size_t(r)] = sh[j0 + r] * inv;
+          simd_axpys(weights.data(), block_rows(j0), D, rows, o, R);
+        }
       }
     }
   });

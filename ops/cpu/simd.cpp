@@ -133,6 +133,14 @@ inline V e2m1(const uint8_t* bytes8) {
   };
   return {half(codes), half(_mm_srli_si128(codes, 8))};
 }
+// dot's fixed tree over 16 lanes (finish without a tail), from the 8-lane sums of lanes l and l + 8:
+// then l + 4, l + 2, l + 1, the same adds in the same pairs, in registers.
+inline float tree8(__m256 s8) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+inline float tree(V v) { return tree8(_mm256_add_ps(v.lo, v.hi)); }
 constexpr int kTokBlock = 2;  // 2 tokens x 4 rows x 2 registers: the 16 registers AVX2 has
 #include "ops/cpu/simd_forms.inc"
 }  // namespace avx2
@@ -161,6 +169,18 @@ inline V e2m1(const uint8_t* bytes8) {
   const __m128i nib = _mm_set1_epi8(0x0f);
   const __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
   return {_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), _mm512_loadu_ps(kE2M1))};
+}
+// dot's fixed tree over 16 lanes (finish without a tail), from the 8-lane sums of lanes l and l + 8:
+// then l + 4, l + 2, l + 1, the same adds in the same pairs, in registers.
+inline float tree8(__m256 s8) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+inline float tree(V v) {
+  const __m256 lo = _mm512_castps512_ps256(v.v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v.v), 1));
+  return tree8(_mm256_add_ps(lo, hi));
 }
 constexpr int kTokBlock = 4;  // 4 tokens x 4 rows = 16 of the 32 registers
 #include "ops/cpu/simd_forms.inc"
