@@ -36,9 +36,8 @@ def main():
         dt, j = post(a.url + "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0})
         print(f"{name:10s} {j['usage']['prompt_tokens']:6d} prompt tokens  {dt * 1000:8.1f} ms")
     with urllib.request.urlopen(a.url + "/metrics") as r:
-        for line in r.read().decode().splitlines():
-            if "prefix_cache" in line and not line.startswith("#"):
-                print(line)
+        lines = [l for l in r.read().decode().splitlines() if "prefix_cache" in l and not l.startswith("#")]
+    print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":
