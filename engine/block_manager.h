@@ -33,6 +33,7 @@ class BlockManager {
   int64_t n_used() const { return n_blocks_ - n_free(); }
   double usage() const { return n_blocks_ ? double(n_used()) / double(n_blocks_) : 0.0; }
   bool prefix_caching() const { return prefix_caching_; }
+  int64_t lookahead() const { return prefix_caching_ ? lookahead_ : 0; }
   int64_t n_cached() const { return int64_t(cached_.size()); }  // published blocks, in use or not
 
   int64_t blocks_for(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }

@@ -5,7 +5,8 @@
 // running sequence cannot get a block for its next token, the newest running sequence is
 // preempted (its blocks freed; it goes back to the front of the queue and is recomputed).
 // With prefix caching (BlockManager), an admitted sequence first takes the published blocks that
-// hold its leading tokens and computes from there; publish() offers the blocks a step completed.
+// hold its leading tokens and computes from there; publish() offers the blocks a step completed;
+// a waiting sequence whose next block a running one is computing waits for it (others go ahead).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +77,9 @@ class Scheduler {
 
  private:
   void preempt(Sequence* seq);
+  // Whether a running sequence is computing the block after s's cached prefix (s.n_computed), with
+  // the same tokens up to that block's key end (<= max_tokens), not yet published.
+  bool being_computed(const Sequence& s, int64_t max_tokens) const;
 
   SchedulerConfig cfg_;
   BlockManager& blocks_;

@@ -229,27 +229,34 @@ TEST(EnginePrefixCache, SameTokensAndLogprobsAsWithout) {
         base.insert(base.end(), ids.begin(), ids.end());
       }
       Run out;
-      auto one = [&](std::vector<int32_t> prompt, double temperature) {
-        GenerationRequest r;
-        r.prompt_ids = std::move(prompt);
-        r.params.temperature = temperature;
-        r.params.seed = 99;
-        r.params.max_tokens = 20;
-        r.params.ignore_eos = true;
-        r.params.logprobs = 2;
-        Collected c;
-        std::vector<float> lps;
-        auto id = f.engine->submit(r, [&](GenerationEvent&& ev) {
-          c.ids.insert(c.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
-          for (const TokenLogprob& t : ev.logprobs) lps.push_back(t.logprob);
-          c.done |= ev.finished;
-        });
-        EXPECT_TRUE(id.ok()) << id.status().to_string();
+      // `choices` requests of one prompt submitted together (as a request with n = choices), run to
+      // the end; returns the first's tokens.
+      auto one = [&](std::vector<int32_t> prompt, double temperature, uint32_t choices = 1) {
+        std::vector<Collected> cs(choices);
+        std::vector<std::vector<float>> lps(choices);
+        for (uint32_t i = 0; i < choices; ++i) {
+          GenerationRequest r;
+          r.prompt_ids = prompt;
+          r.params.temperature = temperature;
+          r.params.seed = 99;
+          r.params.max_tokens = 20;
+          r.params.ignore_eos = true;
+          r.params.logprobs = 2;
+          r.choice_idx = i;
+          auto id = f.engine->submit(r, [&cs, &lps, i](GenerationEvent&& ev) {
+            cs[i].ids.insert(cs[i].ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+            for (const TokenLogprob& t : ev.logprobs) lps[i].push_back(t.logprob);
+            cs[i].done |= ev.finished;
+          });
+          EXPECT_TRUE(id.ok()) << id.status().to_string();
+        }
         run_until_idle(*f.engine);
-        EXPECT_TRUE(c.done);
-        out.ids.push_back(c.ids);
-        out.logprobs.push_back(lps);
-        return c.ids;
+        for (uint32_t i = 0; i < choices; ++i) {
+          EXPECT_TRUE(cs[i].done);
+          out.ids.push_back(cs[i].ids);
+          out.logprobs.push_back(lps[i]);
+        }
+        return cs[0].ids;
       };
       const std::vector<int32_t> first = one(base, 0.0);
       one(base, 0.8);  // the same prompt: every block but the last from the cache
@@ -267,6 +274,11 @@ TEST(EnginePrefixCache, SameTokensAndLogprobsAsWithout) {
       edge.insert(edge.end(), base.begin(), base.begin() + 30);
       one(edge, 0.0);
       one(edge, 0.8);
+      // Three choices of a new prompt at once: the first computes it, the others wait for its
+      // blocks (Scheduler: a block another sequence is computing) and take them from the cache.
+      std::vector<int32_t> fresh(base.rbegin(), base.rend());
+      fresh.insert(fresh.end(), base.begin(), base.begin() + 11);
+      one(fresh, 0.8, 3);
       out.stats = f.engine->stats();
       EXPECT_EQ(out.stats.kv_blocks_used, 0);
       return out;

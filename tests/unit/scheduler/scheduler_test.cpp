@@ -280,5 +280,51 @@ TEST(Scheduler, AdmitsFromACachedPrefixAndComputesTheRest) {
   EXPECT_EQ(bm.n_used(), 0);
 }
 
+
+TEST(Scheduler, WaitsForABlockAnotherSequenceIsComputing) {
+  BlockManager bm(32, 4, true);
+  Scheduler sch({.max_num_seqs = 8, .max_num_batched_tokens = 6, .max_waiting = 8}, bm);
+  auto a = make_seq(1, 14), b = make_seq(2, 14), c = make_seq(3, 5);
+  a->tokens = iota_tokens(14);
+  b->tokens = iota_tokens(14);  // the same prompt (the second of n choices)
+  c->tokens = iota_tokens(5, 900);
+  for (Sequence* q : {a.get(), b.get(), c.get()}) ASSERT_TRUE(sch.add(q).ok());
+  // Step 1: a takes 6 tokens of budget; b waits for a's first block; c (behind it) is not held up
+  // by b, but the budget is spent.
+  auto s = sch.schedule();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].seq, a.get());
+  EXPECT_EQ(sch.n_waiting(), 2);
+  run_step(sch, s);
+  sch.publish(a.get(), a->n_computed);  // block 0 published (6 computed)
+  // Step 2: a goes on; b's first block is cached, its second (4..8) is a's next: b waits again.
+  s = sch.schedule();
+  ASSERT_EQ(s.size(), 1u);
+  run_step(sch, s);
+  sch.publish(a.get(), a->n_computed);  // 12 computed: blocks 0..2
+  s = sch.schedule();  // a's last 2 tokens; b takes blocks 0..2 from the cache, computes 12..13; c
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[1].seq, b.get());
+  EXPECT_EQ(s[1].start, 12);
+  EXPECT_EQ(s[1].n_new, 2);
+  EXPECT_EQ(s[2].seq, c.get());
+  EXPECT_EQ(sch.prefix_hits(), 12);
+  run_step(sch, s);
+  for (Sequence* q : {a.get(), b.get(), c.get()}) sch.remove(q);
+  EXPECT_EQ(bm.n_used(), 0);
+}
+
+TEST(Scheduler, DoesNotWaitForWhatItCouldNotShare) {
+  BlockManager bm(32, 4, true);
+  Scheduler sch({.max_num_seqs = 8, .max_num_batched_tokens = 100, .max_waiting = 8}, bm);
+  auto a = make_seq(1, 14), b = make_seq(2, 14), c = make_seq(3, 3);
+  a->tokens = iota_tokens(14);
+  b->tokens = iota_tokens(14);
+  b->tokens[2] = 1;  // differs inside the first block
+  c->tokens = iota_tokens(3);  // shares a's first tokens but has no whole block to take
+  for (Sequence* q : {a.get(), b.get(), c.get()}) ASSERT_TRUE(sch.add(q).ok());
+  EXPECT_EQ(sch.schedule().size(), 3u);
+}
+
 }  // namespace
 }  // namespace pg
