@@ -120,7 +120,10 @@ struct QuantizeCallbacks {
 //    written to a temporary name and renamed when complete; config.json is written last, so a run
 //    that fails leaves no folder that loads as a model.
 //  - Memory: one source tensor is read at a time (its pages are released after use), plus its f32
-//    copy and its quantized bytes.
+//    copy and its quantized bytes. With GPTQ (gptq_text), the source model is also mapped and run
+//    on the CPU over the text (cli/gptq.h), one pass per group of Hessians that fits
+//    gptq_max_hessian_bytes; the copied tensors are written first, the quantized ones pass by pass.
+//    A Linear that saw no input in the calibration (an expert never routed to) is rounded to nearest.
 //  - hf_quant_config.json (ModelOpt form); config.json with quantization_config in ModelOpt form
 //    (quant_method "modelopt", quant_algo "NVFP4", ...), except when DeepSeek FP8 weights remain:
 //    then it keeps the FP8 quantization_config, through which those are read, and hf_quant_config.json
