@@ -169,6 +169,7 @@ const std::array<float, 256> kE5M2Table = make_table<kSpecE5M2>();
 }  // namespace
 
 float f8e4m3_to_f32(uint8_t v) { return kE4M3Table[v]; }
+const float* f8e4m3_table() { return kE4M3Table.data(); }
 float f8e5m2_to_f32(uint8_t v) { return kE5M2Table[v]; }
 uint8_t f32_to_f8e4m3(float f, Overflow ov) { return uint8_t(minifloat_encode(kSpecE4M3, f, ov)); }
 uint8_t f32_to_f8e5m2(float f, Overflow ov) { return uint8_t(minifloat_encode(kSpecE5M2, f, ov)); }

@@ -49,6 +49,7 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);  // RNE, IEEE overflow to inf
 
 float f8e4m3_to_f32(uint8_t v);  // table lookup
+const float* f8e4m3_table();     // that table: [256] f32 by code, for vector code
 float f8e5m2_to_f32(uint8_t v);
 uint8_t f32_to_f8e4m3(float f, Overflow ov = Overflow::kInfOrNaN);
 uint8_t f32_to_f8e5m2(float f, Overflow ov = Overflow::kInfOrNaN);

@@ -16,7 +16,26 @@ float dot(const float* a, const float* b, int64_t n) { return simd_dot(a, b, n);
 
 void axpy(float alpha, const float* x, float* y, int64_t n) { simd_axpy(alpha, x, y, n); }
 
+namespace {
+constexpr int64_t kNvfp4FusedTokens = 8;  // linear: NVFP4 rows dequantized in the dots up to this many tokens
+
+// Rows [r0, r0 + n_rows) of an NVFP4 matrix against m tokens (out[t * os + r - r0]), in runs of
+// rows that share one scale_2 (an expert stack's rows change it at each expert).
+void nvfp4_rows(const Matrix& w, int64_t r0, int64_t n_rows, const float* x, int64_t xs, int64_t m, float* out,
+                int64_t os) {
+  const auto* packed = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = r0; r < r0 + n_rows;) {
+    int64_t end = r0 + n_rows;
+    if (w.scale_2_rows) end = std::min(end, (r / w.scale_2_group_rows + 1) * w.scale_2_group_rows);
+    simd_dots_nvfp4_tokens(x, xs, m, packed + r * (w.cols / 2), w.scale_fp8 + r * (w.cols / 16), w.row_scale_2(r),
+                           end - r, w.cols, out + (r - r0), os);
+    r = end;
+  }
+}
+}  // namespace
+
 void dot_rows(const Matrix& w, int64_t r0, int64_t n_rows, const float* x, float* out) {
+  if (w.format == WeightFormat::kNvfp4) return nvfp4_rows(w, r0, n_rows, x, w.cols, 1, out, n_rows);
   if (w.format == WeightFormat::kBF16) {
     simd_dots_bf16(x, static_cast<const uint16_t*>(w.data) + r0 * w.cols, w.cols, n_rows, w.cols, out);
     return;
@@ -46,9 +65,13 @@ void linear(const LinearArgs& a, ThreadPool& pool) {
   // Parallel over output features. One token: the thread's rows through dot_rows. More: a group of
   // rows at a time against all m tokens (several rows and tokens at once in the dots; the group's
   // rows stay in cache while the tokens stream), bf16 rows converted inside the dots (groups of
-  // ~32 KB of weights: few calls), other formats dequantized four rows at a time into `row` first
-  // (a buffer that stays in L1). Every value is dot()'s bits.
+  // ~32 KB of weights: few calls), NVFP4 rows too up to kNvfp4FusedTokens tokens, other formats
+  // dequantized four rows at a time into `row` first (a buffer that stays in L1). Every value is
+  // dot()'s bits.
   const bool bf16 = w.format == WeightFormat::kBF16;
+  // NVFP4 rows are dequantized inside the dots for each block of tokens: for a few tokens (verify
+  // steps) that is cheaper than a row buffer, for more (prefill) the buffer's one pass is.
+  const bool nvfp4_fused = w.format == WeightFormat::kNvfp4 && a.m <= kNvfp4FusedTokens;
   const int64_t kGroup = bf16 ? std::max<int64_t>(4, (int64_t(32) << 10) / (2 * w.cols) / 4 * 4) : 4;
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> row, v;
@@ -59,12 +82,14 @@ void linear(const LinearArgs& a, ThreadPool& pool) {
       return;
     }
     v.resize(size_t(a.m * kGroup));
-    if (!bf16 && w.format != WeightFormat::kF32) row.resize(size_t(kGroup * w.cols));
+    if (!bf16 && !nvfp4_fused && w.format != WeightFormat::kF32) row.resize(size_t(kGroup * w.cols));
     for (int64_t g0 = r0; g0 < r1; g0 += kGroup) {
       const int64_t nr = std::min(kGroup, r1 - g0);
       if (bf16) {
         simd_dots_bf16_tokens(a.x, xs, a.m, static_cast<const uint16_t*>(w.data) + g0 * w.cols, w.cols, nr, w.cols,
                               v.data(), nr);
+      } else if (nvfp4_fused) {
+        nvfp4_rows(w, g0, nr, a.x, xs, a.m, v.data(), nr);
       } else {
         const float* wg = static_cast<const float*>(w.data) + g0 * w.cols;
         if (w.format != WeightFormat::kF32) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -93,6 +94,16 @@ void nvfp4_to_f32_portable(const uint8_t* packed, const float* block_scale, floa
     const uint8_t b = packed[c / 2];
     out[c] = (kE2M1[b & 0xf] * s) * scale_2;
     out[c + 1] = (kE2M1[b >> 4] * s) * scale_2;
+  }
+}
+
+void dots_nvfp4_tokens_portable(const float* x, int64_t xs, int64_t m, const uint8_t* p, const uint8_t* sc, float s2,
+                                int64_t rows, int64_t n, float* out, int64_t os) {
+  std::vector<float> row(static_cast<size_t>(n)), bs(static_cast<size_t>(n / 16));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < n / 16; ++b) bs[size_t(b)] = f8e4m3_to_f32(sc[r * (n / 16) + b]);
+    nvfp4_to_f32_portable(p + r * (n / 2), bs.data(), s2, n, row.data());
+    for (int64_t t = 0; t < m; ++t) out[t * os + r] = dot_portable(x + t * xs, row.data(), n);
   }
 }
 
@@ -191,16 +202,16 @@ constexpr int kTokBlock = 4;  // 4 tokens x 4 rows = 16 of the 32 registers
 constexpr SimdKernels kPortable{dot_portable,          dot_bf16_portable,         axpy_portable,
                                 axpys_portable,        dots_portable,             dots_bf16_portable,
                                 dots_bf16_tokens_portable, dots_tokens_portable,  bf16_to_f32_portable,
-                                nvfp4_to_f32_portable, "portable"};
+                                nvfp4_to_f32_portable, dots_nvfp4_tokens_portable, "portable"};
 #if PG_SIMD_X86
 constexpr SimdKernels kAvx512{avx512::dot,         avx512::dot_bf16,         avx512::axpy,
                               avx512::axpys,       avx512::dots,             avx512::dots_bf16,
                               avx512::dots_bf16_tokens, avx512::dots_tokens, avx512::bf16_to_f32,
-                              avx512::nvfp4_to_f32, "avx512"};
+                              avx512::nvfp4_to_f32, avx512::dots_nvfp4_tokens, "avx512"};
 constexpr SimdKernels kAvx2{avx2::dot,         avx2::dot_bf16,         avx2::axpy,
                             avx2::axpys,       avx2::dots,             avx2::dots_bf16,
                             avx2::dots_bf16_tokens, avx2::dots_tokens, avx2::bf16_to_f32,
-                            avx2::nvfp4_to_f32, "avx2"};
+                            avx2::nvfp4_to_f32, avx2::dots_nvfp4_tokens, "avx2"};
 #endif
 
 const SimdKernels& pick() {
@@ -243,6 +254,10 @@ void simd_axpys(const float* alpha, const float* x, int64_t x_stride, int64_t ro
 void simd_bf16_to_f32(const uint16_t* w, float* out, int64_t n) { kernels().bf16_to_f32(w, out, n); }
 void simd_nvfp4_to_f32(const uint8_t* packed, const float* block_scale, float scale_2, int64_t cols, float* out) {
   kernels().nvfp4_to_f32(packed, block_scale, scale_2, cols, out);
+}
+void simd_dots_nvfp4_tokens(const float* x, int64_t x_stride, int64_t m, const uint8_t* packed, const uint8_t* scales,
+                            float scale_2, int64_t rows, int64_t n, float* out, int64_t out_stride) {
+  kernels().dots_nvfp4_tokens(x, x_stride, m, packed, scales, scale_2, rows, n, out, out_stride);
 }
 const char* simd_level() { return kernels().level; }
 

@@ -25,6 +25,13 @@ void simd_dots_bf16_tokens(const float* x, int64_t x_stride, int64_t m, const ui
 // The same against f32 rows: out[t * out_stride + r] = simd_dot(x + t * x_stride, w + r * w_stride, n).
 void simd_dots_tokens(const float* x, int64_t x_stride, int64_t m, const float* w, int64_t w_stride, int64_t rows,
                       int64_t n, float* out, int64_t out_stride);
+// NVFP4 rows (ops::Matrix kNvfp4's layout for `rows` consecutive rows: packed [rows][n / 2], e4m3
+// block scales [rows][n / 16], one scale_2 for them all; n % 16 == 0) against m tokens:
+// out[t * out_stride + r] = simd_dot(x_t, row r as matrix_row_to_f32 gives it), each 16-value block
+// dequantized in registers ((e2m1 x block scale) x scale_2, both products rounded) instead of
+// through a row buffer.
+void simd_dots_nvfp4_tokens(const float* x, int64_t x_stride, int64_t m, const uint8_t* packed, const uint8_t* scales,
+                            float scale_2, int64_t rows, int64_t n, float* out, int64_t out_stride);
 // y[i] += alpha * x[i] (the product rounded, then the sum).
 void simd_axpy(float alpha, const float* x, float* y, int64_t n);
 // For r = 0 .. rows - 1 in order: y[i] += alpha[r] * x[r * x_stride + i] (the bits of that
@@ -54,6 +61,8 @@ struct SimdKernels {
   void (*dots_tokens)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t);
   void (*bf16_to_f32)(const uint16_t*, float*, int64_t);
   void (*nvfp4_to_f32)(const uint8_t*, const float*, float, int64_t, float*);
+  void (*dots_nvfp4_tokens)(const float*, int64_t, int64_t, const uint8_t*, const uint8_t*, float, int64_t, int64_t,
+                            float*, int64_t);
   const char* level;
 };
 // The form named `level` ("portable", "avx2", "avx512"), or nullptr where this build or processor lacks it.

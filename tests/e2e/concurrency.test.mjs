@@ -106,15 +106,17 @@ test('a small KV pool: queueing and preemption, greedy outputs unchanged', async
 });
 
 test('SIGTERM under load: health 503, new work 503, in-flight streams finish, exit 0', async () => {
-  const server = await startServer({ args: [goldenModel, '--served-model-name', MODEL, '--shutdown-timeout', '60', '--threads', '2'] });
+  // Enough in-flight work (32 x 200 tokens on one thread) that draining outlasts the checks below:
+  // 8 x 150 tokens drained in ~0.2 s once the CPU loops got faster, and the server was gone.
+  const server = await startServer({ args: [goldenModel, '--served-model-name', MODEL, '--shutdown-timeout', '60', '--threads', '1'] });
   const openai = client(server);
   let started = 0;
-  const streams = prompts.slice(0, 8).map(async (p) => {
-    const s = await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: p }], max_tokens: 150, temperature: 0, ignore_eos: true, stream: true });
+  const streams = prompts.slice(0, 32).map(async (p) => {
+    const s = await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: p }], max_tokens: 200, temperature: 0, ignore_eos: true, stream: true });
     started++;
     return collectChatStream(s);
   });
-  await waitFor(() => started === 8, 10000);
+  await waitFor(() => started === 32, 10000);
   server.proc.kill('SIGTERM');
   const health = await waitFor(async () => (await http(server, 'GET', '/health')).status === 503, 5000, 5);
   assert.ok(health, '/health turns 503 while draining');

@@ -162,6 +162,35 @@ TEST(CpuSimd, AxpysAreAxpysInRowOrder) {
   }
 }
 
+// NVFP4 rows in the dots (1..9 tokens, 1..9 rows): each value the bits of the dot of the row as
+// nvfp4_to_f32 dequantizes it (the block scales' e4m3 codes through f8e4m3_to_f32).
+TEST(CpuSimd, Nvfp4RowsInTheDotsAsDequantizedRows) {
+  for (const char* level : {"portable", "avx2", "avx512"}) {
+    const SimdKernels* k = simd_kernels(level);
+    if (!k) continue;
+    for (int64_t n : {16, 48, 256, 1408})
+      for (int64_t m = 1; m <= 9; m += 2)
+        for (int64_t rows = 1; rows <= 9; ++rows) {
+          const int64_t xs = n + 3, os = rows + 2;
+          const auto x = values(m * xs, uint32_t(n * 100 + m * 10 + rows));
+          std::vector<uint8_t> packed(static_cast<size_t>(rows * n / 2)), sc(static_cast<size_t>(rows * n / 16));
+          for (size_t i = 0; i < packed.size(); ++i) packed[i] = uint8_t((i * 131 + size_t(n + m + rows)) % 256);
+          for (size_t i = 0; i < sc.size(); ++i) sc[i] = uint8_t((i * 53 + 7) % 0x7f);  // finite e4m3 codes
+          const float s2 = 0.00731f;
+          std::vector<float> out(static_cast<size_t>(m * os), -1.0f), row(static_cast<size_t>(n)),
+              bs(static_cast<size_t>(n / 16));
+          k->dots_nvfp4_tokens(x.data(), xs, m, packed.data(), sc.data(), s2, rows, n, out.data(), os);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t b = 0; b < n / 16; ++b) bs[size_t(b)] = f8e4m3_to_f32(sc[size_t(r * (n / 16) + b)]);
+            portable()->nvfp4_to_f32(packed.data() + r * (n / 2), bs.data(), s2, n, row.data());
+            for (int64_t t = 0; t < m; ++t)
+              ASSERT_EQ(bits(out[size_t(t * os + r)]), bits(portable()->dot(x.data() + t * xs, row.data(), n)))
+                  << level << ": n " << n << " m " << m << " rows " << rows << " at (" << t << ", " << r << ")";
+          }
+        }
+  }
+}
+
 // NVFP4 rows: every byte value in both nibble positions, block scales from e4m3's range, a scale_2;
 // each form against core/dtype.h's e2m1_to_f32 with the two products rounded in order.
 TEST(CpuSimd, Nvfp4RowsAsTheDefinition) {
