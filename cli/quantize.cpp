@@ -470,7 +470,13 @@ Result<QuantizeResult> quantize_checkpoint(const QuantizeOptions& o, const Quant
       if (callbacks.log)
         callbacks.log(fmt::format("gptq: calibration pass {}/{}: {} Linears, {} tokens in {} windows", p + 1,
                                   passes.size(), passes[p].size(), calib->tokens(), calib->windows()));
-      PG_TRY(calib->collect(passes[p]).with_context("gptq calibration"));
+      // The model's forward passes over the text are the long part on a large model: a line at every
+      // tenth of them.
+      auto window_done = [&](int64_t i, int64_t n) {
+        if (callbacks.log && n >= 10 && (i * 10 / n) != ((i - 1) * 10 / n))
+          callbacks.log(fmt::format("gptq: calibration pass {}/{}: window {}/{}", p + 1, passes.size(), i, n));
+      };
+      PG_TRY(calib->collect(passes[p], window_done).with_context("gptq calibration"));
       for (const std::string& m : passes[p]) {
         const Item& it = *item_of.at(m);
         PG_TRY(quantize_item(it, calib->hessian(m)));

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -445,7 +446,8 @@ TEST(QuantizeCheckpoint, GptqLowersTheHeldOutKlOfTheEmbeddedModel) {
   auto res = quantize_checkpoint(gptq, cb);
   ASSERT_TRUE(res.ok()) << res.status().to_string();
   EXPECT_GT(res->gptq_passes, 1);
-  EXPECT_EQ(int64_t(log.size()), res->gptq_passes);
+  EXPECT_EQ(std::count_if(log.begin(), log.end(), [](const std::string& l) { return l.find(" Linears, ") != std::string::npos; }),
+            res->gptq_passes);  // a line per pass (and per tenth of a long pass's windows)
   EXPECT_GT(res->gptq_tokens, 1000);  // the half document: ~1,250 tokens
   auto model = DeepseekModel::load(gptq.dst);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
