@@ -416,6 +416,8 @@ Result<QuantizeResult> quantize_checkpoint(const QuantizeOptions& o, const Quant
   };
   std::vector<float> w32;  // [rows, cols] f32 copy of the weight being quantized
   Nvfp4Tensor q;
+  GptqFactor factor;                     // the last Hessian's factor ...
+  const GptqHessian* factor_of = nullptr;  // ... and that Hessian (reset with every calibration pass)
   // One quantized Linear: its source in f32, then GPTQ under `h` or rounding to nearest.
   auto quantize_item = [&](const Item& it, const GptqHessian* h) -> Status {
     const TensorView& t = *it.t;
@@ -424,7 +426,13 @@ Result<QuantizeResult> quantize_checkpoint(const QuantizeOptions& o, const Quant
     // Its only errors here are a bad checkpoint (a NaN or inf weight), not a bad command line.
     Status st;
     if (h) {
-      auto stats = quantize_nvfp4_gptq(w32.data(), t.shape[0], t.shape[1], *h, {o.gptq_damp, o.mse}, q, &pool);
+      if (factor_of != h) {  // gate_proj and up_proj share one Hessian, and come one after the other
+        auto f = gptq_factor(*h, o.gptq_damp, &pool);
+        if (!f.ok()) return data_loss("tensor '{}' in {}: {}", t.name, *t.file, f.status().message());
+        factor = std::move(f).value();
+        factor_of = h;
+      }
+      auto stats = quantize_nvfp4_gptq(w32.data(), t.shape[0], t.shape[1], factor, {o.gptq_damp, o.mse}, q, &pool);
       st = stats.status();
       if (stats.ok()) res.gptq_max_damp = std::max(res.gptq_max_damp, stats->damp_used);
     } else {
@@ -476,6 +484,7 @@ Result<QuantizeResult> quantize_checkpoint(const QuantizeOptions& o, const Quant
         if (callbacks.log && n >= 10 && (i * 10 / n) != ((i - 1) * 10 / n))
           callbacks.log(fmt::format("gptq: calibration pass {}/{}: window {}/{}", p + 1, passes.size(), i, n));
       };
+      factor_of = nullptr;  // the pass replaces the Hessians
       PG_TRY(calib->collect(passes[p], window_done).with_context("gptq calibration"));
       for (const std::string& m : passes[p]) {
         const Item& it = *item_of.at(m);

@@ -122,18 +122,42 @@ Result<std::vector<double>> gptq_inverse_factor(const GptqHessian& h, double dam
   return u;
 }
 
-Result<GptqStats> quantize_nvfp4_gptq(const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
-                                      const GptqOptions& o, Nvfp4Tensor& out, ThreadPool* pool) {
+Result<GptqFactor> gptq_factor(const GptqHessian& h, double damp, ThreadPool* pool) {
+  GptqFactor f;
+  f.n = h.n;
+  PG_ASSIGN_OR_RETURN(f.u, gptq_inverse_factor(h, damp, &f.stats, pool));
+  return f;
+}
+
+namespace {
+Status check_weight(const float* w, int64_t rows, int64_t cols, int64_t n, float& amax) {
   if (rows <= 0 || cols <= 0) return invalid_argument("gptq: empty shape [{}, {}]", rows, cols);
   if (cols % kB) return invalid_argument("gptq: cols ({}) must be a multiple of {}", cols, kB);
-  if (h.n != cols) return invalid_argument("gptq: the Hessian is for {} inputs, the weight has {}", h.n, cols);
-  float amax = 0;
+  if (n != cols) return invalid_argument("gptq: the Hessian is for {} inputs, the weight has {}", n, cols);
+  amax = 0;
   for (int64_t i = 0; i < rows * cols; ++i) {
     if (!std::isfinite(w[i])) return invalid_argument("gptq: w[{}][{}] = {} is not finite", i / cols, i % cols, w[i]);
     amax = std::max(amax, std::fabs(w[i]));
   }
-  GptqStats stats;
-  PG_ASSIGN_OR_RETURN(std::vector<double> u, gptq_inverse_factor(h, o.damp, &stats, pool));
+  return ok_status();
+}
+}  // namespace
+
+Result<GptqStats> quantize_nvfp4_gptq(const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
+                                      const GptqOptions& o, Nvfp4Tensor& out, ThreadPool* pool) {
+  float amax = 0;
+  PG_TRY(check_weight(w, rows, cols, h.n, amax));  // before the factorization: errors come cheap
+  PG_ASSIGN_OR_RETURN(GptqFactor f, gptq_factor(h, o.damp, pool));
+  return quantize_nvfp4_gptq(w, rows, cols, f, o, out, pool);
+}
+
+Result<GptqStats> quantize_nvfp4_gptq(const float* w, int64_t rows, int64_t cols, const GptqFactor& f,
+                                      const GptqOptions& o, Nvfp4Tensor& out, ThreadPool* pool) {
+  float amax = 0;
+  PG_TRY(check_weight(w, rows, cols, f.n, amax));
+  if (f.u.size() != size_t(cols * cols)) return invalid_argument("gptq: the factor holds {} values for {} inputs", f.u.size(), cols);
+  const GptqStats stats = f.stats;
+  const std::vector<double>& u = f.u;
   const float scale_2 = nvfp4_auto_scale_2(amax);
   out.rows = rows;
   out.cols = cols;

@@ -50,12 +50,25 @@ struct GptqStats {
   int64_t dead_inputs = 0;   // inputs with H_ii = 0 (never non-zero in the calibration data)
 };
 
+// U of a Hessian (gptq_inverse_factor) with how it was damped: what the rounding needs, computed once
+// for the Linears that share one input (gate_proj and up_proj).
+struct GptqFactor {
+  int64_t n = 0;
+  std::vector<double> u;  // [n, n], upper triangular
+  GptqStats stats;
+};
+// Errors: gptq_inverse_factor's.
+Result<GptqFactor> gptq_factor(const GptqHessian& h, double damp, ThreadPool* pool = nullptr);
+
 // Quantizes w [rows, cols] (f32, finite, cols % 16 == 0) with GPTQ under the Hessian h (h.n == cols)
 // into `out`. When H + damp is not positive definite (a Cholesky pivot <= 0), the damping is raised
 // tenfold, up to 6 times, before giving up with an error.
 // Errors: the shape or h's size, non-finite w, a damp outside [0, 1], a Hessian with a non-finite
 // entry, or one that no damping makes positive definite.
 Result<GptqStats> quantize_nvfp4_gptq(const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
+                                      const GptqOptions& o, Nvfp4Tensor& out, ThreadPool* pool = nullptr);
+// The same with the factor computed before (f.n == cols; o.damp is f's already).
+Result<GptqStats> quantize_nvfp4_gptq(const float* w, int64_t rows, int64_t cols, const GptqFactor& f,
                                       const GptqOptions& o, Nvfp4Tensor& out, ThreadPool* pool = nullptr);
 
 // U of the rules above for a Hessian (damped as described), [n, n] row-major f64, zeros below the
