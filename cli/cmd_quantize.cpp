@@ -129,7 +129,8 @@ Command add_quantize(CLI::App& root) {
                   "DST/quality_report.json");
   app->add_flag("--gptq", o->gptq,
                 "GPTQ: round each Linear a column at a time, moving the error onto the columns left, weighted by "
-                "the Hessian of its inputs on the --calib text (the source model runs on the CPU; slower)");
+                "the Hessian of its inputs on the --calib text (best with --mse; the source model runs on the "
+                "CPU: practical up to Moonlight / V2-Lite sizes on a many-core machine)");
   app->add_option("--gptq-damp", o->q.gptq_damp, "GPTQ's damping, a fraction of the Hessian's mean diagonal (default 0.1)")
       ->check(CLI::Range(0.0, 1.0));
   app->add_option("--gptq-memory", o->q.gptq_max_hessian_bytes,
