@@ -14,23 +14,31 @@ constexpr int64_t kB = kNvfp4BlockSize;
 constexpr int64_t kRowsPerTask = 16;  // rows updated together: one U row serves them all from L1
 constexpr int kMaxDampRaises = 6;
 
+// sum_k a[k] b[k] over n terms in 8 interleaved partial sums (a fixed order, so the same bits on every
+// machine and thread count; independent chains the compiler can put in vector registers).
+double dot8(const double* a, const double* b, int64_t n) {
+  double p[8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int l = 0; l < 8; ++l) p[l] += a[k + l] * b[k + l];
+  for (int l = 0; k < n; ++k, ++l) p[l] += a[k] * b[k];
+  return ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+}
+
 // L L^T = A, L lower (row-major, zeros above the diagonal), by columns: column j's entries below
 // the pivot are independent dot products, split over the pool. False when a pivot is not > 0.
 bool cholesky_lower(const std::vector<double>& a, int64_t n, std::vector<double>& l, ThreadPool& pool) {
   l.assign(size_t(n * n), 0.0);
   for (int64_t j = 0; j < n; ++j) {
     const double* lj = &l[size_t(j * n)];
-    double d = a[size_t(j * n + j)];
-    for (int64_t k = 0; k < j; ++k) d -= lj[k] * lj[k];
+    const double d = a[size_t(j * n + j)] - dot8(lj, lj, j);
     if (!(d > 0) || !std::isfinite(d)) return false;
     const double pivot = std::sqrt(d);
     l[size_t(j * n + j)] = pivot;
     pool.parallel_for(n - j - 1, [&](int64_t b, int64_t e) {
       for (int64_t i = j + 1 + b; i < j + 1 + e; ++i) {
         double* li = &l[size_t(i * n)];
-        double s = a[size_t(i * n + j)];
-        for (int64_t k = 0; k < j; ++k) s -= li[k] * lj[k];
-        li[j] = s / pivot;
+        li[j] = (a[size_t(i * n + j)] - dot8(li, lj, j)) / pivot;
       }
     }, /*min_chunk=*/32);
   }
@@ -109,9 +117,7 @@ Result<std::vector<double>> gptq_inverse_factor(const GptqHessian& h, double dam
       mj[j] = 1.0 / l[size_t(j * n + j)];
       for (int64_t i = j + 1; i < n; ++i) {
         const double* li = &l[size_t(i * n)];
-        double s = 0;
-        for (int64_t k = j; k < i; ++k) s += li[k] * mj[k];
-        mj[i] = -s / li[i];
+        mj[i] = -dot8(li + j, mj + j, i - j) / li[i];
       }
     }
   });
