@@ -149,12 +149,16 @@ Status check_weight(const float* w, int64_t rows, int64_t cols, int64_t n, float
 }
 }  // namespace
 
+// The rounding itself, w checked (amax: its largest magnitude).
+static GptqStats round_columns(const float* w, int64_t rows, int64_t cols, float amax, const GptqFactor& f,
+                               const GptqOptions& o, Nvfp4Tensor& out, ThreadPool* pool);
+
 Result<GptqStats> quantize_nvfp4_gptq(const float* w, int64_t rows, int64_t cols, const GptqHessian& h,
                                       const GptqOptions& o, Nvfp4Tensor& out, ThreadPool* pool) {
   float amax = 0;
   PG_TRY(check_weight(w, rows, cols, h.n, amax));  // before the factorization: errors come cheap
   PG_ASSIGN_OR_RETURN(GptqFactor f, gptq_factor(h, o.damp, pool));
-  return quantize_nvfp4_gptq(w, rows, cols, f, o, out, pool);
+  return round_columns(w, rows, cols, amax, f, o, out, pool);
 }
 
 Result<GptqStats> quantize_nvfp4_gptq(const float* w, int64_t rows, int64_t cols, const GptqFactor& f,
@@ -162,6 +166,11 @@ Result<GptqStats> quantize_nvfp4_gptq(const float* w, int64_t rows, int64_t cols
   float amax = 0;
   PG_TRY(check_weight(w, rows, cols, f.n, amax));
   if (f.u.size() != size_t(cols * cols)) return invalid_argument("gptq: the factor holds {} values for {} inputs", f.u.size(), cols);
+  return round_columns(w, rows, cols, amax, f, o, out, pool);
+}
+
+static GptqStats round_columns(const float* w, int64_t rows, int64_t cols, float amax, const GptqFactor& f,
+                               const GptqOptions& o, Nvfp4Tensor& out, ThreadPool* pool) {
   const GptqStats stats = f.stats;
   const std::vector<double>& u = f.u;
   const float scale_2 = nvfp4_auto_scale_2(amax);

@@ -11,12 +11,16 @@
 namespace pg {
 namespace {
 
-std::unique_ptr<Sequence> make_seq(uint64_t id, int64_t prompt_len) {
+std::unique_ptr<Sequence> make_seq(uint64_t id, std::vector<int32_t> prompt) {
   auto s = std::make_unique<Sequence>();
   s->id = id;
-  s->tokens.assign(size_t(prompt_len), 7);
-  s->n_prompt = prompt_len;
+  s->n_prompt = int64_t(prompt.size());
+  s->tokens = std::move(prompt);
   return s;
+}
+
+std::unique_ptr<Sequence> make_seq(uint64_t id, int64_t prompt_len) {
+  return make_seq(id, std::vector<int32_t>(static_cast<size_t>(prompt_len), 7));
 }
 
 // Runs a step: commit, and for sequences that sampled, append a token (as the engine does).
@@ -238,16 +242,14 @@ TEST(PrefixCache, DuplicateContentStaysPrivateAndOffMeansNothingIsShared) {
 TEST(Scheduler, AdmitsFromACachedPrefixAndComputesTheRest) {
   BlockManager bm(16, 4, true);
   Scheduler sch({.max_num_seqs = 8, .max_num_batched_tokens = 100, .max_waiting = 8}, bm);
-  auto a = make_seq(1, 10);
-  a->tokens = iota_tokens(10);
+  auto a = make_seq(1, iota_tokens(10));
   ASSERT_TRUE(sch.add(a.get()).ok());
   auto s = sch.schedule();
   run_step(sch, s);
   sch.publish(a.get(), a->n_computed);
   EXPECT_EQ(bm.n_cached(), 2);
   // The same 10 tokens and more: two cached blocks, the rest computed.
-  auto b = make_seq(2, 13);
-  b->tokens = iota_tokens(13);
+  auto b = make_seq(2, iota_tokens(13));
   ASSERT_TRUE(sch.add(b.get()).ok());
   s = sch.schedule();
   ASSERT_EQ(s.size(), 2u);
@@ -260,8 +262,7 @@ TEST(Scheduler, AdmitsFromACachedPrefixAndComputesTheRest) {
   EXPECT_EQ(sch.prefix_hits(), 8);
   run_step(sch, s);
   // Exactly the cached tokens: the last block is computed again, for the last token's logits.
-  auto c = make_seq(3, 8);
-  c->tokens = iota_tokens(8);
+  auto c = make_seq(3, iota_tokens(8));
   ASSERT_TRUE(sch.add(c.get()).ok());
   s = sch.schedule();
   ASSERT_EQ(s.size(), 3u);
@@ -270,8 +271,7 @@ TEST(Scheduler, AdmitsFromACachedPrefixAndComputesTheRest) {
   run_step(sch, s);
   // Drafts at the end of a waiting sequence are not looked up.
   sch.remove(c.get());
-  auto d = make_seq(4, 10);
-  d->tokens = iota_tokens(10);
+  auto d = make_seq(4, iota_tokens(10));
   d->n_drafts = 2;  // tokens 8, 9 are drafts: at most positions 0..6 may come from the cache
   ASSERT_TRUE(sch.add(d.get()).ok());
   s = sch.schedule();
@@ -280,14 +280,11 @@ TEST(Scheduler, AdmitsFromACachedPrefixAndComputesTheRest) {
   EXPECT_EQ(bm.n_used(), 0);
 }
 
-
 TEST(Scheduler, WaitsForABlockAnotherSequenceIsComputing) {
   BlockManager bm(32, 4, true);
   Scheduler sch({.max_num_seqs = 8, .max_num_batched_tokens = 6, .max_waiting = 8}, bm);
-  auto a = make_seq(1, 14), b = make_seq(2, 14), c = make_seq(3, 5);
-  a->tokens = iota_tokens(14);
-  b->tokens = iota_tokens(14);  // the same prompt (the second of n choices)
-  c->tokens = iota_tokens(5, 900);
+  // b: the same prompt as a (the second of n choices).
+  auto a = make_seq(1, iota_tokens(14)), b = make_seq(2, iota_tokens(14)), c = make_seq(3, iota_tokens(5, 900));
   for (Sequence* q : {a.get(), b.get(), c.get()}) ASSERT_TRUE(sch.add(q).ok());
   // Step 1: a takes 6 tokens of budget; b waits for a's first block; c (behind it) is not held up
   // by b, but the budget is spent.
@@ -317,11 +314,9 @@ TEST(Scheduler, WaitsForABlockAnotherSequenceIsComputing) {
 TEST(Scheduler, DoesNotWaitForWhatItCouldNotShare) {
   BlockManager bm(32, 4, true);
   Scheduler sch({.max_num_seqs = 8, .max_num_batched_tokens = 100, .max_waiting = 8}, bm);
-  auto a = make_seq(1, 14), b = make_seq(2, 14), c = make_seq(3, 3);
-  a->tokens = iota_tokens(14);
-  b->tokens = iota_tokens(14);
+  auto a = make_seq(1, iota_tokens(14)), b = make_seq(2, iota_tokens(14)), c = make_seq(3, iota_tokens(3));
   b->tokens[2] = 1;  // differs inside the first block
-  c->tokens = iota_tokens(3);  // shares a's first tokens but has no whole block to take
+  // c shares a's first tokens but has no whole block to take.
   for (Sequence* q : {a.get(), b.get(), c.get()}) ASSERT_TRUE(sch.add(q).ok());
   EXPECT_EQ(sch.schedule().size(), 3u);
 }
