@@ -76,14 +76,10 @@ static __device__ __noinline__ void mla_zero_o_lat(float* o_lat, int64_t t, int6
   for (int i = threadIdx.x; i < hv * R; i += kMlaThreads) o[i] = 0.0f;
 }
 // mla_split_rows in 32-bit arithmetic (positions are ints on the device: mla_attention_launch.cpp).
-// kRows: the kernel's chunk rows, a divisor of unit_rows (p.split_rows); at one chunk a split (the
-// default plan) the rounding is by the constant.
-template <int kRows>
-__device__ __forceinline__ int mla_split_rows32(int ctx, int n_splits, int unit_rows) {
+__device__ __forceinline__ int mla_split_rows32(int ctx, int n_splits, int chunk_rows) {
   const int per = (ctx + n_splits - 1) / n_splits;
-  const int unit = unit_rows == kRows ? kRows : unit_rows;
-  const int rows = unit_rows == kRows ? (per + kRows - 1) / kRows * kRows : (per + unit - 1) / unit * unit;
-  return rows > unit ? rows : unit;
+  const int rows = (per + chunk_rows - 1) / chunk_rows * chunk_rows;
+  return rows > chunk_rows ? rows : chunk_rows;
 }
 template <int kRows = kMlaChunkRows, bool kLean = false>  // kRows: the kernel's chunk rows (p.chunk_rows)
 __device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, const MlaBlockPlace& w, int heads,
@@ -101,8 +97,7 @@ __device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, cons
     }
     return false;
   }
-  const int split_rows =
-      kLean ? mla_split_rows32<kRows>(ctx, p.n_splits, p.split_rows) : int(mla_split_rows(ctx, p.n_splits, p.split_rows));
+  const int split_rows = kLean ? mla_split_rows32(ctx, p.n_splits, kRows) : int(mla_split_rows(ctx, p.n_splits, kRows));
   if (int64_t(w.s) * split_rows >= ctx) return false;
   r.begin = w.s * split_rows;
   r.end = r.begin + split_rows < ctx ? r.begin + split_rows : ctx;

@@ -33,18 +33,9 @@ int chunk_rows_requested() {
   return rows;
 }
 
-// PEREGRINE_ATTENTION_SPLIT_CHUNKS=N (1..8, default 1): a split holds a multiple of N chunks
-// (MlaPlan::split_rows), for every kernel with a split plan; the workspace follows the same plan.
-// An experiment: at moonlight's 1K context the default is 32 one-chunk splits a head group, and
-// the combine (in the kernel, or W_UV's when deferred) reads 32 partials in two batches.
-int split_chunks_requested() {
-  static const int n = std::clamp(env_int("PEREGRINE_ATTENTION_SPLIT_CHUNKS", 1), 1, 8);
-  return n;
-}
-
 MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
   return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor,
-                  cores == MlaCores::kCuda ? chunk_rows_requested() : kMlaChunkRows, split_chunks_requested());
+                  cores == MlaCores::kCuda ? chunk_rows_requested() : kMlaChunkRows);
 }
 
 }  // namespace
@@ -115,7 +106,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
       return unsupported("mla_attention (tensor cores): kv_lora_rank + rope_dim = {} > {}", d, kMlaTcMaxDk);
   }
   p.head_groups = int(plan.head_groups), p.n_splits = int(plan.n_splits), p.n_combiners = plan.n_combiners;
-  p.chunk_rows = plan.chunk_rows, p.split_rows = plan.split_rows;
+  p.chunk_rows = plan.chunk_rows;
   const size_t smem = (two_pass ? std::max(mla_tp_scores_smem_floats(p.dp), kMlaTpPvSmemFloats)
                        : tc     ? mla_tc_smem_floats(p.dk, p.dp, p.n_splits)
                                 : mla_smem_floats(plan.heads, p.dp, p.n_splits, plan.chunk_rows)) *
@@ -153,7 +144,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
     if (p.defer) {
       MlaPartials& d = *defer_to;
       d.deferred = true, d.ws_o = p.ws_o, d.ws_ml = p.ws_ml, d.ctx_len = p.ctx_len;
-      d.n_splits = p.n_splits, d.heads = plan.heads, d.head_groups = p.head_groups, d.split_rows = p.split_rows;
+      d.n_splits = p.n_splits, d.heads = plan.heads, d.head_groups = p.head_groups, d.chunk_rows = p.chunk_rows;
       d.max_rows = p.max_rows, d.n_heads = p.n_heads, d.kv_lora_rank = p.kv_lora_rank;
     }
   }

@@ -73,8 +73,7 @@ struct MlaPlan {
   int64_t head_groups = 1;  // ceil(n_heads / heads)
   int64_t n_splits = 1;     // splits per (token, head group); 1: no workspace, no combine
   int n_combiners = 1;      // blocks sharing a group's combine (1: the last one alone, no waiting)
-  int chunk_rows = kMlaChunkRows;  // rows per chunk (16: the CUDA-core kernel on request)
-  int split_rows = kMlaChunkRows;  // a split's rows are a multiple of this: chunk_rows x split_chunks
+  int chunk_rows = kMlaChunkRows;  // rows per chunk and the split rows' unit (16: the CUDA-core kernel on request)
 };
 
 // From host-known bounds only: the grid stays valid (and the workspace large enough) for any
@@ -84,15 +83,11 @@ struct MlaPlan {
 // block they wait on is not yet resident: items x n_combiners <= SMs / 2 leaves half the SMs to
 // blocks that never wait (and the whole split grid, <= SMs blocks, fits in one wave anyway).
 // tensor_cores: the tensor-core kernel's plan, always 16 heads per block (one mma M tile).
-// chunk_rows: 16 or 32 (kMlaChunkRows; the tensor-core kernel takes 32 only). split_chunks (1..8): a
-// split holds a multiple of that many chunks, so a context has at most ceil(ctx / (chunk_rows x
-// split_chunks)) splits: fewer partials to combine for more chunks a block (an experiment:
-// PEREGRINE_ATTENTION_SPLIT_CHUNKS, mla_attention_launch.cpp).
+// chunk_rows: 16 or 32 (kMlaChunkRows; the tensor-core kernel takes 32 only).
 inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count, bool tensor_cores = false,
-                        int chunk_rows = kMlaChunkRows, int split_chunks = 1) {
+                        int chunk_rows = kMlaChunkRows) {
   MlaPlan p;
   p.chunk_rows = tensor_cores || chunk_rows != 16 ? kMlaChunkRows : 16;
-  p.split_rows = p.chunk_rows * (split_chunks < 1 ? 1 : split_chunks > 8 ? 8 : split_chunks);
   if (m <= 0 || n_heads <= 0) return p;
   p.heads = !tensor_cores && (n_heads <= 8 || m * n_heads <= kMlaSmallHeadWork) ? 8 : 16;
   p.head_groups = mla_ceil_div(n_heads, p.heads);
@@ -100,7 +95,7 @@ inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_coun
   const int64_t target = sm_count > 0 ? sm_count : kMlaDefaultSmCount;
   if (items * 2 > target || items > kMlaCounterSlots) return p;
   int64_t s = target / items;
-  const int64_t by_rows = mla_ceil_div(max_ctx, p.split_rows);
+  const int64_t by_rows = mla_ceil_div(max_ctx, p.chunk_rows);
   s = s < by_rows ? s : by_rows;
   s = s < kMlaMaxSplits ? s : kMlaMaxSplits;
   p.n_splits = s > 1 ? s : 1;
@@ -113,13 +108,12 @@ inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_coun
   return p;
 }
 
-// Rows of one split of a token with ctx cache rows: a whole number of units of unit_rows (the
-// plan's split_rows: whole chunks), at least one, such that n_splits splits cover ctx. Host and
-// device compute it alike.
-__host__ __device__ inline int64_t mla_split_rows(int64_t ctx, int64_t n_splits, int64_t unit_rows = kMlaChunkRows) {
+// Rows of one split of a token with ctx cache rows: a whole number of chunks of chunk_rows, at least
+// one, such that n_splits splits cover ctx. Host and device compute it alike.
+__host__ __device__ inline int64_t mla_split_rows(int64_t ctx, int64_t n_splits, int64_t chunk_rows = kMlaChunkRows) {
   const int64_t per = (ctx + n_splits - 1) / n_splits;
-  const int64_t rows = (per + unit_rows - 1) / unit_rows * unit_rows;
-  return rows > unit_rows ? rows : unit_rows;
+  const int64_t rows = (per + chunk_rows - 1) / chunk_rows * chunk_rows;
+  return rows > chunk_rows ? rows : chunk_rows;
 }
 
 // Workspace floats of a plan: kMlaCounterSlots uint32 counters (first, at a fixed place for every
@@ -168,7 +162,6 @@ struct MlaAttentionParams {
   float* ws_s = nullptr;
   int s_rows = 0, tp_blocks = 0, tp_slices = 0;
   int chunk_rows = kMlaChunkRows;  // the CUDA-core kernel's rows per chunk (MlaPlan::chunk_rows): 16 or 32
-  int split_rows = kMlaChunkRows;  // MlaPlan::split_rows: a split's rows are a multiple of it
   // The deferred form (mla_attention_defer_ok): every split leaves its partial in ws_o / ws_ml and
   // no block combines; W_UV's kernel does (MlaPartials, head_linear_combine).
   bool defer = false;
@@ -176,7 +169,7 @@ struct MlaAttentionParams {
 
 // The split partials of a deferred launch, for the kernel that combines them (W_UV's): where they
 // are and the plan that laid them out. A token's active splits follow from its ctx_len as in the
-// attention (mla_split_rows over n_splits in units of split_rows, ctx clamped to max_rows; none
+// attention (mla_split_rows over n_splits in chunks of chunk_rows, ctx clamped to max_rows; none
 // when ctx <= 0: o_lat is zero). Head h of token t is item t x head_groups + h / heads, slot h % heads:
 // ws_o[((item x n_splits + s) x heads + slot) x R + c], ws_ml[((item x n_splits + s) x heads + slot) x 2 + {0, 1}].
 struct MlaPartials {
@@ -184,7 +177,7 @@ struct MlaPartials {
   const float* ws_o = nullptr;
   const float* ws_ml = nullptr;
   const int64_t* ctx_len = nullptr;
-  int n_splits = 0, heads = 0, head_groups = 0, split_rows = 0, max_rows = 0;
+  int n_splits = 0, heads = 0, head_groups = 0, chunk_rows = 0, max_rows = 0;
   int64_t n_heads = 0, kv_lora_rank = 0;
 };
 

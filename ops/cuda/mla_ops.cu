@@ -361,7 +361,7 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
       const int ctx = int(ctx_len < d.max_rows ? ctx_len : d.max_rows);
       int n_act = 0;
       if (ctx > 0) {
-        const int rows = int(mla_split_rows(ctx, n_splits, d.split_rows));
+        const int rows = int(mla_split_rows(ctx, n_splits, d.chunk_rows));
         n_act = (ctx + rows - 1) / rows;
       }
       float mx = -INFINITY;

@@ -585,13 +585,11 @@ TEST(MlaAttentionPlan, Invariants) {
     for (int64_t heads : {3, 4, 16, 128}) {
       for (int64_t m : {1, 2, 5, 8, 64, 300}) {
         for (int64_t ctx : {1, 31, 32, 33, 1024, 4097, 32768, 163840}) {
-          // CUDA / tensor cores x 32- / 16-row chunks x 1 / 3 chunks a split unit
-          for (int variant = 0; variant < 8; ++variant) {
+          for (int variant = 0; variant < 4; ++variant) {  // CUDA / tensor cores x 32- / 16-row chunks
             const bool tc = variant & 1;
-            const int chunk = variant & 2 ? 16 : cuda::kMlaChunkRows, split_chunks = variant & 4 ? 3 : 1;
-            const cuda::MlaPlan p = cuda::mla_plan(m, heads, ctx, sms, tc, chunk, split_chunks);
+            const int chunk = variant & 2 ? 16 : cuda::kMlaChunkRows;
+            const cuda::MlaPlan p = cuda::mla_plan(m, heads, ctx, sms, tc, chunk);
             EXPECT_EQ(p.chunk_rows, tc ? cuda::kMlaChunkRows : chunk);  // the tensor cores take 32 only
-            EXPECT_EQ(p.split_rows, p.chunk_rows * split_chunks);
             const int64_t items = m * p.head_groups, slots = sms > 0 ? sms : cuda::kMlaDefaultSmCount;
             EXPECT_TRUE(p.heads == 8 || p.heads == 16);
             if (tc) {
@@ -605,7 +603,7 @@ TEST(MlaAttentionPlan, Invariants) {
             if (p.n_splits > 1) {
               EXPECT_LE(items * p.n_splits, slots) << "m=" << m << " heads=" << heads << " sms=" << sms;
               EXPECT_LE(items, cuda::kMlaCounterSlots);
-              EXPECT_LE((p.n_splits - 1) * p.split_rows, ctx);  // every split keeps a unit of rows
+              EXPECT_LE((p.n_splits - 1) * p.chunk_rows, ctx);
               EXPECT_LE(p.n_combiners, p.n_splits);
               if (p.n_combiners > 1) {
                 EXPECT_LE(items * p.n_combiners, sms / 2);
@@ -636,18 +634,8 @@ TEST(MlaAttentionPlan, Invariants) {
   EXPECT_EQ(moon16.heads, 8);
   EXPECT_EQ(moon16.chunk_rows, 16);
   EXPECT_EQ(moon16.n_splits, 64);
-  // Two chunks a split (PEREGRINE_ATTENTION_SPLIT_CHUNKS=2): half moonlight's splits at 1K, each of
-  // 64 rows; V3's 16 splits of 64 rows are both bounds at once, so it keeps them.
-  const cuda::MlaPlan moon_x2 = cuda::mla_plan(1, 16, 1024, 132, false, cuda::kMlaChunkRows, 2);
-  EXPECT_EQ(moon_x2.split_rows, 64);
-  EXPECT_EQ(moon_x2.n_splits, 16);
-  EXPECT_EQ(cuda::mla_split_rows(1024, moon_x2.n_splits, moon_x2.split_rows), 64);
-  EXPECT_EQ(cuda::mla_plan(1, 128, 1024, 132, false, cuda::kMlaChunkRows, 2).n_splits, 16);
   for (int64_t ctx : {1, 15, 16, 17, 1000, 1024, 4097})
     for (int64_t n : {1, 7, 64}) {
-      const int64_t rows64 = cuda::mla_split_rows(ctx, n, 64);
-      EXPECT_EQ(rows64 % 64, 0);
-      EXPECT_GE(rows64 * n, ctx);
       const int64_t rows = cuda::mla_split_rows(ctx, n, 16);
       EXPECT_EQ(rows % 16, 0);
       EXPECT_GE(rows, 16);
