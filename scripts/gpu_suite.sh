@@ -14,7 +14,8 @@
 # speculation bench of the embedded model), PG_SUITE_MEMCHECK_OPS (a gtest filter of ops_cuda_test to run
 # under memcheck too), PG_SUITE_AB_BASE (a baseline tree, or several file baselines, to A/B against, section
 # 5a), PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d; PG_SUITE_NCU_METRICS: more metrics),
-# PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c;
+# PG_SUITE_PREBUILT (an archive of scripts/gpu_pack.sh: its binaries instead of a build here; carry
+# .deps/prebuilt), PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c;
 # PG_SUITE_GATED_OPS_TIMEOUT: seconds for each one's op tests, 60).
 # If the whole tree does not configure there (e.g. work in progress elsewhere, or Boost missing for
 # server/), it retries with a stand-in Boost config, then falls back to a minimal project of the
@@ -74,12 +75,43 @@ CMAKE_ARGS=(-G Ninja -DPEREGRINE_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 [ -n "${PG_SUITE_ISOLATE:-}" ] && CMAKE_ARGS+=(-DCMAKE_IGNORE_PREFIX_PATH=/usr -DPKG_CONFIG_EXECUTABLE="$DEPS/bin/pkg-config") \
   && export PKG_CONFIG_LIBDIR="$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig"
 
-# ---- 3. configure: the whole tree; else with a stand-in Boost; else the minimal project -----
+# ---- 2b. PG_SUITE_PREBUILT=ARCHIVE: the binaries built on the dev machine (scripts/gpu_pack.sh) -------
+# Unpacked at the build path they were made in (ctest's files name it), which must be this tree's
+# build/ folder, instead of sections 3 and 4's configure and build. Refused (and built here as usual)
+# when PG_COMMIT names another commit than the archive's, or the archive was made from a tree with changes.
 MODE=full
-configure() { rm -rf "$BUILD"; cmake -S "$1" -B "$BUILD" "${CMAKE_ARGS[@]}" >>"$OUT/configure.log" 2>&1; }
 : >"$OUT/configure.log"
+if [ -n "${PG_SUITE_PREBUILT:-}" ]; then
+  PB_TMP=$(mktemp -d "$ROOT/.prebuilt-XXXXXX")
+  if command -v xz >/dev/null 2>&1; then tar -xJf "$PG_SUITE_PREBUILT" -C "$PB_TMP"
+  else python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' "$PG_SUITE_PREBUILT" "$PB_TMP"
+  fi >>"$OUT/configure.log" 2>&1
+  PB_INFO=$(cat "$PB_TMP"/*/PREBUILT 2>/dev/null)
+  pb() { awk -v k="$1" '$1 == k { print $2 }' <<<"$PB_INFO"; }
+  PB_BUILD=$(pb build)
+  if [ -z "$PB_INFO" ]; then
+    note "prebuilt $PG_SUITE_PREBUILT: unreadable (no PREBUILT inside): building here"
+  elif [ -n "${PG_COMMIT:-}" ] && [[ "$(pb commit)" != "$PG_COMMIT"* ]]; then  # PG_COMMIT may be abbreviated
+    note "prebuilt: made at $(pb commit), PG_COMMIT is $PG_COMMIT: building here"
+  elif [ "$(pb dirty)" != no ]; then
+    note "prebuilt: made from a tree with uncommitted changes ($(pb commit)): building here"
+  elif [ "$(dirname "$PB_BUILD")" != "$ROOT" ]; then
+    note "prebuilt: made in $PB_BUILD, not under this tree ($ROOT): building here"
+  else
+    rm -rf "$PB_BUILD"
+    mv "$PB_TMP/$(basename "$PB_BUILD")" "$PB_BUILD"
+    BUILD=$PB_BUILD MODE=prebuilt
+    note "prebuilt: $(tr '\n' ' ' <<<"$PB_INFO")"
+  fi
+  rm -rf "$PB_TMP"
+fi
+
+# ---- 3. configure: the whole tree; else with a stand-in Boost; else the minimal project -----
+configure() { rm -rf "$BUILD"; cmake -S "$1" -B "$BUILD" "${CMAKE_ARGS[@]}" >>"$OUT/configure.log" 2>&1; }
 # PG_SUITE_MINIMAL=1 goes straight to the minimal project (a dry run, or an escape hatch).
-if [ -n "${PG_SUITE_MINIMAL:-}" ] || ! configure "$ROOT"; then
+if [ "$MODE" = prebuilt ]; then
+  :
+elif [ -n "${PG_SUITE_MINIMAL:-}" ] || ! configure "$ROOT"; then
   [ -n "${PG_SUITE_MINIMAL:-}" ] && echo "PG_SUITE_MINIMAL set" >>"$OUT/configure.log"
   if [ -z "${PG_SUITE_MINIMAL:-}" ] && grep -q "Boost" "$OUT/configure.log"; then
     # No Boost on this machine (fetch_gpu_debs.sh leaves it out: large). A config that defines an
@@ -167,16 +199,22 @@ log "building the GPU targets with $NPROC cores"
 tb=$(date +%s)
 # PG_SUITE_TARGETS="a b": build only these (a quick check of a few tests; ctest runs what was built).
 read -r -a WANTED <<<"${PG_SUITE_TARGETS:-ops_cuda_test ops_fused_cpu_test cuda_golden_test sampling_cuda_test peregrine bench_ops_cuda}"
-# Only the targets this build has (the minimal project has no goldens, server or CLI): ninja stops at
-# the first unknown one before building anything.
-KNOWN=$(ninja -C "$BUILD" -t targets all 2>/dev/null | sed -n 's/^\([^:]*\): .*/\1/p')
-GPU_TARGETS=()
-for t in "${WANTED[@]}"; do
-  if grep -qx -- "$t" <<<"$KNOWN"; then GPU_TARGETS+=("$t"); else note "target $t: not in this build, skipped"; fi
-done
-ninja -C "$BUILD" -k 0 -j "$NPROC" "${GPU_TARGETS[@]}" >"$OUT/build.log" 2>&1
-gpu_build_rc=$?
-note "build (GPU targets): rc=$gpu_build_rc, $(($(date +%s) - tb)) s"
+if [ "$MODE" = prebuilt ]; then
+  gpu_build_rc=0
+  : >"$OUT/build.log"
+  note "build (GPU targets): prebuilt, $(($(date +%s) - tb)) s"
+else
+  # Only the targets this build has (the minimal project has no goldens, server or CLI): ninja stops at
+  # the first unknown one before building anything.
+  KNOWN=$(ninja -C "$BUILD" -t targets all 2>/dev/null | sed -n 's/^\([^:]*\): .*/\1/p')
+  GPU_TARGETS=()
+  for t in "${WANTED[@]}"; do
+    if grep -qx -- "$t" <<<"$KNOWN"; then GPU_TARGETS+=("$t"); else note "target $t: not in this build, skipped"; fi
+  done
+  ninja -C "$BUILD" -k 0 -j "$NPROC" "${GPU_TARGETS[@]}" >"$OUT/build.log" 2>&1
+  gpu_build_rc=$?
+  note "build (GPU targets): rc=$gpu_build_rc, $(($(date +%s) - tb)) s"
+fi
 [ "$gpu_build_rc" -ne 0 ] && grep -A12 -m5 'error' "$OUT/build.log" | tail -60
 
 # The A/B baseline (section 5a) builds in the background from here, at low priority, while the GPU
@@ -299,7 +337,9 @@ ab_rc=1
 # PG_SUITE_AB_BASE may name several such baselines ("DIR1 DIR2"): each is built in turn and the sweep
 # alternates them all (e.g. the old tree and a mix, to see which file a difference comes from).
 AB_BINS=()
-if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -f "${PG_SUITE_AB_BASE%% *}/ab-files.txt" ] && [ -x "$PEREGRINE" ]; then
+if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -f "${PG_SUITE_AB_BASE%% *}/ab-files.txt" ] && [ "$MODE" = prebuilt ]; then
+  note "A/B baseline of files: needs a build here to rebuild in (not with PG_SUITE_PREBUILT): skipped"
+elif [ -n "${PG_SUITE_AB_BASE:-}" ] && [ -f "${PG_SUITE_AB_BASE%% *}/ab-files.txt" ] && [ -x "$PEREGRINE" ]; then
   AB_BUILD="$BUILD/ab-bin"  # not under OUT: the device call would send the binaries back
   mkdir -p "$AB_BUILD"
   cp -p "$PEREGRINE" "$AB_BUILD/peregrine-head"
