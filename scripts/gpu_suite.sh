@@ -230,6 +230,12 @@ if [ -n "${PG_SUITE_AB_BASE:-}" ] && [ ! -f "${PG_SUITE_AB_BASE%% *}/ab-files.tx
   log "building the A/B baseline $PG_SUITE_AB_BASE in the background"
 fi
 
+# Prebuilt binaries carry the dev machine's CUDA runpath (/usr/local/cuda/lib): add this machine's
+# cuBLASLt folder in case its toolkit keeps it elsewhere (lib64, targets/.../lib).
+if [ "$MODE" = prebuilt ]; then
+  CUBLAS_SO=$(ls /usr/local/cuda/lib64/libcublasLt.so.* /usr/local/cuda/targets/*/lib/libcublasLt.so.* 2>/dev/null | head -1)
+  [ -n "$CUBLAS_SO" ] && RUN_LD="$RUN_LD:$(dirname "$CUBLAS_SO")"
+fi
 export LD_LIBRARY_PATH="$RUN_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 count() { grep -E "tests passed|No tests were found" "$1" | tail -1; }
 log "ctest -L gpu"
