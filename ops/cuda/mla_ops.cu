@@ -412,7 +412,7 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
 }
 
 // kBatch: head_combine_stage's (HeadCombineParams::batch), its own instantiation: the 32-partial batch
-// takes ~240 registers a thread against 168, which would cost the 16-partial kernel its occupancy.
+// takes 252-254 registers a thread against 168 (ptxas, no spills), which would cost the 16-partial kernel its occupancy.
 template <LinearWeight F, int kL, int kMTile, int kBatch>
 __global__ void __launch_bounds__(kHeadThreads) head_linear_combine_kernel(const __grid_constant__ HeadCombineParams p) {
   pg_tl_mark(TimelineKernel::kHeadCombine, 0);

@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <ostream>
 #include <random>
