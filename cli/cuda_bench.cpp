@@ -157,7 +157,7 @@ int run_cuda_bench(const CudaBenchOptions& o) {
   ro.max_num_seqs = max_batch;
   ro.use_graphs = o.graphs;
   // As the engine's runner when it drafts.
-  ro.draft_head = o.speculative_tokens.empty() ? DraftHead::kModel : DraftHead::kNvfp4;
+  ro.draft_head = o.speculative_tokens.empty() ? DraftHead::kModel : kEngineDraftHead;
   ro.max_tokens_per_step = std::max<int64_t>({2048, o.context, std::min<int64_t>(o.long_prefill, 8192)});
   ro.progress = [](const std::string& what, double f) {
     std::fprintf(stderr, "\rloading %5.1f%% %-24s", 100.0 * f, what.c_str());

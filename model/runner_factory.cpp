@@ -42,7 +42,7 @@ Result<std::unique_ptr<ModelRunner>> make_runner(std::unique_ptr<DeepseekModel> 
   co.max_tokens_per_step = o.max_num_batched_tokens;
   co.use_graphs = o.cuda_graphs;
   co.exact = o.exact;
-  co.draft_head = o.speculative ? DraftHead::kNvfp4 : DraftHead::kModel;
+  co.draft_head = o.speculative ? kEngineDraftHead : DraftHead::kModel;
   if (o.progress)
     co.progress = [](const std::string& what, double f) {
       std::fprintf(stderr, "\ruploading weights %5.1f%% %-24s", 100.0 * f, what.c_str());

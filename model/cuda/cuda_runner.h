@@ -37,7 +37,7 @@ struct CudaRunnerOptions {
   // The MTP layers draft through a quantized copy of their head (model/cuda/device_weights.h's
   // quantize_draft_heads): lossless (verification decides), a half (FP8) or ~0.28 (NVFP4) of the
   // bf16 head's bytes a draft step, at the cost of that copy's memory and of some acceptance.
-  // make_runner sets kNvfp4 when the engine drafts (RunnerOptions::speculative). H200, 2026-12-05
+  // make_runner sets kEngineDraftHead (draft_head.h: NVFP4) when the engine drafts. H200, 2026-12-05
   // (14ae117, bench_sweep draft1, 2 rounds alternating): the draft step at k = 1 FP8 -> NVFP4 moonlight
   // nvfp4 0.204 -> 0.168 ms, V3 4L nvfp4 0.580 -> 0.493 (FP8 against the bf16 head in session 35: V3
   // 0.759 -> 0.574); the embedded model's greedy acceptance bf16 / FP8 / NVFP4 head 81/106, 82/105,

@@ -12,4 +12,8 @@ enum class DraftHead : uint8_t {
   kNvfp4,  // an NVFP4 copy (e2m1, an e4m3 scale per 16 values, a per-tensor scale)
 };
 
+// The head where the engine drafts (make_runner with RunnerOptions::speculative, and `peregrine
+// bench`, which times the draft step as the engine runs it): measured in CudaRunnerOptions::draft_head.
+inline constexpr DraftHead kEngineDraftHead = DraftHead::kNvfp4;
+
 }  // namespace pg

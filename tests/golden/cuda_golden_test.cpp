@@ -711,69 +711,6 @@ TEST(CudaEngine, DeviceSamplingMatchesHostSampling) {
   }
 }
 
-// Prefix caching on the CUDA runner: requests that share a long opening (a system prompt) run one
-// after another, so each takes the blocks the first computed and prefills only its own question
-// (a prefill run that starts past position 0, on a fresh sequence). Greedy continuations equal an
-// engine's without the cache for at least 7 of 8 (the cached rows came from another prefill's
-// kernels: the suffix's rows may round differently, as with chunked prefill), with speculation too.
-TEST(CudaEngine, PrefixCachingKeepsGreedyOutputs) {
-  PG_REQUIRE_GPU();
-  const auto dir = model_dir("peregrine_tiny");
-  auto tok = Tokenizer::load(dir);
-  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  auto shared_tok = std::make_shared<Tokenizer>(*tok);
-  const std::string opening =
-      "You are a careful assistant. Answer in plain words, cite the manual page when there is one, and keep "
-      "every answer short. The user works on a Debian machine and reads the documentation first. ";
-  for (int64_t k : {0, 2}) {
-    auto run = [&](bool cache, EngineStats* stats) {
-      auto host = DeepseekModel::load(dir);
-      EXPECT_TRUE(host.ok());
-      auto r = CudaRunner::create(std::move(host).value(), test_options(/*exact=*/false));
-      EXPECT_TRUE(r.ok()) << r.status().to_string();
-      EngineConfig ec;
-      ec.scheduler.max_num_seqs = 4;
-      ec.scheduler.max_num_batched_tokens = 256;
-      ec.num_speculative_tokens = k;
-      ec.enable_prefix_caching = cache;
-      ec.device_sampler = make_cuda_device_sampler();
-      auto e = Engine::create(std::unique_ptr<ModelRunner>(std::move(r).value()), shared_tok, ec);
-      EXPECT_TRUE(e.ok()) << e.status().to_string();
-      std::vector<std::vector<int32_t>> ids(8);
-      for (int i = 0; i < 8; ++i) {
-        GenerationRequest req;
-        req.prompt_ids = *tok->encode(opening + "Question " + std::to_string(i) + ": how do I list the files in a");
-        req.params.max_tokens = 32;
-        req.params.temperature = 0.0;
-        req.params.ignore_eos = true;
-        auto id = (*e)->submit(std::move(req), [&ids, i](GenerationEvent&& ev) {
-          ids[size_t(i)].insert(ids[size_t(i)].end(), ev.token_ids.begin(), ev.token_ids.end());
-          EXPECT_TRUE(ev.error.ok()) << ev.error.to_string();
-        });
-        EXPECT_TRUE(id.ok()) << id.status().to_string();
-        while ((*e)->step()) {
-        }
-      }
-      *stats = (*e)->stats();
-      EXPECT_EQ(stats->kv_blocks_used, 0);
-      return ids;
-    };
-    EngineStats on_stats, off_stats;
-    const auto off = run(false, &off_stats), on = run(true, &on_stats);
-    int identical = 0;
-    for (size_t i = 0; i < off.size(); ++i) {
-      EXPECT_EQ(on[i].size(), 32u);
-      identical += on[i] == off[i];
-    }
-    std::printf("[ measure  ] CUDA prefix cache k=%lld: %lld of %lld prompt tokens cached; identical %d of 8\n",
-                (long long)k, (long long)on_stats.prefix_cache_hits_total,
-                (long long)on_stats.prefix_cache_queries_total, identical);
-    EXPECT_GE(identical, 7) << "k=" << k;
-    EXPECT_GT(on_stats.prefix_cache_hits_total, 7 * 16) << "k=" << k;
-    EXPECT_EQ(off_stats.prefix_cache_hits_total, 0);
-  }
-}
-
 // Verify steps (each sequence carries q = k + 1 tokens, all logits) and one-token MTP draft steps
 // through the runner's graphs against the same padded launches enqueued eagerly
 // (debug_graphs_eager): same kernels in the same order, so logits, hidden states and MTP outputs
@@ -903,10 +840,12 @@ TEST(CudaSpecGraphs, VerifyAndDraftGraphsMatchEagerLaunches) {
 // An engine over a CUDA runner (default mode, up to 4 sequences) for the speculation tests: k drafts
 // per step, at most `seqs` sequences per step, speculative graphs on or off, the GPU sampler (and so
 // the device draft chain) or the host's. *runner: the runner the engine owns, for its graph counts.
-// draft_head: the head the MTP layer drafts through (CudaRunnerOptions::draft_head).
+// draft_head: the head the MTP layer drafts through (CudaRunnerOptions::draft_head); prefix_caching:
+// EngineConfig::enable_prefix_caching.
 Result<std::unique_ptr<Engine>> make_spec_engine(const std::filesystem::path& dir, std::shared_ptr<Tokenizer> tok,
                                                  int64_t k, int64_t seqs, bool graphs, bool device_sampler,
-                                                 CudaRunner** runner, DraftHead draft_head = DraftHead::kModel) {
+                                                 CudaRunner** runner, DraftHead draft_head = DraftHead::kModel,
+                                                 bool prefix_caching = true) {
   PG_ASSIGN_OR_RETURN(std::unique_ptr<DeepseekModel> host, DeepseekModel::load(dir));
   CudaRunnerOptions o = test_options(/*exact=*/false);
   o.max_num_seqs = 4;
@@ -918,8 +857,64 @@ Result<std::unique_ptr<Engine>> make_spec_engine(const std::filesystem::path& di
   ec.scheduler.max_num_seqs = seqs;
   ec.scheduler.max_num_batched_tokens = 256;
   ec.num_speculative_tokens = k;
+  ec.enable_prefix_caching = prefix_caching;
   if (device_sampler) ec.device_sampler = make_cuda_device_sampler();
   return Engine::create(std::unique_ptr<ModelRunner>(std::move(r)), std::move(tok), ec);
+}
+
+// Prefix caching on the CUDA runner: requests that share a long opening (a system prompt) run one
+// after another, so each takes the blocks the first computed and prefills only its own question
+// (a prefill run that starts past position 0, on a fresh sequence). Greedy continuations equal an
+// engine's without the cache for at least 7 of 8 (the cached rows came from another prefill's
+// kernels: the suffix's rows may round differently, as with chunked prefill), with speculation too.
+TEST(CudaEngine, PrefixCachingKeepsGreedyOutputs) {
+  PG_REQUIRE_GPU();
+  const auto dir = model_dir("peregrine_tiny");
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto shared_tok = std::make_shared<Tokenizer>(*tok);
+  const std::string opening =
+      "You are a careful assistant. Answer in plain words, cite the manual page when there is one, and keep "
+      "every answer short. The user works on a Debian machine and reads the documentation first. ";
+  for (int64_t k : {0, 2}) {
+    auto run = [&](bool cache, EngineStats* stats) {
+      CudaRunner* runner = nullptr;
+      auto e = make_spec_engine(dir, shared_tok, k, /*seqs=*/4, /*graphs=*/true, /*device_sampler=*/true, &runner,
+                                DraftHead::kModel, cache);
+      EXPECT_TRUE(e.ok()) << e.status().to_string();
+      std::vector<std::vector<int32_t>> ids(8);
+      for (int i = 0; i < 8; ++i) {
+        GenerationRequest req;
+        req.prompt_ids = *tok->encode(opening + "Question " + std::to_string(i) + ": how do I list the files in a");
+        req.params.max_tokens = 32;
+        req.params.temperature = 0.0;
+        req.params.ignore_eos = true;
+        auto id = (*e)->submit(std::move(req), [&ids, i](GenerationEvent&& ev) {
+          ids[size_t(i)].insert(ids[size_t(i)].end(), ev.token_ids.begin(), ev.token_ids.end());
+          EXPECT_TRUE(ev.error.ok()) << ev.error.to_string();
+        });
+        EXPECT_TRUE(id.ok()) << id.status().to_string();
+        while ((*e)->step()) {
+        }
+      }
+      *stats = (*e)->stats();
+      EXPECT_EQ(stats->kv_blocks_used, 0);
+      return ids;
+    };
+    EngineStats on_stats, off_stats;
+    const auto off = run(false, &off_stats), on = run(true, &on_stats);
+    int identical = 0;
+    for (size_t i = 0; i < off.size(); ++i) {
+      EXPECT_EQ(on[i].size(), 32u);
+      identical += on[i] == off[i];
+    }
+    std::printf("[ measure  ] CUDA prefix cache k=%lld: %lld of %lld prompt tokens cached; identical %d of 8\n",
+                (long long)k, (long long)on_stats.prefix_cache_hits_total,
+                (long long)on_stats.prefix_cache_queries_total, identical);
+    EXPECT_GE(identical, 7) << "k=" << k;
+    EXPECT_GT(on_stats.prefix_cache_hits_total, 7 * 16) << "k=" << k;
+    EXPECT_EQ(off_stats.prefix_cache_hits_total, 0);
+  }
 }
 
 // The speculation tests' prompts.
