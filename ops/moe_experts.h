@@ -46,12 +46,6 @@ struct MoeExpertsArgs {
   // decode sizes the CUDA path then starts gate_up under PDL, its shared experts before the routing
   // is done (the CUDA runner promises it unless PEREGRINE_MOE_GATE_UP_PDL=0). Ignored elsewhere.
   bool after_router = false;
-  // CUDA: flag_words words (ops::cuda::moe_experts_flag_words) through which, at one token on the
-  // NVFP4 tensor-core kernels whose down prefetches its weights, the down starts on each k-step of
-  // h as gate_up completes it instead of after all of gate_up (the same bits). Zero before the
-  // call; every call leaves them zero. null: the down waits for gate_up's end. Ignored elsewhere.
-  uint32_t* flags = nullptr;
-  int64_t flag_words = 0;
 };
 
 // Shapes, pointers and, for FP8 block weights, that every expert's rows start on a scale-row

@@ -106,8 +106,6 @@ struct CudaRunner::Impl {
   int32_t* expert_idx = nullptr;
   unsigned* router_counter = nullptr;  // moe_router's last-block counter (zero between launches)
   unsigned* norm_counter = nullptr;    // linear_norm's (out_norm) last-block counter, likewise
-  uint32_t* moe_flags = nullptr;       // moe_experts' k-step counts (MoeExpertsArgs::flags), likewise
-  int64_t moe_flag_words = 0;
   float* mla_ws = nullptr;
   size_t mla_ws_floats = 0;
   void* moe_ws = nullptr;
@@ -352,12 +350,6 @@ Status CudaRunner::Impl::init_buffers() {
   moe_ws_bytes = cu::moe_experts_workspace_bytes(Tm, K, std::max<int64_t>(c.n_shared_experts, 1), E, max_inter);
   {
     PG_ASSIGN_OR_RETURN(moe_ws, acts.alloc(moe_ws_bytes));
-  }
-  if (cu::moe_down_flags_enabled()) {  // a MoE layer's slots or a dense MLP's one, at the larger inter
-    moe_flag_words = cu::moe_experts_flag_words(std::max<int64_t>(K + c.n_shared_experts, 1), max_inter);
-    PG_ASSIGN_OR_RETURN(void* v, acts.alloc(size_t(moe_flag_words) * 4));
-    moe_flags = static_cast<uint32_t*>(v);
-    PG_CUDA_TRY(cudaMemsetAsync(moe_flags, 0, size_t(moe_flag_words) * 4, stream));
   }
   if (!opt.exact) {
     // The projections lin() may send to cuBLASLt: attention, router, eh_proj, lm_head.
@@ -654,7 +646,6 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   me.gate_up = &L.mlp.gate_up, me.down = &L.mlp.down, me.inter = L.mlp.inter;
   me.n_experts = L.mlp.n_experts, me.n_shared = L.mlp.n_shared;
   me.f16_activations = !opt.exact;  // NVFP4 experts: x and h rounded to f16 (tensor cores) unless exact
-  me.flags = moe_flags, me.flag_words = moe_flag_words;
   ops::MoeRoutingArgs r;
   bool self_routed = false;  // the router leaves the routing to the expert kernels
   if (L.is_moe) {

@@ -15,18 +15,11 @@
 // (softmax, group-limited greedy), and one with ties (router rows and biases equal in pairs: equal
 // keys, taken lower index first, and the chosen scores summed in that order). With
 // PEREGRINE_MOE_SELF_ROUTING=0 the same cases check the fallback (moe_routing before the experts).
-//
-// Flags (MoeExpertsArgs::flags, NVFP4 at m = 1): the down starts on each k-step of h as gate_up's
-// warps count it done instead of after gate_up's end. Same bits as the ordinary chain, the flags
-// zero again after every chain (20 in a row reuse them), and taken where nothing in the environment
-// turns the prefetching down or h's fragments off; inter 1344 gives a warp three ring stages and a
-// last k-step of two chunks (the zeros past them).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <string>
@@ -55,8 +48,6 @@ struct PdlCase {
   int64_t m;
   bool self_routing = false;
   PdlRouting routing = {};
-  bool flags = false;  // MoeExpertsArgs::flags on the PDL chain
-  int64_t inter = 0;   // 0: kInter
 };
 void PrintTo(const PdlCase& c, std::ostream* os) { *os << c.name; }
 
@@ -70,7 +61,7 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
   const PdlCase& c = GetParam();
   const PdlRouting& rt = c.routing;
   const uint64_t seed = seed_of(c.name);
-  const int64_t H = kHidden, I = c.inter ? c.inter : kInter, E = rt.experts, S = rt.shared, M = c.m, n_stack = E + S;
+  const int64_t H = kHidden, I = kInter, E = rt.experts, S = rt.shared, M = c.m, n_stack = E + S;
   const int64_t top_k = rt.top_k;
 
   // The producer GEMV (bf16 [H, H]) and the router (bf16 [E, H]).
@@ -147,9 +138,6 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
   auto dw = poisoned<float>(size_t(M * top_k));
   auto dy = poisoned<float>(size_t(M * H));
   auto dcounter = to_device(std::vector<uint32_t>(4, 0));
-  const int64_t flag_words = cuda::moe_experts_flag_words(top_k + S, I);
-  auto dflags = to_device(std::vector<uint32_t>(size_t(flag_words), 0));
-  bool flags_taken = false;
   auto dws = poisoned<uint8_t>(cuda::moe_experts_workspace_bytes(M, top_k, S, E, I) + 256);
   void* ws = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(dws.data()) + 255) / 256 * 256);
   cudaStream_t stream;
@@ -181,13 +169,6 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
     me.x = dx.data(), me.y = dy.data(), me.m = M, me.hidden = H, me.inter = I, me.accumulate = true;
     me.gate_up = &gate_up, me.down = &down, me.n_experts = E, me.n_shared = S, me.top_k = top_k;
     me.expert_idx = didx.data(), me.expert_weight = dw.data(), me.after_router = after_router;
-    if (c.flags && after_router) {
-      me.flags = dflags.data(), me.flag_words = flag_words;
-      flags_taken = cuda::moe_experts_uses_flags(me, self_routed ? &r : nullptr);
-      if (!std::getenv("PEREGRINE_MOE_NVFP4_H_FRAGS") && !std::getenv("PEREGRINE_MOE_NVFP4_DOWN_PREFETCH") &&
-          !std::getenv("PEREGRINE_MOE_NVFP4_TILES") && !std::getenv("PEREGRINE_MOE_SELF_ROUTING"))
-        ASSERT_TRUE(flags_taken) << "this case should take the down that waits on the flags";
-    }
     const size_t ws_bytes = cuda::moe_experts_workspace_bytes(M, top_k, S, E, I);
     // Self-routing where it is on: PEREGRINE_MOE_SELF_ROUTING=0 (or, for FP8, PEREGRINE_MOE_FP8_SELF_ROUTING=0)
     // takes moe_routing, then the experts (the fallback).
@@ -202,10 +183,6 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
     }
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     out.y = to_host(dy), out.idx = to_host(didx), out.w = to_host(dw);
-    if (me.flags) {
-      const std::vector<uint32_t> f = to_host(dflags);
-      for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(f[i], 0u) << "flag word " << i << " left set";
-    }
   };
 
   Out ref;
@@ -224,13 +201,12 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
     ASSERT_EQ(got.idx, ref.idx) << "expert_idx";
     ASSERT_EQ(std::memcmp(got.w.data(), ref.w.data(), ref.w.size() * 4), 0) << "expert_weight";
   }
-  std::printf("[ moe pdl  ] %-16s m=%lld: %d chains %s%s, same bits (experts %s)\n", c.name, (long long)M, kReps,
+  std::printf("[ moe pdl  ] %-16s m=%lld: %d chains %s, same bits (experts %s)\n", c.name, (long long)M, kReps,
               !c.self_routing                   ? "under PDL"
               : cuda::moe_self_routing_enabled() &&
                       (c.format != WeightFormat::kFp8Block || cuda::moe_fp8_self_routing_enabled())
                   ? "self-routed"
                   : "routed before the experts",
-              !c.flags ? "" : flags_taken ? ", down on the flags" : ", flags not taken",
               [&] {
                 std::string e;
                 for (int32_t i : ref.idx) e += (e.empty() ? "" : " ") + std::to_string(i);
@@ -264,13 +240,6 @@ const PdlCase kPdlCases[] = {
     {"nvfp4_m1_self_v3_256", WeightFormat::kNvfp4, 1, true, kV3Full},
     {"nvfp4_m1_self_v2_160", WeightFormat::kNvfp4, 1, true, kV2Full},
     {"nvfp4_m1_self_e18", WeightFormat::kNvfp4, 1, true, kE18},
-    // The down on the flags: routed by the router, self-routed, three stages a warp with a short last
-    // k-step, one slice a slot (V3's nine slots), V2-Lite's routing.
-    {"nvfp4_m1_flags", WeightFormat::kNvfp4, 1, false, {}, true},
-    {"nvfp4_m1_self_flags", WeightFormat::kNvfp4, 1, true, {}, true},
-    {"nvfp4_m1_self_flags_i1344", WeightFormat::kNvfp4, 1, true, {}, true, 1344},
-    {"nvfp4_m1_self_v3_flags", WeightFormat::kNvfp4, 1, true, kV3, true},
-    {"nvfp4_m1_self_v2lite_flags", WeightFormat::kNvfp4, 1, true, kV2Lite, true, 1344},
     // The FP8 tensor-core experts: under PDL at 1 and 3 tokens, self-routed at one token (down reads
     // gate_up's published routing after its wait).
     {"fp8_m1", WeightFormat::kFp8Block, 1},

@@ -18,12 +18,6 @@ __device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
-// *p += v, a release: a reader that sees the sum through ld_acquire also sees what this thread stored
-// before it, and what a barrier (__syncwarp, __syncthreads) ordered before it from the other threads.
-__device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-
 // A block's arrival on a grid-wide counter once its threads have stored what another block of the
 // grid will read (threadFenceReduction's protocol); returns the counter's value before the add to
 // thread 0 (0 to the others; callers broadcast through shared memory). Two forms:

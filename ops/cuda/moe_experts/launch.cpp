@@ -124,43 +124,6 @@ bool moe_experts_self_routing(const MoeExpertsArgs& a, const MoeRoutingArgs& r) 
   return self_routing_ok(a, r, moe_nvfp4_variant_from_env());
 }
 
-int64_t moe_experts_flag_words(int64_t n_slots, int64_t inter) { return moe_flag_words(n_slots, inter); }
-
-bool moe_down_flags_enabled() {
-  static const bool on = env_switch("PEREGRINE_MOE_DOWN_FLAGS", false);
-  return on;
-}
-
-// The down starts on each k-step of h as gate_up completes it (MoeExpertsParams::step_done) where a
-// brings the flags and, under variant v, one token takes both NVFP4 tensor-core kernels with h's f16
-// fragments and the prefetching down (its whole grid resident beside gate_up's; the routing scratch of
-// a self-routed call counted). gate_up's one-token grid has one z split (moe_gate_up_splits(1)).
-namespace {
-bool down_flags_ok(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, bool self_routing) {
-  const auto nvfp4_mma = [&](const Matrix* w, const void* x) {
-    return w && a.f16_activations && w->format == WeightFormat::kNvfp4 && vector_path_ok(*w, x);
-  };
-  if (!a.flags || a.m != 1 || a.top_k > a.n_experts || a.top_k + a.n_shared < 1 ||
-      a.top_k + a.n_shared > kMoeDirectMaxSlots || a.flag_words < moe_flag_words(a.top_k + a.n_shared, a.inter) ||
-      !v.h_frags || !v.down_prefetch || !nvfp4_mma(a.gate_up, a.x) || !nvfp4_mma(a.down, /*h: aligned*/ nullptr))
-    return false;
-  MoeExpertsParams p;  // the fields moe_nvfp4_down_prefetch_fits reads
-  p.top_k = int(a.top_k), p.n_shared = int(a.n_shared), p.hidden = int(a.hidden), p.inter = int(a.inter);
-  p.down = weight_params(*a.down);
-  MmaTile t = moe_nvfp4_down_tile();
-  if (v.down_tiles) t.tiles = v.down_tiles;
-  if (v.down_unroll) t.unroll = v.down_unroll;
-  const size_t routing_bytes = self_routing ? moe_block_routing_bytes(a.n_experts) : 0;
-  return moe_gate_up_splits(1) == 1 &&
-         moe_nvfp4_down_prefetch_fits(p, t.tiles, t.unroll, routing_bytes, current_device_props().sm_count);
-}
-}  // namespace
-
-bool moe_experts_uses_flags(const MoeExpertsArgs& a, const MoeRoutingArgs* routing) {
-  const MoeNvfp4Variant v = moe_nvfp4_variant_from_env();
-  return down_flags_ok(a, v, routing && self_routing_ok(a, *routing, v));
-}
-
 // The direct multi path (m = 2..8 without the plan kernel) is on unless PEREGRINE_MOE_DIRECT_MULTI=0.
 // Its first H200 run (2026-12-01, c9f193b) hung every golden test that decoded 2..8 tokens per step
 // (a __match_any_sync with the full mask skipped by some lanes, fixed in 95185b2); at 9d5def8 the
@@ -328,7 +291,6 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   } else if (routing) {
     PG_TRY(moe_routing(*routing, stream));
   }
-  if (p.direct && p.plan.h16 && down_flags_ok(a, v, p.self_routing)) p.step_done = a.flags;
   const int m_tile = moe_m_tile(a.m);
   // The tensor-core gate_up kernels: a grid.y slot per 8-pair pass of each shared expert.
   if ((gu_mma || gu_fp8) && !p.direct && !p.direct_multi) p.shared_slots = moe_shared_gate_up_slots(a.m);

@@ -42,16 +42,6 @@ bool moe_self_routing_enabled();
 // PEREGRINE_MOE_FP8_SELF_ROUTING=0.
 bool moe_fp8_self_routing_enabled();
 
-// Words MoeExpertsArgs::flags needs for a layer of top_k + n_shared expert slots (a dense MLP: one)
-// and K = inter for the down.
-int64_t moe_experts_flag_words(int64_t n_slots, int64_t inter);
-// Whether the CUDA runner passes MoeExpertsArgs::flags (PEREGRINE_MOE_DOWN_FLAGS=1; off by default
-// until measured; read once).
-bool moe_down_flags_enabled();
-// Whether a call with `a` (its flags set; `routing` where moe_experts_routing is called) takes the
-// down that starts on each k-step of h as gate_up completes it (MoeExpertsArgs::flags).
-bool moe_experts_uses_flags(const MoeExpertsArgs& a, const MoeRoutingArgs* routing = nullptr);
-
 // Whether m = 2..8 take the direct multi path (on unless PEREGRINE_MOE_DIRECT_MULTI=0; read once).
 bool moe_direct_multi_enabled();
 // Whether the CUDA runner starts gate_up under PDL after the router (it sets

@@ -11,7 +11,6 @@
 #include "ops/cuda/common/device.h"
 #include "ops/cuda/common/pdl.cuh"
 #include "ops/cuda/common/smem_limit.cuh"
-#include "ops/cuda/common/sync.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/nvfp4_mma.cuh"
@@ -246,15 +245,6 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
         }
       }
   }
-  // p.step_done (one token): the warp's h rows j0 .. j0 + kJ - 1 (one k-step of the down's K: kJ
-  // divides 128) are stored; count them there, released after every lane's stores.
-  if (p.step_done) {
-    static_assert(128 % kJ == 0, "a warp's rows lie in one k-step");
-    __syncwarp();
-    if (lane == 0)
-      red_release_add(p.step_done + (shared ? h_base : slot) * moe_flag_k_steps(p.inter) + j0 / 128,
-                      unsigned(min(int64_t(kJ), int64_t(p.inter) - j0)));
-  }
   pg_tl_mark(TimelineKernel::kGateUp, 3);
 }
 
@@ -274,51 +264,6 @@ __device__ __forceinline__ void moe_h_frags_stage(const MoeExpertsParams& p, int
       const int r = i / per_row, u = i % per_row;
       xs[r * row_vecs + (row_vecs - kNvfp4MmaXStepVecs) + 4 * (u % 4) + rem + u / 4] = make_uint4(0u, 0u, 0u, 0u);
     }
-  }
-}
-
-// Polls of a step_done word before a kernel gives up (__trap, an error on the stream instead of a
-// hang): ~2^22 x (64 ns + an L2 round trip), seconds.
-constexpr unsigned kMoeFlagSpinLimit = 1u << 22;
-
-// The prefetching down's k-steps [s0, s1) of slot `slot` (ring stages 0 .. n - 1 of kUnroll steps),
-// each as soon as gate_up has written its h rows (MoeExpertsParams::step_done) instead of after all
-// of gate_up: lanes poll the steps not yet staged (lane i step staged + i), the warp copies the h
-// fragments of the complete ring stages from L2 into its own steps of xw (the rows moe_h_frags_stage
-// copies, the same zeros past k_chunks) and runs their mmas. The same stages in the same order with
-// the same operands as after the wait for gate_up: the same bits. The weights were issued before.
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void moe_down_flag_steps(const MoeExpertsParams& p, int slot, int64_t s0, int64_t s1,
-                                                    int64_t k_chunks, const Nvfp4RingStage<kTiles, kUnroll>* ring,
-                                                    int n, uint4* xw, float (&acc)[kTiles][4], int lane) {
-  constexpr int kV = kNvfp4MmaXStepVecs;
-  const int64_t all_steps = moe_flag_k_steps(p.inter);
-  const unsigned* done = p.step_done + int64_t(slot) * all_steps;
-  const uint4* src = p.plan.h16 + int64_t(slot) * all_steps * kV;
-  const int rem = int(k_chunks % 4);  // chunks of the last k-step that gate_up writes (0: all four)
-  int64_t staged = s0;                // steps [s0, staged) are in xw
-  bool weights = false;               // this lane's ring copies have landed
-  unsigned spins = 0;
-  for (int j = 0; j < n;) {
-    const int64_t st = staged + lane;
-    bool ok = true;
-    if (st < s1) ok = ld_acquire(done + st) >= unsigned(min(int64_t(128), int64_t(p.inter) - 128 * st));
-    const unsigned got = __ballot_sync(kFullMask, ok);
-    const int64_t upto = min(s1, staged + (got == kFullMask ? kWarpSize : __ffs(~got) - 1));  // complete from `staged`
-    int j_end = j;  // stage i holds steps [s0 + i kUnroll, min(s1, s0 + (i + 1) kUnroll))
-    while (j_end < n && min(s1, s0 + int64_t(j_end + 1) * kUnroll) <= upto) ++j_end;
-    if (j_end == j) {
-      if (++spins > kMoeFlagSpinLimit) __trap();
-      __nanosleep(64);
-      continue;
-    }
-    const int64_t e = min(s1, s0 + int64_t(j_end) * kUnroll);
-    for (int64_t v = staged * kV + lane; v < e * kV; v += kWarpSize)  // within a step: 4 x group + chunk
-      xw[v] = rem && v / kV == all_steps - 1 && int(v % 4) >= rem ? make_uint4(0u, 0u, 0u, 0u) : __ldcg(src + v);
-    if (!weights) cp_async_wait_all(), weights = true;
-    __syncwarp();
-    for (; j < j_end; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc, lane);
-    staged = e;
   }
 }
 
@@ -415,26 +360,17 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;
     for (int j = 0; j < n; ++j)
       nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j], lane);
-    if (p.step_done) {  // each k-step as gate_up completes it (moe_down_flag_steps)
+    pdl_wait();  // h comes from gate_up
+    pg_tl_mark(TimelineKernel::kDown, 1);
+    if (p.plan.h16) moe_h_frags_stage(p, n_slots, k_chunks, all_steps, xs, &h_bar);
+    else nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
+    cp_async_wait_all();
+    __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
+    pg_tl_mark(TimelineKernel::kDown, 2);
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-      pg_tl_mark(TimelineKernel::kDown, 1);
-      moe_down_flag_steps<kTiles, kUnroll>(p, slot, s0, s1, k_chunks, ring, n,
-                                           xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs, acc, lane);
-      pg_tl_mark(TimelineKernel::kDown, 2);
-    } else {
-      pdl_wait();  // h comes from gate_up
-      pg_tl_mark(TimelineKernel::kDown, 1);
-      if (p.plan.h16) moe_h_frags_stage(p, n_slots, k_chunks, all_steps, xs, &h_bar);
-      else nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_slots, k_chunks, all_steps, xs);
-      cp_async_wait_all();
-      __syncthreads();  // xs staged by every thread; each lane reads only its own copies of the weights
-      pg_tl_mark(TimelineKernel::kDown, 2);
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-      const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
-      for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc, lane);
-    }
+    for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
+    for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc, lane);
   } else {
     if constexpr (kMode == MoeDownMode::kStaged) {
       extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
@@ -475,18 +411,6 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     }
     float* yp = p.y + row;
     *yp = p.accumulate ? *yp + v : v;
-  }
-  // p.step_done: every warp of the block is past its waits (the barrier above). Thread 0 waits for
-  // gate_up's completion (its last blocks are past their last count by now), so that what runs after
-  // this grid may read anything gate_up wrote, then takes the block's ticket; the last block zeroes
-  // the words for the next launch (every block has stopped reading them).
-  if (kMode == MoeDownMode::kPrefetch && p.step_done && threadIdx.x == 0) {
-    pdl_wait();
-    const int64_t words = int64_t(n_slots) * moe_flag_k_steps(p.inter);
-    if (atomicAdd(p.step_done + words, 1u) == gridDim.x - 1) {
-      for (int64_t i = 0; i < words; ++i) p.step_done[i] = 0;
-      p.step_done[words] = 0;
-    }
   }
   pg_tl_mark(TimelineKernel::kDown, 4);
 }

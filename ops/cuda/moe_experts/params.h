@@ -117,22 +117,7 @@ struct MoeExpertsParams {
   bool self_routing = false;
   MoeRoutingParams routing;
   uint32_t routing_smem = 0;
-  // Direct (m = 1), NVFP4 on the tensor-core kernels, the down prefetching its weights and staging h
-  // from gate_up's f16 fragments (MoeExpertsArgs::flags; null otherwise): words counting the h rows
-  // gate_up has written, one per (h row, k-step of 128 of the down's K): word r * k_steps + s
-  // (moe_flag_k_steps), then the down's block ticket. Each gate_up warp adds the rows it wrote (a
-  // release after its stores), and the down's warps start on each k-step of their slice as its count
-  // completes, instead of waiting for all of gate_up. Zero before the launch; the down's last block
-  // leaves them zero.
-  uint32_t* step_done = nullptr;
 };
-
-// The down's K in k-steps of 128 (4 chunks of 32): MoeExpertsParams::step_done's words per h row.
-__host__ __device__ constexpr int64_t moe_flag_k_steps(int64_t inter) { return (inter + 127) / 128; }
-// step_done's words for n_slots h rows: their k-steps, then the ticket.
-__host__ __device__ constexpr int64_t moe_flag_words(int64_t n_slots, int64_t inter) {
-  return n_slots * moe_flag_k_steps(inter) + 1;
-}
 
 // Groups the m * top_k pairs by expert (one block; ids outside [0, n_experts) are dropped).
 cudaError_t launch_moe_plan(const MoeExpertsParams& p, cudaStream_t stream);
