@@ -324,13 +324,13 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_vec_kernel(const __g
 // heads), with the arithmetic of the attention's combine() (mla_attention_common.cuh) in split
 // order: w_s = 2^(m_s - M) over the token's active splits, L = sum w_s l_s, o = (sum w_s o_s) / L,
 // zeros for an empty context; then its GEMV reads x from there (its first weights were loaded
-// before the wait). Per (token, head): ctx_len, every split's (max, sum) and the first kBatch
-// splits' partials go out together (a split past the token's active ones gets no weight, so its
-// stale partial is never used), then the rest in batches of kBatch (16, or 32 on request:
-// HeadCombineParams::batch). The fence, ticket and waiting combiners of the attention's own combine,
-// its o_lat stores and W_UV's o_lat loads leave the critical path; each of the 8 blocks of a
-// moonlight head reads its 33 partials (66 KB) from L2.
-template <int kBatch>
+// before the wait). Per (token, head): ctx_len, every split's (max, sum) and the first
+// kHeadCombineBatch splits' partials go out together (a split past the token's active ones gets no
+// weight, so its stale partial is never used), then the rest in batches. The fence, ticket and
+// waiting combiners of the attention's own combine, its o_lat stores and W_UV's o_lat loads leave
+// the critical path; each of the 8 blocks of a moonlight head reads its 33 partials (66 KB) from L2.
+constexpr int kHeadCombineBatch = 16;
+
 __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t h_first, int64_t h_last, int m,
                                                    int heads_per_block, float* sx, float* sw) {
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
@@ -344,9 +344,9 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
     const int64_t h = h_first + i % nh;
     const int64_t item = int64_t(t) * d.head_groups + h / d.heads, slot = h % d.heads;
     const float* o = d.ws_o + (item * n_splits * d.heads + slot) * R;
-    float4 v[kBatch];
+    float4 v[kHeadCombineBatch];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
+    for (int b = 0; b < kHeadCombineBatch; ++b)
       if (b < n_splits && tid < q4) v[b] = __ldcg(reinterpret_cast<const float4*>(o + b * split_floats) + tid);
     if (warp == 0) {  // the weights: lanes over the splits
       const float* ml = d.ws_ml + (item * n_splits * d.heads + slot) * 2;
@@ -387,17 +387,17 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
     if (tid < q4) {
       float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b)
+      for (int b = 0; b < kHeadCombineBatch; ++b)
         if (b < n_act) {
           const float w = sw[b];
           a.x = fmaf(w, v[b].x, a.x), a.y = fmaf(w, v[b].y, a.y), a.z = fmaf(w, v[b].z, a.z), a.w = fmaf(w, v[b].w, a.w);
         }
-      for (int s0 = kBatch; s0 < n_act; s0 += kBatch) {
+      for (int s0 = kHeadCombineBatch; s0 < n_act; s0 += kHeadCombineBatch) {
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b)
+        for (int b = 0; b < kHeadCombineBatch; ++b)
           if (s0 + b < n_act) v[b] = __ldcg(reinterpret_cast<const float4*>(o + (s0 + b) * split_floats) + tid);
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b)
+        for (int b = 0; b < kHeadCombineBatch; ++b)
           if (s0 + b < n_act) {
             const float w = sw[s0 + b];
             a.x = fmaf(w, v[b].x, a.x), a.y = fmaf(w, v[b].y, a.y), a.z = fmaf(w, v[b].z, a.z), a.w = fmaf(w, v[b].w, a.w);
@@ -411,9 +411,7 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
   }
 }
 
-// kBatch: head_combine_stage's (HeadCombineParams::batch), its own instantiation: the 32-partial batch
-// takes 252-254 registers a thread against 168 (ptxas, no spills), which would cost the 16-partial kernel its occupancy.
-template <LinearWeight F, int kL, int kMTile, int kBatch>
+template <LinearWeight F, int kL, int kMTile>
 __global__ void __launch_bounds__(kHeadThreads) head_linear_combine_kernel(const __grid_constant__ HeadCombineParams p) {
   pg_tl_mark(TimelineKernel::kHeadCombine, 0);
   pdl_trigger();
@@ -424,7 +422,7 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_combine_kernel(const
   const int64_t h_first = r0 / p.lin.n, h_last = (min(r0 + kRowsPerBlock, rows) - 1) / p.lin.n;
   head_linear_vec_block<F, kL, kMTile>(p.lin, blockIdx.x, 0, [&](const HeadLinearParams& lin, int64_t h) {
     float* sx = reinterpret_cast<float*>(sx4);
-    head_combine_stage<kBatch>(p.parts, h_first, h_last, int(lin.m), p.heads_per_block, sx, sw);
+    head_combine_stage(p.parts, h_first, h_last, int(lin.m), p.heads_per_block, sx, sw);
     // Groups past the last row run on row 0 (head 0, maybe not this block's): any staged head, never stored.
     return static_cast<const float*>(sx) + (h >= h_first ? h - h_first : 0) * lin.k;
   });
@@ -576,13 +574,8 @@ cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, c
 
 template <LinearWeight F, int kL>
 cudaError_t launch_head_combine_l(bool m_tile_one, const HeadCombineParams& p, dim3 grid, cudaStream_t stream) {
-  if (p.batch == 32) {
-    if (m_tile_one) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, 1, 32>, grid, dim3(kHeadThreads), 0, stream, p);
-    else PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileLarge, 32>, grid, dim3(kHeadThreads), 0, stream, p);
-  } else {
-    if (m_tile_one) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, 1, 16>, grid, dim3(kHeadThreads), 0, stream, p);
-    else PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileLarge, 16>, grid, dim3(kHeadThreads), 0, stream, p);
-  }
+  if (m_tile_one) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, 1>, grid, dim3(kHeadThreads), 0, stream, p);
+  else PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), 0, stream, p);
   return cudaGetLastError();
 }
 

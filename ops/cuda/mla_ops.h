@@ -42,8 +42,7 @@ Status head_linear(const HeadLinearArgs& a, cudaStream_t stream);
 // tokens x heads x k within kHeadCombineFloats: moonlight / V3 up to 8 tokens); where it does not,
 // run the attention without defer_to and head_linear after it.
 bool head_linear_combine_ok(const HeadLinearArgs& a);
-// batch: the partials loaded together, 16 or 32 (the same bits); 0: head_combine_batch() (common/env.h).
-Status head_linear_combine(const HeadLinearArgs& a, const MlaPartials& parts, cudaStream_t stream, int batch = 0);
+Status head_linear_combine(const HeadLinearArgs& a, const MlaPartials& parts, cudaStream_t stream);
 
 // The cos / sin rope and mla_kv_write compute, of m positions at once: cos_sin [m, rope_dim] f32,
 // cos of pair k at column k, its sin at rope_dim / 2 + k (rope_dim = 2 x table.inv_freq.size());

@@ -7,7 +7,6 @@
 #include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
-#include "ops/cuda/common/env.h"
 #include "ops/cuda/mla_ops.h"
 #include "ops/cuda/mla_ops_params.h"
 
@@ -156,9 +155,7 @@ bool head_linear_combine_ok(const HeadLinearArgs& a) {
   return a.m * hpb * a.k <= kHeadCombineFloats;
 }
 
-Status head_linear_combine(const HeadLinearArgs& a, const MlaPartials& parts, cudaStream_t stream, int batch) {
-  if (batch != 0 && batch != 16 && batch != 32)
-    return invalid_argument("head_linear_combine (CUDA): batch {} (16, 32, or 0 for the default)", batch);
+Status head_linear_combine(const HeadLinearArgs& a, const MlaPartials& parts, cudaStream_t stream) {
   if (!parts.deferred) return invalid_argument("head_linear_combine (CUDA): the attention's partials were not deferred");
   if (!head_linear_combine_ok(a))
     return unsupported("head_linear_combine (CUDA): m={} heads={} n={} k={} is off its path (head_linear_combine_ok)",
@@ -172,7 +169,6 @@ Status head_linear_combine(const HeadLinearArgs& a, const MlaPartials& parts, cu
   p.heads_per_block = head_combine_heads_per_block(head_rows_per_block(hp.lanes), a.n, a.n_heads * a.n);
   p.lin.x = nullptr, p.lin.x_row_stride = int64_t(p.heads_per_block) * a.k, p.lin.x_head_stride = a.k;  // the staged copy
   p.parts = parts;
-  p.batch = batch ? batch : head_combine_batch();
   PG_CUDA_TRY(launch_head_linear_combine(hp.f, hp.lanes, hp.m_tile_one, p, hp.grid, stream));
   return ok_status();
 }

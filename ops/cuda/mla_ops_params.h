@@ -134,7 +134,6 @@ struct HeadCombineParams {
   HeadLinearParams lin;
   MlaPartials parts;
   int heads_per_block = 1;
-  int batch = 16;  // partials loaded together: 16 or 32 (head_combine_batch, common/env.h)
 };
 // The most heads (n rows each, `rows` in all) the rows of one block of rows_per_block touch.
 inline int head_combine_heads_per_block(int64_t rows_per_block, int64_t n, int64_t rows) {

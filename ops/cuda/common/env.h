@@ -82,15 +82,6 @@ inline int env_int(const char* name, int default_value) {
   return *end == '\0' && x >= 0 && x <= (1 << 20) ? int(x) : default_value;
 }
 
-// PEREGRINE_HEAD_COMBINE_BATCH=32 (default 16): the split partials W_UV's deferred combine loads
-// together (head_linear_combine, mla_ops.cu), so 32 splits (moonlight's 1K context) are one round trip
-// of L2 loads a (token, head) instead of two, for ~128 registers of loads in flight a thread. The same
-// sums in the same order either way (the same bits). Built in session 38, not yet measured.
-inline int head_combine_batch() {
-  static const int v = env_int("PEREGRINE_HEAD_COMBINE_BATCH", 16) == 32 ? 32 : 16;
-  return v;
-}
-
 // PEREGRINE_ATTENTION_DEFER_MAX_TOKENS (default 1): the steps the deferral serves, by tokens. At two
 // tokens (moonlight nvfp4's verify step at k = 1) it cost time: 2.344 ms deferred vs 2.303 not (H200,
 // session 21, one call), where plain decode gained 1.666 -> 1.631 ms: W_UV's blocks combine every
