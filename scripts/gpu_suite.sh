@@ -287,7 +287,7 @@ for g in $GATED; do
     PEREGRINE_LINEAR_MMA_WARPS_PER_SM) ops_filter='*LinearCuda*:*LinearNorm*' ;;
     PEREGRINE_ATTENTION_DEFER) ops_filter='*MlaAttentionDeferred*' ;;  # (the op tests run the deferred form anyway)
     PEREGRINE_ATTENTION_DEFER_TC) ops_filter='*MlaAttentionDeferred*' ;;  # =0: its tensor-core runs not deferred
-    PEREGRINE_ATTENTION_PDL|PEREGRINE_ATTENTION_VEC|PEREGRINE_ATTENTION_CHUNK_ROWS|PEREGRINE_ATTENTION_LEAN) ops_filter='*MlaAttention*' ;;
+    PEREGRINE_ATTENTION_PDL|PEREGRINE_ATTENTION_VEC|PEREGRINE_ATTENTION_LEAN) ops_filter='*MlaAttention*' ;;
     PEREGRINE_COMPACT_HEADS) ops_filter='-*' ;;  # =0: the goldens on f32 heads (the op tests run every head format anyway)
     *) ops_filter='-*' ;;  # e.g. PEREGRINE_DECODE_ATTENTION: the op tests run both kernels anyway
   esac

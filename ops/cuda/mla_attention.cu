@@ -254,11 +254,9 @@ cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
     return launch<kHeads, true, kMlaChunkRows, true, false, true>(p, stream);
   }
   if (lean_applies(p)) {
-    if (p.chunk_rows == 16) return launch<kHeads, true, 16, true>(p, stream);
     return release_arrive() ? launch<kHeads, true, kMlaChunkRows, true, true>(p, stream)
                             : launch<kHeads, true, kMlaChunkRows, true>(p, stream);
   }
-  if (p.chunk_rows == 16) return vec ? launch<kHeads, true, 16>(p, stream) : launch<kHeads, false, 16>(p, stream);
   return vec ? launch<kHeads, true, kMlaChunkRows>(p, stream) : launch<kHeads, false, kMlaChunkRows>(p, stream);
 }
 

@@ -6,7 +6,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
-#include <string_view>
 
 #include "ops/cuda/common/align.h"
 #include "ops/cuda/common/cuda_check.h"
@@ -20,22 +19,8 @@ namespace {
 // The largest dynamic shared memory of one block on sm_90 (227 KB).
 constexpr size_t kMaxSmemBytes = 227 * 1024;
 
-// PEREGRINE_ATTENTION_CHUNK_ROWS=16: the CUDA-core kernel's plan in chunks of 16 rows instead of 32
-// (MlaPlan::chunk_rows; the kernel follows p.chunk_rows): at moonlight's batch 1 and 1K context 128
-// blocks of 16 rows instead of 64 of 32, each warp's score and P·V loops half as long. An experiment,
-// off by default (docs/decode-status.md, session 17; with the lean instantiation where that applies
-// since session 19); the workspace is sized by the same plan.
-int chunk_rows_requested() {
-  static const int rows = [] {
-    const char* v = std::getenv("PEREGRINE_ATTENTION_CHUNK_ROWS");
-    return v && std::string_view(v) == "16" ? 16 : kMlaChunkRows;
-  }();
-  return rows;
-}
-
 MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
-  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor,
-                  cores == MlaCores::kCuda ? chunk_rows_requested() : kMlaChunkRows);
+  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor);
 }
 
 }  // namespace

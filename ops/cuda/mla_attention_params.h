@@ -29,8 +29,10 @@ constexpr int kMlaColQuads = 128;
 constexpr int kMlaMaxRank = 4 * kMlaColQuads;  // 512: kv_lora_rank limit
 constexpr int kMlaMergeFloats = kMlaOutHeads * 4 * kMlaColQuads;  // the row phases' merge buffer
 
-// kRows: cache rows per chunk, kMlaChunkRows; 16 on request (PEREGRINE_ATTENTION_CHUNK_ROWS=16, the
-// CUDA-core kernel: twice the splits at short contexts, half the rows a warp walks per split).
+// kRows: cache rows per chunk, kMlaChunkRows. 16 is a plan's other unit (mla_plan's chunk_rows: twice
+// the splits at short contexts, half the rows a warp walks per split), no longer launched: as
+// PEREGRINE_ATTENTION_CHUNK_ROWS=16 it lost twice (session 17; H200, 2026-12-05, moonlight nvfp4
+// decode 626.9 -> 603.1 / 602.7 tok/s, -3.8%, without the deferred combine it has no form of).
 template <int kHeads, int kRows = kMlaChunkRows>
 struct MlaTile {
   static_assert(kHeads == 8 || kHeads == 16, "8 or 16 heads per block");

@@ -630,7 +630,7 @@ TEST(MlaAttentionPlan, Invariants) {
   const cuda::MlaPlan moon_tc = cuda::mla_plan(1, 16, 1024, 132, true);
   EXPECT_EQ(moon_tc.head_groups, 1);
   EXPECT_EQ(moon_tc.n_splits, 32);
-  // 16-row chunks (PEREGRINE_ATTENTION_CHUNK_ROWS=16): twice moonlight's splits at 1K, 128 blocks.
+  // 16-row chunks (the plan's other unit; no kernel launches it): twice moonlight's splits at 1K.
   const cuda::MlaPlan moon16 = cuda::mla_plan(1, 16, 1024, 132, false, 16);
   EXPECT_EQ(moon16.heads, 8);
   EXPECT_EQ(moon16.chunk_rows, 16);

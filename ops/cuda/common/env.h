@@ -37,7 +37,7 @@ inline bool attention_vec_kernel() {
 }
 
 // Where the cache's block size is a power of two (and the vector paths apply), the CUDA-core
-// split-KV kernel's instantiation (32-row chunks; 16 under PEREGRINE_ATTENTION_CHUNK_ROWS=16) with
+// split-KV kernel's instantiation (32-row chunks) with
 // its rarely-taken and generic code out of line or cheaper (kLean): the empty-context zero fill in
 // a rolled, non-inlined function; the block's place, its split's rows and the combine's slice in
 // 32-bit arithmetic (kVec's two 64-bit division calls run in every block's prologue); block indices
