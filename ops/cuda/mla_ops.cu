@@ -434,24 +434,25 @@ __global__ void __launch_bounds__(kHeadThreads) head_linear_combine_kernel(const
 // sin from the step's table (no double sincos in this kernel's code).
 template <LinearWeight F, int kL, int kMTile>
 __global__ void __launch_bounds__(kHeadThreads) mla_prep_kernel(const __grid_constant__ MlaPrepParams p) {
-  pdl_trigger();
+  if (!p.late_trigger) pdl_trigger();
   int64_t b = blockIdx.x;
   const int64_t small_blocks = p.kv.m * (1 + p.rope_slices);
   if (b >= small_blocks) {
     b -= small_blocks;
     head_linear_vec_block<F, kL, kMTile>(p.uk, b % p.uk_row_blocks, b / p.uk_row_blocks);
-    return;
+  } else {
+    pg_tl_mark(TimelineKernel::kMlaPrep, 0);  // the kv_write and rope blocks
+    pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
+    pg_tl_mark(TimelineKernel::kMlaPrep, 1);
+    if (b < p.kv.m) {
+      __shared__ float scratch[kKvWriteThreads / kWarpSize];
+      mla_kv_write_block<true>(p.kv, b, scratch);
+    } else {
+      b -= p.kv.m;
+      rope_block<true>(p.rope, b / p.rope_slices, b % p.rope_slices, nullptr);
+    }
   }
-  pg_tl_mark(TimelineKernel::kMlaPrep, 0);  // the kv_write and rope blocks
-  pdl_wait();  // inputs come from the kernel before (PDL: ops/cuda/common/pdl.cuh)
-  pg_tl_mark(TimelineKernel::kMlaPrep, 1);
-  if (b < p.kv.m) {
-    __shared__ float scratch[kKvWriteThreads / kWarpSize];
-    mla_kv_write_block<true>(p.kv, b, scratch);
-    return;
-  }
-  b -= p.kv.m;
-  rope_block<true>(p.rope, b / p.rope_slices, b % p.rope_slices, nullptr);
+  if (p.late_trigger) pdl_trigger();
 }
 
 template <LinearWeight F, int kL>

@@ -7,6 +7,7 @@
 #include "ops/cuda/common/weight_format.h"
 #include "ops/cuda/common/cuda_check.h"
 #include "ops/cuda/common/device.h"
+#include "ops/cuda/common/env.h"
 #include "ops/cuda/mla_ops.h"
 #include "ops/cuda/mla_ops_params.h"
 
@@ -212,6 +213,7 @@ Status mla_prep(const MlaPrepArgs& a, const float* cos_sin_device, cudaStream_t 
   p.rope_slices = (a.q_rope.n_heads * (a.q_rope.rope_dim / 2) + kRopeThreads - 1) / kRopeThreads;
   if (p.uk_blocks + a.kv_write.m * (1 + p.rope_slices) > INT32_MAX)
     return unsupported("mla_prep (CUDA): {} tokens of {} heads", a.kv_write.m, uk.n_heads);
+  p.late_trigger = mla_prep_late_trigger();
   PG_CUDA_TRY(launch_mla_prep(hp->f, hp->lanes, hp->m_tile_one, p, stream));
   return ok_status();
 }

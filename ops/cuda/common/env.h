@@ -73,6 +73,15 @@ inline bool attention_defer_tc() {
   return on;
 }
 
+// PEREGRINE_MLA_PREP_LATE_TRIGGER=1 (default off; an experiment beside PEREGRINE_ATTENTION_PDL=1): mla_prep
+// lets the kernel after it launch as each block ends instead of as each starts, so that an attention
+// launched under PDL (~190 KB of shared memory a block) does not take SMs while mla_prep's blocks are
+// still being placed.
+inline bool mla_prep_late_trigger() {
+  static const bool on = env_switch("PEREGRINE_MLA_PREP_LATE_TRIGGER", false);
+  return on;
+}
+
 // A non-negative integer from the environment, else the default (unset, empty or not a number).
 inline int env_int(const char* name, int default_value) {
   const char* v = std::getenv(name);
