@@ -15,13 +15,18 @@
 
 namespace pg::ops::cuda::mla {
 
-// The attention kernels are launched without PDL unless PEREGRINE_ATTENTION_PDL=1: with it,
-// moonlight nvfp4 decode ran 6% slower on the H200 (2026-12-01, 354dca7: CUDA-core kernel 456.4
-// vs 486.5 tok/s, tensor-core kernel 384.5 vs 406.4), though both kernels wait at their top and
-// trigger after their chunk loop. Both kernels call pdl_wait / pdl_trigger either way (no-ops
-// without the attribute), so the knob needs no rebuild.
+// The attention kernels are launched with PDL unless PEREGRINE_ATTENTION_PDL=0, behind mla_prep's
+// late trigger (mla_prep_late_trigger, common/env.h): its blocks let the attention launch as they end.
+// With mla_prep's trigger at the top (its blocks' start), PDL here lost: moonlight nvfp4 decode 6%
+// slower on the H200 (2026-12-01, 354dca7: 456.4 vs 486.5 tok/s), and -0.4% / +1.8% on the k = 1
+// verify step at 8e1a0d0 (2026-12-05). With the late trigger (H200, 2026-12-05, 8e1a0d0, one call
+// alternating, 2 rounds, b = 1 after 1,024 tokens): moonlight bf16 473.6 -> 475.3 tok/s (+0.4%), fp8
+// 582.5 -> 586.0 (+0.6%), nvfp4 627.7 -> 630.8 (+0.5%; in the call before 624.1 -> 627.6, verify k = 1
+// 2.213 -> 2.208 ms), V3 4L bf16 / fp8 / nvfp4 +0.1% each; the goldens and 184 attention / mla_prep /
+// head op tests pass under it. Both kernels call pdl_wait at their top and pdl_trigger after their
+// chunk loop either way (no-ops without the attribute).
 inline bool attention_pdl() {
-  static const bool on = env_switch("PEREGRINE_ATTENTION_PDL", false);
+  static const bool on = env_switch("PEREGRINE_ATTENTION_PDL", true);
   return on;
 }
 

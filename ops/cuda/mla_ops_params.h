@@ -166,8 +166,8 @@ struct MlaPrepParams {
   HeadLinearParams uk;
   int64_t uk_row_blocks = 0, uk_blocks = 0;  // W_UK: row blocks x token blocks
   int64_t rope_slices = 0;                   // rope blocks per token
-  // Let the kernel after (the attention) launch only as each block ends its work, instead of at
-  // once (mla_prep_late_trigger).
+  // Let the kernel after (the attention) launch only as each block ends its work, instead of as it
+  // starts (mla_prep_late_trigger: the default).
   bool late_trigger = false;
 };
 // grid = uk_blocks + kv.m + kv.m x rope_slices blocks; dynamic shared memory rope_dim floats.

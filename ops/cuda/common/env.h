@@ -73,12 +73,12 @@ inline bool attention_defer_tc() {
   return on;
 }
 
-// PEREGRINE_MLA_PREP_LATE_TRIGGER=1 (default off; an experiment beside PEREGRINE_ATTENTION_PDL=1): mla_prep
-// lets the kernel after it launch as each block ends instead of as each starts, so that an attention
-// launched under PDL (~190 KB of shared memory a block) does not take SMs while mla_prep's blocks are
-// still being placed.
+// mla_prep lets the kernel after it (the attention, launched with PDL: mla_attention_common.cuh's
+// attention_pdl, where the measurements are) launch as each of its blocks ends instead of as each
+// starts, so that the attention's ~190 KB blocks do not take SMs while mla_prep's blocks are still
+// being placed. PEREGRINE_MLA_PREP_LATE_TRIGGER=0 puts the trigger back at the top.
 inline bool mla_prep_late_trigger() {
-  static const bool on = env_switch("PEREGRINE_MLA_PREP_LATE_TRIGGER", false);
+  static const bool on = env_switch("PEREGRINE_MLA_PREP_LATE_TRIGGER", true);
   return on;
 }
 
