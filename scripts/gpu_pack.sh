@@ -5,7 +5,8 @@
 # Builds the suite's targets in BUILD_DIR, strips them, and writes .deps/prebuilt/gpu-build.tar.xz
 # (git-ignored): the binaries and every ctest file of the build tree at their paths under BUILD_DIR,
 # plus PREBUILT (the commit, whether the tree had changes, the build's absolute path). Carry
-# .deps/prebuilt with .deps/gpu-debs and run `PG_SUITE_PREBUILT=.deps/prebuilt/gpu-build.tar.xz
+# .deps/prebuilt with .deps/gpu-debs (not .deps/gpu-debs-build: the three with the tracked tree pass the
+# device's 64 MiB carry, and nothing is built there) and run `PG_SUITE_PREBUILT=.deps/prebuilt/gpu-build.tar.xz
 # PG_COMMIT=<the commit> scripts/gpu_suite.sh OUT` there: the suite unpacks it at the same absolute path
 # (ctest's files name it) instead of configuring and building. ~6 MB a binary compressed.
 set -euo pipefail

@@ -49,9 +49,10 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 log "machine: $(sed -n 4p "$OUT/env.txt")"
 
 # ---- 2. dependencies: the Debian 12 dev packages, unpacked into a prefix ---------------------
+# .deps/gpu-debs-build (Boost's headers), where carried: only a build here needs it.
 if ls .deps/gpu-debs/*.deb >/dev/null 2>&1; then
   mkdir -p "$DEPS"
-  for f in .deps/gpu-debs/*.deb; do dpkg -x "$f" "$DEPS"; done
+  for f in .deps/gpu-debs/*.deb .deps/gpu-debs-build/*.deb; do [ -f "$f" ] && dpkg -x "$f" "$DEPS"; done
   # .pc files say prefix=/usr: point them at the prefix.
   sed -i -E "s#^(prefix|exec_prefix|libdir|includedir)=/usr#\1=$DEPS/usr#" "$DEPS"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
   export PKG_CONFIG_PATH="$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
