@@ -266,10 +266,10 @@ fi
 
 # ---- 4c. the gated paths (off by default, or a default turned off): op tests and goldens with each --
 # PG_SUITE_GATED="VAR=VAL ..." ("" = none). Each flag gets the op tests of its path and the goldens.
-GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_COMPACT_HEADS=0 PEREGRINE_ATTENTION_VEC=0 PEREGRINE_ATTENTION_LEAN=0 PEREGRINE_ROUTER_LEAN=0 PEREGRINE_RELEASE_ARRIVE=0 PEREGRINE_ATTENTION_DEFER=0 PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1 PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=2 PEREGRINE_ATTENTION_DEFER_TC=0 PEREGRINE_MOE_NVFP4_DOWN_STAGED=0 PEREGRINE_ROUTER_BIAS_STAGED=0 PEREGRINE_MOE_SELF_ROUTING=0 PEREGRINE_MOE_NVFP4_H_FRAGS=0 PEREGRINE_MOE_FP8_SELF_ROUTING=0 PEREGRINE_ATTENTION_PDL=0 PEREGRINE_MLA_PREP_LATE_TRIGGER=0"}
+GATED=${PG_SUITE_GATED-"PEREGRINE_FUSED_NORMS=1 PEREGRINE_DECODE_ATTENTION=tensor PEREGRINE_DECODE_ATTENTION=cuda PEREGRINE_DECODE_ATTENTION=twopass PEREGRINE_COMPACT_HEADS=0 PEREGRINE_ATTENTION_VEC=0 PEREGRINE_ATTENTION_LEAN=0 PEREGRINE_ROUTER_LEAN=0 PEREGRINE_RELEASE_ARRIVE=0 PEREGRINE_ATTENTION_DEFER=0 PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1 PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=2 PEREGRINE_ATTENTION_DEFER_TC=0 PEREGRINE_MOE_NVFP4_DOWN_STAGED=0 PEREGRINE_ROUTER_BIAS_STAGED=0 PEREGRINE_MOE_SELF_ROUTING=0 PEREGRINE_MOE_NVFP4_H_FRAGS=0 PEREGRINE_MOE_FP8_SELF_ROUTING=0 PEREGRINE_ATTENTION_PDL=0 PEREGRINE_MLA_PREP_LATE_TRIGGER=0 PEREGRINE_ATTENTION_EARLY_CHUNK=1"}
 OPSBIN=$(find "$BUILD" -name ops_cuda_test -type f -perm -u+x | head -1)
 # The standard benches (section 5) and the golden memcheck (6) come first in a full run's budget: the
-# 20 switches take ~40 s each (~800 s, more than a call), the benches 10-25 s each and the memcheck
+# 21 switches take ~40 s each (~840 s, more than a call), the benches 10-25 s each and the memcheck
 # subset ~10. So a switch starts only if ~150 s are left for it beyond that reserve; the ones skipped
 # say so, for the next call's PG_SUITE_GATED.
 BENCHES=${PG_SUITE_BENCHES-"moonlight-16b-a3b:bf16:0:spec moonlight-16b-a3b:fp8:0 moonlight-16b-a3b:nvfp4:0:spec deepseek-v3:bf16:4 deepseek-v3:fp8:4 deepseek-v3:nvfp4:4"}
@@ -288,7 +288,7 @@ for g in $GATED; do
     PEREGRINE_LINEAR_MMA_WARPS_PER_SM) ops_filter='*LinearCuda*:*LinearNorm*' ;;
     PEREGRINE_ATTENTION_DEFER) ops_filter='*MlaAttentionDeferred*' ;;  # (the op tests run the deferred form anyway)
     PEREGRINE_ATTENTION_DEFER_TC) ops_filter='*MlaAttentionDeferred*' ;;  # =0: its tensor-core runs not deferred
-    PEREGRINE_ATTENTION_PDL|PEREGRINE_ATTENTION_VEC|PEREGRINE_ATTENTION_LEAN|PEREGRINE_MLA_PREP_LATE_TRIGGER) ops_filter='*MlaAttention*' ;;
+    PEREGRINE_ATTENTION_PDL|PEREGRINE_ATTENTION_VEC|PEREGRINE_ATTENTION_LEAN|PEREGRINE_MLA_PREP_LATE_TRIGGER|PEREGRINE_ATTENTION_EARLY_CHUNK) ops_filter='*MlaAttention*' ;;
     PEREGRINE_COMPACT_HEADS) ops_filter='-*' ;;  # =0: the goldens on f32 heads (the op tests run every head format anyway)
     *) ops_filter='-*' ;;  # e.g. PEREGRINE_DECODE_ATTENTION: the op tests run both kernels anyway
   esac

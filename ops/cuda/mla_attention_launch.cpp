@@ -101,6 +101,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   if (a.m * plan.head_groups * plan.n_splits > INT_MAX || a.m * a.n_heads > INT_MAX)
     return unsupported("mla_attention (CUDA): {} tokens x {} heads is too large a grid", a.m, a.n_heads);
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
+  p.early_chunk = attention_early_chunk();
 
   // Workspace: the two passes' scores, or the split plan's partials (none for one split).
   const size_t need = two_pass            ? mla_tp_workspace_floats(a.m, max_ctx)

@@ -167,6 +167,9 @@ struct MlaAttentionParams {
   // The deferred form (mla_attention_defer_ok): every split leaves its partial in ws_o / ws_ml and
   // no block combines; W_UV's kernel does (MlaPartials, head_linear_combine).
   bool defer = false;
+  // The CUDA-core kernel loads a block's first chunk before its wait where that chunk holds none of
+  // the step's own rows (mla_attention.cu; attention_early_chunk, common/env.h).
+  bool early_chunk = false;
 };
 
 // The split partials of a deferred launch, for the kernel that combines them (W_UV's): where they

@@ -82,6 +82,14 @@ inline bool mla_prep_late_trigger() {
   return on;
 }
 
+// PEREGRINE_ATTENTION_EARLY_CHUNK=1 (off: an experiment, not yet run on a GPU): the CUDA-core
+// attention kernel loads a block's first chunk of cache rows before its PDL wait where the chunk holds
+// none of the rows the step's tokens write (mla_attention.cu), so that load overlaps mla_prep's tail.
+inline bool attention_early_chunk() {
+  static const bool on = env_switch("PEREGRINE_ATTENTION_EARLY_CHUNK", false);
+  return on;
+}
+
 // A non-negative integer from the environment, else the default (unset, empty or not a number).
 inline int env_int(const char* name, int default_value) {
   const char* v = std::getenv(name);
