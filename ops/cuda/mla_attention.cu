@@ -42,26 +42,34 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
 
   pg_tl_mark(TimelineKernel::kAttention, 0);
-  // p.early_chunk: before the wait (launched under PDL: attention_pdl), what no kernel of this step writes: ctx_len,
-  // token_seq and the block tables are the step's inputs, copied before its first kernel; cache rows
-  // before the last m of a context (m: the step's tokens) were written by earlier steps, or (a draft
-  // chain's depths) by kernels before the previous attention launch, which triggers only after its
-  // chunk loop. So a block whose first chunk ends before those rows loads it now, while the kernel
-  // before finishes (mla_prep: the rows of this step's tokens, q); the same rows into the same place.
-  const int64_t ctx_len = ld_now(p.ctx_len + t);
-  const int32_t seq = ld_now(p.token_seq + t);
-  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
-  MlaSplitRows early;  // ctx_len > 0: mla_block_rows has no side effect
-  const bool early_chunk = p.early_chunk && ctx_len > 0 && mla_block_rows<kRows, kLean>(p, place, kHeads, ctx_len, early) &&
-                           min(early.begin + kRows, early.end) <= ctx_len - p.m;
-  if (early_chunk) {
-    load_chunk<kRows, kVec, kLean>(p, sK, chunk_blocks<kRows, kLean>(p, table, early.begin, early.end), early.begin,
-                                   early.end, 4 * p.d4);
-    cp_async_commit();
+  // p.early_chunk (PEREGRINE_ATTENTION_EARLY_CHUNK): before the wait (launched under PDL:
+  // attention_pdl), what no kernel of this step writes. ctx_len, token_seq and the block tables are
+  // the step's inputs, copied before its first kernel; cache rows before the last m of a context (m:
+  // the step's tokens) were written by earlier steps or (a draft chain's depths) by kernels before
+  // the previous attention launch, which triggers only after its chunk loop. So a block whose first
+  // chunk ends before those rows loads it now, while the kernel before (mla_prep: this step's rows,
+  // q) finishes: the same rows into the same place. Off: the loads after the wait, as before.
+  int64_t ctx_len = 0;
+  int32_t seq = 0;
+  bool early_chunk = false;
+  if (p.early_chunk) {
+    ctx_len = ld_now(p.ctx_len + t), seq = ld_now(p.token_seq + t);
+    MlaSplitRows early;  // ctx_len > 0: mla_block_rows has no side effect
+    early_chunk = ctx_len > 0 && mla_block_rows<kRows, kLean>(p, place, kHeads, ctx_len, early) &&
+                  min(early.begin + kRows, early.end) <= ctx_len - p.m;
+    if (early_chunk) {
+      const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
+      load_chunk<kRows, kVec, kLean>(p, sK, chunk_blocks<kRows, kLean>(p, table, early.begin, early.end),
+                                     early.begin, early.end, 4 * p.d4);
+      cp_async_commit();
+    }
   }
-  pdl_wait();  // q and the step's own cache rows come from the kernels before
+  pdl_wait();  // q, ctx_len and the step's cache rows come from the kernels before
   pg_tl_mark(TimelineKernel::kAttention, 1);
-  load_q<kHeads, kVec, kLean>(p, sQ, t, h0);
+  // ctx_len and token_seq in one round trip (an ordinary token_seq load was issued only after
+  // mla_block_rows' branch: a second one before the table's).
+  if (!p.early_chunk) ctx_len = ld_now(p.ctx_len + t), seq = ld_now(p.token_seq + t);
+  load_q<kHeads, kVec, kLean>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
   cp_async_commit();
 
   MlaSplitRows rows_of;
@@ -71,6 +79,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   }
   const int begin = rows_of.begin, end = rows_of.end, n_act = rows_of.n_act;
   const bool direct = !kDefer && n_act == 1;  // the only split: normalize and write o_lat here
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
   if (!early_chunk) {
     load_chunk<kRows, kVec, kLean>(p, sK, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end, 4 * p.d4);
