@@ -115,7 +115,7 @@ if [ "$MODE" = prebuilt ]; then
 elif [ -n "${PG_SUITE_MINIMAL:-}" ] || ! configure "$ROOT"; then
   [ -n "${PG_SUITE_MINIMAL:-}" ] && echo "PG_SUITE_MINIMAL set" >>"$OUT/configure.log"
   if [ -z "${PG_SUITE_MINIMAL:-}" ] && grep -q "Boost" "$OUT/configure.log"; then
-    # No Boost on this machine (fetch_gpu_debs.sh leaves it out: large). A config that defines an
+    # No Boost on this machine (.deps/gpu-debs-build, where fetch_gpu_debs.sh puts it, not carried). A config that defines an
     # empty Boost::headers lets everything else configure; server/ targets then fail to compile.
     log "configure failed on Boost: retrying with a stand-in Boost config (server/ will not build)"
     mkdir -p "$DEPS/fakeboost/lib/cmake/Boost-1.81.0"

@@ -75,7 +75,7 @@ struct MlaPlan {
   int64_t head_groups = 1;  // ceil(n_heads / heads)
   int64_t n_splits = 1;     // splits per (token, head group); 1: no workspace, no combine
   int n_combiners = 1;      // blocks sharing a group's combine (1: the last one alone, no waiting)
-  int chunk_rows = kMlaChunkRows;  // rows per chunk and the split rows' unit (16: the CUDA-core kernel on request)
+  int chunk_rows = kMlaChunkRows;  // rows per chunk and the split rows' unit (16: a plan no launch takes)
 };
 
 // From host-known bounds only: the grid stays valid (and the workspace large enough) for any
@@ -85,7 +85,7 @@ struct MlaPlan {
 // block they wait on is not yet resident: items x n_combiners <= SMs / 2 leaves half the SMs to
 // blocks that never wait (and the whole split grid, <= SMs blocks, fits in one wave anyway).
 // tensor_cores: the tensor-core kernel's plan, always 16 heads per block (one mma M tile).
-// chunk_rows: 16 or 32 (kMlaChunkRows; the tensor-core kernel takes 32 only).
+// chunk_rows: 16 or 32 (kMlaChunkRows; the tensor-core kernel takes 32 only; the launcher asks 32 only).
 inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count, bool tensor_cores = false,
                         int chunk_rows = kMlaChunkRows) {
   MlaPlan p;
@@ -163,7 +163,7 @@ struct MlaAttentionParams {
   // per token, tp_slices pass-2 column slices of kMlaTpCols.
   float* ws_s = nullptr;
   int s_rows = 0, tp_blocks = 0, tp_slices = 0;
-  int chunk_rows = kMlaChunkRows;  // the CUDA-core kernel's rows per chunk (MlaPlan::chunk_rows): 16 or 32
+  int chunk_rows = kMlaChunkRows;  // the kernel's rows per chunk (MlaPlan::chunk_rows): kMlaChunkRows
   // The deferred form (mla_attention_defer_ok): every split leaves its partial in ws_o / ws_ml and
   // no block combines; W_UV's kernel does (MlaPartials, head_linear_combine).
   bool defer = false;
