@@ -33,6 +33,7 @@
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
 #include "ops/cuda/linear/config.h"
+#include "ops/cuda/linear/nvfp4_lane.h"
 #include "ops/cuda/linear/params.h"
 
 namespace pg::ops::cuda {
@@ -512,6 +513,102 @@ struct Nvfp4Ring {
   }
 };
 
+// ---- The ring's stages in the loop: each lane's own sources and slots ----
+// The stage loops below (nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel) and the MoE downs' keep, per
+// lane, one pointer and the rows' distances for its copy sources (nvfp4_lane.h's Nvfp4LaneSrc: one
+// offset moves a stage at a time) and its words of the ring's slot 0 (Nvfp4LaneRing), so a whole stage
+// costs its copies, the offset's step and the slot's offset, and its mmas read the slot and x at
+// fixed offsets: no chunk index, clamp or 64-bit address is rebuilt per stage, and only a warp's last
+// stage, when it is not whole, takes nvfp4_ring_issue's clamped path. The slots, the bytes copied into
+// them, the mmas and their order are nvfp4_ring_issue's and nvfp4_ring_work's: the same bits
+// (tests/unit/ops/nvfp4_lane_test.cpp runs the arithmetic on the host against nvfp4_ring_issue's
+// copies). A pass of the stage loop, in SASS instructions a KB of codes (scripts/sass_loops.py, the
+// steady-state path: every mma and copy, no setup or tail), before -> after: the persistent linear
+// 1 x 2 225 -> 158.5 (the V3 / 7168 -> 18432 shapes' kernel), 2 x 2 185 -> 146, 1 x 1 288 -> 180;
+// the MoE gate_up at one token 168 -> 151; its prefetching down 145.5 -> 135; the 2..8-token down's
+// ring 180 -> 158.5. The unpack, the block-scale multiplies and the mmas are ~128 of them.
+
+// A lane's words of slot 0 of its warp's ring; a slot is kBytes further on.
+template <int kTiles, int kUnroll>
+struct Nvfp4LaneRing {
+  using Stage = Nvfp4RingStage<kTiles, kUnroll>;
+  static constexpr int kBytes = int(sizeof(Stage));
+  uint4* w;
+  uint32_t* sc;
+  __device__ __forceinline__ Nvfp4LaneRing(Stage* ring, int lane) : w(&ring->w[0][0][0][lane]), sc(&ring->sc[0][0][0][lane]) {}
+  __device__ __forceinline__ uint4* w_at(int slot_off) const {
+    return reinterpret_cast<uint4*>(reinterpret_cast<char*>(w) + slot_off);
+  }
+  __device__ __forceinline__ uint32_t* sc_at(int slot_off) const {
+    return reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(sc) + slot_off);
+  }
+};
+
+// Copies a whole stage (its kUnroll k-steps all below the warp's s1 and inside K) from src into this
+// lane's words w / sc of a slot, commits the group and moves src on by a stage.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_lane_issue(Nvfp4LaneSrc<kTiles>& src, uint4* w, uint32_t* sc, uint64_t policy) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* cw = src.codes(i, h);
+      const uint8_t* cs = src.scales(i, h);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), cw + u * kNvfp4LaneStepBytes, true, policy);
+        cp_async4(sc + nvfp4_slot_word<kTiles>(u, i, h), cs + u * kNvfp4LaneStepScaleBytes, true);
+      }
+    }
+  cp_async_commit();
+  src.step(kUnroll);
+}
+
+// The warp's last stage when it is not whole, src at its k-step s (nvfp4_lane_tail_copy: steps at
+// or past s1 are not copied, chunks past k_chunks read as zero): nvfp4_ring_issue's copies.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_lane_issue_tail(const Nvfp4LaneSrc<kTiles>& src, uint4* w, uint32_t* sc,
+                                                      uint64_t policy, int s, int s1, int k_chunks, int t) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const Nvfp4TailCopy c = nvfp4_lane_tail_copy(s, u, s1, k_chunks, t);
+    if (!c.copy) break;  // warp-uniform
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), src.codes(i, h) + c.codes, c.ok, policy);
+        cp_async4(sc + nvfp4_slot_word<kTiles>(u, i, h), src.scales(i, h) + c.scales, c.ok);
+      }
+  }
+  cp_async_commit();
+}
+
+// The mmas of a slot's first `steps` k-steps (<= kUnroll; the rest were not copied): w / sc this
+// lane's words of the slot, xl = xs + s * kNvfp4MmaXStepVecs + t (the lane's B fragments of the slot's
+// first k-step s), shift = 16 * (t % 2) (the lane's scale pair in the copied word). nvfp4_ring_work's
+// mmas in its order.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_lane_work(const uint4* w, const uint32_t* sc, const uint4* xl, int steps,
+                                                int shift, float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (u > 0 && u >= steps) break;  // warp-uniform
+    uint32_t b[4][4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = xl[u * kNvfp4MmaXStepVecs + 4 * q];
+      b[q][0] = v.x, b[q][1] = v.y, b[q][2] = v.z, b[q][3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const uint4 wv[2] = {w[nvfp4_slot_word<kTiles>(u, i, 0)], w[nvfp4_slot_word<kTiles>(u, i, 1)]};
+      const uint32_t scv[2] = {sc[nvfp4_slot_word<kTiles>(u, i, 0)] >> shift, sc[nvfp4_slot_word<kTiles>(u, i, 1)] >> shift};
+      nvfp4_mma_tile<false>(wv, scv, b, acc[i]);
+    }
+  }
+}
+
 // nvfp4_mma_stream with x staged per block and the weights through the warp's ring (above).
 // Every thread of the block must call it: the first kStages - 1 stages' copies go out before
 // pdl_wait() (weights depend on no kernel), then stage_x() (every thread a share of the block's
@@ -530,18 +627,39 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
                                                       float (&acc)[kTiles][4], bool wait = true) {
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages of this warp
-  const int lane = pinned_lane();
-  const Nvfp4RingSrc<kTiles> src = kWholeSteps ? nvfp4_ring_src_lane(wrow, srow) : nvfp4_ring_src(wrow, srow);
-  auto issue = [&](int j, Nvfp4RingStage<kTiles, kUnroll>& st) {
-    nvfp4_ring_issue<kTiles, kUnroll, kWholeSteps>(src, k_chunks, s0 + int64_t(j) * kUnroll, s1, st, lane);
+  constexpr int kStages = nvfp4_ring_stages<kTiles, kUnroll>();
+  // 32-bit step indices (a row's k-steps: K / 128 < 2^31).
+  const int is0 = int(s0), is1 = int(s1), ikc = int(k_chunks);
+  const int n = is1 > is0 ? (is1 - is0 + kUnroll - 1) / kUnroll : 0;  // stages of this warp
+  const int nw = nvfp4_lane_whole_stages(is0, is1, ikc, kUnroll, kWholeSteps);
+  const int lane = pinned_lane(), t = lane % 4;
+  const uint64_t policy = l2_evict_first_policy();  // made once: uniform registers, not a lane's
+  Nvfp4LaneSrc<kTiles> src;
+  src.at(wrow, srow, s0, t);
+  const Nvfp4LaneRing<kTiles, kUnroll> r(ring, lane);
+  constexpr int kSlot = Nvfp4LaneRing<kTiles, kUnroll>::kBytes;
+  auto issue = [&](int j, int slot_off) {  // stage j into a slot (an empty group past the last stage)
+    if (j < nw) nvfp4_lane_issue<kTiles, kUnroll>(src, r.w_at(slot_off), r.sc_at(slot_off), policy);
+    else if (j < n)
+      nvfp4_lane_issue_tail<kTiles, kUnroll>(src, r.w_at(slot_off), r.sc_at(slot_off), policy, is0 + j * kUnroll, is1,
+                                             ikc, t);
+    else cp_async_commit();
   };
-  Nvfp4Ring<kTiles, kUnroll> r{ring, n};
-  r.start(issue);
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) issue(j, j * kSlot);
   if (wait) pdl_wait();
   stage_x();
   __syncthreads();
-  for (int j = 0; j < n; ++j) nvfp4_ring_work(r.next(j, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc, lane);
+  const uint4* xl = xs + is0 * kNvfp4MmaXStepVecs + t;
+  Nvfp4SlotCursor<kStages, kSlot> cur;
+  for (int j = 0; j < n; ++j) {
+    issue(j + kStages - 1, cur.wr);
+    cp_async_wait<kStages - 1>();  // stage j's group has landed
+    nvfp4_lane_work<kTiles, kUnroll>(r.w_at(cur.rd), r.sc_at(cur.rd), xl, j < nw ? kUnroll : is1 - is0 - j * kUnroll,
+                                     16 * (lane % 2), acc);
+    xl += kUnroll * kNvfp4MmaXStepVecs;
+    cur.next();
+  }
 }
 
 // The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front
@@ -704,40 +822,68 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   const int64_t per_part = (k_steps + k_split - 1) / k_split;
   const int64_t s0 = min(k_steps, kpart * per_part), s1 = min(k_steps, s0 + per_part);
   const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;  // stages per unit
+  // Whole stages of a unit first (every step below s1 and inside K); at most its last one is not.
+  const int nw = nvfp4_lane_whole_stages(int(s0), int(s1), int(k_chunks), kUnroll, false);
   const int my_units = int64_t(blockIdx.x) < units ? int((units - 1 - blockIdx.x) / gridDim.x + 1) : 0;
-  const int total = my_units * n;
   auto row0_of = [&](int u) { return ((int64_t(blockIdx.x) + int64_t(u) * gridDim.x) * per_unit + warp / k_split) * kRowsW; };
-  // Stage J of this warp: unit J / n, k-steps from s0 + (J % n) x kUnroll.
-  auto issue = [&](int J, Stage& st) {
-    const int64_t row0 = row0_of(J / n);
-    const uint8_t* wrow[kTiles][2];
-    const uint8_t* srow[kTiles][2];
+  const int t = lane % 4;
+  const uint64_t policy = l2_evict_first_policy();
+  const Nvfp4LaneRing<kTiles, kUnroll> lr(ring, lane);
+  constexpr int kStages = nvfp4_ring_stages<kTiles, kUnroll>();
+  constexpr int kSlot = Nvfp4LaneRing<kTiles, kUnroll>::kBytes;
+  // The issuing side runs kStages - 1 stages ahead: stage ij of unit iu next; the rows' sources are
+  // set at each unit's first stage.
+  int iu = 0, ij = 0;
+  Nvfp4LaneSrc<kTiles> src;
+  auto issue = [&](int slot_off) {  // the next stage in order (an empty group past the last)
+    if (iu >= my_units || n == 0) {
+      cp_async_commit();
+      return;
+    }
+    if (ij == 0) {
+      const int64_t row0 = row0_of(iu);
+      const uint8_t* wrow[kTiles][2];
+      const uint8_t* srow[kTiles][2];
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i)
+      for (int i = 0; i < kTiles; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = min(row0 + kMmaRows * i + g + 8 * h, p.n - 1);  // past n: re-read, never written
-        wrow[i][h] = static_cast<const uint8_t*>(p.w) + row * (p.k / 2);
-        srow[i][h] = p.scale_fp8 + row * (p.k / kNvfp4Block);
-      }
-    nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(J % n) * kUnroll, s1, st, lane);
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = min(row0 + kMmaRows * i + g + 8 * h, p.n - 1);  // past n: re-read, never written
+          wrow[i][h] = static_cast<const uint8_t*>(p.w) + row * (p.k / 2);
+          srow[i][h] = p.scale_fp8 + row * (p.k / kNvfp4Block);
+        }
+      src.at(wrow, srow, s0, t);
+    }
+    if (ij < nw) nvfp4_lane_issue<kTiles, kUnroll>(src, lr.w_at(slot_off), lr.sc_at(slot_off), policy);
+    else
+      nvfp4_lane_issue_tail<kTiles, kUnroll>(src, lr.w_at(slot_off), lr.sc_at(slot_off), policy, int(s0) + ij * kUnroll,
+                                             int(s1), int(k_chunks), t);
+    if (++ij == n) ij = 0, ++iu;
   };
 
   pg_tl_mark(TimelineKernel::kLinearNvfp4X1, 0);
   pdl_trigger();
-  Nvfp4Ring<kTiles, kUnroll> r{ring, total};
-  r.start(issue);  // weights depend on no kernel: before the wait
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) issue(j * kSlot);  // weights depend on no kernel: before the wait
   pdl_wait();
   pg_tl_mark(TimelineKernel::kLinearNvfp4X1, 1);
   nvfp4_mma_stage_x_block<kWalk>(p.x, k_chunks, k_steps, xs);
   __syncthreads();
-  int J = 0;
+  const int shift = 16 * (lane % 2);
+  Nvfp4SlotCursor<kStages, kSlot> cur;
   for (int u = 0; u < my_units; ++u) {  // uniform over the block
     float acc[kTiles][4];
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    for (int j = 0; j < n; ++j, ++J)
-      nvfp4_ring_work(r.next(J, issue), xs, s0 + int64_t(j) * kUnroll, s1, acc, lane);
+    const uint4* xl = xs + s0 * kNvfp4MmaXStepVecs + t;
+    for (int j = 0; j < n; ++j) {
+      issue(cur.wr);
+      cp_async_wait<kStages - 1>();  // this stage's group has landed
+      nvfp4_lane_work<kTiles, kUnroll>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl,
+                                       j < nw ? kUnroll : int(s1 - s0) - j * kUnroll, shift, acc);
+      xl += kUnroll * kNvfp4MmaXStepVecs;
+      cur.next();
+    }
     bool mine = true;
     if (k_split > 1) {
       mine = linear_mma_split_sum(partial, k_split, acc);

@@ -358,8 +358,21 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     Stage* ring = reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(warp) * stages;
     uint4* xs = reinterpret_cast<uint4*>(reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(blockDim.x / kWarpSize) * stages);
     const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;
-    for (int j = 0; j < n; ++j)
-      nvfp4_ring_issue(wrow, srow, k_chunks, s0 + int64_t(j) * kUnroll, s1, ring[j], lane);
+    // Whole stages (every step below s1 and inside K) through the lane's pointers, a last partial one
+    // with nvfp4_ring_issue's clamps: the same copies into the same slots (nvfp4_mma.cuh).
+    const int nw = nvfp4_lane_whole_stages(int(s0), int(s1), int(k_chunks), kUnroll, false);
+    const Nvfp4LaneRing<kTiles, kUnroll> lr(ring, lane);
+    constexpr int kSlot = Nvfp4LaneRing<kTiles, kUnroll>::kBytes;
+    {
+      const uint64_t policy = l2_evict_first_policy();
+      Nvfp4LaneSrc<kTiles> src;
+      src.at(wrow, srow, s0, t);
+      int j = 0;
+      for (; j < nw; ++j) nvfp4_lane_issue<kTiles, kUnroll>(src, lr.w_at(j * kSlot), lr.sc_at(j * kSlot), policy);
+      if (j < n)
+        nvfp4_lane_issue_tail<kTiles, kUnroll>(src, lr.w_at(j * kSlot), lr.sc_at(j * kSlot), policy, int(s0) + j * kUnroll,
+                                               int(s1), int(k_chunks), t);
+    }
     pdl_wait();  // h comes from gate_up
     pg_tl_mark(TimelineKernel::kDown, 1);
     if (p.plan.h16) moe_h_frags_stage(p, n_slots, k_chunks, all_steps, xs, &h_bar);
@@ -369,8 +382,11 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     pg_tl_mark(TimelineKernel::kDown, 2);
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    const uint4* xw = xs + int64_t(slot) * all_steps * kNvfp4MmaXStepVecs;
-    for (int j = 0; j < n; ++j) nvfp4_ring_work(ring[j], xw, s0 + int64_t(j) * kUnroll, s1, acc, lane);
+    const uint4* xl = xs + (int64_t(slot) * all_steps + s0) * kNvfp4MmaXStepVecs + t;
+    const int shift = 16 * (lane % 2);
+    for (int j = 0; j < n; ++j, xl += kUnroll * kNvfp4MmaXStepVecs)
+      nvfp4_lane_work<kTiles, kUnroll>(lr.w_at(j * kSlot), lr.sc_at(j * kSlot), xl,
+                                       j < nw ? kUnroll : int(s1 - s0) - j * kUnroll, shift, acc);
   } else {
     if constexpr (kMode == MoeDownMode::kStaged) {
       extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
@@ -521,14 +537,24 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       int s0, s1;
       total += steps_of(task, s0, s1);
     }
-    // The issuing cursor runs kRingStages - 1 stages ahead of the multiplying loop, over the same tasks.
+    // The issuing cursor runs kRingStages - 1 stages ahead of the multiplying loop, over the same
+    // tasks: c_left stages of the task left, c_whole of them whole (every step below c_s1 and inside
+    // K; at most the task's last is not), its next at k-step c_s. The copies of nvfp4_ring_issue
+    // into the same slots, through the lane's pointers (nvfp4_mma.cuh).
     const uint64_t policy = l2_evict_first_policy();
-    int c_task = warp - kWarps, c_left = 0, c_s = 0, c_s1 = 0;
-    Nvfp4RingSrc<1> c_src;
-    auto issue = [&](int, Stage& st) {  // warp-uniform (slot_expert_id's shuffle)
+    int c_task = warp - kWarps, c_left = 0, c_whole = 0, c_s = 0, c_s1 = 0, issued = 0;
+    Nvfp4LaneSrc<1> c_src;
+    const Nvfp4LaneRing<1, kUnroll> lr(ring, lane);
+    constexpr int kSlot = Nvfp4LaneRing<1, kUnroll>::kBytes;
+    auto issue = [&](int slot_off) {  // warp-uniform (slot_expert_id's shuffle)
+      if (issued++ >= total) {
+        cp_async_commit();
+        return;
+      }
       while (c_left == 0) {
         c_task += kWarps;
         c_left = steps_of(c_task, c_s, c_s1);
+        c_whole = nvfp4_lane_whole_stages(c_s, c_s1, int(k_chunks), kUnroll, false);
         const int slot = c_task >> ks_shift;
         const int64_t expert = slot < n_distinct ? slot_expert_id(w, slot) : p.n_experts + (slot - n_distinct);
         const uint8_t* wrow[1][2];
@@ -539,18 +565,21 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
           wrow[0][h] = codes_row(p.down, row, p.inter);
           srow[0][h] = scales_row(p.down, row);
         }
-        c_src = nvfp4_ring_src(wrow, srow, policy);
+        c_src.at(wrow, srow, c_s, t);
       }
-      nvfp4_ring_issue(c_src, k_chunks, c_s, c_s1, st, lane);
+      if (c_whole > 0) nvfp4_lane_issue<1, kUnroll>(c_src, lr.w_at(slot_off), lr.sc_at(slot_off), policy), --c_whole;
+      else nvfp4_lane_issue_tail<1, kUnroll>(c_src, lr.w_at(slot_off), lr.sc_at(slot_off), policy, c_s, c_s1,
+                                                   int(k_chunks), t);
       c_s += kUnroll, --c_left;
     };
-    Nvfp4Ring<1, kUnroll, kRingStages> r{ring, total};
-    r.start(issue);
+#pragma unroll
+    for (int j = 0; j < kRingStages - 1; ++j) issue(j * kSlot);
     pdl_wait();  // h comes from gate_up
     if (p.plan.h16) moe_h_frags_stage(p, n_h, k_chunks, k_steps, xs, &h_bar);
     else nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
     __syncthreads();
-    int J = 0;
+    const int shift = 16 * (lane % 2);
+    Nvfp4SlotCursor<kRingStages, kSlot> cur;
     for (int task = warp; task < n_tasks; task += kWarps) {
       const int kpart = task & (k_split - 1);
       const auto [expert, pairs, n_pairs, h_base, shared] = moe_multi_slot(p, w, task >> ks_shift, n_distinct);
@@ -567,7 +596,15 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       const int n = steps_of(task, s0, s1);
       const uint4* xl = xs + h_row(g < m_valid ? g : 0) * row_vecs;  // past the pairs: a column never written
       float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-      for (int j = 0; j < n; ++j, ++J) nvfp4_ring_work(r.next(J, issue), xl, s0 + j * kUnroll, s1, acc, lane);
+      const int nw = nvfp4_lane_whole_stages(s0, s1, int(k_chunks), kUnroll, false);
+      const uint4* xj = xl + s0 * kNvfp4MmaXStepVecs + t;
+      for (int j = 0; j < n; ++j, xj += kUnroll * kNvfp4MmaXStepVecs) {
+        issue(cur.wr);
+        cp_async_wait<kRingStages - 1>();  // this stage's group has landed
+        nvfp4_lane_work<1, kUnroll>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xj, j < nw ? kUnroll : s1 - s0 - j * kUnroll,
+                                    shift, acc);
+        cur.next();
+      }
       moe_down_multi_part(s_part, kpart * n_h, g, t, m_valid, hr, wgt, acc[0], s2);
     }
   } else {  // h per lane from L2
