@@ -147,7 +147,7 @@ def loops(code, branches, innermost):
 def hot_path(code, branches, start, end):
     """The instructions of the loop's steady-state pass: of the paths from its head to its backward
     branch (forward branches taken or not; a branch out of the loop ends nothing), the one with the
-    most HMMA, then the most LDGSTS (a ring's pass issues a stage's copies), then the fewest
+    most HMMA, then the most LDGSTS and LDG (a pass issues a stage's copies or loads), then the fewest
     instructions: the mmas and copies all run, the blocks a pass usually skips (a unit's first-stage
     setup, a tail stage's checks) do not. (HMMA count, instruction count, addresses)."""
     addrs = [a for a in sorted(code) if start <= a <= end]
@@ -158,7 +158,7 @@ def hot_path(code, branches, start, end):
             continue
         mma, cp, n, path = best[a]
         op = code[a]
-        here = (mma + (opcode(op) == "HMMA"), cp + (opcode(op) == "LDGSTS"), n + 1, path + (a,))
+        here = (mma + (opcode(op) == "HMMA"), cp + (opcode(op) in ("LDGSTS", "LDG")), n + 1, path + (a,))
         if a == end:
             return here[0], here[2], here[3]
         bare = re.sub(r"^@!?U?P[0-9T]+\s+", "", op)

@@ -28,8 +28,9 @@ constexpr int kNvfp4LaneStepBytes = 4 * kNvfp4LaneChunkBytes;
 constexpr int kNvfp4LaneStepScaleBytes = 8;
 
 // A lane's copy sources: chunk 4 s + t (t = lane % 4) of k-step s of row g + 8h of tile i, and the
-// 4-byte word of that chunk pair's e4m3 scales (2 (c & ~1) bytes into the row's scales), for
-// s = s_at + off / kNvfp4LaneStepBytes. In few registers: row (i, h)'s codes are at w + d[i][h] + off
+// 4-byte word of that chunk pair's e4m3 scales (2 (c & ~1) bytes into the row's scales; with
+// pair_word = false the chunk's own 2 scale bytes, 2 c bytes in, as the register path loads them),
+// for s = s_at + off / kNvfp4LaneStepBytes. In few registers: row (i, h)'s codes are at w + d[i][h] + off
 // and its scales at sc + (d[i][h] + off) / 8, d the row's distance in codes from row (0, 0): rows are
 // K / 2 bytes of codes and K / 16 of scales (K % 16 == 0), so the distances are multiples of 8 in the
 // same ratio; no row comes before row (0, 0) (the callers clamp rows past the matrix to its last),
@@ -42,9 +43,9 @@ struct Nvfp4LaneSrc {
   uint32_t off = 0;  // unsigned: a 64-bit address plus it needs no sign extension
 
   PG_NVFP4_LANE_HD void at(const uint8_t* const (&wrow)[kTiles][2], const uint8_t* const (&srow)[kTiles][2], int64_t s_at,
-                           int t) {
+                           int t, bool pair_word = true) {
     w = wrow[0][0] + (s_at * 4 + t) * kNvfp4LaneChunkBytes;
-    sc = srow[0][0] + s_at * kNvfp4LaneStepScaleBytes + 2 * (t & ~1);
+    sc = srow[0][0] + s_at * kNvfp4LaneStepScaleBytes + 2 * (pair_word ? t & ~1 : t);
     for (int i = 0; i < kTiles; ++i)
       for (int h = 0; h < 2; ++h) d[i][h] = uint32_t(wrow[i][h] - wrow[0][0]);
     off = 0;
@@ -60,14 +61,16 @@ struct Nvfp4LaneSrc {
 //
 // The warp's last stage when it is not whole, at k-step s: copy u exists while s + u < s1; its
 // chunk c = 4 (s + u) + t reads as zero past k_chunks (ok = false), from the row's last chunk's
-// address; offsets from src.codes / src.scales (src at k-step s). 32-bit indices: K / 32 < 2^31.
+// address; offsets from src.codes / src.scales (src at k-step s, its scales as `pair_word` says).
+// 32-bit indices: K / 32 < 2^31.
 struct Nvfp4TailCopy {
   bool copy, ok;
   int codes, scales;
 };
-PG_NVFP4_LANE_HD Nvfp4TailCopy nvfp4_lane_tail_copy(int s, int u, int s1, int k_chunks, int t) {
+PG_NVFP4_LANE_HD Nvfp4TailCopy nvfp4_lane_tail_copy(int s, int u, int s1, int k_chunks, int t, bool pair_word = true) {
   const int c0 = s * 4 + t, c = c0 + 4 * u, last = k_chunks - 1, cc = c < last ? c : last;
-  return {s + u < s1, c <= last, (cc - c0) * kNvfp4LaneChunkBytes, 2 * ((cc & ~1) - (c0 & ~1))};
+  return {s + u < s1, c <= last, (cc - c0) * kNvfp4LaneChunkBytes,
+          pair_word ? 2 * ((cc & ~1) - (c0 & ~1)) : 2 * (cc - c0)};
 }
 
 // The whole stages of a warp's k-steps [s0, s1) in stages of `unroll` (those first; at most its last

@@ -299,13 +299,62 @@ __device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, u
 // down at m = 1). Every thread of the block must call it: pdl_wait() comes after this warp's first
 // weight loads, then stage_x() (every thread a share of the block's staged x), then a barrier; xs
 // is this warp's staged row. Steps past s1 add zero products (zero weights and zero B).
+//
+// Whole stages (every step below s1 and inside K: all but at most the warp's last) load through
+// the lane's pointers (nvfp4_lane.h, one offset a stage: no chunk index, predicate or zero fill) and
+// their mmas read x at fixed offsets from the lane's pointer; the last stage, when it is not whole,
+// loads as nvfp4_mma_load does. The same loads into the same registers, the same mmas on the same
+// operands in the same order: the same bits. A pass of the double-buffered loop (1 x 2, m = 1),
+// in SASS instructions a KB of codes (scripts/sass_loops.py): 167.8 -> see docs/decode-status.md,
+// session 40.
 template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_mma_work_x1_regs(const Nvfp4MmaStage<kTiles, kUnroll>& st, const uint4* xs,
-                                                       int64_t s, int64_t s1, float (&acc)[kTiles][4]) {
+__device__ __forceinline__ void nvfp4_lane_load(const Nvfp4LaneSrc<kTiles>& src, Nvfp4MmaStage<kTiles, kUnroll>& st) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.w[u][i][h] = ld_stream(src.codes(i, h) + u * kNvfp4LaneStepBytes);
+        st.sc[u][i][h] = uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src.scales(i, h) + u * kNvfp4LaneStepScaleBytes)));
+      }
+}
+// The warp's last stage when it is not whole, src at its k-step s: nvfp4_mma_load's loads (zeros
+// for steps at or past s1 and for chunks past k_chunks).
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_lane_load_tail(const Nvfp4LaneSrc<kTiles>& src, Nvfp4MmaStage<kTiles, kUnroll>& st,
+                                                     int s, int s1, int k_chunks, int t) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    uint32_t b[4][4] = {};
-    if (s + u < s1) nvfp4_mma_x_staged(xs, s + u, b, int(threadIdx.x % 4));
+    const Nvfp4TailCopy c = nvfp4_lane_tail_copy(s, u, s1, k_chunks, t, /*pair_word=*/false);
+    const bool ok = c.copy && c.ok;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.w[u][i][h] = ok ? ld_stream(src.codes(i, h) + c.codes) : make_uint4(0, 0, 0, 0);
+        st.sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src.scales(i, h) + c.scales))) : 0u;
+      }
+  }
+}
+// The mmas of a stage's kUnroll steps, x at xl = xs + s * kNvfp4MmaXStepVecs + t; steps >= `steps`
+// take zero B (their weights were loaded as zeros).
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_lane_work_regs(const Nvfp4MmaStage<kTiles, kUnroll>& st, const uint4* xl,
+                                                     int steps, float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    uint32_t b[4][4];
+    if (u == 0 || u < steps) {  // warp-uniform
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint4 v = xl[u * kNvfp4MmaXStepVecs + 4 * q];
+        b[q][0] = v.x, b[q][1] = v.y, b[q][2] = v.z, b[q][3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) b[q][0] = b[q][1] = b[q][2] = b[q][3] = 0u;
+    }
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<false>(st.w[u][i], st.sc[u][i], b, acc[i]);
   }
@@ -317,24 +366,42 @@ __device__ __forceinline__ void nvfp4_mma_stream_staged_regs(const uint8_t* cons
                                                              int64_t s0, int64_t s1, float (&acc)[kTiles][4]) {
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  const int is0 = int(s0), is1 = int(s1), ikc = int(k_chunks);  // 32-bit step indices: K / 128 < 2^31
+  const int n = is1 > is0 ? (is1 - is0 + kUnroll - 1) / kUnroll : 0;  // stages of this warp
+  const int nw = nvfp4_lane_whole_stages(is0, is1, ikc, kUnroll, false);
+  const int t = int(threadIdx.x % 4);
+  Nvfp4LaneSrc<kTiles> src;
+  src.at(wrow, srow, s0, t, /*pair_word=*/false);
+  auto load = [&](int j, Nvfp4MmaStage<kTiles, kUnroll>& st) {  // stage j (< n)
+    if (j < nw) {
+      nvfp4_lane_load(src, st);
+      src.step(kUnroll);
+    } else {
+      nvfp4_lane_load_tail(src, st, is0 + j * kUnroll, is1, ikc, t);
+    }
+  };
+  const uint4* xl = xs + is0 * kNvfp4MmaXStepVecs + t;
+  auto work = [&](int j, const Nvfp4MmaStage<kTiles, kUnroll>& st) {
+    nvfp4_lane_work_regs(st, xl + j * (kUnroll * kNvfp4MmaXStepVecs), is1 - is0 - j * kUnroll, acc);
+  };
   Nvfp4MmaStage<kTiles, kUnroll> a, b;
-  if (s0 < s1) nvfp4_mma_load(wrow, srow, k_chunks, s0, s1, a);
+  if (n > 0) load(0, a);
   pdl_wait();
   stage_x();
   __syncthreads();
   if constexpr (kTiles * kUnroll <= 2) {
     // Two named buffers, no register copies: b loads while a's mmas run, then the other way round.
-    for (int64_t s = s0; s < s1; s += 2 * kUnroll) {
-      if (s + kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + kUnroll, s1, b);
-      nvfp4_mma_work_x1_regs(a, xs, s, s1, acc);
-      if (s + kUnroll >= s1) break;
-      if (s + 2 * kUnroll < s1) nvfp4_mma_load(wrow, srow, k_chunks, s + 2 * kUnroll, s1, a);
-      nvfp4_mma_work_x1_regs(b, xs, s + kUnroll, s1, acc);
+    for (int j = 0; j < n; j += 2) {
+      if (j + 1 < n) load(j + 1, b);
+      work(j, a);
+      if (j + 1 >= n) break;
+      if (j + 2 < n) load(j + 2, a);
+      work(j + 1, b);
     }
   } else {  // 4 KB per warp in one buffer: two spill at the 128-register cap (ptxas, 2026-12-01)
-    for (int64_t s = s0; s < s1; s += kUnroll) {
-      if (s != s0) nvfp4_mma_load(wrow, srow, k_chunks, s, s1, a);
-      nvfp4_mma_work_x1_regs(a, xs, s, s1, acc);
+    for (int j = 0; j < n; ++j) {
+      if (j != 0) load(j, a);
+      work(j, a);
     }
   }
 }

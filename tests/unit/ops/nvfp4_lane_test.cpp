@@ -2,11 +2,11 @@
 // warp's stages issued and read in the loops' order (nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel's
 // units, the MoE downs), every copy's source taken from the header's own functions and checked
 // against what nvfp4_ring_issue copies (chunk c = 4 s + t of each row, clamped to the row's last
-// chunk and read as zero past K; the scale word 2 (c & ~1) bytes in; no step at or past s1), and
-// every slot read holding the stage being read. Shapes: the models' K (2048 .. 18432) and K % 128 !=
-// 0, K slices that leave a short last stage, 1-2 tiles, 1-4 steps a stage, 2-4 slots, several units.
-// A CPU test of the arithmetic; the GPU op tests (LinearCuda, MoeExpertsCuda, the goldens) check
-// the kernels that use it.
+// chunk and read as zero past K; the scale word 2 (c & ~1) bytes in; no step at or past s1), every
+// slot read holding the stage being read; and the register path's loads (nvfp4_mma_stream_staged_regs)
+// against nvfp4_mma_load's. Shapes: the models' K (576 .. 18432) and K % 128 != 0, K slices that
+// leave a short last stage, 1-2 tiles, 1-4 steps a stage, 2-4 slots, several units. A CPU test of the
+// arithmetic; the GPU op tests (LinearCuda, MoeExpertsCuda, the goldens) check the kernels that use it.
 #include "ops/cuda/linear/nvfp4_lane.h"
 
 #include <gtest/gtest.h>
@@ -150,6 +150,69 @@ TEST(Nvfp4Lane, StagesCopyWhatTheRingIssueCopies) {
   run_all<2, 1, 2>();
   run_all<2, 2, 2>();
   run_all<1, 2, 3>();  // the MoE down ring's depth
+}
+
+// The register path (nvfp4_mma_stream_staged_regs): stage j loaded straight into registers, whole
+// stages through the lane's pointers with the chunk's own 2 scale bytes, the last one (when not
+// whole) through nvfp4_lane_tail_copy; against nvfp4_mma_load's loads: chunk c = 4 s + t at
+// wrow + 16 c, its scales at srow + 2 c, zeros at or past s1 and past k_chunks.
+template <int kTiles, int kUnroll>
+void run_regs(const Case& c) {
+  const int k_chunks = c.k / 32;
+  const int n_rows = 16 * kTiles - 3;
+  std::vector<uint8_t> codes(size_t(n_rows) * size_t(c.k / 2)), scales(size_t(n_rows) * size_t(c.k / 16));
+  const int n = c.s1 > c.s0 ? (c.s1 - c.s0 + kUnroll - 1) / kUnroll : 0;
+  const int nw = nvfp4_lane_whole_stages(c.s0, c.s1, k_chunks, kUnroll, false);
+  for (int g = 0; g < 8; g += 7)
+    for (int t = 0; t < 4; ++t) {
+      const uint8_t* wrow[kTiles][2];
+      const uint8_t* srow[kTiles][2];
+      unit_rows<kTiles>(codes, scales, c.k, n_rows, 0, g, wrow, srow);
+      Nvfp4LaneSrc<kTiles> src;
+      src.at(wrow, srow, c.s0, t, /*pair_word=*/false);
+      for (int j = 0; j < n; ++j) {
+        for (int u = 0; u < kUnroll; ++u) {
+          const int s = c.s0 + j * kUnroll + u, ch = 4 * s + t;
+          const bool want_ok = s < c.s1 && ch < k_chunks;
+          for (int i = 0; i < kTiles; ++i)
+            for (int h = 0; h < 2; ++h) {
+              const uint8_t *w, *sc;
+              bool ok = true;
+              if (j < nw) {
+                w = src.codes(i, h) + u * kNvfp4LaneStepBytes;
+                sc = src.scales(i, h) + u * kNvfp4LaneStepScaleBytes;
+              } else {
+                const Nvfp4TailCopy tc = nvfp4_lane_tail_copy(c.s0 + j * kUnroll, u, c.s1, k_chunks, t, false);
+                ok = tc.copy && tc.ok;
+                w = src.codes(i, h) + tc.codes;
+                sc = src.scales(i, h) + tc.scales;
+              }
+              ASSERT_EQ(ok, want_ok) << "K " << c.k << " step " << s << " t " << t;
+              if (!ok) continue;
+              EXPECT_EQ(w, wrow[i][h] + size_t(ch) * 16) << "K " << c.k << " step " << s << " t " << t;
+              EXPECT_EQ(sc, srow[i][h] + size_t(2 * ch)) << "K " << c.k << " step " << s << " t " << t;
+            }
+        }
+        if (j < nw) src.step(kUnroll);
+      }
+    }
+}
+
+TEST(Nvfp4Lane, RegisterPathLoadsWhatNvfp4MmaLoadLoads) {
+  for (int k : {2048, 1408, 7168, 16384, 576, 1472}) {
+    const int steps = (k / 32 + 3) / 4;
+    for (int split : {1, 2, 3, 8}) {
+      const int per = (steps + split - 1) / split;
+      for (int part = 0; part < split; ++part) {
+        const Case c{k, std::min(steps, part * per), std::min(steps, std::min(steps, part * per) + per), 1, false};
+        run_regs<1, 1>(c);
+        run_regs<1, 2>(c);
+        run_regs<1, 4>(c);
+        run_regs<2, 1>(c);
+        run_regs<2, 2>(c);
+      }
+    }
+  }
 }
 
 TEST(Nvfp4Lane, SlotWordsAreDistinctAndInsideTheStage) {
