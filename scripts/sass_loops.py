@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The loops of a CUDA file's kernels, read from their SASS on this machine (no GPU needed): for each
 kernel, each loop's instructions (from a branch target to the backward branch that returns to it), its
-mmas, and instructions per KB of NVFP4 codes where the loop streams them (8 HMMA.16816 take one 16-row
-x 128-element tile-step: 1 KB of codes). The NVFP4 streams are issue-bound where their grids fill the
+mmas, and a steady-state pass's instructions per KB of weights where the loop streams them (8
+HMMA.16816 take one 16-row x 128-element NVFP4 tile-step, 1 KB of codes; FP8 4 a KB, BF16 2: --weights). The NVFP4 streams are issue-bound where their grids fill the
 GPU (docs/decode-status.md, sessions 7 and 25: 80% of the read ceiling needs ~49% of issue slots busy at
 ~160 instructions a KB), so a change to them is first weighed here, before any device time.
 
-  scripts/sass_loops.py FILE.cu [--grep REGEX] [--ops N] [--keep SASS.txt]
+  scripts/sass_loops.py FILE.cu [--grep REGEX] [--weights nvfp4|fp8|bf16] [--ops N] [--show-path] [--keep SASS.txt]
   scripts/sass_loops.py --from-text SASS.txt [--grep REGEX]
 
 FILE.cu is compiled with the build's device flags (build/compile_commands.json's entry for it, else the
@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 
+# HMMA.16816 (16 rows x 16 k, f16 or bf16) per KB of weights: NVFP4's 2048 codes, FP8's 1024, BF16's 512.
+MMA_PER_KB = {"nvfp4": 8, "fp8": 4, "bf16": 2}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLS = os.path.join(ROOT, ".deps", "sass-tools", "bin")
 INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
@@ -198,6 +200,8 @@ def main():
     ap.add_argument("--grep", default="")
     ap.add_argument("--ops", type=int, default=8, help="the loop's most frequent opcodes shown (0: none)")
     ap.add_argument("--keep", default="", help="also write the disassembly here")
+    ap.add_argument("--weights", choices=sorted(MMA_PER_KB), default="nvfp4",
+                    help="what the loops stream, for instructions a KB (default nvfp4)")
     ap.add_argument("--show-path", action="store_true", help="print each loop's pass, instruction by instruction")
     ap.add_argument("--all-loops", action="store_true", help="outer loops and loops without mmas too")
     a = ap.parse_args()
@@ -228,7 +232,9 @@ def main():
             hp = hot_path(code, branches, start, end)
             per_kb = ""
             if mma and hp and hp[0]:
-                per_kb = f"; a pass: {hp[1]} with {hp[0]} HMMA, {hp[1] * 8 / hp[0]:.1f} a KB of NVFP4 codes (8 HMMA a KB)"
+                per = MMA_PER_KB[a.weights]
+                per_kb = (f"; a pass: {hp[1]} with {hp[0]} HMMA, {hp[1] * per / hp[0]:.1f} a KB of {a.weights} weights "
+                          f"({per} HMMA.16816 a KB)")
                 if a.show_path:
                     print("\n".join(f"    {x:#06x}  {code[x]}" for x in hp[2]))
             print(f"  loop at {start:#06x}: {len(ops)} instructions, {mma} HMMA{per_kb}")
