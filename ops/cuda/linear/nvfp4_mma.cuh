@@ -58,6 +58,11 @@ __device__ __forceinline__ void nvfp4_mma_x(const float* xc, bool ok, uint32_t (
 // One k-step of one 16-row tile: w[0] / w[1] the 32 codes of rows g / g + 8, sc[0] / sc[1] their
 // two e4m3 block scales (low byte: codes 0..15 = words 0, 1); acc += A · B. kDirectUnpack: the
 // unpack with fewer live registers (vec.cuh; same bits).
+// nvfp4_mma_tile_s: the same with the block scales given, s[h][j] scale block j of rows g + 8h in
+// both f16 halves (the ring's stage work makes them with one byte permute fewer: nvfp4_lane_work).
+template <bool kDirectUnpack>
+__device__ __forceinline__ void nvfp4_mma_tile_s(const uint4 (&w)[2], const uint32_t (&s)[2][2],
+                                                 const uint32_t (&b)[4][4], float (&acc)[4]);
 template <bool kDirectUnpack>
 __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32_t (&sc)[2], const uint32_t (&b)[4][4],
                                                float (&acc)[4]) {
@@ -68,6 +73,11 @@ __device__ __forceinline__ void nvfp4_mma_tile(const uint4 (&w)[2], const uint32
     s[h][0] = __byte_perm(v, v, 0x1010);
     s[h][1] = __byte_perm(v, v, 0x3232);
   }
+  nvfp4_mma_tile_s<kDirectUnpack>(w, s, b, acc);
+}
+template <bool kDirectUnpack>
+__device__ __forceinline__ void nvfp4_mma_tile_s(const uint4 (&w)[2], const uint32_t (&s)[2][2],
+                                                 const uint32_t (&b)[4][4], float (&acc)[4]) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t lo[4], hi[4];  // rows g, g + 8
@@ -305,8 +315,7 @@ __device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, u
 // their mmas read x at fixed offsets from the lane's pointer; the last stage, when it is not whole,
 // loads as nvfp4_mma_load does. The same loads into the same registers, the same mmas on the same
 // operands in the same order: the same bits. A pass of the double-buffered loop (1 x 2, m = 1),
-// in SASS instructions a KB of codes (scripts/sass_loops.py): 167.8 -> see docs/decode-status.md,
-// session 40.
+// in SASS instructions a KB of codes (scripts/sass_loops.py): 167.8 -> 143.5 (2 x 2: 152 -> 136).
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_lane_load(const Nvfp4LaneSrc<kTiles>& src, Nvfp4MmaStage<kTiles, kUnroll>& st) {
 #pragma unroll
@@ -591,9 +600,9 @@ struct Nvfp4Ring {
 // (tests/unit/ops/nvfp4_lane_test.cpp runs the arithmetic on the host against nvfp4_ring_issue's
 // copies). A pass of the stage loop, in SASS instructions a KB of codes (scripts/sass_loops.py, the
 // steady-state path: every mma and copy, no setup or tail), before -> after: the persistent linear
-// 1 x 2 225 -> 158.5 (the V3 / 7168 -> 18432 shapes' kernel), 2 x 2 185 -> 146, 1 x 1 288 -> 180;
-// the MoE gate_up at one token 168 -> 151; its prefetching down 145.5 -> 135; the 2..8-token down's
-// ring 180 -> 158.5. The unpack, the block-scale multiplies and the mmas are ~128 of them.
+// 1 x 2 225 -> 156.5 (the V3 / 7168 -> 18432 shapes' kernel), 2 x 2 185 -> 144, 1 x 1 288 -> 178;
+// the MoE gate_up at one token 168 -> 151; its prefetching down 145.5 -> 133; the 2..8-token down's
+// ring 180 -> 156.5. The unpack, the block-scale multiplies and the mmas are ~128 of them.
 
 // A lane's words of slot 0 of its warp's ring; a slot is kBytes further on.
 template <int kTiles, int kUnroll>
@@ -653,11 +662,15 @@ __device__ __forceinline__ void nvfp4_lane_issue_tail(const Nvfp4LaneSrc<kTiles>
 
 // The mmas of a slot's first `steps` k-steps (<= kUnroll; the rest were not copied): w / sc this
 // lane's words of the slot, xl = xs + s * kNvfp4MmaXStepVecs + t (the lane's B fragments of the slot's
-// first k-step s), shift = 16 * (t % 2) (the lane's scale pair in the copied word). nvfp4_ring_work's
-// mmas in its order.
+// first k-step s), sel = nvfp4_lane_scale_sel(lane). nvfp4_ring_work's mmas on the same operands in its
+// order. The lane's two scale bytes of the copied word (bytes 2 (t % 2) and + 1) become the four bytes
+// (b0, b0, b1, b1) in one byte permute, and each f16 pair converts straight from its half (F2FP reads
+// the high half as an operand): 4 instructions a row and step where the shift, the conversion and the
+// two broadcasts took 5. The same f16 scales (the conversions are exact).
+__device__ __forceinline__ uint32_t nvfp4_lane_scale_sel(int lane) { return (lane & 1) ? 0x3322u : 0x1100u; }
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_lane_work(const uint4* w, const uint32_t* sc, const uint4* xl, int steps,
-                                                int shift, float (&acc)[kTiles][4]) {
+                                                uint32_t sel, float (&acc)[kTiles][4]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     if (u > 0 && u >= steps) break;  // warp-uniform
@@ -670,8 +683,14 @@ __device__ __forceinline__ void nvfp4_lane_work(const uint4* w, const uint32_t* 
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
       const uint4 wv[2] = {w[nvfp4_slot_word<kTiles>(u, i, 0)], w[nvfp4_slot_word<kTiles>(u, i, 1)]};
-      const uint32_t scv[2] = {sc[nvfp4_slot_word<kTiles>(u, i, 0)] >> shift, sc[nvfp4_slot_word<kTiles>(u, i, 1)] >> shift};
-      nvfp4_mma_tile<false>(wv, scv, b, acc[i]);
+      uint32_t sv[2][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t pair = __byte_perm(sc[nvfp4_slot_word<kTiles>(u, i, h)], 0u, sel);
+        sv[h][0] = e4m3x2_to_f16x2_bits(pair);
+        sv[h][1] = e4m3x2_hi_to_f16x2_bits(pair);
+      }
+      nvfp4_mma_tile_s<false>(wv, sv, b, acc[i]);
     }
   }
 }
@@ -723,7 +742,7 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
     issue(j + kStages - 1, cur.wr);
     cp_async_wait<kStages - 1>();  // stage j's group has landed
     nvfp4_lane_work<kTiles, kUnroll>(r.w_at(cur.rd), r.sc_at(cur.rd), xl, j < nw ? kUnroll : is1 - is0 - j * kUnroll,
-                                     16 * (lane % 2), acc);
+                                     nvfp4_lane_scale_sel(int(threadIdx.x)), acc);
     xl += kUnroll * kNvfp4MmaXStepVecs;
     cur.next();
   }
@@ -936,7 +955,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   pg_tl_mark(TimelineKernel::kLinearNvfp4X1, 1);
   nvfp4_mma_stage_x_block<kWalk>(p.x, k_chunks, k_steps, xs);
   __syncthreads();
-  const int shift = 16 * (lane % 2);
+  const uint32_t sel = nvfp4_lane_scale_sel(lane);
   Nvfp4SlotCursor<kStages, kSlot> cur;
   for (int u = 0; u < my_units; ++u) {  // uniform over the block
     float acc[kTiles][4];
@@ -947,7 +966,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
       issue(cur.wr);
       cp_async_wait<kStages - 1>();  // this stage's group has landed
       nvfp4_lane_work<kTiles, kUnroll>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl,
-                                       j < nw ? kUnroll : int(s1 - s0) - j * kUnroll, shift, acc);
+                                       j < nw ? kUnroll : int(s1 - s0) - j * kUnroll, sel, acc);
       xl += kUnroll * kNvfp4MmaXStepVecs;
       cur.next();
     }

@@ -383,10 +383,10 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
     const uint4* xl = xs + (int64_t(slot) * all_steps + s0) * kNvfp4MmaXStepVecs + t;
-    const int shift = 16 * (lane % 2);
+    const uint32_t sel = nvfp4_lane_scale_sel(lane);
     for (int j = 0; j < n; ++j, xl += kUnroll * kNvfp4MmaXStepVecs)
       nvfp4_lane_work<kTiles, kUnroll>(lr.w_at(j * kSlot), lr.sc_at(j * kSlot), xl,
-                                       j < nw ? kUnroll : int(s1 - s0) - j * kUnroll, shift, acc);
+                                       j < nw ? kUnroll : int(s1 - s0) - j * kUnroll, sel, acc);
   } else {
     if constexpr (kMode == MoeDownMode::kStaged) {
       extern __shared__ uint4 down_nvfp4_hs[];  // [n_slots][all k-steps] h as B fragments
@@ -578,7 +578,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     if (p.plan.h16) moe_h_frags_stage(p, n_h, k_chunks, k_steps, xs, &h_bar);
     else nvfp4_mma_stage_x_rows(p.plan.h, p.inter, n_h, k_chunks, k_steps, xs);
     __syncthreads();
-    const int shift = 16 * (lane % 2);
+    const uint32_t sel = nvfp4_lane_scale_sel(lane);
     Nvfp4SlotCursor<kRingStages, kSlot> cur;
     for (int task = warp; task < n_tasks; task += kWarps) {
       const int kpart = task & (k_split - 1);
@@ -602,7 +602,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
         issue(cur.wr);
         cp_async_wait<kRingStages - 1>();  // this stage's group has landed
         nvfp4_lane_work<1, kUnroll>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xj, j < nw ? kUnroll : s1 - s0 - j * kUnroll,
-                                    shift, acc);
+                                    sel, acc);
         cur.next();
       }
       moe_down_multi_part(s_part, kpart * n_h, g, t, m_valid, hr, wgt, acc[0], s2);
