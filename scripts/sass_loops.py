@@ -27,6 +27,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sass_sizes import demangle  # noqa: E402
+
 # HMMA.16816 (16 rows x 16 k, f16 or bf16) per KB of weights: NVFP4's 2048 codes, FP8's 1024, BF16's 512.
 MMA_PER_KB = {"nvfp4": 8, "fp8": 4, "bf16": 2}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -178,15 +181,6 @@ def hot_path(code, branches, start, end):
     return None
 
 
-def demangle(names):
-    tool = os.path.join(TOOLS, "cu++filt")
-    if not os.path.exists(tool) or not names:
-        return {n: n for n in names}
-    p = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True)
-    lines = p.stdout.splitlines()
-    return dict(zip(names, lines)) if len(lines) == len(names) else {n: n for n in names}
-
-
 def short(name):
     name = re.sub(r"pg::ops::cuda::|<unnamed>::|\(anonymous namespace\)::|pg::engine::cuda::", "", name)
     name = re.sub(r"\(int\)|\(bool\)", "", name)
@@ -216,7 +210,7 @@ def main():
         with open(a.keep, "w") as f:
             f.write(text)
     fns = functions(text)
-    names = demangle([n for n, _, _ in fns])
+    names = demangle([n for n, _, _ in fns], os.path.join(TOOLS, "cu++filt"))
     rx = re.compile(a.grep) if a.grep else None
     for name, code, branches in fns:
         nice = short(names[name])

@@ -162,8 +162,9 @@ def main_elf(a):
         print("sass_sizes.py: no kernel's code size changed")
 
 
-def demangle(names):
-    tool = shutil.which("c++filt")
+def demangle(names, tool=None):
+    """{mangled: demangled} through c++filt (or `tool`, e.g. CUDA's cu++filt); names as they are without one."""
+    tool = tool if tool and os.path.exists(tool) else shutil.which("c++filt")
     if not tool or not names:
         return {n: n for n in names}
     p = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True)
