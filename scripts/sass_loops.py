@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The loops of a CUDA file's kernels, read from their SASS on this machine (no GPU needed): for each
-kernel, each loop's instructions (from a branch target to the backward branch that returns to it), its
-mmas, and a steady-state pass's instructions per KB of weights where the loop streams them (8
-HMMA.16816 take one 16-row x 128-element NVFP4 tile-step, 1 KB of codes; FP8 4 a KB, BF16 2: --weights). The NVFP4 streams are issue-bound where their grids fill the
-GPU (docs/decode-status.md, sessions 7 and 25: 80% of the read ceiling needs ~49% of issue slots busy at
-~160 instructions a KB), so a change to them is first weighed here, before any device time.
+kernel its registers and spills (ptxas -v), each innermost mma loop's instructions (from a branch
+target to the backward branch that returns to it), and a steady-state pass's instructions per KB of
+weights (8 HMMA.16816 take one 16-row x 128-element NVFP4 tile-step, 1 KB of codes; FP8 4 a KB, BF16 2:
+--weights). The NVFP4 streams are issue-bound where their grids fill the GPU (docs/decode-status.md,
+sessions 7 and 25: 80% of the read ceiling needs ~49% of issue slots busy at ~160 instructions a KB),
+so a change to them is first weighed here, before any device time.
 
   scripts/sass_loops.py FILE.cu [--grep REGEX] [--weights nvfp4|fp8|bf16] [--ops N] [--show-path] [--keep SASS.txt]
   scripts/sass_loops.py --from-text SASS.txt [--grep REGEX]
@@ -69,13 +70,33 @@ def device_flags(src):
                                         "-lineinfo", "--expt-relaxed-constexpr", "-std=c++20"]
 
 
+def ptxas_usage(stderr):
+    """{mangled kernel: (registers, spill stores, spill loads)} from ptxas -v's report."""
+    out, cur, spill = {}, None, (0, 0)
+    for line in stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            cur, spill = m.group(1), (0, 0)
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and cur:
+            spill = (int(m.group(1)), int(m.group(2)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m and cur:
+            out[cur] = (int(m.group(1)), *spill)
+            cur = None
+    return out
+
+
 def disassemble(src):
+    """(nvdisasm text, ptxas_usage) of src's kernels."""
     nvcc, flags = device_flags(src)
     with tempfile.TemporaryDirectory() as d:
         cubin = os.path.join(d, "k.cubin")
-        p = subprocess.run([nvcc, *flags, "-cubin", "-x", "cu", src, "-o", cubin], capture_output=True, text=True)
+        p = subprocess.run([nvcc, *flags, "-Xptxas=-v", "-cubin", "-x", "cu", src, "-o", cubin], capture_output=True,
+                           text=True)
         if p.returncode != 0:
             sys.exit(f"sass_loops.py: nvcc failed on {src}:\n{p.stderr[-3000:]}")
+        usage = ptxas_usage(p.stderr)
         with open(cubin, "rb") as f:
             elf = bytearray(f.read())
         elf[8] = 7  # EI_ABIVERSION: the pre-12.x layout of e_flags
@@ -86,7 +107,7 @@ def disassemble(src):
         p = subprocess.run([nvdisasm(), "-c", "-hex", old], capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit(f"sass_loops.py: nvdisasm failed: {p.stderr.strip()[:500]}")
-        return p.stdout
+        return p.stdout, usage
 
 
 def functions(text):
@@ -199,11 +220,12 @@ def main():
     ap.add_argument("--show-path", action="store_true", help="print each loop's pass, instruction by instruction")
     ap.add_argument("--all-loops", action="store_true", help="outer loops and loops without mmas too")
     a = ap.parse_args()
+    usage = {}
     if a.from_text:
         with open(a.from_text) as f:
             text = f.read()
     elif a.source:
-        text = disassemble(a.source)
+        text, usage = disassemble(a.source)
     else:
         sys.exit("usage: sass_loops.py FILE.cu [--grep REGEX] | --from-text SASS.txt")
     if a.keep:
@@ -216,7 +238,11 @@ def main():
         nice = short(names[name])
         if rx and not rx.search(nice):
             continue
-        print(f"{nice[:160]}\n  {len(code)} instructions")
+        regs = ""
+        if name in usage:
+            r, st, ld = usage[name]
+            regs = f", {r} registers" + (f", SPILLS {st} B stored / {ld} B loaded" if st or ld else ", no spill")
+        print(f"{nice[:160]}\n  {len(code)} instructions{regs}")
         for start, ops in loops(code, branches, not a.all_loops):
             counts = collections.Counter(opcode(op) for op in ops)
             mma = counts.get("HMMA", 0)
