@@ -127,6 +127,39 @@ __device__ __forceinline__ void nvfp4_mma_load(const uint8_t* const (&wrow)[kTil
   }
 }
 
+// A whole stage's loads through the lane's pointers (nvfp4_lane.h; the chunk's own 2 scale bytes, as
+// nvfp4_mma_load takes them), and the warp's last stage when it is not whole (nvfp4_mma_load's zeros
+// for steps at or past s1 and chunks past k_chunks).
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_lane_load(const Nvfp4LaneSrc<kTiles>& src, Nvfp4MmaStage<kTiles, kUnroll>& st) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.w[u][i][h] = ld_stream(src.codes(i, h) + u * kNvfp4LaneStepBytes);
+        st.sc[u][i][h] = uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src.scales(i, h) + u * kNvfp4LaneStepScaleBytes)));
+      }
+}
+// The warp's last stage when it is not whole, src at its k-step s: nvfp4_mma_load's loads (zeros
+// for steps at or past s1 and for chunks past k_chunks).
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_lane_load_tail(const Nvfp4LaneSrc<kTiles>& src, Nvfp4MmaStage<kTiles, kUnroll>& st,
+                                                     int s, int s1, int k_chunks, int t) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const Nvfp4TailCopy c = nvfp4_lane_tail_copy(s, u, s1, k_chunks, t, /*pair_word=*/false);
+    const bool ok = c.copy && c.ok;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.w[u][i][h] = ok ? ld_stream(src.codes(i, h) + c.codes) : make_uint4(0, 0, 0, 0);
+        st.sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src.scales(i, h) + c.scales))) : 0u;
+      }
+  }
+}
 // A warp's k-steps [s0, s1) over kTiles tiles of 16 rows: wrow[i][h] / srow[i][h] the codes and
 // e4m3 scales of row g + 8h of tile i (k_chunks 16-byte chunks per row; chunks past it read as
 // zero), xrow this lane's token row (null: a zero column). acc[i] is tile i's d fragment (f32,
@@ -140,18 +173,34 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  for (int64_t s = s0; s < s1; s += kUnroll) {
+  // Whole stages (every step below s1 and inside K: all but at most the last) load through the
+  // lane's pointers and read x at a moving offset; the last one, when not whole, as nvfp4_mma_load
+  // and with nvfp4_mma_x's zeros past s1 and K (nvfp4_lane.h; the same loads and mmas, the same bits).
+  const int is0 = int(s0), is1 = int(s1), ikc = int(k_chunks);  // 32-bit indices: K / 32 < 2^31
+  const int n = is1 > is0 ? (is1 - is0 + kUnroll - 1) / kUnroll : 0;
+  const int nw = nvfp4_lane_whole_stages(is0, is1, ikc, kUnroll, false);
+  Nvfp4LaneSrc<kTiles> src;
+  src.at(wrow, srow, s0, t, /*pair_word=*/false);
+  const bool has_x = xrow != nullptr;  // lanes past the tile's tokens multiply zeros
+  int xo = (is0 * 4 + t) * 32;          // x's offset (floats) of this lane's chunk of the stage's first step
+  for (int j = 0; j < n; ++j, xo += kUnroll * 128) {
     Nvfp4MmaStage<kTiles, kUnroll> st;
-    nvfp4_mma_load(wrow, srow, k_chunks, s, s1, st);
+    const bool whole = j < nw;
+    if (whole) {
+      nvfp4_lane_load(src, st);
+      src.step(kUnroll);
+    } else {
+      nvfp4_lane_load_tail(src, st, is0 + j * kUnroll, is1, ikc, t);
+    }
     if constexpr (kWaitAfterFirstLoads) {
-      if (s == s0) pdl_wait();
+      if (j == 0) pdl_wait();
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = (s + u) * 4 + t;
-      const bool ok = s + u < s1 && c < k_chunks;
+      const int s = is0 + j * kUnroll + u;
+      const bool ok = whole || (s < is1 && s * 4 + t < ikc);
       uint32_t b[4][4];
-      nvfp4_mma_x(xrow ? xrow + c * 32 : nullptr, ok && xrow != nullptr, b);
+      nvfp4_mma_x(has_x ? xrow + xo + u * 128 : nullptr, ok && has_x, b);
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) nvfp4_mma_tile<true>(st.w[u][i], st.sc[u][i], b, acc[i]);
     }
@@ -316,37 +365,8 @@ __device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, u
 // loads as nvfp4_mma_load does. The same loads into the same registers, the same mmas on the same
 // operands in the same order: the same bits. A pass of the double-buffered loop (1 x 2, m = 1),
 // in SASS instructions a KB of codes (scripts/sass_loops.py): 167.8 -> 143.5 (2 x 2: 152 -> 136).
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_lane_load(const Nvfp4LaneSrc<kTiles>& src, Nvfp4MmaStage<kTiles, kUnroll>& st) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        st.w[u][i][h] = ld_stream(src.codes(i, h) + u * kNvfp4LaneStepBytes);
-        st.sc[u][i][h] = uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src.scales(i, h) + u * kNvfp4LaneStepScaleBytes)));
-      }
-}
-// The warp's last stage when it is not whole, src at its k-step s: nvfp4_mma_load's loads (zeros
-// for steps at or past s1 and for chunks past k_chunks).
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_lane_load_tail(const Nvfp4LaneSrc<kTiles>& src, Nvfp4MmaStage<kTiles, kUnroll>& st,
-                                                     int s, int s1, int k_chunks, int t) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const Nvfp4TailCopy c = nvfp4_lane_tail_copy(s, u, s1, k_chunks, t, /*pair_word=*/false);
-    const bool ok = c.copy && c.ok;
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        st.w[u][i][h] = ok ? ld_stream(src.codes(i, h) + c.codes) : make_uint4(0, 0, 0, 0);
-        st.sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src.scales(i, h) + c.scales))) : 0u;
-      }
-  }
-}
-// The mmas of a stage's kUnroll steps, x at xl = xs + s * kNvfp4MmaXStepVecs + t; steps >= `steps`
+//
+// nvfp4_lane_work_regs: the mmas of a stage's kUnroll steps, x at xl = xs + s * kNvfp4MmaXStepVecs + t; steps >= `steps`
 // take zero B (their weights were loaded as zeros).
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_lane_work_regs(const Nvfp4MmaStage<kTiles, kUnroll>& st, const uint4* xl,
