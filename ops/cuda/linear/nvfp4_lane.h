@@ -1,14 +1,14 @@
-// A lane's copy sources and ring slots in the NVFP4 m = 1 stage loops (linear/nvfp4_mma.cuh's
-// nvfp4_mma_stream_ring and linear_nvfp4_x1_kernel, moe_experts/nvfp4_kernel.cu's downs): the
+// A lane's copy or load sources and ring slots in the NVFP4 stage loops (linear/nvfp4_mma.cuh's ring,
+// register and per-lane streams, linear_nvfp4_x1_kernel, moe_experts/nvfp4_kernel.cu's downs): the
 // arithmetic only, no CUDA headers, so that the host test (tests/unit/ops/nvfp4_lane_test.cpp) runs
-// this very code against the copies nvfp4_ring_issue makes.
+// this very code against what nvfp4_ring_issue copies and nvfp4_mma_load loads.
 //
-// Why: a stage's copies used to rebuild each row's address from its chunk index (64-bit multiplies,
-// the clamp at K, the sign extensions): ~35 warp instructions a stage of 2 KB in the MoE gate_up and
-// ~90 in the persistent linear kernel, whose pass took 225 instructions a KB of codes where the
-// unpack and the mmas need ~128 (scripts/sass_loops.py). A lane now keeps one pointer and the rows'
-// distances, one offset moves a stage at a time, and only a warp's last stage, when it is not whole,
-// takes the clamped path.
+// Why: a stage used to rebuild each row's address from its chunk index (64-bit multiplies, the clamp
+// at K, predicates and zero fills, sign extensions): a pass of the persistent linear kernel's loop
+// took 225 SASS instructions a KB of codes where the unpack, the block scales and the mmas need ~128,
+// the MoE gate_up's ring 168 (scripts/sass_loops.py; 156.5 and 151 with this). A lane now keeps one
+// pointer and the rows' distances, one offset moves a stage at a time, and only a warp's last stage,
+// when it is not whole, takes the clamped path.
 #pragma once
 
 #include <cstdint>
