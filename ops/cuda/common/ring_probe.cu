@@ -38,7 +38,13 @@ __global__ void __launch_bounds__(kRingProbeWarps * kWarpSize) ring_probe_kernel
     wrow[0][h] = p.codes + row * (p.k / 2);
     srow[0][h] = p.scales + row * (p.k / 16);
   }
-  const Nvfp4RingSrc<1> src = nvfp4_ring_src_lane(wrow, srow);
+  Nvfp4LaneSrc<1> src;
+  src.at(wrow, srow, 0, lane % 4);
+  const uint64_t policy = l2_evict_first_policy();
+  const Nvfp4LaneRing<1, 2> lr(ring, lane);
+  constexpr int kSlot = Nvfp4LaneRing<1, 2>::kBytes;
+  const int ikc = int(k_chunks), ik = int(k_steps);
+  const int nw = nvfp4_lane_whole_stages(0, ik, ikc, 2, /*whole_steps=*/true);
   // Every block resident before any streams (the launcher checks they fit at once).
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -52,19 +58,27 @@ __global__ void __launch_bounds__(kRingProbeWarps * kWarpSize) ring_probe_kernel
   __syncthreads();
 
   const unsigned long long t0 = global_ns();
-  auto issue = [&](int j, ProbeStage& st) {
-    nvfp4_ring_issue<1, 2, /*kWholeSteps=*/true>(src, k_chunks, int64_t(j) * 2, k_steps, st, lane);
+  // The kernel's own issue order and stage work (nvfp4_mma_stream_ring's).
+  auto issue = [&](int j, int slot_off) {
+    if (j < nw) nvfp4_lane_issue<1, 2>(src, lr.w_at(slot_off), lr.sc_at(slot_off), policy);
+    else if (j < n) nvfp4_lane_issue_tail<1, 2>(src, lr.w_at(slot_off), lr.sc_at(slot_off), policy, 2 * j, ik, ikc, lane % 4);
+    else cp_async_commit();
   };
-  Nvfp4Ring<1, 2, kSlots> r{ring, n};
-  r.start(issue);
+#pragma unroll
+  for (int j = 0; j < kSlots - 1; ++j) issue(j, j * kSlot);
   float acc[1][4] = {};
   uint32_t sink = 0;
   unsigned long long t_first = 0;
-  for (int j = 0; j < n; ++j) {
-    const ProbeStage& st = r.next(j, issue);
+  Nvfp4SlotCursor<kSlots, kSlot> cur;
+  const uint4* xl = xs + lane % 4;
+  for (int j = 0; j < n; ++j, xl += 2 * kNvfp4MmaXStepVecs) {
+    issue(j + kSlots - 1, cur.wr);
+    cp_async_wait<kSlots - 1>();  // stage j's group has landed
     if (j == 0) t_first = global_ns();
-    if constexpr (kWork) nvfp4_ring_work(st, xs, int64_t(j) * 2, k_steps, acc, lane);
-    else sink ^= st.w[0][0][0][lane].x;  // the stage is read, as the work would read it
+    if constexpr (kWork)
+      nvfp4_lane_work<1, 2>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl, j < nw ? 2 : ik - 2 * j, nvfp4_lane_scale_sel(lane), acc);
+    else sink ^= lr.w_at(cur.rd)->x;  // the stage is read, as the work would read it
+    cur.next();
   }
   const unsigned long long t1 = global_ns();
   if (lane == 0) {

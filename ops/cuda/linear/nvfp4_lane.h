@@ -1,7 +1,8 @@
 // A lane's copy or load sources and ring slots in the NVFP4 stage loops (linear/nvfp4_mma.cuh's ring,
 // register and per-lane streams, linear_nvfp4_x1_kernel, moe_experts/nvfp4_kernel.cu's downs): the
 // arithmetic only, no CUDA headers, so that the host test (tests/unit/ops/nvfp4_lane_test.cpp) runs
-// this very code against what nvfp4_ring_issue copies and nvfp4_mma_load loads.
+// this very code against the chunk-indexed copies and loads it replaced (chunk 4 s + t of each row,
+// clamped to the row's last chunk and zero past K; its scale bytes; no step at or past s1).
 //
 // Why: a stage used to rebuild each row's address from its chunk index (64-bit multiplies, the clamp
 // at K, predicates and zero fills, sign extensions): a pass of the persistent linear kernel's loop
@@ -91,7 +92,7 @@ PG_NVFP4_LANE_HD constexpr int nvfp4_slot_word(int u, int i, int h) {
 
 // A warp's ring of kStages slots of kBytes, as byte offsets: stage J is read from slot J % kStages
 // (rd), and the copies issued while it is read, stage J + kStages - 1's, fill the slot stage J - 1
-// was read from (wr). Nvfp4Ring's order, without its slot indices.
+// was read from (wr): one group in flight per slot but the one being read.
 template <int kStages, int kBytes>
 struct Nvfp4SlotCursor {
   int rd = 0, wr = (kStages - 1) * kBytes;

@@ -107,29 +107,9 @@ struct Nvfp4MmaStage {
   uint32_t sc[kUnroll][kTiles][2];
 };
 
-// Issues the loads of k-steps [s, s + kUnroll) (zeros past s1 or k_chunks), as nvfp4_mma_stream does.
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_mma_load(const uint8_t* const (&wrow)[kTiles][2],
-                                               const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
-                                               int64_t s1, Nvfp4MmaStage<kTiles, kUnroll>& st) {
-  const int t = threadIdx.x % 4;
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t c = (s + u) * 4 + t;
-    const bool ok = s + u < s1 && c < k_chunks;
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        st.w[u][i][h] = ok ? ld_stream(wrow[i][h] + c * kLinearVecBytes) : make_uint4(0, 0, 0, 0);
-        st.sc[u][i][h] = ok ? uint32_t(__ldg(reinterpret_cast<const unsigned short*>(srow[i][h]) + c)) : 0u;
-      }
-  }
-}
-
-// A whole stage's loads through the lane's pointers (nvfp4_lane.h; the chunk's own 2 scale bytes, as
-// nvfp4_mma_load takes them), and the warp's last stage when it is not whole (nvfp4_mma_load's zeros
-// for steps at or past s1 and chunks past k_chunks).
+// A whole stage's loads through the lane's pointers (nvfp4_lane.h; each chunk's own 2 scale bytes, 2 c
+// bytes into its row's scales), and the warp's last stage when it is not whole (zeros for steps at or
+// past s1 and for chunks past k_chunks).
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_lane_load(const Nvfp4LaneSrc<kTiles>& src, Nvfp4MmaStage<kTiles, kUnroll>& st) {
 #pragma unroll
@@ -139,11 +119,11 @@ __device__ __forceinline__ void nvfp4_lane_load(const Nvfp4LaneSrc<kTiles>& src,
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         st.w[u][i][h] = ld_stream(src.codes(i, h) + u * kNvfp4LaneStepBytes);
-        st.sc[u][i][h] = uint32_t(__ldg(reinterpret_cast<const unsigned short*>(src.scales(i, h) + u * kNvfp4LaneStepScaleBytes)));
+        const auto* sc2 = reinterpret_cast<const unsigned short*>(src.scales(i, h) + u * kNvfp4LaneStepScaleBytes);
+        st.sc[u][i][h] = uint32_t(__ldg(sc2));
       }
 }
-// The warp's last stage when it is not whole, src at its k-step s: nvfp4_mma_load's loads (zeros
-// for steps at or past s1 and for chunks past k_chunks).
+// src at the stage's k-step s.
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_lane_load_tail(const Nvfp4LaneSrc<kTiles>& src, Nvfp4MmaStage<kTiles, kUnroll>& st,
                                                      int s, int s1, int k_chunks, int t) {
@@ -174,8 +154,9 @@ __device__ __forceinline__ void nvfp4_mma_stream(const uint8_t* const (&wrow)[kT
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   // Whole stages (every step below s1 and inside K: all but at most the last) load through the
-  // lane's pointers and read x at a moving offset; the last one, when not whole, as nvfp4_mma_load
-  // and with nvfp4_mma_x's zeros past s1 and K (nvfp4_lane.h; the same loads and mmas, the same bits).
+  // lane's pointers and read x at a moving offset; the last one, when not whole, with zeros past s1
+  // and K (nvfp4_lane_load_tail, nvfp4_mma_x's zeros). Chunk 4 s + t of each row and its own scale
+  // bytes, the same mmas in the same order as the chunk-indexed loads before (the same bits).
   const int is0 = int(s0), is1 = int(s1), ikc = int(k_chunks);  // 32-bit indices: K / 32 < 2^31
   const int n = is1 > is0 ? (is1 - is0 + kUnroll - 1) / kUnroll : 0;
   const int nw = nvfp4_lane_whole_stages(is0, is1, ikc, kUnroll, false);
@@ -341,18 +322,6 @@ __device__ __forceinline__ void nvfp4_mma_stage_x_block(const float* x, int64_t 
   nvfp4_mma_stage_x_rows<kWalk>(x, 0, 1, k_chunks, k_steps, xs);
 }
 
-// Step s's B fragments from the staged x (t: this lane's column, lane % 4).
-__device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, uint32_t (&b)[4][4], int t) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const uint4 v = xs[s * kNvfp4MmaXStepVecs + 4 * q + t];
-    b[q][0] = v.x;
-    b[q][1] = v.y;
-    b[q][2] = v.z;
-    b[q][3] = v.w;
-  }
-}
-
 // The staged-x m = 1 path with the weights in registers instead (linear_nvfp4_mma_kernel's kX1:
 // the shapes where the ring measured slower, config.h's linear_nvfp4_x1_persistent; the NVFP4 MoE
 // down at m = 1). Every thread of the block must call it: pdl_wait() comes after this warp's first
@@ -362,8 +331,9 @@ __device__ __forceinline__ void nvfp4_mma_x_staged(const uint4* xs, int64_t s, u
 // Whole stages (every step below s1 and inside K: all but at most the warp's last) load through
 // the lane's pointers (nvfp4_lane.h, one offset a stage: no chunk index, predicate or zero fill) and
 // their mmas read x at fixed offsets from the lane's pointer; the last stage, when it is not whole,
-// loads as nvfp4_mma_load does. The same loads into the same registers, the same mmas on the same
-// operands in the same order: the same bits. A pass of the double-buffered loop (1 x 2, m = 1),
+// takes nvfp4_lane_load_tail (zeros at or past s1 and past K). The same loads into the same
+// registers as the chunk-indexed loads before, the same mmas on the same operands in the same order:
+// the same bits. A pass of the double-buffered loop (1 x 2, m = 1),
 // in SASS instructions a KB of codes (scripts/sass_loops.py): 167.8 -> 143.5 (2 x 2: 152 -> 136).
 //
 // nvfp4_lane_work_regs: the mmas of a stage's kUnroll steps, x at xl = xs + s * kNvfp4MmaXStepVecs + t; steps >= `steps`
@@ -458,171 +428,19 @@ __host__ __device__ constexpr int nvfp4_ring_stages() {
 static_assert(sizeof(Nvfp4RingStage<1, 1>) == kNvfp4RingStageBytes && sizeof(Nvfp4RingStage<2, 2>) == 4 * kNvfp4RingStageBytes,
               "config.h's shared-memory arithmetic (nvfp4_x1_smem_bytes) is this layout's");
 
-// A lane's copy sources: row g of tile 0 (codes and e4m3 scales) and the offsets of the lane's
-// other rows (rows g + 8h of tile i) from it, rows of one matrix (< 2 GB apart). Built once per
-// stream, so a stage's copies cost an add per row rather than each row's address again (measured
-// under ncu, 2026-12-01: rebuilt from the kernel's parameters, a stage's issue took 112
-// instructions for 8 copies, 19% of the MoE gate_up's).
-template <int kTiles>
-struct Nvfp4RingSrc {
-  const uint8_t* w;
-  const uint8_t* sc;
-  int32_t dw[kTiles][2], ds[kTiles][2];
-  uint64_t l2_policy;  // the weights' copies: evict first (ld_stream's reason)
-};
-// l2_policy: a caller that builds sources for several streams makes the policy once.
-template <int kTiles>
-__device__ __forceinline__ Nvfp4RingSrc<kTiles> nvfp4_ring_src(const uint8_t* const (&wrow)[kTiles][2],
-                                                               const uint8_t* const (&srow)[kTiles][2],
-                                                               uint64_t l2_policy = l2_evict_first_policy()) {
-  Nvfp4RingSrc<kTiles> r;
-  r.w = wrow[0][0], r.sc = srow[0][0], r.l2_policy = l2_policy;
-#pragma unroll
-  for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      r.dw[i][h] = int32_t(wrow[i][h] - r.w), r.ds[i][h] = int32_t(srow[i][h] - r.sc);
-      if (i + h > 0) asm volatile("" : "+r"(r.dw[i][h]), "+r"(r.ds[i][h]));
-    }
-  // Opaque to the compiler, so it keeps these 4 + 2 x (2 kTiles - 1) registers instead of
-  // rebuilding the rows' addresses from the kernel's parameters at every stage.
-  asm volatile("" : "+l"(r.w), "+l"(r.sc));
-  return r;
-}
-
-// nvfp4_ring_src for rings of whole k-steps (nvfp4_ring_issue's kWholeSteps): w and sc point at
-// this lane's chunk t of k-step 0 (codes) and its chunk pair's scale word, so a stage's sources are
-// w + 64 s and sc + 8 s.
-template <int kTiles>
-__device__ __forceinline__ Nvfp4RingSrc<kTiles> nvfp4_ring_src_lane(const uint8_t* const (&wrow)[kTiles][2],
-                                                                    const uint8_t* const (&srow)[kTiles][2]) {
-  const int t = threadIdx.x % 4;
-  const uint8_t* w0[kTiles][2];
-  const uint8_t* s0[kTiles][2];
-#pragma unroll
-  for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) w0[i][h] = wrow[i][h] + t * kLinearVecBytes, s0[i][h] = srow[i][h] + 2 * (t & ~1);
-  return nvfp4_ring_src(w0, s0);
-}
-
-// Issues k-steps [s, s + kUnroll)'s copies into st (steps past s1 are not copied: never read;
-// chunks past k_chunks read as zero, from the row's last chunk's address) and commits them as one
-// group. kWholeSteps: src from nvfp4_ring_src_lane and k_chunks % 4 == 0, so every chunk of a step
-// below s1 is inside K: no clamp and no zero fill, a stage's sources one offset from the lane's.
-template <int kTiles, int kUnroll, bool kWholeSteps = false>
-__device__ __forceinline__ void nvfp4_ring_issue(const Nvfp4RingSrc<kTiles>& src, int64_t k_chunks, int64_t s,
-                                                 int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st, int lane) {
-  const int t = lane % 4;
-  if constexpr (kWholeSteps) {
-    const uint8_t* w = src.w + int(s) * (4 * kLinearVecBytes);
-    const uint8_t* sc = src.sc + int(s) * 8;  // 4 chunks' 2 scale bytes a k-step
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (s + u >= s1) break;  // warp-uniform
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          cp_async16(&st.w[u][i][h][lane], w + u * (4 * kLinearVecBytes) + src.dw[i][h], true, src.l2_policy);
-          cp_async4(&st.sc[u][i][h][lane], sc + u * 8 + src.ds[i][h], true);
-        }
-    }
-  } else {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (s + u >= s1) break;  // warp-uniform
-      const int c = int(s + u) * 4 + t, last = int(k_chunks) - 1;
-      const bool ok = c <= last;
-      const int cc = min(c, last);
-      const uint8_t* w = src.w + cc * kLinearVecBytes;
-      const uint8_t* sc = src.sc + 2 * (cc & ~1);  // the chunk pair's 4 scale bytes (k_chunks is even)
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          cp_async16(&st.w[u][i][h][lane], w + src.dw[i][h], ok, src.l2_policy);
-          cp_async4(&st.sc[u][i][h][lane], sc + src.ds[i][h], ok);
-        }
-    }
-  }
-  cp_async_commit();
-}
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_ring_issue(const uint8_t* const (&wrow)[kTiles][2],
-                                                 const uint8_t* const (&srow)[kTiles][2], int64_t k_chunks, int64_t s,
-                                                 int64_t s1, Nvfp4RingStage<kTiles, kUnroll>& st, int lane) {
-  nvfp4_ring_issue(nvfp4_ring_src(wrow, srow), k_chunks, s, s1, st, lane);
-}
-
-// The mmas of k-steps [s, min(s + kUnroll, s1)) from stage st and the staged x. lane: this thread's
-// (the ring users pass pinned_lane(), so that ptxas does not re-read threadIdx.x in their loops).
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void nvfp4_ring_work(const Nvfp4RingStage<kTiles, kUnroll>& st, const uint4* xs, int64_t s,
-                                                int64_t s1, float (&acc)[kTiles][4], int lane) {
-  const int shift = 16 * (lane % 2);  // t % 2: the high scale pair
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    if (s + u >= s1) break;  // warp-uniform
-    uint32_t b[4][4];
-    nvfp4_mma_x_staged(xs, s + u, b, lane % 4);
-#pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const uint4 w[2] = {st.w[u][i][0][lane], st.w[u][i][1][lane]};
-      const uint32_t sc[2] = {st.sc[u][i][0][lane] >> shift, st.sc[u][i][1][lane] >> shift};
-      nvfp4_mma_tile<false>(w, sc, b, acc[i]);
-    }
-  }
-}
-
-// A warp's ring of kStages slots over its stages 0 .. total - 1 (issue(J, stage) copies stage J
-// and commits its group; J = 0, 1, ... in order): start() puts stages 0 .. kStages - 2 in flight;
-// next(J) issues stage J + kStages - 1 into the slot stage J - 1 used (this lane's own reads of it are done), waits for stage J and
-// returns its slot, to be read before the next call. A commit with nothing in it keeps the group
-// count the waits rely on.
-template <int kTiles, int kUnroll, int kRingStages = nvfp4_ring_stages<kTiles, kUnroll>()>
-struct Nvfp4Ring {
-  static_assert(kRingStages >= 2, "one stage in flight while one is read");
-  static constexpr int kStages = kRingStages;
-  using Stage = Nvfp4RingStage<kTiles, kUnroll>;
-  Stage* ring;
-  int total;
-  int slot = 0, next_slot = kStages - 1;  // ring slots of stage J and of stage J + kStages - 1
-
-  template <class Issue>
-  __device__ __forceinline__ void start(Issue&& issue) {
-#pragma unroll
-    for (int j = 0; j < kStages - 1; ++j) {
-      if (j < total) issue(j, ring[j]);
-      else cp_async_commit();
-    }
-  }
-  template <class Issue>
-  __device__ __forceinline__ const Stage& next(int J, Issue&& issue) {
-    if (J + kStages - 1 < total) issue(J + kStages - 1, ring[next_slot]);
-    else cp_async_commit();
-    cp_async_wait<kStages - 1>();  // stage J's group has landed
-    const Stage& st = ring[slot];
-    slot = slot + 1 == kStages ? 0 : slot + 1;
-    next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;
-    return st;
-  }
-};
-
 // ---- The ring's stages in the loop: each lane's own sources and slots ----
-// The stage loops below (nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel) and the MoE downs' keep, per
-// lane, one pointer and the rows' distances for its copy sources (nvfp4_lane.h's Nvfp4LaneSrc: one
-// offset moves a stage at a time) and its words of the ring's slot 0 (Nvfp4LaneRing), so a whole stage
-// costs its copies, the offset's step and the slot's offset, and its mmas read the slot and x at
-// fixed offsets: no chunk index, clamp or 64-bit address is rebuilt per stage, and only a warp's last
-// stage, when it is not whole, takes nvfp4_ring_issue's clamped path. The slots, the bytes copied into
-// them, the mmas and their order are nvfp4_ring_issue's and nvfp4_ring_work's: the same bits
-// (tests/unit/ops/nvfp4_lane_test.cpp runs the arithmetic on the host against nvfp4_ring_issue's
-// copies). A pass of the stage loop, in SASS instructions a KB of codes (scripts/sass_loops.py, the
-// steady-state path: every mma and copy, no setup or tail), before -> after: the persistent linear
-// 1 x 2 225 -> 156.5 (the V3 / 7168 -> 18432 shapes' kernel), 2 x 2 185 -> 144, 1 x 1 288 -> 178;
-// the MoE gate_up at one token 168 -> 151; its prefetching down 145.5 -> 133; the 2..8-token down's
-// ring 180 -> 156.5. The unpack, the block-scale multiplies and the mmas are ~128 of them.
+// The stage loops below (nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel) and the MoE downs' keep, per lane, one pointer and the rows'
+// distances for its copy sources (nvfp4_lane.h's Nvfp4LaneSrc: one offset moves a stage at a time) and its words of the
+// ring's slot 0 (Nvfp4LaneRing), so a whole stage costs its copies, the offset's step and the slot's offset, and its
+// mmas read the slot and x at fixed offsets: no chunk index, clamp or 64-bit address is rebuilt per stage, and only a
+// warp's last stage, when it is not whole, takes the clamped path (nvfp4_lane_issue_tail). The slots, the bytes copied
+// into them, the mmas and their order are those of the chunk-indexed ring they replaced (Nvfp4Ring / nvfp4_ring_issue,
+// removed): the same bits (tests/unit/ops/nvfp4_lane_test.cpp runs the arithmetic on the host against each copy's chunk
+// 4 s + t, clamped and zero past K). A pass of the stage loop, in SASS instructions a KB of codes
+// (scripts/sass_loops.py, the steady-state path: every mma and copy, no setup or tail), before -> after: the persistent
+// linear 1 x 2 225 -> 156.5 (the V3 / 7168 -> 18432 shapes' kernel), 2 x 2 185 -> 144, 1 x 1 288 -> 178; the MoE
+// gate_up at one token 168 -> 151; its prefetching down 145.5 -> 133; the 2..8-token down's ring 180 -> 156.5. The
+// unpack, the block-scale multiplies and the mmas are ~128 of them.
 
 // A lane's words of slot 0 of its warp's ring; a slot is kBytes further on.
 template <int kTiles, int kUnroll>
@@ -661,7 +479,7 @@ __device__ __forceinline__ void nvfp4_lane_issue(Nvfp4LaneSrc<kTiles>& src, uint
 }
 
 // The warp's last stage when it is not whole, src at its k-step s (nvfp4_lane_tail_copy: steps at
-// or past s1 are not copied, chunks past k_chunks read as zero): nvfp4_ring_issue's copies.
+// or past s1 are not copied, chunks past k_chunks read as zero, from the row's last chunk's address).
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_lane_issue_tail(const Nvfp4LaneSrc<kTiles>& src, uint4* w, uint32_t* sc,
                                                       uint64_t policy, int s, int s1, int k_chunks, int t) {
@@ -680,13 +498,12 @@ __device__ __forceinline__ void nvfp4_lane_issue_tail(const Nvfp4LaneSrc<kTiles>
   cp_async_commit();
 }
 
-// The mmas of a slot's first `steps` k-steps (<= kUnroll; the rest were not copied): w / sc this
-// lane's words of the slot, xl = xs + s * kNvfp4MmaXStepVecs + t (the lane's B fragments of the slot's
-// first k-step s), sel = nvfp4_lane_scale_sel(lane). nvfp4_ring_work's mmas on the same operands in its
-// order. The lane's two scale bytes of the copied word (bytes 2 (t % 2) and + 1) become the four bytes
-// (b0, b0, b1, b1) in one byte permute, and each f16 pair converts straight from its half (F2FP reads
-// the high half as an operand): 4 instructions a row and step where the shift, the conversion and the
-// two broadcasts took 5. The same f16 scales (the conversions are exact).
+// The mmas of a slot's first `steps` k-steps (<= kUnroll; the rest were not copied): w / sc this lane's words of the
+// slot, xl = xs + s * kNvfp4MmaXStepVecs + t (the lane's B fragments of the slot's first k-step s), sel =
+// nvfp4_lane_scale_sel(lane). Each step's tiles in order, steps in order. The lane's two scale bytes of the copied word
+// (bytes 2 (t % 2) and + 1) become the four bytes (b0, b0, b1, b1) in one byte permute, and each f16 pair converts
+// straight from its half (F2FP reads the high half as an operand): 4 instructions a row and step where the shift, the
+// conversion and the two broadcasts took 5. The same f16 scales (the conversions are exact).
 __device__ __forceinline__ uint32_t nvfp4_lane_scale_sel(int lane) { return (lane & 1) ? 0x3322u : 0x1100u; }
 template <int kTiles, int kUnroll>
 __device__ __forceinline__ void nvfp4_lane_work(const uint4* w, const uint32_t* sc, const uint4* xl, int steps,
@@ -722,8 +539,8 @@ __device__ __forceinline__ void nvfp4_lane_work(const uint4* w, const uint32_t* 
 // staged row (m = 1: the block's one row; the MoE gate_up at 2..8 tokens: its pair's token). Steps
 // past s1 are skipped rather than multiplied by zero: the same sums as nvfp4_mma_stream's (adding +0
 // changes no f32 sum but a -0's sign). wait = false (block-uniform): x is known complete without
-// waiting for the kernel before (the MoE gate_up's shared experts under PDL). kWholeSteps:
-// nvfp4_ring_issue's (the caller guarantees k_chunks % 4 == 0). ring: from nvfp4_x1_ring with the
+// waiting for the kernel before (the MoE gate_up's shared experts under PDL). kWholeSteps: the
+// caller guarantees k_chunks % 4 == 0 (nvfp4_lane_whole_stages). ring: from nvfp4_x1_ring with the
 // caller's pinned warp index (as this lane's: ptxas re-read threadIdx.x at every stage otherwise).
 template <int kTiles, int kUnroll, bool kWholeSteps = false, class StageX>
 __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wrow)[kTiles][2],

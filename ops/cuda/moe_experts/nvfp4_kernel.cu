@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     uint4* xs = reinterpret_cast<uint4*>(reinterpret_cast<Stage*>(down_prefetch_smem) + int64_t(blockDim.x / kWarpSize) * stages);
     const int n = s1 > s0 ? int((s1 - s0 + kUnroll - 1) / kUnroll) : 0;
     // Whole stages (every step below s1 and inside K) through the lane's pointers, a last partial one
-    // with nvfp4_ring_issue's clamps: the same copies into the same slots (nvfp4_mma.cuh).
+    // with the clamps (nvfp4_lane_issue_tail, nvfp4_mma.cuh).
     const int nw = nvfp4_lane_whole_stages(int(s0), int(s1), int(k_chunks), kUnroll, false);
     const Nvfp4LaneRing<kTiles, kUnroll> lr(ring, lane);
     constexpr int kSlot = Nvfp4LaneRing<kTiles, kUnroll>::kBytes;
@@ -539,8 +539,8 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     }
     // The issuing cursor runs kRingStages - 1 stages ahead of the multiplying loop, over the same
     // tasks: c_left stages of the task left, c_whole of them whole (every step below c_s1 and inside
-    // K; at most the task's last is not), its next at k-step c_s. The copies of nvfp4_ring_issue
-    // into the same slots, through the lane's pointers (nvfp4_mma.cuh).
+    // K; at most the task's last is not), its next at k-step c_s, through the lane's pointers
+    // (nvfp4_lane_issue / nvfp4_lane_issue_tail, nvfp4_mma.cuh).
     const uint64_t policy = l2_evict_first_policy();
     int c_task = warp - kWarps, c_left = 0, c_whole = 0, c_s = 0, c_s1 = 0, issued = 0;
     Nvfp4LaneSrc<1> c_src;

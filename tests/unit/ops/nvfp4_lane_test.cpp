@@ -1,10 +1,10 @@
-// The lane arithmetic of the NVFP4 m = 1 stage loops (ops/cuda/linear/nvfp4_lane.h), on the host: a
-// warp's stages issued and read in the loops' order (nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel's
-// units, the MoE downs), every copy's source taken from the header's own functions and checked
-// against what nvfp4_ring_issue copies (chunk c = 4 s + t of each row, clamped to the row's last
-// chunk and read as zero past K; the scale word 2 (c & ~1) bytes in; no step at or past s1), every
-// slot read holding the stage being read; and the register path's loads (nvfp4_mma_stream_staged_regs)
-// against nvfp4_mma_load's. Shapes: the models' K (576 .. 18432) and K % 128 != 0, K slices that
+// The lane arithmetic of the NVFP4 m = 1 stage loops (ops/cuda/linear/nvfp4_lane.h), on the host: a warp's
+// stages issued and read in the loops' order (nvfp4_mma_stream_ring, linear_nvfp4_x1_kernel's units, the
+// MoE downs), every copy's source taken from the header's own functions and checked against what the
+// chunk-indexed ring they replaced copied (chunk c = 4 s + t of each row, clamped to the row's last chunk
+// and read as zero past K; the scale word 2 (c & ~1) bytes in; no step at or past s1), every slot read
+// holding the stage being read; and the register path's loads (nvfp4_mma_stream_staged_regs) against the
+// chunk-indexed loads they replaced. Shapes: the models' K (576 .. 18432) and K % 128 != 0, K slices that
 // leave a short last stage, 1-2 tiles, 1-4 steps a stage, 2-4 slots, several units. A CPU test of the
 // arithmetic; the GPU op tests (LinearCuda, MoeExpertsCuda, the goldens) check the kernels that use it.
 #include "ops/cuda/linear/nvfp4_lane.h"
@@ -107,14 +107,15 @@ void run(const Case& c) {
               for (int h = 0; h < 2; ++h) {
                 const Copy& got = slots[{cur.rd, nvfp4_slot_word<kTiles>(u, i, h)}];
                 const int s = c.s0 + j * kUnroll + u;
-                if (u >= steps || s >= c.s1) {  // not read; nvfp4_ring_issue copies no step at or past s1
+                if (u >= steps || s >= c.s1) {  // not read; no step at or past s1 is copied
                   EXPECT_TRUE(got.stage != read || got.codes == nullptr) << where << " step " << s << " copied";
                   continue;
                 }
                 const int ch = 4 * s + t, last = k_chunks - 1, cc = std::min(ch, last);
                 ASSERT_EQ(got.stage, read) << where << " unit " << unit << " stage " << j << " u " << u;
                 EXPECT_EQ(got.ok, ch <= last) << where << " step " << s << " t " << t;
-                EXPECT_EQ(got.codes, wrow[i][h] + size_t(cc) * 16) << where << " step " << s << " t " << t << " row " << i << h;
+                EXPECT_EQ(got.codes, wrow[i][h] + size_t(cc) * 16)
+                    << where << " step " << s << " t " << t << " row " << i << h;
                 EXPECT_EQ(got.scales, srow[i][h] + size_t(2 * (cc & ~1))) << where << " step " << s << " t " << t;
               }
           cur.next();
@@ -143,7 +144,7 @@ void run_all() {
   for (const Case& c : cases) run<kTiles, kUnroll, kStages>(c);
 }
 
-TEST(Nvfp4Lane, StagesCopyWhatTheRingIssueCopies) {
+TEST(Nvfp4Lane, StagesCopyEachLanesChunksIntoTheSlotsRead) {
   run_all<1, 1, 4>();
   run_all<1, 2, 2>();
   run_all<1, 4, 2>();
@@ -154,7 +155,7 @@ TEST(Nvfp4Lane, StagesCopyWhatTheRingIssueCopies) {
 
 // The register path (nvfp4_mma_stream_staged_regs): stage j loaded straight into registers, whole
 // stages through the lane's pointers with the chunk's own 2 scale bytes, the last one (when not
-// whole) through nvfp4_lane_tail_copy; against nvfp4_mma_load's loads: chunk c = 4 s + t at
+// whole) through nvfp4_lane_tail_copy; against the chunk-indexed loads: chunk c = 4 s + t at
 // wrow + 16 c, its scales at srow + 2 c, zeros at or past s1 and past k_chunks.
 template <int kTiles, int kUnroll>
 void run_regs(const Case& c) {
@@ -198,7 +199,7 @@ void run_regs(const Case& c) {
     }
 }
 
-TEST(Nvfp4Lane, RegisterPathLoadsWhatNvfp4MmaLoadLoads) {
+TEST(Nvfp4Lane, RegisterPathLoadsEachLanesChunks) {
   for (int k : {2048, 1408, 7168, 16384, 576, 1472}) {
     const int steps = (k / 32 + 3) / 4;
     for (int split : {1, 2, 3, 8}) {
