@@ -86,7 +86,10 @@ __global__ void __launch_bounds__(kRingProbeWarps * kWarpSize) ring_probe_kernel
     p.times[3 * tile + 1] = t_first;
     p.times[3 * tile + 2] = t1;
   }
-  if (acc[0][0] == 1.25f && acc[0][3] == -3.5f && sink == 0x9e3779b9u) p.times[0] = 0;  // keeps the work
+  // Keeps the work: a store the compiler cannot drop depends on what each form computed. (One condition
+  // over both once had `sink == ...` false at compile time in the kWork form, and the mmas went with it.)
+  const bool keep = kWork ? (acc[0][0] == 1.25f && acc[0][3] == -3.5f) : (sink == 0x9e3779b9u);
+  if (keep) p.times[0] = 0;
 }
 
 template <int kSlots, bool kWork>
