@@ -675,12 +675,14 @@ void bench_icache(int sm_count, cudaStream_t s, std::vector<SmallOp>& small) {
 
 int run(int argc, char** argv) {
   const char* json_path = nullptr;
-  bool probes_only = false;
+  bool probes_only = false, ring = true, ring_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--probes")) probes_only = true;
+    else if (!std::strcmp(argv[i], "--no-ring")) ring = false;
+    else if (!std::strcmp(argv[i], "--ring-only")) ring_only = true;
     else {
-      std::fprintf(stderr, "usage: bench_ops_cuda [--json PATH] [--probes (the handoff and instruction probes, the read ceiling and the read patterns only)]\n");
+      std::fprintf(stderr, "usage: bench_ops_cuda [--json PATH] [--probes (the handoff and instruction probes, the read ceiling and the read patterns only)] [--no-ring (without the ring probe)] [--ring-only (the ring probe alone, % of the datasheet bandwidth: e.g. under compute-sanitizer)]\n");
       return 2;
     }
   }
@@ -698,6 +700,11 @@ int run(int argc, char** argv) {
   BENCH_CHECK(cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream"));
   std::printf("device: %s, %d SMs, L2 %.0f MB, driver %d, memory clock x bus = %.0f GB/s\n", dp.name.c_str(), dp.sm_count,
               dp.l2_bytes / 1e6, driver, datasheet_gbps);
+  if (ring_only) {
+    measure_ring(s, dp.sm_count, datasheet_gbps);
+    cudaStreamDestroy(s);
+    return 0;
+  }
   if (probes_only) {
     std::vector<SmallOp> probes;
     bench_handoff(dp.sm_count, s, probes);
@@ -713,7 +720,7 @@ int run(int argc, char** argv) {
   std::printf("  => ceiling %.0f GB/s (%s); device-to-device copy %.0f GB/s (read + write)\n", ceil.read_gbps,
               ceil.config.c_str(), ceil.copy_gbps);
   measure_patterns(s, dp.sm_count, ceil.read_gbps);
-  measure_ring(s, dp.sm_count, ceil.read_gbps);
+  if (ring) measure_ring(s, dp.sm_count, ceil.read_gbps);
   if (probes_only) {
     cudaStreamDestroy(s);
     return 0;

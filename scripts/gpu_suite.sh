@@ -9,7 +9,7 @@
 # Every phase is capped so the whole run fits PG_SUITE_BUDGET_S (default 540 s, from the start).
 # Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
 # PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_PROBES=1 (no bench_ops_cuda
-# --probes), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths), PG_SUITE_SKIP_QUALITY=1 (no NVFP4
+# --probes), PG_SUITE_OPS_BENCH_ARGS (more bench_ops_cuda flags, e.g. --no-ring), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths), PG_SUITE_SKIP_QUALITY=1 (no NVFP4
 # quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300), PG_SUITE_SKIP_SPEC=1 (no
 # speculation bench of the embedded model), PG_SUITE_MEMCHECK_OPS (a gtest filter of ops_cuda_test to run
 # under memcheck too), PG_SUITE_AB_BASE (a baseline tree, or several file baselines, to A/B against, section
@@ -492,14 +492,14 @@ BENCH=$(find "$BUILD" -name bench_ops_cuda -type f -perm -u+x | head -1)
 # PG_SUITE_SKIP_PROBES=1 or the whole bench runs below (it has them too).
 if [ -n "$BENCH" ] && [ "$(left)" -gt 40 ] && [ -z "${PG_SUITE_SKIP_PROBES:-}" ] &&
    { [ -n "${PG_SUITE_SKIP_OPS_BENCH:-}" ] || [ "$(left)" -le 120 ]; }; then
-  timeout 60 "$BENCH" --probes >"$OUT/probes.txt" 2>&1
+  timeout 60 "$BENCH" --probes ${PG_SUITE_OPS_BENCH_ARGS:-} >"$OUT/probes.txt" 2>&1
   note "bench_ops_cuda --probes: rc=$?"
   grep -E "^  (handoff|code|=>)" "$OUT/probes.txt" | tee -a "$SUMMARY"
   ring_rows "$OUT/probes.txt" | tee -a "$SUMMARY"
 fi
 if [ -n "$BENCH" ] && [ "$(left)" -gt 120 ] && [ -z "${PG_SUITE_SKIP_OPS_BENCH:-}" ]; then
   log "bench_ops_cuda"
-  timeout $(( $(left) - 30 )) "$BENCH" --json "$OUT/bench_ops_cuda.json" >"$OUT/bench.txt" 2>&1
+  timeout $(( $(left) - 30 )) "$BENCH" --json "$OUT/bench_ops_cuda.json" ${PG_SUITE_OPS_BENCH_ARGS:-} >"$OUT/bench.txt" 2>&1
   note "bench_ops_cuda: rc=$?"
   ring_rows "$OUT/bench.txt" | tee -a "$SUMMARY"
 fi
