@@ -219,6 +219,10 @@ def main():
                     help="what the loops stream, for instructions a KB (default nvfp4)")
     ap.add_argument("--show-path", action="store_true", help="print each loop's pass, instruction by instruction")
     ap.add_argument("--all-loops", action="store_true", help="outer loops and loops without mmas too")
+    ap.add_argument("--check-ldgsts", action="store_true",
+                    help="only list cp.async copies whose shared address takes a uniform register (LDGSTS [R + UR]); "
+                         "exit 1 if any. Under an L2 cache hint that form raised 'illegal instruction' on an H100 "
+                         "(nvfp4_mma.cuh, nvfp4_lane_issue's kHint); CUDA 11.8's nvdisasm does not print the hint")
     a = ap.parse_args()
     usage = {}
     if a.from_text:
@@ -234,6 +238,18 @@ def main():
     fns = functions(text)
     names = demangle([n for n, _, _ in fns], os.path.join(TOOLS, "cu++filt"))
     rx = re.compile(a.grep) if a.grep else None
+    if a.check_ldgsts:
+        found = 0
+        for name, code, _ in fns:
+            nice = short(names[name])
+            if rx and not rx.search(nice):
+                continue
+            hits = [(addr, ins) for addr, ins in sorted(code.items()) if ins and re.search(r"LDGSTS[^;]*\[R\d+\+UR", ins)]
+            found += len(hits)
+            for addr, ins in hits:
+                print(f"{nice[:120]}  {addr:#06x}  {ins.strip()}")
+        print(f"check-ldgsts: {found} copies with a uniform-register shared address")
+        sys.exit(1 if found else 0)
     for name, code, branches in fns:
         nice = short(names[name])
         if rx and not rx.search(nice):

@@ -82,9 +82,11 @@ inline bool mla_prep_late_trigger() {
   return on;
 }
 
-// PEREGRINE_ATTENTION_EARLY_CHUNK=1 (off: an experiment, not yet run on a GPU): the CUDA-core
-// attention kernel loads a block's first chunk of cache rows before its PDL wait where the chunk holds
-// none of the rows the step's tokens write (mla_attention.cu), so that load overlaps mla_prep's tail.
+// PEREGRINE_ATTENTION_EARLY_CHUNK=1 (off): the CUDA-core attention kernel loads a block's first chunk
+// of cache rows before its PDL wait where the chunk holds none of the rows the step's tokens write
+// (mla_attention.cu), so that load overlaps mla_prep's tail. Measured no gain (H100, 2026-12-05, 00973c9,
+// b = 1 after 1,024 tokens, 2 rounds alternating): moonlight nvfp4 595.4 -> 594.3 tok/s, V3 4L nvfp4
+// 710.5 -> 710.5. Its op tests and goldens under the switch have not run.
 inline bool attention_early_chunk() {
   static const bool on = env_switch("PEREGRINE_ATTENTION_EARLY_CHUNK", false);
   return on;

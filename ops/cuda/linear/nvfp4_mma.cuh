@@ -460,7 +460,13 @@ struct Nvfp4LaneRing {
 
 // Copies a whole stage (its kUnroll k-steps all below the warp's s1 and inside K) from src into this
 // lane's words w / sc of a slot, commits the group and moves src on by a stage.
-template <int kTiles, int kUnroll>
+// kHint: the codes' copies under `policy` (L2 evict-first). A hazard with it (H100, CUDA 13.0's ptxas,
+// 2026-12-05): where a slot offset is warp-uniform in the compiler's eyes (the ring probe's loop), ptxas
+// folds it into the copy's shared address as a uniform register, LDGSTS.128 [R + UR], beside the
+// policy's uniform descriptor, and the GPU raises "illegal instruction" on it (compute-sanitizer: at the
+// codes' cp.async of this function). No kernel of the engine has that form (`scripts/sass_loops.py
+// --check-ldgsts` lists any); the probe copies without the hint (kHint = false).
+template <int kTiles, int kUnroll, bool kHint = true>
 __device__ __forceinline__ void nvfp4_lane_issue(Nvfp4LaneSrc<kTiles>& src, uint4* w, uint32_t* sc, uint64_t policy) {
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
@@ -470,7 +476,8 @@ __device__ __forceinline__ void nvfp4_lane_issue(Nvfp4LaneSrc<kTiles>& src, uint
       const uint8_t* cs = src.scales(i, h);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), cw + u * kNvfp4LaneStepBytes, true, policy);
+        if constexpr (kHint) cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), cw + u * kNvfp4LaneStepBytes, true, policy);
+        else cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), cw + u * kNvfp4LaneStepBytes, true);
         cp_async4(sc + nvfp4_slot_word<kTiles>(u, i, h), cs + u * kNvfp4LaneStepScaleBytes, true);
       }
     }
@@ -480,7 +487,7 @@ __device__ __forceinline__ void nvfp4_lane_issue(Nvfp4LaneSrc<kTiles>& src, uint
 
 // The warp's last stage when it is not whole, src at its k-step s (nvfp4_lane_tail_copy: steps at
 // or past s1 are not copied, chunks past k_chunks read as zero, from the row's last chunk's address).
-template <int kTiles, int kUnroll>
+template <int kTiles, int kUnroll, bool kHint = true>  // kHint: nvfp4_lane_issue's
 __device__ __forceinline__ void nvfp4_lane_issue_tail(const Nvfp4LaneSrc<kTiles>& src, uint4* w, uint32_t* sc,
                                                       uint64_t policy, int s, int s1, int k_chunks, int t) {
 #pragma unroll
@@ -491,7 +498,8 @@ __device__ __forceinline__ void nvfp4_lane_issue_tail(const Nvfp4LaneSrc<kTiles>
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), src.codes(i, h) + c.codes, c.ok, policy);
+        if constexpr (kHint) cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), src.codes(i, h) + c.codes, c.ok, policy);
+        else cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), src.codes(i, h) + c.codes, c.ok);
         cp_async4(sc + nvfp4_slot_word<kTiles>(u, i, h), src.scales(i, h) + c.scales, c.ok);
       }
   }
