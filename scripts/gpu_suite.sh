@@ -9,11 +9,11 @@
 # Every phase is capped so the whole run fits PG_SUITE_BUDGET_S (default 540 s, from the start).
 # Iteration runs: PG_SUITE_CTEST_R (ctest -R regex), PG_SUITE_SKIP_MEMCHECK=1, PG_SUITE_SKIP_OPS_BENCH=1,
 # PG_SUITE_SKIP_MEASURES=1 (no rerun of the measuring tests), PG_SUITE_SKIP_PROBES=1 (no bench_ops_cuda
-# --probes), PG_SUITE_OPS_BENCH_ARGS (more bench_ops_cuda flags, e.g. --no-ring), PG_SUITE_SKIP_ALT=1 (no goldens on the non-default paths), PG_SUITE_SKIP_QUALITY=1 (no NVFP4
-# quality report of the embedded model), PG_SUITE_CTEST_TIMEOUT (s per test, 300), PG_SUITE_SKIP_SPEC=1 (no
-# speculation bench of the embedded model), PG_SUITE_MEMCHECK_OPS (a gtest filter of ops_cuda_test to run
-# under memcheck too), PG_SUITE_AB_BASE (a baseline tree, or several file baselines, to A/B against, section
-# 5a), PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d; PG_SUITE_NCU_METRICS: more metrics),
+# --probes), PG_SUITE_OPS_BENCH_ARGS (more bench_ops_cuda flags, e.g. --no-ring), PG_SUITE_SKIP_ALT=1 (no
+# goldens on the non-default paths), PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model),
+# PG_SUITE_CTEST_TIMEOUT (s per test, 300), PG_SUITE_SKIP_SPEC=1 (no speculation bench of the embedded model),
+# PG_SUITE_MEMCHECK_OPS (a gtest filter of ops_cuda_test to run under memcheck too), PG_SUITE_AB_BASE (a
+# baseline tree, or several file baselines, to A/B against, section 5a), PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d; PG_SUITE_NCU_METRICS: more metrics),
 # PG_SUITE_PREBUILT (an archive of scripts/gpu_pack.sh: its binaries instead of a build here; carry
 # .deps/prebuilt), PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c;
 # PG_SUITE_GATED_OPS_TIMEOUT: seconds for each one's op tests, 60).

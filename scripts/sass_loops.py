@@ -9,6 +9,7 @@ so a change to them is first weighed here, before any device time.
 
   scripts/sass_loops.py FILE.cu [--grep REGEX] [--weights nvfp4|fp8|bf16] [--ops N] [--show-path] [--keep SASS.txt]
   scripts/sass_loops.py --from-text SASS.txt [--grep REGEX]
+  scripts/sass_loops.py FILE.cu --check-ldgsts   (cp.async copies with a uniform-register shared address; exit 1 if any)
 
 FILE.cu is compiled with the build's device flags (build/compile_commands.json's entry for it, else the
 project's defaults) to a cubin; CUDA 13 writes an ELF header that CUDA 11.8's nvdisasm (the one Debian

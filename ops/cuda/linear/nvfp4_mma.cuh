@@ -463,9 +463,10 @@ struct Nvfp4LaneRing {
 // kHint: the codes' copies under `policy` (L2 evict-first). A hazard with it (H100, CUDA 13.0's ptxas,
 // 2026-12-05): where a slot offset is warp-uniform in the compiler's eyes (the ring probe's loop), ptxas
 // folds it into the copy's shared address as a uniform register, LDGSTS.128 [R + UR], beside the
-// policy's uniform descriptor, and the GPU raises "illegal instruction" on it (compute-sanitizer: at the
-// codes' cp.async of this function). No kernel of the engine has that form (`scripts/sass_loops.py
-// --check-ldgsts` lists any); the probe copies without the hint (kHint = false).
+// policy's uniform descriptor, and compute-sanitizer reported "illegal instruction" at exactly these
+// copies (the hint-free scale copies kept [R + imm]; built without the hint, the probe has no [R + UR]
+// copy; not yet rerun). No kernel of the engine has that form (`scripts/sass_loops.py --check-ldgsts`
+// lists any): the probe copies without the hint (kHint = false).
 template <int kTiles, int kUnroll, bool kHint = true>
 __device__ __forceinline__ void nvfp4_lane_issue(Nvfp4LaneSrc<kTiles>& src, uint4* w, uint32_t* sc, uint64_t policy) {
 #pragma unroll
