@@ -13,7 +13,8 @@
 # goldens on the non-default paths), PG_SUITE_SKIP_QUALITY=1 (no NVFP4 quality report of the embedded model),
 # PG_SUITE_CTEST_TIMEOUT (s per test, 300), PG_SUITE_SKIP_SPEC=1 (no speculation bench of the embedded model),
 # PG_SUITE_MEMCHECK_OPS (a gtest filter of ops_cuda_test to run under memcheck too), PG_SUITE_AB_BASE (a
-# baseline tree, or several file baselines, to A/B against, section 5a), PG_SUITE_NCU (decode-graph kernel durations under ncu, section 5d; PG_SUITE_NCU_METRICS: more metrics),
+# baseline tree, or several file baselines, to A/B against, section 5a), PG_SUITE_NCU (decode-graph kernel
+# durations under ncu, section 5d; PG_SUITE_NCU_METRICS: more metrics),
 # PG_SUITE_PREBUILT (an archive of scripts/gpu_pack.sh: its binaries instead of a build here; carry
 # .deps/prebuilt), PG_SUITE_TARGETS (the targets to build), PG_SUITE_GATED ("VAR=VAL ..." gated paths to test, section 4c;
 # PG_SUITE_GATED_OPS_TIMEOUT: seconds for each one's op tests, 60).
