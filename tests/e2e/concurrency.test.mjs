@@ -66,9 +66,13 @@ test('a client that disconnects mid-stream is cancelled and its KV blocks return
     console.log(`disconnect: ${generated} of 200 tokens generated; ${stepsAfter} engine steps after the abort was seen`);
     // How many tokens come before the disconnect depends on how soon the client runs: 4-8 alone, 129
     // once under a loaded 2-core CI run (2026-12-02). The server's part is what follows it: the request
-    // leaves within a few steps of the abort (stepsAfter), before its 200 tokens, as an abort.
+    // leaves within a few steps of the abort (stepsAfter), before its 200 tokens, as an abort. The
+    // steps counted include the server's I/O thread noticing the closed socket while the engine runs
+    // steps of a tiny model (well under a millisecond each): 1-3 alone, 6 and 8 in clean-clone CI runs
+    // (2 cores, ctest -j2; 2026-12-05). A server that did not cancel would run all the request's
+    // remaining steps (88-196 here), so 16 still tells the two apart.
     assert.ok(generated < 200, `cancelled before the end (${generated} of 200 tokens generated)`);
-    assert.ok(stepsAfter <= 3, `the request left within a step of the disconnect (${stepsAfter} steps)`);
+    assert.ok(stepsAfter <= 16, `the request left within a few steps of the disconnect (${stepsAfter} steps)`);
     assert.equal(done[`peregrine:request_success_total{model_name="${MODEL}",finished_reason="abort"}`], 1);
     const r = await openai.completions.create({ model: MODEL, prompt: 'still there?', max_tokens: 2 });
     assert.equal(r.choices.length, 1);
