@@ -223,7 +223,7 @@ def main():
     ap.add_argument("--check-ldgsts", action="store_true",
                     help="only list cp.async copies whose shared address takes a uniform register (LDGSTS [R + UR]); "
                          "exit 1 if any. Under an L2 cache hint that form raised 'illegal instruction' on an H100 "
-                         "(nvfp4_mma.cuh, nvfp4_lane_issue's kHint); CUDA 11.8's nvdisasm does not print the hint")
+                         "(cp_async.cuh); CUDA 11.8's nvdisasm does not print the hint")
     a = ap.parse_args()
     usage = {}
     if a.from_text:

@@ -22,10 +22,21 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   return q;
 }
 // cp_async16 under an L2 policy (l2_evict_first_policy: the weights).
+// A hazard (H100, CUDA 13.0's ptxas, 2026-12-05): where the destination's offset is warp-uniform to the
+// compiler (the ring probe's slot offsets), ptxas folded it into the copy's shared address as a uniform
+// register, LDGSTS.128 [R + UR], beside the policy's uniform descriptor, and compute-sanitizer reported
+// "illegal instruction" at exactly those copies (the hint-free copies beside them kept [R + imm]).
+// `scripts/sass_loops.py FILE.cu --check-ldgsts` lists [R + UR] copies; no engine kernel has one.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid, uint64_t policy) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(src),
                "r"(valid ? 16 : 0), "l"(policy));
+}
+// The copy with or without the policy, by a compile-time choice (kHint = false: the hazard above).
+template <bool kHint>
+__device__ __forceinline__ void cp_async16_hint(void* dst, const void* src, bool valid, uint64_t policy) {
+  if constexpr (kHint) cp_async16(dst, src, valid, policy);
+  else cp_async16(dst, src, valid);
 }
 // 4 bytes through L1 (ca: the 4 bytes' line is re-read by the next copies). valid = false writes zeros.
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {

@@ -59,8 +59,7 @@ __global__ void __launch_bounds__(kRingProbeWarps * kWarpSize) ring_probe_kernel
 
   const unsigned long long t0 = global_ns();
   // The kernel's own issue order and stage work (nvfp4_mma_stream_ring's).
-  // Without the L2 hint (nvfp4_lane_issue's kHint): here the slot offsets are uniform, and ptxas's
-  // LDGSTS.128 [R + UR] under the hint's descriptor is an illegal instruction on the GPU.
+  // Without the L2 hint (nvfp4_lane_issue's kHint): here the slot offsets are uniform (cp_async.cuh's hazard).
   auto issue = [&](int j, int slot_off) {
     if (j < nw) nvfp4_lane_issue<1, 2, false>(src, lr.w_at(slot_off), lr.sc_at(slot_off), policy);
     else if (j < n) nvfp4_lane_issue_tail<1, 2, false>(src, lr.w_at(slot_off), lr.sc_at(slot_off), policy, 2 * j, ik, ikc, lane % 4);

@@ -460,13 +460,8 @@ struct Nvfp4LaneRing {
 
 // Copies a whole stage (its kUnroll k-steps all below the warp's s1 and inside K) from src into this
 // lane's words w / sc of a slot, commits the group and moves src on by a stage.
-// kHint: the codes' copies under `policy` (L2 evict-first). A hazard with it (H100, CUDA 13.0's ptxas,
-// 2026-12-05): where a slot offset is warp-uniform in the compiler's eyes (the ring probe's loop), ptxas
-// folds it into the copy's shared address as a uniform register, LDGSTS.128 [R + UR], beside the
-// policy's uniform descriptor, and compute-sanitizer reported "illegal instruction" at exactly these
-// copies (the hint-free scale copies kept [R + imm]; built without the hint, the probe has no [R + UR]
-// copy; not yet rerun). No kernel of the engine has that form (`scripts/sass_loops.py --check-ldgsts`
-// lists any): the probe copies without the hint (kHint = false).
+// kHint: the codes' copies under `policy` (L2 evict-first); false where the slot offsets are uniform to the
+// compiler (the ring probe: cp_async.cuh's hazard of the hinted copy).
 template <int kTiles, int kUnroll, bool kHint = true>
 __device__ __forceinline__ void nvfp4_lane_issue(Nvfp4LaneSrc<kTiles>& src, uint4* w, uint32_t* sc, uint64_t policy) {
 #pragma unroll
@@ -477,8 +472,7 @@ __device__ __forceinline__ void nvfp4_lane_issue(Nvfp4LaneSrc<kTiles>& src, uint
       const uint8_t* cs = src.scales(i, h);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        if constexpr (kHint) cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), cw + u * kNvfp4LaneStepBytes, true, policy);
-        else cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), cw + u * kNvfp4LaneStepBytes, true);
+        cp_async16_hint<kHint>(w + nvfp4_slot_word<kTiles>(u, i, h), cw + u * kNvfp4LaneStepBytes, true, policy);
         cp_async4(sc + nvfp4_slot_word<kTiles>(u, i, h), cs + u * kNvfp4LaneStepScaleBytes, true);
       }
     }
@@ -499,8 +493,7 @@ __device__ __forceinline__ void nvfp4_lane_issue_tail(const Nvfp4LaneSrc<kTiles>
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if constexpr (kHint) cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), src.codes(i, h) + c.codes, c.ok, policy);
-        else cp_async16(w + nvfp4_slot_word<kTiles>(u, i, h), src.codes(i, h) + c.codes, c.ok);
+        cp_async16_hint<kHint>(w + nvfp4_slot_word<kTiles>(u, i, h), src.codes(i, h) + c.codes, c.ok, policy);
         cp_async4(sc + nvfp4_slot_word<kTiles>(u, i, h), src.scales(i, h) + c.scales, c.ok);
       }
   }
