@@ -676,13 +676,15 @@ void bench_icache(int sm_count, cudaStream_t s, std::vector<SmallOp>& small) {
 int run(int argc, char** argv) {
   const char* json_path = nullptr;
   bool probes_only = false, ring = true, ring_only = false;
+  const char* gemv_only = nullptr;  // --gemv TEXT: the read ceiling and the GEMV rows whose name holds TEXT
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--gemv") && i + 1 < argc) gemv_only = argv[++i];
     else if (!std::strcmp(argv[i], "--probes")) probes_only = true;
     else if (!std::strcmp(argv[i], "--no-ring")) ring = false;
     else if (!std::strcmp(argv[i], "--ring-only")) ring_only = true;
     else {
-      std::fprintf(stderr, "usage: bench_ops_cuda [--json PATH] [--probes (the handoff and instruction probes, the read ceiling and the read patterns only)] [--no-ring (without the ring probe)] [--ring-only (the ring probe alone, % of the datasheet bandwidth: e.g. under compute-sanitizer)]\n");
+      std::fputs("usage: bench_ops_cuda [--json PATH] [--probes (the handoff and instruction probes, the read ceiling and the read patterns only)] [--no-ring (without the ring probe)] [--ring-only (the ring probe alone, % of the datasheet bandwidth: e.g. under compute-sanitizer)] [--gemv TEXT (the read ceiling and the GEMV table's rows whose shape name holds TEXT, e.g. nvfp4: a sweep of runtime switches)]\n", stderr);
       return 2;
     }
   }
@@ -719,6 +721,20 @@ int run(int argc, char** argv) {
   for (const auto& [n, g] : ceil.all) std::printf("  read %-32s %8.0f GB/s\n", n.c_str(), g);
   std::printf("  => ceiling %.0f GB/s (%s); device-to-device copy %.0f GB/s (read + write)\n", ceil.read_gbps,
               ceil.config.c_str(), ceil.copy_gbps);
+  if (gemv_only) {
+    std::printf("\nGEMV (linear, heuristic config), rows holding '%s', HBM read ceiling %.0f GB/s; 'graph' = per kernel, >= %d back-to-back in a CUDA graph:\n",
+                gemv_only, ceil.read_gbps, kGraphLaunches);
+    for (const Shape& sh : kShapes) {
+      if (!std::strstr(sh.name, gemv_only)) continue;
+      const Rotated r = make_rotated(sh, dp.l2_bytes, s);
+      const GemvResult g = bench_gemv(sh, r, {}, ceil.read_gbps, s);
+      std::printf("  %-38s %-5s %-3lld %-16s %8.1f %8.2f %8.0f %6.1f%% %8.2f %6.1f%%\n", g.name.c_str(), g.format.c_str(),
+                  (long long)g.m, g.tile.c_str(), g.bytes / 1e6, g.us, g.gbps, g.pct, g.us_graph, g.pct_graph);
+      std::fflush(stdout);
+    }
+    cudaStreamDestroy(s);
+    return 0;
+  }
   measure_patterns(s, dp.sm_count, ceil.read_gbps);
   if (ring) measure_ring(s, dp.sm_count, ceil.read_gbps);
   if (probes_only) {

@@ -588,11 +588,11 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
 }
 
 // The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front
-// (nvfp4_x1_smem_bytes: one), then warp w's ring (w: the caller's warp index in the block).
-template <int kTiles, int kUnroll>
+// (nvfp4_x1_smem_bytes: one), then warp w's ring of kStages stages (w: the caller's warp index in the block).
+template <int kTiles, int kUnroll, int kStages = nvfp4_ring_stages<kTiles, kUnroll>()>
 __device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k, int rows, int w) {
   return reinterpret_cast<Nvfp4RingStage<kTiles, kUnroll>*>(smem + rows * ((k / 32 + 3) / 4 * kNvfp4MmaXStepVecs)) +
-         w * nvfp4_ring_stages<kTiles, kUnroll>();
+         w * kStages;
 }
 
 // The d fragments' output: row g + 8 (j / 2) of tile i, token 2t + j % 2 (m = 1: token 0 only,
@@ -729,8 +729,9 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 // warp's K slice is the same in every unit, and its ring runs on from one unit's last stage into
 // the next unit's first (the copies of the next unit are in flight while this one's sums are
 // taken). Token 0's x is staged once per block. The same sums, in the same order, as the
-// per-block kernel.
-template <int kTiles, int kUnroll, bool kWalk>
+// per-block kernel. kStages: the ring's stages (kStages - 1 in flight while a warp works on one; the
+// same copies and mmas in the same order at any depth).
+template <int kTiles, int kUnroll, bool kWalk, int kStages = nvfp4_ring_stages<kTiles, kUnroll>()>
 __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     linear_nvfp4_x1_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kRowsW = kMmaRows * kTiles;
@@ -740,7 +741,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   uint4* xs = linear_nvfp4_smem;
   const unsigned tid = pinned_thread_idx();
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4;
-  Stage* ring = nvfp4_x1_ring<kTiles, kUnroll>(linear_nvfp4_smem, p.k, 1, warp);
+  Stage* ring = nvfp4_x1_ring<kTiles, kUnroll, kStages>(linear_nvfp4_smem, p.k, 1, warp);
   const int k_split = p.k_split, kpart = warp % k_split, per_unit = kLinearWarps / k_split;
   const int64_t groups = (p.n + kRowsW - 1) / kRowsW, units = (groups + per_unit - 1) / per_unit;
   const int64_t k_chunks = p.k / 32, k_steps = (k_chunks + 3) / 4;
@@ -754,7 +755,6 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   const int t = lane % 4;
   const uint64_t policy = l2_evict_first_policy();
   const Nvfp4LaneRing<kTiles, kUnroll> lr(ring, lane);
-  constexpr int kStages = nvfp4_ring_stages<kTiles, kUnroll>();
   constexpr int kSlot = Nvfp4LaneRing<kTiles, kUnroll>::kBytes;
   // The issuing side runs kStages - 1 stages ahead: stage ij of unit iu next; the rows' sources are
   // set at each unit's first stage.
@@ -818,23 +818,50 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   }
 }
 
-// The persistent kernel's instantiation at K = k: no staging walk in its code where K needs none.
-template <int kTiles, int kUnroll, bool kWalk>
-int linear_nvfp4_x1_blocks_per_sm_of(int64_t k) {
-  int b = 0;
-  constexpr auto kKernel = linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk>;
-  if (raise_smem_limit_once<kKernel>() != cudaSuccess) return 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, kLinearThreads,
-                                                    nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, k)) != cudaSuccess)
-    return 0;
-  return b;
+// The ring depth the persistent kernel of kTiles x kUnroll runs at: linear_nvfp4_x1_stages() at 1 x 2,
+// kNvfp4RingStages elsewhere.
+template <int kTiles, int kUnroll>
+int linear_nvfp4_x1_stages_of() {
+  return kTiles == 1 && kUnroll == 2 ? linear_nvfp4_x1_stages() : nvfp4_ring_stages<kTiles, kUnroll>();
+}
+
+// A kernel as a type, so a generic lambda can name it as a template argument (raise_smem_limit_once).
+template <auto kKernel>
+struct Nvfp4X1KernelTag {
+  static constexpr auto kernel = kKernel;
+};
+
+// f(Nvfp4X1KernelTag<kernel>, stages) for the persistent kernel of kTiles x kUnroll, kWalk at the
+// depth linear_nvfp4_x1_stages_of chose.
+template <int kTiles, int kUnroll, bool kWalk, class F>
+auto with_nvfp4_x1_kernel(F&& f) {
+  constexpr int kDefault = nvfp4_ring_stages<kTiles, kUnroll>();
+  if constexpr (kTiles == 1 && kUnroll == 2) {
+    static_assert(kDefault == 2 && kNvfp4X1DeepStagesMax == 4, "the deeper rings are instantiated below");
+    switch (linear_nvfp4_x1_stages()) {
+      case 3: return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 3>>{}, 3);
+      case 4: return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 4>>{}, 4);
+      default: break;
+    }
+  }
+  return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, kDefault>>{}, kDefault);
 }
 
 // Blocks of linear_nvfp4_x1_kernel<kTiles, kUnroll, *> one SM holds at K = k (0 on error).
 template <int kTiles, int kUnroll>
 int linear_nvfp4_x1_blocks_per_sm(int64_t k) {
-  return k <= kNvfp4OneItemMaxK ? linear_nvfp4_x1_blocks_per_sm_of<kTiles, kUnroll, false>(k)
-                                : linear_nvfp4_x1_blocks_per_sm_of<kTiles, kUnroll, true>(k);
+  auto per_sm = [&](auto tag, int stages) {
+    constexpr auto kKernel = decltype(tag)::kernel;
+    int b = 0;
+    if (raise_smem_limit_once<kKernel>() != cudaSuccess) return 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, kLinearThreads,
+                                                      nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, k, stages)) !=
+        cudaSuccess)
+      return 0;
+    return b;
+  };
+  return k <= kNvfp4OneItemMaxK ? with_nvfp4_x1_kernel<kTiles, kUnroll, false>(per_sm)
+                                : with_nvfp4_x1_kernel<kTiles, kUnroll, true>(per_sm);
 }
 
 // grid.x: the units (m = 1 with nvfp4_x1_ok: the persistent kernel takes min(units, the blocks
@@ -843,22 +870,25 @@ template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
   const bool staged = nvfp4_x1_ok(p.k, p.scale_fp8);
   const bool x1 = p.m == 1 && staged;
-  const bool persistent = x1 && linear_nvfp4_x1_persistent(kTiles, p.n, p.k);
-  const size_t rows_smem = p.m > 1 && staged ? nvfp4_mma_staged_rows_bytes(p.m, p.k) : 0;
+  const bool persistent = x1 && linear_nvfp4_x1_persistent(kTiles, p.n, p.k, linear_nvfp4_x1_persistent_max_k());
   const bool one_item = p.k <= kNvfp4OneItemMaxK;  // x staged one item a thread: kernels without the walk
-  auto kernel = persistent && one_item ? linear_nvfp4_x1_kernel<kTiles, kUnroll, false>
-                : persistent           ? linear_nvfp4_x1_kernel<kTiles, kUnroll, true>
-                : x1 && one_item       ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XOneShort>
-                : x1                   ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XOne>
-                : rows_smem            ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XRows>
-                                       : linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XPerLane>;
-  size_t smem = 0;
   if (persistent) {
-    const cudaError_t e = one_item ? raise_smem_limit_once<linear_nvfp4_x1_kernel<kTiles, kUnroll, false>>()
-                                   : raise_smem_limit_once<linear_nvfp4_x1_kernel<kTiles, kUnroll, true>>();
-    if (e != cudaSuccess) return e;
-    smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k);
-  } else if (rows_smem) {
+    auto go = [&](auto tag, int stages) -> cudaError_t {
+      constexpr auto kKernel = decltype(tag)::kernel;
+      if (const cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
+      const size_t smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k, stages);
+      if (const cudaError_t e = launch_pdl(kKernel, grid, dim3(kLinearThreads), smem, stream, p); e != cudaSuccess) return e;
+      return cudaGetLastError();
+    };
+    return one_item ? with_nvfp4_x1_kernel<kTiles, kUnroll, false>(go) : with_nvfp4_x1_kernel<kTiles, kUnroll, true>(go);
+  }
+  const size_t rows_smem = p.m > 1 && staged ? nvfp4_mma_staged_rows_bytes(p.m, p.k) : 0;
+  auto kernel = x1 && one_item ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XOneShort>
+                : x1           ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XOne>
+                : rows_smem    ? linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XRows>
+                               : linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XPerLane>;
+  size_t smem = 0;
+  if (rows_smem) {
     if (cudaError_t e = raise_smem_limit_once<linear_nvfp4_mma_kernel<kTiles, kUnroll, kNvfp4XRows>>(); e != cudaSuccess)
       return e;
     smem = rows_smem;

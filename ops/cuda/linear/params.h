@@ -65,6 +65,13 @@ cudaError_t launch_linear_fp8_mma(const LinearParams& p, dim3 grid, cudaStream_t
 template <int kTiles, int kUnroll>
 int linear_nvfp4_x1_blocks_per_sm(int64_t k);
 
+// Runtime switches of the persistent m = 1 NVFP4 kernel, read once (linear/launch.cpp):
+// PEREGRINE_LINEAR_NVFP4_PERSISTENT_MAX_K, the largest K it takes (config.h's kNvfp4X1PersistentMaxK
+// unless set; at most kNvfp4X1MaxK), and PEREGRINE_LINEAR_NVFP4_X1_STAGES, its ring's stages at one
+// tile x 2 k-steps (2, the default, 3 or 4; other tiles keep kNvfp4RingStages).
+int64_t linear_nvfp4_x1_persistent_max_k();
+int linear_nvfp4_x1_stages();
+
 // Scalar path (any shape and alignment): one warp per output row. linear/scalar.cu.
 cudaError_t launch_linear_scalar(LinearWeight f, const LinearParams& p, cudaStream_t stream);
 
