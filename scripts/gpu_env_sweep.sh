@@ -7,7 +7,8 @@
 # of PG_ENV_BENCHES) while PG_ENV_TOTAL_S lasts. A table per part, the GEMV rows side by side last.
 #   usage: scripts/gpu_env_sweep.sh OUT "VAR=VAL[,VAR=VAL...]" ...
 #   PG_ENV_TESTS (ops_cuda_test's gtest filter, '*Linear*'), PG_ENV_GEMV (nvfp4),
-#   PG_ENV_BENCHES ("deepseek-v3:nvfp4:4 moonlight-16b-a3b:nvfp4:0"), PG_ENV_ROUNDS (2), PG_ENV_TOTAL_S (540)
+#   PG_ENV_BENCHES ("deepseek-v3:nvfp4:4 moonlight-16b-a3b:nvfp4:0"), PG_ENV_ROUNDS (2), PG_ENV_TOTAL_S (540),
+#   PG_ENV_SWEEP_MAX (the first N variants that passed go to the whole-model sweep; all unless set)
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_env_sweep.sh OUT VARIANT...}
 shift
@@ -42,6 +43,7 @@ for v in - "$@"; do
   env "${envs[@]}" timeout 120 "$B/bench/bench_ops_cuda" --gemv "${PG_ENV_GEMV:-nvfp4}" >"$OUT/gemv_$i.txt" 2>&1
   echo "gemv under $v: rc=$? ($(($(date +%s) - T0)) s)"
 done
+[ -n "${PG_ENV_SWEEP_MAX:-}" ] && passed=("${passed[@]:0:$PG_ENV_SWEEP_MAX}")
 if [ ${#passed[@]} -gt 0 ] && [ "$(left)" -gt 90 ]; then
   PG_SWEEP_TIMEOUT=40 timeout $(( $(left) - 20 )) scripts/bench_sweep.sh "$B/peregrine" "${PG_ENV_ROUNDS:-2}" \
     "${PG_ENV_BENCHES:-deepseek-v3:nvfp4:4 moonlight-16b-a3b:nvfp4:0}" - "${passed[@]}" >"$OUT/sweep.txt" 2>&1

@@ -81,6 +81,11 @@ int linear_nvfp4_x1_stages() {
   return n;
 }
 
+bool linear_nvfp4_x1_columns() {
+  static const bool on = env_switch("PEREGRINE_LINEAR_NVFP4_X1_COLUMNS", false);
+  return on;
+}
+
 namespace {
 
 const TileEntry* find_tile(LinearWeight f, const LinearTile& t) {

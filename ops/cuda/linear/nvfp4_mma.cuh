@@ -534,6 +534,54 @@ __device__ __forceinline__ void nvfp4_lane_work(const uint4* w, const uint32_t* 
   }
 }
 
+// The column form of nvfp4_lane_work (the persistent kernel's experiment, PEREGRINE_LINEAR_NVFP4_X1_COLUMNS=1;
+// m = 1 only): a k-step's 8 scale blocks are the mma's 8 columns. Lane t's words q of its chunk are the
+// k positions of block 2t + q / 2 in mmas 2q and 2q + 1, so column n of B holds x only at the positions of
+// block n (lane (g, t) keeps its staged x where g == 2t + q / 2: words 0, 1 at g = 2t, words 2, 3 at
+// g = 2t + 1; every other B register stays zero from the caller's start), and D's column n is row r's
+// sum over block n unscaled. After a k-step's mmas each lane multiplies its two columns (blocks 2t,
+// 2t + 1, its own chunk's) by their f32 block scales into acc[i][0] (row g) / acc[i][2] (row g + 8):
+// 4 FFMAs a k-step and tile where the f16 block-scale multiplies took 32 HMUL2. The caller sums the
+// four t lanes (acc[i][1], [3] stay 0). Its sums differ from the per-block kernel's (the 2..8-token
+// rows): a verify step's rows would not equal the plain step's while it is on.
+// sel2: the lane's two scale bytes into the low half, (t % 2) ? 0x32 : 0x10.
+template <int kTiles, int kUnroll>
+__device__ __forceinline__ void nvfp4_lane_work_cols(const uint4* w, const uint32_t* sc, const uint4* xl, int steps,
+                                                     uint32_t sel2, bool act0, bool act1, uint32_t (&b)[4][4],
+                                                     float (&acc)[kTiles][4]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (u > 0 && u >= steps) break;  // warp-uniform
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (q < 2 ? act0 : act1) {
+        const uint4 v = xl[u * kNvfp4MmaXStepVecs + 4 * q];
+        b[q][0] = v.x, b[q][1] = v.y, b[q][2] = v.z, b[q][3] = v.w;
+      }
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const uint4 wv[2] = {w[nvfp4_slot_word<kTiles>(u, i, 0)], w[nvfp4_slot_word<kTiles>(u, i, 1)]};
+      float2 s[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        s[h] = f16x2_bits_to_f32(e4m3x2_to_f16x2_bits(__byte_perm(sc[nvfp4_slot_word<kTiles>(u, i, h)], 0u, sel2)));
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t lo[4], hi[4];  // rows g, g + 8
+        const uint32_t wlo = q == 0 ? wv[0].x : q == 1 ? wv[0].y : q == 2 ? wv[0].z : wv[0].w;
+        const uint32_t whi = q == 0 ? wv[1].x : q == 1 ? wv[1].y : q == 2 ? wv[1].z : wv[1].w;
+        e2m1x8_to_f16x2(wlo, lo);
+        e2m1x8_to_f16x2(whi, hi);
+        mma_m16n8k16_f16(d, lo[0], hi[0], lo[1], hi[1], b[q][0], b[q][1]);
+        mma_m16n8k16_f16(d, lo[2], hi[2], lo[3], hi[3], b[q][2], b[q][3]);
+      }
+      acc[i][0] = fmaf(s[0].y, d[1], fmaf(s[0].x, d[0], acc[i][0]));
+      acc[i][2] = fmaf(s[1].y, d[3], fmaf(s[1].x, d[2], acc[i][2]));
+    }
+  }
+}
+
 // nvfp4_mma_stream with x staged per block and the weights through the warp's ring (above).
 // Every thread of the block must call it: the first kStages - 1 stages' copies go out before
 // pdl_wait() (weights depend on no kernel), then stage_x() (every thread a share of the block's
@@ -731,7 +779,9 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 // taken). Token 0's x is staged once per block. The same sums, in the same order, as the
 // per-block kernel. kStages: the ring's stages (kStages - 1 in flight while a warp works on one; the
 // same copies and mmas in the same order at any depth).
-template <int kTiles, int kUnroll, bool kWalk, int kStages = nvfp4_ring_stages<kTiles, kUnroll>()>
+// kCols: nvfp4_lane_work_cols instead of nvfp4_lane_work (an experiment: other sums than the
+// per-block kernel's).
+template <int kTiles, int kUnroll, bool kWalk, int kStages = nvfp4_ring_stages<kTiles, kUnroll>(), bool kCols = false>
 __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     linear_nvfp4_x1_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kRowsW = kMmaRows * kTiles;
@@ -794,7 +844,9 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   pg_tl_mark(TimelineKernel::kLinearNvfp4X1, 1);
   nvfp4_mma_stage_x_block<kWalk>(p.x, k_chunks, k_steps, xs);
   __syncthreads();
-  const uint32_t sel = nvfp4_lane_scale_sel(lane);
+  const uint32_t sel = kCols ? ((lane & 1) ? 0x32u : 0x10u) : nvfp4_lane_scale_sel(lane);
+  const bool act0 = g == 2 * t, act1 = g == 2 * t + 1;  // kCols: the lane's B column holds x of words 0, 1 / 2, 3
+  uint32_t bcol[4][4] = {};
   Nvfp4SlotCursor<kStages, kSlot> cur;
   for (int u = 0; u < my_units; ++u) {  // uniform over the block
     float acc[kTiles][4];
@@ -804,10 +856,22 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     for (int j = 0; j < n; ++j) {
       issue(cur.wr);
       cp_async_wait<kStages - 1>();  // this stage's group has landed
-      nvfp4_lane_work<kTiles, kUnroll>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl,
-                                       j < nw ? kUnroll : int(s1 - s0) - j * kUnroll, sel, acc);
+      const int steps = j < nw ? kUnroll : int(s1 - s0) - j * kUnroll;
+      if constexpr (kCols)
+        nvfp4_lane_work_cols<kTiles, kUnroll>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl, steps, sel, act0, act1, bcol, acc);
+      else
+        nvfp4_lane_work<kTiles, kUnroll>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl, steps, sel, acc);
       xl += kUnroll * kNvfp4MmaXStepVecs;
       cur.next();
+    }
+    if constexpr (kCols) {  // the four t lanes' blocks of each row: every lane ends with the row's sum
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+        for (int r = 0; r < 4; r += 2) {
+          acc[i][r] += __shfl_xor_sync(kFullMask, acc[i][r], 1);
+          acc[i][r] += __shfl_xor_sync(kFullMask, acc[i][r], 2);
+        }
     }
     bool mine = true;
     if (k_split > 1) {
@@ -838,10 +902,17 @@ auto with_nvfp4_x1_kernel(F&& f) {
   constexpr int kDefault = nvfp4_ring_stages<kTiles, kUnroll>();
   if constexpr (kTiles == 1 && kUnroll == 2) {
     static_assert(kDefault == 2 && kNvfp4X1DeepStagesMax == 4, "the deeper rings are instantiated below");
+    const bool cols = linear_nvfp4_x1_columns();
     switch (linear_nvfp4_x1_stages()) {
-      case 3: return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 3>>{}, 3);
-      case 4: return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 4>>{}, 4);
-      default: break;
+      case 3:
+        return cols ? f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 3, true>>{}, 3)
+                    : f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 3>>{}, 3);
+      case 4:
+        return cols ? f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 4, true>>{}, 4)
+                    : f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 4>>{}, 4);
+      default:
+        if (cols) return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, kDefault, true>>{}, kDefault);
+        break;
     }
   }
   return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, kDefault>>{}, kDefault);

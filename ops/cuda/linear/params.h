@@ -71,6 +71,9 @@ int linear_nvfp4_x1_blocks_per_sm(int64_t k);
 // tile x 2 k-steps (2, the default, 3 or 4; other tiles keep kNvfp4RingStages).
 int64_t linear_nvfp4_x1_persistent_max_k();
 int linear_nvfp4_x1_stages();
+// PEREGRINE_LINEAR_NVFP4_X1_COLUMNS=1 (off unless set): the persistent kernel at 1 x 2 in the column
+// form (nvfp4_mma.cuh's nvfp4_lane_work_cols; an experiment: its rows differ from the 2..8-token kernel's).
+bool linear_nvfp4_x1_columns();
 
 // Scalar path (any shape and alignment): one warp per output row. linear/scalar.cu.
 cudaError_t launch_linear_scalar(LinearWeight f, const LinearParams& p, cudaStream_t stream);
