@@ -171,7 +171,8 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
     // m = 1 with x staged: a persistent grid of at most `slots` blocks (linear_nvfp4_x1_kernel).
     // Larger m takes the per-block kernel at the same k_split (the same sums for every token).
     int64_t slots = 0;
-    if (!fp8_mma && nvfp4_x1_ok(p.k, p.scale_fp8) && linear_nvfp4_x1_persistent(t.tiles, p.n, p.k, linear_nvfp4_x1_persistent_max_k())) {
+    if (!fp8_mma && nvfp4_x1_ok(p.k, p.scale_fp8) &&
+        linear_nvfp4_x1_persistent(t.tiles, p.n, p.k, linear_nvfp4_x1_persistent_max_k())) {
       const int per_sm = find_mma_tile(t.tiles, t.unroll)->x1_blocks_per_sm(p.k);
       if (per_sm < 1) return internal_error("linear: the NVFP4 m = 1 kernel fits no SM at k={} (or a CUDA error)", p.k);
       slots = int64_t(sms > 0 ? sms : 132) * per_sm;

@@ -882,21 +882,14 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   }
 }
 
-// The ring depth the persistent kernel of kTiles x kUnroll runs at: linear_nvfp4_x1_stages() at 1 x 2,
-// kNvfp4RingStages elsewhere.
-template <int kTiles, int kUnroll>
-int linear_nvfp4_x1_stages_of() {
-  return kTiles == 1 && kUnroll == 2 ? linear_nvfp4_x1_stages() : nvfp4_ring_stages<kTiles, kUnroll>();
-}
-
 // A kernel as a type, so a generic lambda can name it as a template argument (raise_smem_limit_once).
 template <auto kKernel>
 struct Nvfp4X1KernelTag {
   static constexpr auto kernel = kKernel;
 };
 
-// f(Nvfp4X1KernelTag<kernel>, stages) for the persistent kernel of kTiles x kUnroll, kWalk at the
-// depth linear_nvfp4_x1_stages_of chose.
+// f(Nvfp4X1KernelTag<kernel>, stages) for the persistent kernel of kTiles x kUnroll, kWalk as the
+// switches chose (linear_nvfp4_x1_stages, linear_nvfp4_x1_columns: 1 x 2 only; other tiles the default).
 template <int kTiles, int kUnroll, bool kWalk, class F>
 auto with_nvfp4_x1_kernel(F&& f) {
   constexpr int kDefault = nvfp4_ring_stages<kTiles, kUnroll>();
