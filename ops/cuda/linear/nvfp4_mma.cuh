@@ -544,14 +544,15 @@ __device__ __forceinline__ void nvfp4_lane_work(const uint4* w, const uint32_t* 
 // 4 FFMAs a k-step and tile where the f16 block-scale multiplies took 32 HMUL2. The caller sums the
 // four t lanes (acc[i][1], [3] stay 0). Its sums differ from the per-block kernel's (the 2..8-token
 // rows): a verify step's rows would not equal the plain step's while it is on.
-// sel2: the lane's two scale bytes into the low half, (t % 2) ? 0x32 : 0x10.
-template <int kTiles, int kUnroll>
+// sel2: the lane's two scale bytes into the low half, (t % 2) ? 0x32 : 0x10. kWhole: steps == kUnroll
+// (no branch between the steps, so the FFMAs of one wait on its last mma while the next step's issue).
+template <int kTiles, int kUnroll, bool kWhole>
 __device__ __forceinline__ void nvfp4_lane_work_cols(const uint4* w, const uint32_t* sc, const uint4* xl, int steps,
                                                      uint32_t sel2, bool act0, bool act1, uint32_t (&b)[4][4],
                                                      float (&acc)[kTiles][4]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    if (u > 0 && u >= steps) break;  // warp-uniform
+    if (!kWhole && u > 0 && u >= steps) break;  // warp-uniform
 #pragma unroll
     for (int q = 0; q < 4; ++q)
       if (q < 2 ? act0 : act1) {
@@ -857,9 +858,13 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
       issue(cur.wr);
       cp_async_wait<kStages - 1>();  // this stage's group has landed
       const int steps = j < nw ? kUnroll : int(s1 - s0) - j * kUnroll;
-      if constexpr (kCols)
-        nvfp4_lane_work_cols<kTiles, kUnroll>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl, steps, sel, act0, act1, bcol, acc);
-      else
+      if constexpr (kCols) {
+        if (j < nw)
+          nvfp4_lane_work_cols<kTiles, kUnroll, true>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl, steps, sel, act0, act1, bcol, acc);
+        else
+          nvfp4_lane_work_cols<kTiles, kUnroll, false>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl, steps, sel, act0, act1, bcol,
+                                                       acc);
+      } else
         nvfp4_lane_work<kTiles, kUnroll>(lr.w_at(cur.rd), lr.sc_at(cur.rd), xl, steps, sel, acc);
       xl += kUnroll * kNvfp4MmaXStepVecs;
       cur.next();
