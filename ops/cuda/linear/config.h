@@ -177,12 +177,12 @@ constexpr int64_t kNvfp4RingStageBytes = 1280;
 // of the one-tile kernels).
 constexpr int kNvfp4RingStages(int tiles, int unroll) { return tiles * unroll == 1 ? 4 : 2; }
 
-// Dynamic shared memory of a staged-x block of `warps` warps: x, then the warps' rings of `stages`
-// stages (0: kNvfp4RingStages; the persistent kernel's may be deeper, linear_nvfp4_x1_stages).
-inline size_t nvfp4_x1_smem_bytes(int tiles, int unroll, int warps, int64_t k, int stages = 0) {
+// Dynamic shared memory of a staged-x block of `warps` warps: x, then the warps' rings. (Deeper rings
+// for the persistent kernel, 3 or 4 stages at 1 x 2: 9-13% slower on the H200, session 42: two blocks
+// an SM instead of three; its bytes in flight are not what bounds it.)
+inline size_t nvfp4_x1_smem_bytes(int tiles, int unroll, int warps, int64_t k) {
   return size_t((k / 32 + 3) / 4 * kNvfp4X1StepBytes) +
-         size_t(warps) * size_t(stages > 0 ? stages : kNvfp4RingStages(tiles, unroll)) *
-             size_t(kNvfp4RingStageBytes * tiles * unroll);
+         size_t(warps) * size_t(kNvfp4RingStages(tiles, unroll)) * size_t(kNvfp4RingStageBytes * tiles * unroll);
 }
 
 // 2..8 tokens (an 8-token tile's rows, m - 8 blockIdx.y of them) are staged as f16 in dynamic
@@ -209,20 +209,13 @@ inline bool nvfp4_x1_ok(int64_t k, const void* scale_fp8) {
 // 18432 46.1 -> 51.3, V3 dense gate|up 7168 -> 36864 49.9 -> 57.5; but V3 o_proj (K 16384) 47.4
 // -> 43.4, V3 dense down (K 18432) 46.4 -> 44.1, moonlight's o_proj 17.6 -> 12.5 and dense down
 // 25.9 -> 17.5, and V3's lm_head at two tiles 71.3 -> 49.7.
-// max_k: the launcher's linear_nvfp4_x1_persistent_max_k() (PEREGRINE_LINEAR_NVFP4_PERSISTENT_MAX_K, this
-// constant unless set): the planner, the launcher and linear_norm must pass the same.
+// Measured again after session 40's stage loops (H200, 2026-12-05, session 42): the persistent kernel at
+// K 16384 / 18432 (V3's o_proj, dense down) 55.7 / 56.5% against the per-block kernel's 61.2 / 61.4%.
 constexpr int64_t kNvfp4X1PersistentMinBytes = int64_t(48) << 20;
 constexpr int64_t kNvfp4X1PersistentMaxK = 8192;
-constexpr bool linear_nvfp4_x1_persistent(int tiles, int64_t n, int64_t k, int64_t max_k = kNvfp4X1PersistentMaxK) {
-  return tiles == 1 && k <= max_k && n * (k / 2) >= kNvfp4X1PersistentMinBytes;
+constexpr bool linear_nvfp4_x1_persistent(int tiles, int64_t n, int64_t k) {
+  return tiles == 1 && k <= kNvfp4X1PersistentMaxK && n * (k / 2) >= kNvfp4X1PersistentMinBytes;
 }
-
-// Ring stages of the persistent kernel at one tile x 2 k-steps (linear_nvfp4_x1_stages(), from
-// PEREGRINE_LINEAR_NVFP4_X1_STAGES): kNvfp4RingStages's 2 (one stage in flight while a warp works
-// on the other), or 3 / 4 (two / three in flight: on the H200 the persistent shapes stream at
-// 68-82% of the read ceiling against 83-87% on the H100 with the same code, the slower device's
-// latency x bandwidth asking fewer bytes in flight).
-constexpr int kNvfp4X1DeepStagesMax = 4;
 
 // K split of the persistent m = 1 kernel (linear_nvfp4_x1_kernel): a block takes units of
 // kLinearWarps / k_split row groups (its warps split their K) in turn, `slots` blocks at once, so

@@ -65,22 +65,6 @@ int linear_mma_warps_per_sm() {
 
 }  // namespace
 
-int64_t linear_nvfp4_x1_persistent_max_k() {
-  static const int64_t k = [] {
-    const int v = env_int("PEREGRINE_LINEAR_NVFP4_PERSISTENT_MAX_K", int(kNvfp4X1PersistentMaxK));
-    return v >= 0 && v <= kNvfp4X1MaxK ? int64_t(v) : kNvfp4X1PersistentMaxK;
-  }();
-  return k;
-}
-
-int linear_nvfp4_x1_stages() {
-  static const int n = [] {
-    const int v = env_int("PEREGRINE_LINEAR_NVFP4_X1_STAGES", kNvfp4RingStages(1, 2));
-    return v >= 2 && v <= kNvfp4X1DeepStagesMax ? v : kNvfp4RingStages(1, 2);
-  }();
-  return n;
-}
-
 bool linear_nvfp4_x1_columns() {
   static const bool on = env_switch("PEREGRINE_LINEAR_NVFP4_X1_COLUMNS", false);
   return on;
@@ -171,8 +155,7 @@ Result<LinearPlan> linear_plan(const LinearArgs& a, const LinearVariant& v) {
     // m = 1 with x staged: a persistent grid of at most `slots` blocks (linear_nvfp4_x1_kernel).
     // Larger m takes the per-block kernel at the same k_split (the same sums for every token).
     int64_t slots = 0;
-    if (!fp8_mma && nvfp4_x1_ok(p.k, p.scale_fp8) &&
-        linear_nvfp4_x1_persistent(t.tiles, p.n, p.k, linear_nvfp4_x1_persistent_max_k())) {
+    if (!fp8_mma && nvfp4_x1_ok(p.k, p.scale_fp8) && linear_nvfp4_x1_persistent(t.tiles, p.n, p.k)) {
       const int per_sm = find_mma_tile(t.tiles, t.unroll)->x1_blocks_per_sm(p.k);
       if (per_sm < 1) return internal_error("linear: the NVFP4 m = 1 kernel fits no SM at k={} (or a CUDA error)", p.k);
       slots = int64_t(sms > 0 ? sms : 132) * per_sm;

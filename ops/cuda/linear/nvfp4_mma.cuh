@@ -637,11 +637,11 @@ __device__ __forceinline__ void nvfp4_mma_stream_ring(const uint8_t* const (&wro
 }
 
 // The staged-x path's dynamic shared memory of a block: `rows` staged rows of K at the front
-// (nvfp4_x1_smem_bytes: one), then warp w's ring of kStages stages (w: the caller's warp index in the block).
-template <int kTiles, int kUnroll, int kStages = nvfp4_ring_stages<kTiles, kUnroll>()>
+// (nvfp4_x1_smem_bytes: one), then warp w's ring (w: the caller's warp index in the block).
+template <int kTiles, int kUnroll>
 __device__ __forceinline__ Nvfp4RingStage<kTiles, kUnroll>* nvfp4_x1_ring(uint4* smem, int64_t k, int rows, int w) {
   return reinterpret_cast<Nvfp4RingStage<kTiles, kUnroll>*>(smem + rows * ((k / 32 + 3) / 4 * kNvfp4MmaXStepVecs)) +
-         w * kStages;
+         w * nvfp4_ring_stages<kTiles, kUnroll>();
 }
 
 // The d fragments' output: row g + 8 (j / 2) of tile i, token 2t + j % 2 (m = 1: token 0 only,
@@ -778,11 +778,9 @@ __global__ void __launch_bounds__(kLinearThreads, kLinearMinBlocksPerSm)
 // warp's K slice is the same in every unit, and its ring runs on from one unit's last stage into
 // the next unit's first (the copies of the next unit are in flight while this one's sums are
 // taken). Token 0's x is staged once per block. The same sums, in the same order, as the
-// per-block kernel. kStages: the ring's stages (kStages - 1 in flight while a warp works on one; the
-// same copies and mmas in the same order at any depth).
-// kCols: nvfp4_lane_work_cols instead of nvfp4_lane_work (an experiment: other sums than the
-// per-block kernel's).
-template <int kTiles, int kUnroll, bool kWalk, int kStages = nvfp4_ring_stages<kTiles, kUnroll>(), bool kCols = false>
+// per-block kernel. kCols: nvfp4_lane_work_cols instead of nvfp4_lane_work (an experiment: other sums
+// than the per-block kernel's).
+template <int kTiles, int kUnroll, bool kWalk, bool kCols = false>
 __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
     linear_nvfp4_x1_kernel(const __grid_constant__ LinearParams p) {
   constexpr int kRowsW = kMmaRows * kTiles;
@@ -792,7 +790,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   uint4* xs = linear_nvfp4_smem;
   const unsigned tid = pinned_thread_idx();
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4;
-  Stage* ring = nvfp4_x1_ring<kTiles, kUnroll, kStages>(linear_nvfp4_smem, p.k, 1, warp);
+  Stage* ring = nvfp4_x1_ring<kTiles, kUnroll>(linear_nvfp4_smem, p.k, 1, warp);
   const int k_split = p.k_split, kpart = warp % k_split, per_unit = kLinearWarps / k_split;
   const int64_t groups = (p.n + kRowsW - 1) / kRowsW, units = (groups + per_unit - 1) / per_unit;
   const int64_t k_chunks = p.k / 32, k_steps = (k_chunks + 3) / 4;
@@ -806,6 +804,7 @@ __global__ void __launch_bounds__(kLinearThreads, kTiles == 1 ? 3 : 2)
   const int t = lane % 4;
   const uint64_t policy = l2_evict_first_policy();
   const Nvfp4LaneRing<kTiles, kUnroll> lr(ring, lane);
+  constexpr int kStages = nvfp4_ring_stages<kTiles, kUnroll>();
   constexpr int kSlot = Nvfp4LaneRing<kTiles, kUnroll>::kBytes;
   // The issuing side runs kStages - 1 stages ahead: stage ij of unit iu next; the rows' sources are
   // set at each unit's first stage.
@@ -893,39 +892,24 @@ struct Nvfp4X1KernelTag {
   static constexpr auto kernel = kKernel;
 };
 
-// f(Nvfp4X1KernelTag<kernel>, stages) for the persistent kernel of kTiles x kUnroll, kWalk as the
-// switches chose (linear_nvfp4_x1_stages, linear_nvfp4_x1_columns: 1 x 2 only; other tiles the default).
+// f(Nvfp4X1KernelTag<kernel>) for the persistent kernel of kTiles x kUnroll, kWalk: at 1 x 2 the column
+// form where linear_nvfp4_x1_columns() says so.
 template <int kTiles, int kUnroll, bool kWalk, class F>
 auto with_nvfp4_x1_kernel(F&& f) {
-  constexpr int kDefault = nvfp4_ring_stages<kTiles, kUnroll>();
-  if constexpr (kTiles == 1 && kUnroll == 2) {
-    static_assert(kDefault == 2 && kNvfp4X1DeepStagesMax == 4, "the deeper rings are instantiated below");
-    const bool cols = linear_nvfp4_x1_columns();
-    switch (linear_nvfp4_x1_stages()) {
-      case 3:
-        return cols ? f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 3, true>>{}, 3)
-                    : f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 3>>{}, 3);
-      case 4:
-        return cols ? f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 4, true>>{}, 4)
-                    : f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, 4>>{}, 4);
-      default:
-        if (cols) return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, kDefault, true>>{}, kDefault);
-        break;
-    }
-  }
-  return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, kDefault>>{}, kDefault);
+  if constexpr (kTiles == 1 && kUnroll == 2)
+    if (linear_nvfp4_x1_columns()) return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk, true>>{});
+  return f(Nvfp4X1KernelTag<linear_nvfp4_x1_kernel<kTiles, kUnroll, kWalk>>{});
 }
 
 // Blocks of linear_nvfp4_x1_kernel<kTiles, kUnroll, *> one SM holds at K = k (0 on error).
 template <int kTiles, int kUnroll>
 int linear_nvfp4_x1_blocks_per_sm(int64_t k) {
-  auto per_sm = [&](auto tag, int stages) {
+  auto per_sm = [&](auto tag) {
     constexpr auto kKernel = decltype(tag)::kernel;
     int b = 0;
     if (raise_smem_limit_once<kKernel>() != cudaSuccess) return 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, kLinearThreads,
-                                                      nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, k, stages)) !=
-        cudaSuccess)
+                                                      nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, k)) != cudaSuccess)
       return 0;
     return b;
   };
@@ -939,13 +923,13 @@ template <int kTiles, int kUnroll>
 cudaError_t launch_linear_nvfp4_mma(const LinearParams& p, dim3 grid, cudaStream_t stream) {
   const bool staged = nvfp4_x1_ok(p.k, p.scale_fp8);
   const bool x1 = p.m == 1 && staged;
-  const bool persistent = x1 && linear_nvfp4_x1_persistent(kTiles, p.n, p.k, linear_nvfp4_x1_persistent_max_k());
+  const bool persistent = x1 && linear_nvfp4_x1_persistent(kTiles, p.n, p.k);
   const bool one_item = p.k <= kNvfp4OneItemMaxK;  // x staged one item a thread: kernels without the walk
   if (persistent) {
-    auto go = [&](auto tag, int stages) -> cudaError_t {
+    auto go = [&](auto tag) -> cudaError_t {
       constexpr auto kKernel = decltype(tag)::kernel;
       if (const cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-      const size_t smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k, stages);
+      const size_t smem = nvfp4_x1_smem_bytes(kTiles, kUnroll, kLinearWarps, p.k);
       if (const cudaError_t e = launch_pdl(kKernel, grid, dim3(kLinearThreads), smem, stream, p); e != cudaSuccess) return e;
       return cudaGetLastError();
     };

@@ -65,13 +65,7 @@ cudaError_t launch_linear_fp8_mma(const LinearParams& p, dim3 grid, cudaStream_t
 template <int kTiles, int kUnroll>
 int linear_nvfp4_x1_blocks_per_sm(int64_t k);
 
-// Runtime switches of the persistent m = 1 NVFP4 kernel, read once (linear/launch.cpp):
-// PEREGRINE_LINEAR_NVFP4_PERSISTENT_MAX_K, the largest K it takes (config.h's kNvfp4X1PersistentMaxK
-// unless set; at most kNvfp4X1MaxK), and PEREGRINE_LINEAR_NVFP4_X1_STAGES, its ring's stages at one
-// tile x 2 k-steps (2, the default, 3 or 4; other tiles keep kNvfp4RingStages).
-int64_t linear_nvfp4_x1_persistent_max_k();
-int linear_nvfp4_x1_stages();
-// PEREGRINE_LINEAR_NVFP4_X1_COLUMNS=1 (off unless set): the persistent kernel at 1 x 2 in the column
+// PEREGRINE_LINEAR_NVFP4_X1_COLUMNS=1 (off unless set; read once, linear/launch.cpp): the persistent kernel at 1 x 2 in the column
 // form (nvfp4_mma.cuh's nvfp4_lane_work_cols; an experiment: its rows differ from the 2..8-token kernel's).
 bool linear_nvfp4_x1_columns();
 

@@ -44,7 +44,7 @@ bool linear_norm_nvfp4_fits(const Matrix& w) {
   if (w.format != WeightFormat::kNvfp4 || w.cols % 32 != 0 || !nvfp4_x1_ok(w.cols, w.scale_fp8)) return false;
   const MmaTile t = linear_nvfp4_mma_tile(w.rows, current_device_props().sm_count);
   return t.tiles == kLinearNormNvfp4Tile.tiles && t.unroll == kLinearNormNvfp4Tile.unroll &&
-         !linear_nvfp4_x1_persistent(t.tiles, w.rows, w.cols, linear_nvfp4_x1_persistent_max_k());
+         !linear_nvfp4_x1_persistent(t.tiles, w.rows, w.cols);
 }
 
 Status linear_norm(const LinearNormArgs& a, unsigned* counter, cudaStream_t stream) {
