@@ -673,6 +673,12 @@ void bench_icache(int sm_count, cudaStream_t s, std::vector<SmallOp>& small) {
   }
 }
 
+// One row of the GEMV table (the full table and --gemv print the same columns).
+void print_gemv_row(const GemvResult& g) {
+  std::printf("  %-38s %-5s %-3lld %-16s %8.1f %8.2f %8.0f %6.1f%% %8.2f %6.1f%%\n", g.name.c_str(), g.format.c_str(),
+              (long long)g.m, g.tile.c_str(), g.bytes / 1e6, g.us, g.gbps, g.pct, g.us_graph, g.pct_graph);
+}
+
 int run(int argc, char** argv) {
   const char* json_path = nullptr;
   bool probes_only = false, ring = true, ring_only = false;
@@ -727,9 +733,7 @@ int run(int argc, char** argv) {
     for (const Shape& sh : kShapes) {
       if (!std::strstr(sh.name, gemv_only)) continue;
       const Rotated r = make_rotated(sh, dp.l2_bytes, s);
-      const GemvResult g = bench_gemv(sh, r, {}, ceil.read_gbps, s);
-      std::printf("  %-38s %-5s %-3lld %-16s %8.1f %8.2f %8.0f %6.1f%% %8.2f %6.1f%%\n", g.name.c_str(), g.format.c_str(),
-                  (long long)g.m, g.tile.c_str(), g.bytes / 1e6, g.us, g.gbps, g.pct, g.us_graph, g.pct_graph);
+      print_gemv_row(bench_gemv(sh, r, {}, ceil.read_gbps, s));
       std::fflush(stdout);
     }
     cudaStreamDestroy(s);
@@ -857,9 +861,7 @@ int run(int argc, char** argv) {
               ceil.read_gbps, kGraphLaunches);
   std::printf("  %-38s %-5s %-3s %-16s %8s %8s %8s %7s %8s %7s\n", "shape", "fmt", "m", "tile", "MB", "us", "GB/s", "%ceil",
               "us graph", "%ceil");
-  for (const GemvResult& g : results)
-    std::printf("  %-38s %-5s %-3lld %-16s %8.1f %8.2f %8.0f %6.1f%% %8.2f %6.1f%%\n", g.name.c_str(), g.format.c_str(),
-                (long long)g.m, g.tile.c_str(), g.bytes / 1e6, g.us, g.gbps, g.pct, g.us_graph, g.pct_graph);
+  for (const GemvResult& g : results) print_gemv_row(g);
 
   if (json_path) {
     FILE* f = std::fopen(json_path, "w");

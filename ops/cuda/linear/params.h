@@ -65,8 +65,9 @@ cudaError_t launch_linear_fp8_mma(const LinearParams& p, dim3 grid, cudaStream_t
 template <int kTiles, int kUnroll>
 int linear_nvfp4_x1_blocks_per_sm(int64_t k);
 
-// PEREGRINE_LINEAR_NVFP4_X1_COLUMNS=1 (off unless set; read once, linear/launch.cpp): the persistent kernel at 1 x 2 in the column
-// form (nvfp4_mma.cuh's nvfp4_lane_work_cols; an experiment: its rows differ from the 2..8-token kernel's).
+// PEREGRINE_LINEAR_NVFP4_X1_COLUMNS=1 (off unless set; read once, linear/launch.cpp): the persistent
+// kernel at 1 x 2 in the column form (nvfp4_mma.cuh's nvfp4_lane_work_cols; an experiment: its rows
+// differ from the 2..8-token kernel's).
 bool linear_nvfp4_x1_columns();
 
 // Scalar path (any shape and alignment): one warp per output row. linear/scalar.cu.
