@@ -133,14 +133,22 @@ test('SIGTERM under load: health 503, new work 503, in-flight streams finish, ex
 });
 
 test('SIGTERM with a zero shutdown timeout: in-flight requests end with finish_reason abort', async () => {
+  // 32 x 200 tokens on one thread: one 200-token request alone could finish between its first
+  // chunk and the signal (the tiny model is that fast), and then "length" was right, not a bug.
   const server = await startServer({ args: [goldenModel, '--served-model-name', MODEL, '--shutdown-timeout', '0', '--threads', '1'] });
   const openai = client(server);
-  const stream = await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'long' }], max_tokens: 200, temperature: 0, ignore_eos: true, stream: true });
-  const it = stream[Symbol.asyncIterator]();
-  await it.next();
+  const iterators = await Promise.all(prompts.slice(0, 32).map(async (p) => {
+    const stream = await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: p }], max_tokens: 200, temperature: 0, ignore_eos: true, stream: true });
+    const it = stream[Symbol.asyncIterator]();
+    await it.next();
+    return it;
+  }));
   server.proc.kill('SIGTERM');
-  let finish = null;
-  for (let r = await it.next(); !r.done; r = await it.next()) if (r.value.choices[0]?.finish_reason) finish = r.value.choices[0].finish_reason;
-  assert.equal(finish, 'abort');
+  const finishes = await Promise.all(iterators.map(async (it) => {
+    let finish = null;
+    for (let r = await it.next(); !r.done; r = await it.next()) if (r.value.choices[0]?.finish_reason) finish = r.value.choices[0].finish_reason;
+    return finish;
+  }));
+  assert.deepEqual(finishes, Array(32).fill('abort'));
   assert.equal((await server.exited).code, 0);
 });
