@@ -11,8 +11,11 @@
 namespace pg::jinja {
 
 // ignore_case(): lower-case strings for case-insensitive sorting/comparison.
+// The copy is charged before it is made, so that a budget spent on huge keys stops the filter
+// before it lowers one more (each copy is charged again as it becomes a value).
 static Result<Value> fold(Interp& in, const Value& v, bool case_sensitive, Pos pos) {
   if (case_sensitive || !v.is_str()) return v;
+  PG_TRY(in.charge_bytes(v.sv().size()));
   return in.make_str(py::lower(v.sv()), false, pos);  // a tracked copy, as Python makes one per key
 }
 
