@@ -59,7 +59,13 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 // describes them (deferred = true) for
 // head_linear_combine (mla_ops.h), which must run next on the stream; elsewhere the attention
 // runs as without it and defer_to->deferred is false.
+//
+// a.seq_run > 1 (the tokens fall into runs of one sequence): where the lean CUDA-core kernel runs and
+// mla_vtok allows, a block takes 2 or 4 tokens of a run as virtual heads (mla_attention_params.h).
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
                      cudaStream_t stream, MlaCores cores = MlaCores::kCuda, MlaPartials* defer_to = nullptr);
+
+// The tokens a block takes in mla_attention(a, .., workspace, .., cores): 2 or 4 with virtual heads, else 1.
+int mla_attention_vtok(const MlaAttentionArgs& a, MlaCores cores, const float* workspace);
 
 }  // namespace pg::ops::cuda
