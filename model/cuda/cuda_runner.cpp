@@ -616,7 +616,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   m.q_lat = q_lat, m.q_pe = qb + nope, m.q_pe_row_stride = q_row, m.q_pe_head_stride = qk;
   m.kv = pool, m.block_tables = s.tables, m.token_seq = s.token_seq;
   m.ctx_len = s.ctx_len, m.o_lat = o_lat, m.m = T, m.n_heads = nh, m.kv_lora_rank = R, m.rope_dim = P;
-  m.seq_run = cu::attention_vheads() ? s.seq_run : 1;
+  m.seq_run = !opt.exact && cu::attention_vheads() ? s.seq_run : 1;
   m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
   m.softmax_scale = softmax_scale;
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]

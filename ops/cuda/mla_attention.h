@@ -30,8 +30,10 @@ enum class MlaCores { kCuda, kTensor, kAuto, kCudaTwoPass };
 // 17.4 / 12.2, at 4K 19.7 / 26.4 / 25.2, at 32K 74.2 / 64.4 / 162.0; moonlight verify of 4 at 1K
 // 20.3 / 19.1 / 25.2; batch 8 at 1K 24.8 / 22.7; V3 batch 1 at 1K 25.2 / 22.9, verify of 4 61.9 /
 // 54.1. The two passes win only at short contexts and lose badly at long ones, and a decode
-// graph serves every context up to max_model_len: kAuto never takes them.
-MlaCores mla_cores_for(int64_t m, int64_t n_heads);
+// graph serves every context up to max_model_len: kAuto never takes them. seq_run
+// (MlaAttentionArgs::seq_run): where virtual heads apply (mla_vtok, the lean kernel on), a run counts
+// as one token: moonlight's verify step of 4 tokens takes the CUDA cores as 4 x 4 heads a block.
+MlaCores mla_cores_for(int64_t m, int64_t n_heads, int64_t seq_run = 1);
 
 // Floats of scratch the launcher needs for m tokens whose ctx_len are all <= max_ctx (0 when
 // the plan has one split per token, as in prefill). Depends on the current device's SM count.

@@ -44,15 +44,17 @@ void fill_shape(const MlaAttentionArgs& a, const float* workspace, MlaAttentionP
 }  // namespace
 
 int mla_attention_vtok(const MlaAttentionArgs& a, MlaCores cores, const float* workspace) {
-  if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads);
+  if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads, a.seq_run);
   if (cores != MlaCores::kCuda || a.seq_run <= 1) return 1;
   MlaAttentionParams p;
   fill_shape(a, workspace, p);
   return mla_attention_lean_ok(p) ? mla_vtok(a.m, a.n_heads, a.seq_run) : 1;
 }
 
-MlaCores mla_cores_for(int64_t m, int64_t n_heads) {
-  return m * n_heads > kMlaSmallHeadWork ? MlaCores::kTensor : MlaCores::kCuda;
+MlaCores mla_cores_for(int64_t m, int64_t n_heads, int64_t seq_run) {
+  // Virtual heads count a run's tokens once: moonlight's 4-token verify step is one run of 16 heads.
+  const int vtok = attention_vec_kernel() && attention_lean_kernel() ? mla_vtok(m, n_heads, seq_run) : 1;
+  return m / vtok * n_heads > kMlaSmallHeadWork ? MlaCores::kTensor : MlaCores::kCuda;
 }
 
 size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx) {
@@ -76,8 +78,8 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
                      cudaStream_t stream, MlaCores cores, MlaPartials* defer_to) {
   if (defer_to) *defer_to = MlaPartials{};
-  if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads);
-  if (cores == MlaCores::kCudaTwoPass && !mla_two_pass_fits(a.m, a.n_heads)) cores = mla_cores_for(a.m, a.n_heads);
+  if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads, a.seq_run);
+  if (cores == MlaCores::kCudaTwoPass && !mla_two_pass_fits(a.m, a.n_heads)) cores = mla_cores_for(a.m, a.n_heads, a.seq_run);
   // ops::validate reads ctx_len[t] on the host; here ctx_len is device memory, so validate the
   // shape with m = 0 and check the pointers and the bound here.
   MlaAttentionArgs shape = a;

@@ -768,6 +768,16 @@ TEST(MlaAttentionPlan, Invariants) {
   EXPECT_EQ(cuda::mla_cores_for(8, 16), cuda::MlaCores::kTensor);
   EXPECT_EQ(cuda::mla_cores_for(1, 128), cuda::MlaCores::kTensor);
   EXPECT_EQ(cuda::mla_cores_for(3, 4), cuda::MlaCores::kCuda);
+  // Runs of one sequence with virtual heads (the lean kernel, on unless PEREGRINE_ATTENTION_LEAN=0 or
+  // PEREGRINE_ATTENTION_VEC=0): a run counts once.
+  const auto vh = cuda::attention_vec_kernel() && cuda::attention_lean_kernel() ? cuda::MlaCores::kCuda
+                                                                                 : cuda::MlaCores::kTensor;
+  EXPECT_EQ(cuda::mla_cores_for(4, 16, 4), vh);
+  EXPECT_EQ(cuda::mla_cores_for(8, 16, 8), vh);     // two runs of 4
+  EXPECT_EQ(cuda::mla_cores_for(8, 16, 2), cuda::MlaCores::kTensor);  // four runs of 2: 4 x 16 heads
+  EXPECT_EQ(cuda::mla_cores_for(2, 16, 2), cuda::MlaCores::kCuda);
+  EXPECT_EQ(cuda::mla_cores_for(2, 128, 2), cuda::MlaCores::kTensor);
+  EXPECT_EQ(cuda::mla_cores_for(3, 16, 3), cuda::MlaCores::kTensor);
   // Two passes: a wave of score blocks; the workspace holds the scores after the counters.
   EXPECT_EQ(cuda::mla_tp_blocks(1, 132), 132);
   EXPECT_EQ(cuda::mla_tp_blocks(4, 132), 33);
