@@ -28,6 +28,13 @@ Result<Value> Interp::make_str(std::string s, bool literal, Pos pos) {
   return make_str(b, pos);
 }
 
+Status Interp::list_fits(size_t n, Pos pos) const {
+  if (tracker_.live_bytes + static_cast<int64_t>(n * sizeof(Value)) > static_cast<int64_t>(options_.limits.max_memory_bytes))
+    return resource_exhausted("template error at {}:{}: rendering exceeded max_memory_bytes ({})", pos.line, pos.col,
+                              options_.limits.max_memory_bytes);
+  return ok_status();
+}
+
 Result<Value> Interp::make_list(std::vector<Value> items, ListKind kind, Pos pos) {
   PG_TRY(step(items.size() / 8 + 1));
   int depth = 0;

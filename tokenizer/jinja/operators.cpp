@@ -296,6 +296,7 @@ Result<Value> binary_op(Interp& in, BinOp op, const Value& a, const Value& b, Po
         return in.make_str(sb, pos, markup);
       }
       if (is_concat_seq(a) && is_concat_seq(b) && a.as_list().kind == b.as_list().kind) {
+        PG_TRY(in.list_fits(a.as_list().items.size() + b.as_list().items.size(), pos));  // before the copy
         std::vector<Value> items = a.as_list().items;
         items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
         return in.make_list(std::move(items), a.as_list().kind, pos);

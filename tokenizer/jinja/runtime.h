@@ -107,6 +107,8 @@ class Interp {
   Result<Value> make_str(StrBuilder& b, Pos pos, bool markup = false);
   Result<Value> make_str(std::string s, bool literal, Pos pos);
   Result<Value> make_list(std::vector<Value> items, ListKind kind, Pos pos);
+  // Whether a list of n items would fit the memory bound make_list checks, asked before building it.
+  Status list_fits(size_t n, Pos pos) const;
   Result<Value> make_dict(std::vector<std::pair<Value, Value>> items, Pos pos);
   Result<Value> make_namespace(std::vector<std::pair<std::string, Value>> attrs, Pos pos);
 
