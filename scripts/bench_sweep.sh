@@ -7,27 +7,37 @@
 # each round, their mean and the change against the first variant. Extra bench flags: PG_SWEEP_ARGS;
 # seconds a run may take: PG_SWEEP_TIMEOUT (60). PG_SWEEP_METRIC=verifyK (K = 1..4): the verify step's
 # time in ms at K drafted tokens (`--speculative-tokens K`; lower is better) instead of decode tok/s;
-# PG_SWEEP_METRIC=draftK: the draft step's ms at K.
+# PG_SWEEP_METRIC=draftK: the draft step's ms at K; several, space-separated ("verify1 verify3 decode"),
+# are read from the same runs.
 set -uo pipefail
 BIN=${1:?usage: scripts/bench_sweep.sh PEREGRINE ROUNDS BENCHES VARIANT...}
 ROUNDS=${2:?rounds}
 BENCHES=${3:?benches}
 shift 3
 [ $# -ge 1 ] || { echo "bench_sweep: no variants" >&2; exit 2; }
-for b in $BENCHES; do
-  IFS=: read -r name dtype layers <<<"$b"
-  args=(bench --synthetic "$name" --dtype "$dtype" --batches 1 --long-prefill 0 ${PG_SWEEP_ARGS:-})
-  metric=${PG_SWEEP_METRIC:-decode}
-  pattern='s/^decode b=1 *\([0-9.]*\) tok\/s.*/\1/p' fmt=%.1f label=
-  if [[ $metric =~ ^verify([1-4])$ ]]; then
-    args+=(--speculative-tokens "${BASH_REMATCH[1]}")
-    pattern="s/^spec k=${BASH_REMATCH[1]} *verify *\\([0-9.]*\\) ms.*/\\1/p" fmt=%.3f label=" $metric(ms)"
-  elif [[ $metric =~ ^draft([1-4])$ ]]; then
-    args+=(--speculative-tokens "${BASH_REMATCH[1]}")
-    pattern="s/^spec k=${BASH_REMATCH[1]} .*; draft *\\([0-9.]*\\) ms.*/\\1/p" fmt=%.3f label=" $metric(ms)"
+# Several metrics at once: PG_SWEEP_METRIC="verify1 verify3" reads each from the same runs (at the
+# largest K asked for; the bench measures every k up to it).
+read -r -a metrics <<<"${PG_SWEEP_METRIC:-decode}"
+kmax=0
+for metric in "${metrics[@]}"; do
+  if [[ $metric =~ ^(verify|draft)([1-4])$ ]]; then
+    [ "${BASH_REMATCH[2]}" -gt "$kmax" ] && kmax=${BASH_REMATCH[2]}
   elif [ "$metric" != decode ]; then
     echo "bench_sweep: PG_SWEEP_METRIC='$metric': decode, verify1..verify4 or draft1..draft4" >&2; exit 2
   fi
+done
+# The sed expression that reads one metric's value from a run's output, its printf format and label.
+metric_pattern() {
+  case "$1" in
+    decode) echo 's/^decode b=1 *\([0-9.]*\) tok\/s.*/\1/p' ;;
+    verify*) echo "s/^spec k=${1#verify} *verify *\\([0-9.]*\\) ms.*/\\1/p" ;;
+    draft*) echo "s/^spec k=${1#draft} .*; draft *\\([0-9.]*\\) ms.*/\\1/p" ;;
+  esac
+}
+for b in $BENCHES; do
+  IFS=: read -r name dtype layers <<<"$b"
+  args=(bench --synthetic "$name" --dtype "$dtype" --batches 1 --long-prefill 0 ${PG_SWEEP_ARGS:-})
+  [ "$kmax" -gt 0 ] && args+=(--speculative-tokens "$kmax")
   [ "${layers:-0}" != 0 ] && args+=(--layers "$layers")
   declare -A got=()
   for _r in $(seq "$ROUNDS"); do
@@ -39,18 +49,24 @@ for b in $BENCHES; do
           if [ "${e%%=*}" = bin ]; then bin=${e#bin=}; else envs+=("$e"); fi
         done
       fi
-      t=$(env "${envs[@]}" timeout "${PG_SWEEP_TIMEOUT:-60}" "$bin" "${args[@]}" 2>/dev/null |
-        sed -n "$pattern" | head -1)
-      got[$v]="${got[$v]:-} ${t:-?}"
+      run_out=$(env "${envs[@]}" timeout "${PG_SWEEP_TIMEOUT:-60}" "$bin" "${args[@]}" 2>/dev/null)
+      for metric in "${metrics[@]}"; do
+        t=$(sed -n "$(metric_pattern "$metric")" <<<"$run_out" | head -1)
+        got[$metric/$v]="${got[$metric/$v]:-} ${t:-?}"
+      done
     done
   done
-  base=""
-  for v in "$@"; do
-    mean=$(echo "${got[$v]}" | awk -v f="$fmt" '{s=0;c=0; for(i=1;i<=NF;i++) if ($i ~ /^[0-9.]+$/) {s+=$i;c++}; if (c) printf f, s/c}')
-    [ -z "$base" ] && base=$mean
-    d=$(awk -v a="$mean" -v b="$base" 'BEGIN{if (a != "" && b > 0) printf "%+.1f%%", 100*(a/b-1)}')
-    # Decode lines keep their five leading fields (knockout_table.sh reads the variant as the fifth).
-    printf 'sweep %s %s L%s%s %-60s %s | mean %s %s\n' "$name" "$dtype" "${layers:-0}" "${label:-}" "$v" "${got[$v]}" "${mean:-?}" "$d"
+  for metric in "${metrics[@]}"; do
+    fmt=%.1f label=
+    [ "$metric" != decode ] && fmt=%.3f label=" $metric(ms)"
+    base=""
+    for v in "$@"; do
+      mean=$(echo "${got[$metric/$v]}" | awk -v f="$fmt" '{s=0;c=0; for(i=1;i<=NF;i++) if ($i ~ /^[0-9.]+$/) {s+=$i;c++}; if (c) printf f, s/c}')
+      [ -z "$base" ] && base=$mean
+      d=$(awk -v a="$mean" -v b="$base" 'BEGIN{if (a != "" && b > 0) printf "%+.1f%%", 100*(a/b-1)}')
+      # Decode lines keep their five leading fields (knockout_table.sh reads the variant as the fifth).
+      printf 'sweep %s %s L%s%s %-60s %s | mean %s %s\n' "$name" "$dtype" "${layers:-0}" "${label:-}" "$v" "${got[$metric/$v]}" "${mean:-?}" "$d"
+    done
   done
   unset got
 done
