@@ -15,13 +15,13 @@ ROUNDS=${2:?rounds}
 BENCHES=${3:?benches}
 shift 3
 [ $# -ge 1 ] || { echo "bench_sweep: no variants" >&2; exit 2; }
-# Several metrics at once: PG_SWEEP_METRIC="verify1 verify3" reads each from the same runs (at the
-# largest K asked for; the bench measures every k up to it).
+# Several metrics at once: PG_SWEEP_METRIC="verify1 verify3" reads each from the same runs (the bench
+# times each k of its --speculative-tokens list, here the Ks asked for).
 read -r -a metrics <<<"${PG_SWEEP_METRIC:-decode}"
-kmax=0
+ks=()
 for metric in "${metrics[@]}"; do
   if [[ $metric =~ ^(verify|draft)([1-4])$ ]]; then
-    [ "${BASH_REMATCH[2]}" -gt "$kmax" ] && kmax=${BASH_REMATCH[2]}
+    [[ " ${ks[*]} " == *" ${BASH_REMATCH[2]} "* ]] || ks+=("${BASH_REMATCH[2]}")
   elif [ "$metric" != decode ]; then
     echo "bench_sweep: PG_SWEEP_METRIC='$metric': decode, verify1..verify4 or draft1..draft4" >&2; exit 2
   fi
@@ -37,7 +37,7 @@ metric_pattern() {
 for b in $BENCHES; do
   IFS=: read -r name dtype layers <<<"$b"
   args=(bench --synthetic "$name" --dtype "$dtype" --batches 1 --long-prefill 0 ${PG_SWEEP_ARGS:-})
-  [ "$kmax" -gt 0 ] && args+=(--speculative-tokens "$kmax")
+  [ ${#ks[@]} -gt 0 ] && args+=(--speculative-tokens "$(printf '%s\n' "${ks[@]}" | sort -n | paste -sd,)")
   [ "${layers:-0}" != 0 ] && args+=(--layers "$layers")
   declare -A got=()
   for _r in $(seq "$ROUNDS"); do
