@@ -49,13 +49,9 @@ struct MoeBlockRouting {
 
 // Before the wait (the biases are weights): every thread copies its share into the scratch. Read
 // after moe_block_route's first barrier.
-__device__ __forceinline__ void moe_block_route_stage_bias(const MoeRoutingParams& p, float* bias, unsigned tid,
-                                                           unsigned nt) {
-  for (int e = int(tid); e < p.n_experts; e += int(nt)) bias[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
-}
 __device__ __forceinline__ void moe_block_route_stage_bias(const MoeRoutingParams& p, const MoeBlockRouting& s,
                                                            unsigned tid, unsigned nt) {
-  moe_block_route_stage_bias(p, s.bias, tid, nt);
+  for (int e = int(tid); e < p.n_experts; e += int(nt)) s.bias[e] = p.noaux_tc ? __ldg(p.bias + e) : 0.0f;
 }
 
 // Token t's routing into s.idx / s.weight; every thread of the block calls it (it has barriers),
@@ -163,145 +159,6 @@ __device__ __forceinline__ void moe_block_route(const MoeRoutingParams& params, 
 
 static __device__ __noinline__ void moe_block_route_call(const MoeRoutingParams& params, int t, const MoeBlockRouting& s) {
   moe_block_route(params, t, s);
-}
-
-// ---- m tokens at once (the direct multi path, 2..kMoeDirectMaxTokens) ----------------------------
-// The scratch: per token E scores and E selection values (then keys) at a stride of E rounded up to 4
-// (16-byte rows), the biases once, the choices and weights flat ([t * top_k + j], as expert_idx /
-// expert_weight), and a token's reduction room: group keys [0, 32), the softmax's max [32] and sum [33],
-// the kept groups' mask [34].
-struct MoeBlockRoutingMulti {
-  float* score;       // [m][E4]
-  float* choice;      // [m][E4] selection values, then (as uint32) their keys
-  float* bias;        // [E4]
-  int32_t* idx;       // [m * top_k] the chosen experts, token by token in selection order
-  float* weight;      // [m * top_k] their scores, then their weights
-  float* red;         // [m][kMoeBlockRoutingTokenRed]
-  int e4 = 0;         // E rounded up to 4
-  __device__ MoeBlockRoutingMulti(void* smem, int E, int m) {
-    e4 = (E + 3) / 4 * 4;
-    float* f = static_cast<float*>(smem);
-    score = f, choice = f + m * e4, bias = f + 2 * m * e4;
-    idx = reinterpret_cast<int32_t*>(f + (2 * m + 1) * e4);
-    weight = f + (2 * m + 1) * e4 + m * kMoeBlockRoutingMaxTopK;
-    red = f + (2 * m + 1) * e4 + 2 * m * kMoeBlockRoutingMaxTopK;
-  }
-};
-
-// Tokens 0 .. m-1's routings into s.idx / s.weight: route_token's arithmetic token by token, as
-// moe_block_route's (the same scores, keys, group scores, ranks and weight sums, so the same bits), with
-// the block's threads over (token, expert) pairs so that the m tokens share its passes and barriers.
-// Every thread of the block calls it, after moe_block_route_stage_bias (into s.bias) and after the
-// logits are complete; it begins and ends with a barrier. m x top_k <= the block's threads.
-static __device__ __noinline__ void moe_block_route_multi(const MoeRoutingParams& params, int m, const MoeBlockRoutingMulti& s) {
-  const MoeRoutingParams p = params;
-  const int tid = int(threadIdx.x), nt = int(blockDim.x);
-  const int E = p.n_experts, G = p.n_group, per_group = E / G, e4 = s.e4, n = m * E, K = p.top_k;
-  uint32_t* key = reinterpret_cast<uint32_t*>(s.choice);
-  const bool direct_keys = !p.group_limited;
-  auto red = [&](int t) { return s.red + t * kMoeBlockRoutingTokenRed; };
-  __syncthreads();  // the biases staged by other threads than the ones reading them here
-  if (p.sigmoid) {
-    for (int i = tid; i < n; i += nt) {
-      const int t = i / E, e = i - t * E, at = t * e4 + e;
-      const float v = 1.0f / (1.0f + moe_exp_as_host(-__ldcg(p.logits + i)));  // logits [m][E], contiguous
-      s.score[at] = v;
-      if (direct_keys) key[at] = moe_routing_order_key(v + s.bias[e]);
-      else s.choice[at] = v + s.bias[e];
-    }
-  } else {  // softmax: each token's maximum (order-free) and its sum in index order by one thread
-    for (int i = tid; i < n; i += nt) {
-      const int t = i / E;
-      s.score[t * e4 + i - t * E] = __ldcg(p.logits + i);
-    }
-    __syncthreads();
-    if (tid < m) {
-      float mx = -INFINITY;
-      for (int e = 0; e < E; ++e) mx = fmaxf(mx, s.score[tid * e4 + e]);
-      red(tid)[32] = mx;
-    }
-    __syncthreads();
-    for (int i = tid; i < n; i += nt) {
-      const int t = i / E, at = t * e4 + i - t * E;
-      s.score[at] = moe_exp_as_host(s.score[at] - red(t)[32]);
-    }
-    __syncthreads();
-    if (tid < m) {
-      float sum = 0.0f;  // sequential, as the CPU sums
-      for (int e = 0; e < E; ++e) sum += s.score[tid * e4 + e];
-      red(tid)[33] = sum;
-    }
-    __syncthreads();
-    for (int i = tid; i < n; i += nt) {
-      const int t = i / E, e = i - t * E, at = t * e4 + e;
-      const float v = s.score[at] / red(t)[33];
-      s.score[at] = v;
-      if (direct_keys) key[at] = moe_routing_order_key(v + s.bias[e]);
-      else s.choice[at] = v + s.bias[e];
-    }
-  }
-  __syncthreads();
-  if (!direct_keys) {
-    for (int i = tid; i < m * G; i += nt) {  // group g of token t's score (route_token's helper: the same bits)
-      const int t = i / G, g = i - t * G;
-      reinterpret_cast<uint32_t*>(red(t))[g] =
-          moe_group_score_key(s.choice + t * e4 + g * per_group, per_group, p.group_top2_sum);
-    }
-    __syncthreads();
-    if (tid < m) {  // the topk_group groups first in the order (key descending, then index)
-      const uint32_t* gkey = reinterpret_cast<const uint32_t*>(red(tid));
-      uint32_t keep = 0;
-      for (int g = 0; g < G; ++g) {
-        int rank = 0;
-        for (int h = 0; h < G; ++h) rank += gkey[h] > gkey[g] || (gkey[h] == gkey[g] && h < g);
-        if (rank < p.topk_group) keep |= 1u << g;
-      }
-      reinterpret_cast<uint32_t*>(red(tid))[34] = keep;
-    }
-    __syncthreads();
-    const uint32_t masked = moe_routing_order_key(-INFINITY);
-    for (int i = tid; i < n; i += nt) {
-      const int t = i / E, e = i - t * E, at = t * e4 + e;
-      const uint32_t keep = reinterpret_cast<const uint32_t*>(red(t))[34];
-      key[at] = ((keep >> (e / per_group)) & 1u) ? moe_routing_order_key(s.choice[at]) : masked;
-    }
-    __syncthreads();
-  }
-  // (t, e)'s rank among token t's experts in the routing order.
-  for (int i = tid; i < n; i += nt) {
-    const int t = i / E, e = i - t * E;
-    const uint32_t* kt = key + t * e4;
-    const uint32_t ke = kt[e];
-    int rank = 0, j = 0;
-    for (; (E & 3) == 0 && j < E; j += 4) {  // 16-byte loads (rows at a multiple of 4 floats)
-      const uint4 k4 = *reinterpret_cast<const uint4*>(kt + j);
-      rank += (k4.x > ke || (k4.x == ke && j < e)) + (k4.y > ke || (k4.y == ke && j + 1 < e)) +
-              (k4.z > ke || (k4.z == ke && j + 2 < e)) + (k4.w > ke || (k4.w == ke && j + 3 < e));
-    }
-    for (; j < E; ++j) rank += kt[j] > ke || (kt[j] == ke && j < e);
-    if (rank < K) s.idx[t * K + rank] = e, s.weight[t * K + rank] = s.score[t * e4 + e];
-  }
-  __syncthreads();
-  // Each choice's weight over its token's chosen scores summed in order; all read before any is written.
-  float w = 0.0f;
-  const bool mine = tid < m * K;
-  if (mine) {
-    const int t = tid / K;
-    float sum = 0.0f;
-    for (int k = 0; k < K; ++k) sum += s.weight[t * K + k];
-    w = s.weight[tid];
-    if (p.normalize) w /= (sum + 1e-20f);
-    w *= p.routed_scaling_factor;
-  }
-  __syncthreads();
-  if (mine) s.weight[tid] = w;
-  __syncthreads();
-}
-
-// The m tokens' routings where later readers expect them (expert_idx / expert_weight): one block writes.
-__device__ __forceinline__ void moe_block_route_multi_publish(const MoeRoutingParams& p, int m,
-                                                              const MoeBlockRoutingMulti& s, unsigned tid) {
-  if (int(tid) < m * p.top_k) p.expert_idx[tid] = s.idx[tid], p.expert_weight[tid] = s.weight[tid];
 }
 
 // The routing's results where later readers (tests, the routing record) expect them: one block writes.

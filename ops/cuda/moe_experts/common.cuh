@@ -44,14 +44,12 @@ __device__ __forceinline__ void moe_tile_segments(const MoeExpertsParams& p, int
 
 // Routed pair i's expert id, -1 past the pairs or outside [0, n_experts) (dropped, as the plan
 // drops it). A plain load: the routing kernel finished before gate_up began (an ordinary launch),
-// so down (PDL) may read it before its pdl_wait. idx: expert_idx, or a self-routing block's choices in
-// shared memory (MoeBlockRoutingMulti::idx, the same flat layout).
-__device__ __forceinline__ int routed_id(const MoeExpertsParams& p, const int32_t* idx, int i) {
+// so down (PDL) may read it before its pdl_wait.
+__device__ __forceinline__ int routed_id(const MoeExpertsParams& p, int i) {
   if (i >= p.m * p.top_k) return -1;
-  const int e = idx[i];
+  const int e = p.expert_idx[i];
   return e >= 0 && e < p.n_experts ? e : -1;
 }
-__device__ __forceinline__ int routed_id(const MoeExpertsParams& p, int i) { return routed_id(p, p.expert_idx, i); }
 
 // The step's routing as every warp of the direct multi path derives it, with no plan kernel, no
 // shared memory and no barrier: lane l holds pairs l and l + 32 (kMoeDirectMaxRouted), and bit i
@@ -69,16 +67,16 @@ struct WarpRouting {
 // on the H200 (2026-12-01): the lanes of a warp saw different `first` masks, so a lane could take
 // a routed slot past its own distinct count, nth_set_bit gave -1 and slot_expert expert -1
 // (weight rows before the stack, x rows and h rows past m).
-__device__ __forceinline__ WarpRouting warp_routing(const MoeExpertsParams& p, const int32_t* idx) {
+__device__ __forceinline__ WarpRouting warp_routing(const MoeExpertsParams& p) {
   const int lane = threadIdx.x % kWarpSize;
   const unsigned below = (1u << lane) - 1u;
   WarpRouting w;
-  w.e_lo = routed_id(p, idx, lane);
+  w.e_lo = routed_id(p, lane);
   const unsigned peers_lo = __match_any_sync(kFullMask, w.e_lo);  // every lane, -1 too
   const bool first_lo = w.e_lo >= 0 && (peers_lo & below) == 0;
   bool first_hi = false;
   if (p.m * p.top_k > kWarpSize) {  // warp-uniform
-    w.e_hi = routed_id(p, idx, kWarpSize + lane);
+    w.e_hi = routed_id(p, kWarpSize + lane);
     const unsigned peers_hi = __match_any_sync(kFullMask, w.e_hi);  // every lane, -1 too
     first_hi = w.e_hi >= 0 && (peers_hi & below) == 0;
     for (int s = 0; s < kWarpSize; ++s)  // and not among pairs 0..31
@@ -87,7 +85,6 @@ __device__ __forceinline__ WarpRouting warp_routing(const MoeExpertsParams& p, c
   w.first = uint64_t(__ballot_sync(kFullMask, first_lo)) | uint64_t(__ballot_sync(kFullMask, first_hi)) << 32;
   return w;
 }
-__device__ __forceinline__ WarpRouting warp_routing(const MoeExpertsParams& p) { return warp_routing(p, p.expert_idx); }
 
 // Index of the n-th (from 0) set bit of v; v has more than n.
 __device__ __forceinline__ int nth_set_bit(uint64_t v, int n) {
@@ -110,21 +107,17 @@ __device__ __forceinline__ int slot_expert(const WarpRouting& w, int slot, uint6
 // The direct multi down kernels' summing order: s_order[t * top_k + j] is token t's j-th routed
 // pair in the contract's order (by (expert id, slot); dropped ids first, as -1). Threads below
 // m * top_k write one entry each; the caller's barrier publishes them.
-// idx: as routed_id's.
-__device__ __forceinline__ void moe_token_order(const MoeExpertsParams& p, const int32_t* idx, int32_t* s_order) {
+__device__ __forceinline__ void moe_token_order(const MoeExpertsParams& p, int32_t* s_order) {
   const int n_routed = p.m * p.top_k;
   if (int(threadIdx.x) < n_routed) {
-    const int i = threadIdx.x, k0 = i / p.top_k * p.top_k, e = routed_id(p, idx, i);
+    const int i = threadIdx.x, k0 = i / p.top_k * p.top_k, e = routed_id(p, i);
     int rank = 0;
     for (int k = 0; k < p.top_k; ++k) {
-      const int f = routed_id(p, idx, k0 + k);
+      const int f = routed_id(p, k0 + k);
       rank += f < e || (f == e && k0 + k < i);
     }
     s_order[k0 + rank] = e >= 0 ? i : -1;
   }
-}
-__device__ __forceinline__ void moe_token_order(const MoeExpertsParams& p, int32_t* s_order) {
-  moe_token_order(p, p.expert_idx, s_order);
 }
 
 // The direct multi down kernels' sums (nvfp4_kernel.cu, fp8_kernel.cu): y rows row0 .. row0 + kR - 1

@@ -68,10 +68,6 @@ bool moe_fp8_self_routing_enabled() {
   static const bool on = env_switch("PEREGRINE_MOE_FP8_SELF_ROUTING", true);
   return on;
 }
-bool moe_self_routing_multi_enabled() {
-  static const bool on = env_switch("PEREGRINE_MOE_SELF_ROUTING_MULTI", false);
-  return on;
-}
 
 namespace {
 // The one-token FP8 down's 16-row tiles per warp under variant v: its own, or moe_fp8_down_direct_tiles'
@@ -116,16 +112,8 @@ bool self_routing_ok(const MoeExpertsArgs& a, const MoeRoutingArgs& r, const Moe
   };
   const bool fp8 = moe_fp8_self_routing_enabled() && fp8_down_tiles(v, a.hidden) == 1 && fp8_mma(a.gate_up, a.x, a.hidden) &&
                    fp8_mma(a.down, /*h: aligned*/ nullptr, a.inter);
-  // 2..8 tokens on the NVFP4 kernels' direct multi path (PEREGRINE_MOE_SELF_ROUTING_MULTI=1, off until
-  // measured): every routed gate_up block and every down block route the m tokens at once
-  // (moe_block_route_multi). Only where down's grid is one block an SM at most (moonlight's 2048 rows:
-  // 128 blocks), so no down block routes after the first wave (V3's 448 would, as at one token).
-  const bool multi = moe_self_routing_multi_enabled() && a.m >= 2 && moe_direct_multi_enabled() &&
-                     moe_direct_multi_fits(a.m, a.top_k, a.n_shared) && nvfp4_mma(a.gate_up, a.x) &&
-                     nvfp4_mma(a.down, /*h: aligned*/ nullptr) &&
-                     (a.hidden + kMmaRows - 1) / kMmaRows <= current_device_props().sm_count;
-  return moe_self_routing_enabled() && (a.m == 1 ? nvfp4 || fp8 : multi) && a.after_router && a.f16_activations &&
-         r.m == a.m && a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared <= kMoeDirectMaxSlots &&
+  return moe_self_routing_enabled() && (nvfp4 || fp8) && a.after_router && a.f16_activations && a.m == 1 &&
+         r.m == 1 && a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k + a.n_shared <= kMoeDirectMaxSlots &&
          r.n_experts == a.n_experts && r.top_k == a.top_k && r.expert_idx == a.expert_idx &&
          r.expert_weight == a.expert_weight && a.n_experts <= kMoeSelfRoutingMaxExperts &&
          r.top_k <= kMoeBlockRoutingMaxTopK && r.n_group >= 1 && r.n_group <= 32 && a.n_experts % r.n_group == 0;

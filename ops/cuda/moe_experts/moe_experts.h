@@ -41,9 +41,6 @@ bool moe_self_routing_enabled();
 // The same for the FP8 tensor-core kernels (under moe_self_routing_enabled): on unless
 // PEREGRINE_MOE_FP8_SELF_ROUTING=0.
 bool moe_fp8_self_routing_enabled();
-// The same for 2..8 tokens on the NVFP4 kernels' direct multi path: off unless
-// PEREGRINE_MOE_SELF_ROUTING_MULTI=1 (not yet measured).
-bool moe_self_routing_multi_enabled();
 
 // Whether m = 2..8 take the direct multi path (on unless PEREGRINE_MOE_DIRECT_MULTI=0; read once).
 bool moe_direct_multi_enabled();

@@ -75,12 +75,7 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
 // moonlight's one-token grid 10.7 warps an SM did not hide the unpack's dependent chains: ncu, 16%
 // occupancy, 52% of cycles with no eligible warp); per lane, one warp streams both halves into
 // two sums. The same bits on every path for a given split.
-//
-// kRouteMulti: the direct multi path's self-routing (p.self_routing at 2..8 tokens; its own
-// instantiations, since the call to moe_block_route_multi costs every kernel that holds it registers
-// around the call: 12 B of spills at 4 warps, 80 registers): the routed blocks route the m tokens after
-// their wait and block (slot 0, 0, 0) publishes them.
-template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1, bool kRouteMulti = false>
+template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1>
 __global__ void __launch_bounds__(kWarps * kWarpSize,
                                   kStagedX && kKSplit > 1  ? 3
                                   : kStagedX && kWarps == 4 ? 6
@@ -109,14 +104,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   auto routing = [&] {
     return MoeBlockRouting(reinterpret_cast<char*>(gate_up_nvfp4_dyn) + p.routing_smem, p.routing.n_experts);
   };
-  auto routing_multi = [&] {  // direct multi: m tokens' scratch at the same place
-    return MoeBlockRoutingMulti(reinterpret_cast<char*>(gate_up_nvfp4_dyn) + p.routing_smem, p.routing.n_experts, p.m);
-  };
   // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch
   // (self-routing: for the router's logits, the routing's input; down routes from them too).
   if (!shared) {
-    if constexpr (kRouteMulti) moe_block_route_stage_bias(p.routing, routing_multi().bias, tid, kWarps * kWarpSize);
-    else if (p.self_routing) moe_block_route_stage_bias(p.routing, routing(), tid, kWarps * kWarpSize);
+    if (p.self_routing) moe_block_route_stage_bias(p.routing, routing(), tid, kWarps * kWarpSize);
     pdl_wait();
     pg_tl_mark(TimelineKernel::kGateUp, 1);
     if constexpr (kStagedX) x_stager.load();
@@ -135,15 +126,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
     if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
     lo = slot, hi = slot + 1;
   } else if (!shared && p.direct_multi) {  // slot: the step's slot-th distinct expert, if any
-    const int32_t* idx = p.expert_idx;
-    if constexpr (kRouteMulti) {  // block_routing.cuh: the block routes the m tokens, x's loads in flight
-      const MoeBlockRoutingMulti r = routing_multi();
-      moe_block_route_multi(p.routing, p.m, r);
-      pg_tl_mark(TimelineKernel::kGateUp, 4);
-      if (slot == 0 && blockIdx.x == 0 && blockIdx.z == 0) moe_block_route_multi_publish(p.routing, p.m, r, tid);
-      idx = r.idx;
-    }
-    const WarpRouting w = warp_routing(p, idx);
+    const WarpRouting w = warp_routing(p);
     if (slot >= __popcll(static_cast<long long>(w.first))) return;
     expert = slot_expert(w, slot, pairs);
     lo = 0, hi = __popcll(static_cast<long long>(pairs));
@@ -471,15 +454,14 @@ __device__ __forceinline__ MoeMultiTask moe_multi_task(const MoeExpertsParams& p
 // h_row(c)): each one's h row and weight (shared: 1; past m_valid: h row 0, weight 0), once each. The
 // ring path reads them before the pass's mmas (the weights' loads hide under them); the per-lane path
 // after, where its registers are (read before, its unroll-4 kernel spilled 60 bytes instead of 8).
-// weights: expert_weight, or a self-routing block's (MoeBlockRoutingMulti::weight, the same layout).
 template <class HRow>
-__device__ __forceinline__ void moe_down_multi_cols(const float* weights, int t, int m_valid, bool shared,
+__device__ __forceinline__ void moe_down_multi_cols(const MoeExpertsParams& p, int t, int m_valid, bool shared,
                                                     HRow&& h_row, int (&hr)[2], float (&wgt)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int c = 2 * t + h;
     hr[h] = c < m_valid ? h_row(c) : 0;
-    wgt[h] = shared ? 1.0f : c < m_valid ? weights[hr[h]] : 0.0f;
+    wgt[h] = shared ? 1.0f : c < m_valid ? p.expert_weight[hr[h]] : 0.0f;
   }
 }
 
@@ -517,8 +499,7 @@ __device__ __forceinline__ void moe_down_multi_part(float (*s_part)[kMmaRows], i
 // issuing cursor only its expert's rows (one shuffle, the copy sources built once a task under one
 // L2 policy a warp); the multiplying loop the pairs, and loads scale_2 and the pairs' weights before
 // the mmas that hide them. K slices by shifts (k_split is a power of two), in 32 bits.
-// kRouteMulti (p.self_routing; its own instantiations, as gate_up's): the block routes the m tokens first.
-template <int kUnroll, bool kRing, bool kRouteMulti = false>
+template <int kUnroll, bool kRing>
 __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
     moe_down_multi_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   constexpr int kR = kMmaRows, kWarps = kMoeDirectMaxSlots;
@@ -532,20 +513,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared);
   const int k_split = moe_nvfp4_down_direct_split(p.top_k + p.n_shared);
-  // p.self_routing: the block routes the m tokens before anything else (block_routing.cuh), from the
-  // logits the router completed before gate_up's routed blocks let this kernel launch; its scratch
-  // after the mode's dynamic shared memory. Else the routing kernel's expert_idx / expert_weight.
-  extern __shared__ uint4 down_multi_dyn[];
-  const int32_t* idx = p.expert_idx;
-  const float* weights = p.expert_weight;
-  if constexpr (kRouteMulti) {
-    const MoeBlockRoutingMulti r(reinterpret_cast<char*>(down_multi_dyn) + p.routing_smem, p.routing.n_experts, p.m);
-    moe_block_route_stage_bias(p.routing, r.bias, tid, blockDim.x);
-    moe_block_route_multi(p.routing, p.m, r);
-    pg_tl_mark(TimelineKernel::kDown, 5);
-    idx = r.idx, weights = r.weight;
-  }
-  const WarpRouting w = warp_routing(p, idx);
+  const WarpRouting w = warp_routing(p);
   const int n_distinct = __popcll(static_cast<long long>(w.first));
   const int n_tasks = (n_distinct + p.n_shared) * k_split;
   const int64_t row0 = int64_t(blockIdx.x) * kR;
@@ -623,7 +591,7 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
       int hr[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) s2[h] = scale_2_of(p.down, down_tile_row(p, expert, row0, g, h));
-      moe_down_multi_cols(weights, t, m_valid, shared, h_row, hr, wgt);
+      moe_down_multi_cols(p, t, m_valid, shared, h_row, hr, wgt);
       int s0, s1;
       const int n = steps_of(task, s0, s1);
       const uint4* xl = xs + h_row(g < m_valid ? g : 0) * row_vecs;  // past the pairs: a column never written
@@ -656,13 +624,13 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
         nvfp4_mma_stream<1, kUnroll, true>(k.wrow, k.srow, xrow, k_chunks, s0, s1, acc);
         float wgt[2];
         int hr[2];
-        moe_down_multi_cols(weights, t, m_valid, shared, h_row, hr, wgt);
+        moe_down_multi_cols(p, t, m_valid, shared, h_row, hr, wgt);
         moe_down_multi_part(s_part, kpart * n_h, g, t, m_valid, hr, wgt, acc[0], s2);
       }
     }
   }
   pdl_wait();  // warps without a k-step; y is written below
-  moe_token_order(p, idx, s_order);
+  moe_token_order(p, s_order);
   __syncthreads();
   moe_down_multi_sum<kR>(p, s_part, s_order, k_split, n_routed, n_h, row0);
 }
@@ -744,17 +712,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 
 // kKSplit = 2: the staged kernel at kWarps warps (kWarps / 2 rows' warps), the per-lane one at
 // kWarps / 2 warps streaming both halves: the same grid.
-// kRouteMulti: the direct multi path's self-routing instantiations (p.self_routing && p.direct_multi).
-template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1, bool kRouteMulti = false>
+template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1>
 cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
-  if constexpr (!kRouteMulti) {
-    if (p_in.self_routing && p_in.direct_multi)
-      return gate_up_launch<kTiles, kUnroll, kWarps, kKSplit, true>(p_in, multi_staged, blocks_per_sm, stream);
-  }
   MoeExpertsParams p = p_in;  // routing_smem set below
-  const size_t routing_bytes = !p.self_routing ? 0
-                               : p.direct_multi ? moe_block_routing_multi_bytes(p.routing.n_experts, p.m)
-                                                : moe_block_routing_bytes(p.routing.n_experts);
+  const size_t routing_bytes = p.self_routing ? moe_block_routing_bytes(p.routing.n_experts) : 0;
   constexpr int kRowsPerBlock = kWarps / kKSplit * 8 * kTiles;
   const int64_t bx = (int64_t(p.inter) + kRowsPerBlock - 1) / kRowsPerBlock;
   const dim3 grid(unsigned(bx), unsigned(p.max_active + p.n_shared * p.shared_slots), unsigned(moe_gate_up_splits(p.m)));
@@ -787,7 +748,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
     if (blocks_per_sm > 0 && per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
-    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit, kRouteMulti>;
+    constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize), smem, stream, p);
         e != cudaSuccess)
@@ -795,7 +756,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
     return cudaGetLastError();
   }
   constexpr int kLaneWarps = kWarps / kKSplit;
-  constexpr auto kLaneKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false, kLaneWarps, kKSplit, kRouteMulti>;
+  constexpr auto kLaneKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, false, kLaneWarps, kKSplit>;
   p.routing_smem = 0;
   if (cudaError_t e =
           launch_pdl_if(p.gate_up_pdl, kLaneKernel, grid, dim3(kLaneWarps * kWarpSize), routing_bytes, stream, p);
@@ -834,35 +795,23 @@ cudaError_t down_direct_launch(const MoeExpertsParams& p_in, bool staged, bool p
                     stream, p);
 }
 
-// p.self_routing: the mode's dynamic shared memory, then the block's routing scratch (m tokens'), in the
-// kRouteMulti instantiations.
-template <int kUnroll, bool kRouteMulti = false>
-cudaError_t down_multi_launch(const MoeExpertsParams& p_in, bool ring, cudaStream_t stream) {
-  if constexpr (!kRouteMulti) {
-    if (p_in.self_routing) return down_multi_launch<kUnroll, true>(p_in, ring, stream);
-  }
-  MoeExpertsParams p = p_in;  // routing_smem set below
-  const size_t routing_bytes = p.self_routing ? moe_block_routing_multi_bytes(p.routing.n_experts, p.m) : 0;
+template <int kUnroll>
+cudaError_t down_multi_launch(const MoeExpertsParams& p, bool ring, cudaStream_t stream) {
   const dim3 grid(unsigned((int64_t(p.hidden) + kMmaRows - 1) / kMmaRows));
   const dim3 block(kMoeDirectMaxSlots * kWarpSize);
   if constexpr (kMoeNvfp4DownMultiRingStages(kUnroll) >= 2) {
     const size_t rb = moe_nvfp4_down_multi_ring_bytes(p.m * (p.top_k + p.n_shared), p.inter, kUnroll);
     // One block per SM (its ring and h take most of the SM's shared memory); 4-byte scale words.
-    if (ring && rb + routing_bytes <= kMoeNvfp4DownMultiRingMaxBytes && nvfp4_x1_ok(p.inter, p.down.scale_fp8) &&
+    if (ring && rb <= kMoeNvfp4DownMultiRingMaxBytes && nvfp4_x1_ok(p.inter, p.down.scale_fp8) &&
         p.down.scale_fp8_cols % 4 == 0 && int64_t(grid.x) <= current_device_props().sm_count) {
       static_assert(sizeof(Nvfp4RingStage<1, kUnroll>) == size_t(kUnroll) * kNvfp4RingStageBytes,
                     "moe_nvfp4_down_multi_ring_bytes counts the ring's stage size");
-      constexpr auto kKernel = moe_down_multi_nvfp4_kernel<kUnroll, true, kRouteMulti>;
+      constexpr auto kKernel = moe_down_multi_nvfp4_kernel<kUnroll, true>;
       if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
-      p.routing_smem = uint32_t(rb);
-      return launch_pdl(kKernel, grid, block, rb + routing_bytes, stream, p);
+      return launch_pdl(kKernel, grid, block, rb, stream, p);
     }
   }
-  constexpr auto kLaneKernel = moe_down_multi_nvfp4_kernel<kUnroll, false, kRouteMulti>;
-  if (routing_bytes > 48 * 1024)
-    if (cudaError_t e = raise_smem_limit_once<kLaneKernel>(); e != cudaSuccess) return e;
-  p.routing_smem = 0;
-  return launch_pdl(kLaneKernel, grid, block, routing_bytes, stream, p);
+  return launch_pdl(moe_down_multi_nvfp4_kernel<kUnroll, false>, grid, block, 0, stream, p);
 }
 
 template <int kUnroll>

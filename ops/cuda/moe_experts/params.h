@@ -73,16 +73,6 @@ __host__ __device__ constexpr size_t moe_block_routing_floats(int64_t n_experts)
 __host__ __device__ constexpr size_t moe_block_routing_bytes(int64_t n_experts) {
   return (moe_block_routing_floats(n_experts) * sizeof(float) + 15) / 16 * 16;
 }
-// The same for m tokens at once (the direct multi path: MoeBlockRoutingMulti): m x E scores, m x E
-// selection values, E biases, the m x top_k choices and their weights (flat, [t * top_k + j]), and per
-// token a reduction's room (kMoeBlockRoutingTokenRed floats).
-constexpr int kMoeBlockRoutingTokenRed = 36;  // group keys (<= 32), the softmax's max and sum, the kept groups
-__host__ __device__ constexpr size_t moe_block_routing_multi_floats(int64_t n_experts, int64_t m) {
-  return size_t((2 * m + 1) * ((n_experts + 3) / 4 * 4) + m * (2 * kMoeBlockRoutingMaxTopK + kMoeBlockRoutingTokenRed));
-}
-__host__ __device__ constexpr size_t moe_block_routing_multi_bytes(int64_t n_experts, int64_t m) {
-  return (moe_block_routing_multi_floats(n_experts, m) * sizeof(float) + 15) / 16 * 16;
-}
 
 // One call of the op, passed as `const __grid_constant__` to every kernel.
 struct MoeExpertsParams {
@@ -123,9 +113,7 @@ struct MoeExpertsParams {
   // NVFP4's down blocks before their own; gate_up's block (0, 0, 0) writes routing.expert_idx /
   // expert_weight (= expert_idx / expert_weight) for readers after the layer, FP8's down among them
   // (after its wait). routing_smem: the byte offset of the block's routing scratch in the kernel's
-  // dynamic shared memory (the launcher's). Direct multi (2..8 tokens) on the NVFP4 kernels under
-  // PEREGRINE_MOE_SELF_ROUTING_MULTI=1: the same, every routed gate_up block and every down block
-  // routing all m tokens at once (moe_block_route_multi; scratch moe_block_routing_multi_bytes).
+  // dynamic shared memory (the launcher's).
   bool self_routing = false;
   MoeRoutingParams routing;
   uint32_t routing_smem = 0;
