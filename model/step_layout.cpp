@@ -79,14 +79,4 @@ StepLayout pad_graph_step(const StepLayout& L, int64_t bucket, int64_t q, int32_
   return P;
 }
 
-int64_t seq_runs(std::span<const int32_t> token_seq) {
-  const size_t n = token_seq.size();
-  size_t r = 1;
-  while (r < n && token_seq[r] == token_seq[0]) ++r;
-  if (r == 0 || n % r) return 1;
-  for (size_t t = r; t < n; ++t)
-    if (token_seq[t] != token_seq[t - t % r]) return 1;
-  return int64_t(r);
-}
-
 }  // namespace pg

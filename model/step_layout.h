@@ -50,9 +50,4 @@ int64_t graph_bucket(int64_t n_seqs, int64_t q, const GraphBucketLimits& lim);
 StepLayout pad_graph_step(const StepLayout& L, int64_t bucket, int64_t q, int32_t scratch_block, int64_t stride,
                           bool every_row_out = true);
 
-// The length r of the step's runs of one sequence: token_seq constant on every [g x r, (g + 1) x r),
-// r the first run's length (a verify step of q tokens a sequence, padded or not: r = q); 1 where the
-// tokens do not fall into such runs. The CUDA attention may take a run's tokens in one block.
-int64_t seq_runs(std::span<const int32_t> token_seq);
-
 }  // namespace pg

@@ -28,11 +28,6 @@ struct MlaAttentionArgs {
   // q_pe = q + nope, q_pe_row_stride = n_heads x (nope + rope), q_pe_head_stride = nope + rope.
   int64_t q_lat_row_stride = 0, q_lat_head_stride = 0;
   int64_t q_pe_row_stride = 0, q_pe_head_stride = 0;
-  // A promise about the tokens, for the CUDA kernels: tokens [g x seq_run, (g + 1) x seq_run) read one
-  // sequence (a verify step's run of consecutive positions), so one block may take a run's tokens
-  // together over the rows they share (cuda::MlaAttentionParams::vtok_shift). 1: none. m must be a
-  // multiple of it; the CPU computes the same outputs either way.
-  int64_t seq_run = 1;
 };
 
 // The strides with 0 resolved to the contiguous layout.

@@ -47,12 +47,6 @@ Status validate(const MlaAttentionArgs& a) {
   for (int64_t t = 0; t < a.m; ++t)
     if (a.ctx_len[t] <= 0 || a.ctx_len[t] > a.block_size * a.max_blocks_per_seq)
       return invalid_argument("mla_attention: ctx_len {} out of range", a.ctx_len[t]);
-  if (a.seq_run < 1 || a.m % a.seq_run)
-    return invalid_argument("mla_attention: seq_run {} does not divide the {} tokens into runs", a.seq_run, a.m);
-  for (int64_t t = 0; t < a.m; ++t)
-    if (a.token_seq[t] != a.token_seq[t - t % a.seq_run])
-      return invalid_argument("mla_attention: token {} reads sequence {}, not its run's {} (seq_run {})", t,
-                              a.token_seq[t], a.token_seq[t - t % a.seq_run], a.seq_run);
   return ok_status();
 }
 

@@ -165,9 +165,6 @@ struct CudaRunner::Impl {
   // ---- one step's device pointers ----
   struct Step {
     int64_t T = 0, n_seqs = 0, n_rows = 0, max_ctx = 0;
-    // Tokens [g x seq_run, (g + 1) x seq_run) read one sequence (a verify step's runs: the attention
-    // may take a run in one block, MlaAttentionArgs::seq_run); 1: no such runs.
-    int64_t seq_run = 1;
     bool rows_are_tokens = false;  // out rows = every token in order (no gather)
     const int32_t* tokens = nullptr;
     const int32_t* out_rows = nullptr;
@@ -466,7 +463,6 @@ Result<CudaRunner::Impl::Step> CudaRunner::Impl::upload(const StepLayout& L) {
   s.n_seqs = int64_t(L.tables.size()) / table_stride;
   s.n_rows = int64_t(L.out_rows.size());
   s.max_ctx = *std::max_element(L.ctx_len.begin(), L.ctx_len.end());
-  s.seq_run = seq_runs(L.token_seq);
   s.rows_are_tokens = s.n_rows == s.T;
   for (int64_t i = 0; s.rows_are_tokens && i < s.n_rows; ++i) s.rows_are_tokens = L.out_rows[size_t(i)] == i;
   if (L.T >= kPrefillGemmMinRows) {
@@ -616,7 +612,6 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   m.q_lat = q_lat, m.q_pe = qb + nope, m.q_pe_row_stride = q_row, m.q_pe_head_stride = qk;
   m.kv = pool, m.block_tables = s.tables, m.token_seq = s.token_seq;
   m.ctx_len = s.ctx_len, m.o_lat = o_lat, m.m = T, m.n_heads = nh, m.kv_lora_rank = R, m.rope_dim = P;
-  m.seq_run = !opt.exact && cu::attention_vheads() ? s.seq_run : 1;
   m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
   m.softmax_scale = softmax_scale;
   ops::HeadLinearArgs uv;  // o[t,h] = W_UV[h] · o_lat[t,h]   [T, nh * V]

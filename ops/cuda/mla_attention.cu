@@ -21,13 +21,7 @@ using namespace mla;
 // arrival by one release atomic (release_arrive). kDefer (with kLean, p.defer): no combine here;
 // every split, the only one too, leaves its partial (ws_o, ws_ml) for W_UV's kernel to combine
 // (head_linear_combine, mla_ops.cu): no fence, ticket or waiting combiners on the critical path.
-// kVHeads (with kLean; p.vtok_shift > 0, mla_vtok): virtual heads, the block's kHeads = 16 heads are
-// hp = 16 / vtok heads of each of vtok tokens of one sequence (mla_head): the rows are those of the
-// run's longest context, each head's scores past its own token's context are -inf, and a head with
-// none in a split leaves (max -inf, sum 0, o 0), which every combine weighs 0. Its own instantiations:
-// the one-token kernels' code is as it was.
-template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false,
-          bool kVHeads = false>
+template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
   using Tile = MlaTile<kHeads, kRows>;
   extern __shared__ float4 smem4[];
@@ -42,9 +36,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
 
   const int n_splits = p.n_splits, R = p.kv_lora_rank;
   const int64_t H = p.n_heads;
-  static_assert(!kVHeads || (kLean && kHeads == 16), "virtual heads: the lean 16-head kernel");
-  const int vs = kVHeads ? p.vtok_shift : 0;  // log2 of the block's tokens
-  const MlaBlockPlace place = mla_block_place<kLean, kVHeads>(p, kHeads);
+  const MlaBlockPlace place = mla_block_place<kLean>(p, kHeads);
   const int s = place.s;
   const int64_t t = place.t, h0 = place.h0, item = place.item;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
@@ -60,7 +52,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   int64_t ctx_len = 0;
   int32_t seq = 0;
   bool early_chunk = false;
-  if (!kVHeads && p.early_chunk) {  // (one token a block only)
+  if (p.early_chunk) {
     ctx_len = ld_now(p.ctx_len + t), seq = ld_now(p.token_seq + t);
     MlaSplitRows early;  // ctx_len > 0: mla_block_rows has no side effect
     early_chunk = ctx_len > 0 && mla_block_rows<kRows, kLean>(p, place, kHeads, ctx_len, early) &&
@@ -76,28 +68,12 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   pg_tl_mark(TimelineKernel::kAttention, 1);
   // ctx_len and token_seq in one round trip (an ordinary token_seq load was issued only after
   // mla_block_rows' branch: a second one before the table's).
-  if (kVHeads || !p.early_chunk) ctx_len = ld_now(p.ctx_len + t), seq = ld_now(p.token_seq + t);
-  // This warp's heads' own context (all of a warp's heads are one token's: hp >= 2 >= kHeadsPerWarp).
-  // Virtual heads: the run's contexts in the same round trip; the block's rows are the longest's.
-  int64_t head_ctx = ctx_len;
-  if constexpr (kVHeads) {
-    constexpr int kMaxVTok = 4;
-    const int my_tok = (warp * Tile::kHeadsPerWarp) >> (__ffs(kHeads) - 1 - vs);
-    int64_t c[kMaxVTok];
-#pragma unroll
-    for (int i = 1; i < kMaxVTok; ++i) c[i] = i < (1 << vs) ? ld_now(p.ctx_len + t + i) : 0;
-    c[0] = ctx_len;
-#pragma unroll
-    for (int i = 1; i < kMaxVTok; ++i) {
-      ctx_len = c[i] > ctx_len ? c[i] : ctx_len;
-      head_ctx = i == my_tok ? c[i] : head_ctx;
-    }
-  }
-  load_q<kHeads, kVec, kLean, kVHeads>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
+  if (!p.early_chunk) ctx_len = ld_now(p.ctx_len + t), seq = ld_now(p.token_seq + t);
+  load_q<kHeads, kVec, kLean>(p, sQ, t, h0);  // independent of the context: in flight while ctx_len is read
   cp_async_commit();
 
   MlaSplitRows rows_of;
-  if (!mla_block_rows<kRows, kLean, kVHeads>(p, place, kHeads, ctx_len, rows_of)) {
+  if (!mla_block_rows<kRows, kLean>(p, place, kHeads, ctx_len, rows_of)) {
     cp_async_wait_all();
     return;
   }
@@ -183,13 +159,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
       if (kRows == kWarpSize || lane < kRows)
 #pragma unroll
         for (int w = 0; w < kMlaWarps; ++w) v += sRed[(w * kHeads + hh) * kRows + lane];
-      v = lane < rows && (!kVHeads || c0 + lane < head_ctx) ? v * p.scale_log2 : -INFINITY;
-      // Finite at one token a block (row 0 of a chunk is always valid); with virtual heads -inf where a
-      // head's context ended before this chunk and this split: then 0 in its place, p = alpha = 0.
-      const float m_new = fmaxf(m_run[k], warp_max(v));
-      const float m_ref = kVHeads && m_new == -INFINITY ? 0.0f : m_new;
-      const float pr = exp2f(v - m_ref);
-      const float alpha = exp2f(m_run[k] - m_ref);  // 0 on the first chunk (m_run = -inf)
+      v = lane < rows ? v * p.scale_log2 : -INFINITY;
+      const float m_new = fmaxf(m_run[k], warp_max(v));  // finite: row 0 of a chunk is always valid
+      const float pr = exp2f(v - m_new);
+      const float alpha = exp2f(m_run[k] - m_new);  // 0 on the first chunk (m_run = -inf)
       l_run[k] = l_run[k] * alpha + warp_sum(pr);
       m_run[k] = m_new;
       if (kRows == kWarpSize || lane < kRows) sP[lane * Tile::kPStride + hh] = pr;
@@ -249,15 +222,14 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
 #pragma unroll
     for (int i = 0; i < kMlaOutHeads; ++i) {
       const int hh = ho * kMlaOutHeads + i;
-      const MlaHead th = kVHeads ? mla_head<kHeads>(t, h0, hh, vs) : MlaHead{t, h0 + hh};
-      if (th.h >= H) continue;
+      const int64_t h = h0 + hh;
+      if (h >= H) continue;
       float4 v = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
       float* dst;
       if (direct) {
-        const float l = sL[hh];
-        const float inv = !kVHeads || l > 0.0f ? 1.0f / l : 0.0f;  // as the CPU: one reciprocal, then products
+        const float inv = 1.0f / sL[hh];  // as the CPU: one reciprocal, then products
         v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
-        dst = p.o_lat + (th.t * H + th.h) * R;
+        dst = p.o_lat + (t * H + h) * R;
       } else {
         dst = p.ws_o + ((item * n_splits + s) * kHeads + hh) * R;
       }
@@ -270,7 +242,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     }
   }
   if constexpr (kDefer) {  // the (max, sum) per head beside the partial; W_UV's kernel combines
-    if (tid < kHeads && mla_head<kHeads>(t, h0, tid, vs).h < H) {
+    if (tid < kHeads && h0 + tid < H) {
       float* ml = p.ws_ml + ((item * n_splits + s) * kHeads + tid) * 2;
       ml[0] = sM[tid];
       ml[1] = sL[tid];
@@ -278,18 +250,17 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     pg_tl_mark(TimelineKernel::kAttention, 2);  // the split's partial written
   } else {
     if (direct) return;
-    finish_split<kHeads, kVec, kLean, kRelease, kVHeads>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
+    finish_split<kHeads, kVec, kLean, kRelease>(p, sM, sL, sTicket, sK, item, t, h0, s, n_act);
   }
 }
 
-template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false,
-          bool kVHeads = false>
+template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  constexpr auto kKernel = mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease, kDefer, kVHeads>;
+  constexpr auto kKernel = mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease, kDefer>;
   const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits, kRows) * sizeof(float);
   cudaError_t e = raise_smem_limit_once<kKernel>();
   if (e != cudaSuccess) return e;
-  const int64_t blocks = (p.m >> p.vtok_shift) * p.head_groups * p.n_splits;  // virtual heads: runs of tokens
+  const int64_t blocks = p.m * p.head_groups * p.n_splits;
   return launch_pdl_if(attention_pdl(), kKernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
 }
 
@@ -301,17 +272,6 @@ bool lean_applies(const MlaAttentionParams& p) { return vec_applies(p) && p.bloc
 template <int kHeads>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
   const bool vec = vec_applies(p);
-  if (p.vtok_shift > 0) {  // virtual heads: the lean 16-head kernel, its combine by release arrivals or deferred
-    if constexpr (kHeads == 16) {
-      if (!lean_applies(p) || p.vtok_shift > 2) return cudaErrorInvalidValue;
-      if (p.defer) {
-        if (!mla_attention_defer_ok(p)) return cudaErrorInvalidValue;
-        return launch<16, true, kMlaChunkRows, true, false, true, true>(p, stream);
-      }
-      return launch<16, true, kMlaChunkRows, true, true, false, true>(p, stream);
-    }
-    return cudaErrorInvalidValue;
-  }
   if (p.defer) {  // no combine in the kernel: kRelease plays no part
     if (!mla_attention_defer_ok(p)) return cudaErrorInvalidValue;
     return launch<kHeads, true, kMlaChunkRows, true, false, true>(p, stream);
@@ -324,8 +284,6 @@ cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
-
-bool mla_attention_lean_ok(const MlaAttentionParams& p) { return lean_applies(p); }
 
 bool mla_attention_defer_ok(const MlaAttentionParams& p) {
   return lean_applies(p) && p.chunk_rows == kMlaChunkRows && p.n_splits > 1 && p.ws_o && p.ws_ml;

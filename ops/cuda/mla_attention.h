@@ -30,10 +30,8 @@ enum class MlaCores { kCuda, kTensor, kAuto, kCudaTwoPass };
 // 17.4 / 12.2, at 4K 19.7 / 26.4 / 25.2, at 32K 74.2 / 64.4 / 162.0; moonlight verify of 4 at 1K
 // 20.3 / 19.1 / 25.2; batch 8 at 1K 24.8 / 22.7; V3 batch 1 at 1K 25.2 / 22.9, verify of 4 61.9 /
 // 54.1. The two passes win only at short contexts and lose badly at long ones, and a decode
-// graph serves every context up to max_model_len: kAuto never takes them. seq_run
-// (MlaAttentionArgs::seq_run): where virtual heads apply (mla_vtok, the lean kernel on), a run counts
-// as one token: moonlight's verify step of 4 tokens takes the CUDA cores as 4 x 4 heads a block.
-MlaCores mla_cores_for(int64_t m, int64_t n_heads, int64_t seq_run = 1);
+// graph serves every context up to max_model_len: kAuto never takes them.
+MlaCores mla_cores_for(int64_t m, int64_t n_heads);
 
 // Floats of scratch the launcher needs for m tokens whose ctx_len are all <= max_ctx (0 when
 // the plan has one split per token, as in prefill). Depends on the current device's SM count.
@@ -61,13 +59,7 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 // describes them (deferred = true) for
 // head_linear_combine (mla_ops.h), which must run next on the stream; elsewhere the attention
 // runs as without it and defer_to->deferred is false.
-//
-// a.seq_run > 1 (the tokens fall into runs of one sequence): where the lean CUDA-core kernel runs and
-// mla_vtok allows, a block takes 2 or 4 tokens of a run as virtual heads (mla_attention_params.h).
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
                      cudaStream_t stream, MlaCores cores = MlaCores::kCuda, MlaPartials* defer_to = nullptr);
-
-// The tokens a block takes in mla_attention(a, .., workspace, .., cores): 2 or 4 with virtual heads, else 1.
-int mla_attention_vtok(const MlaAttentionArgs& a, MlaCores cores, const float* workspace);
 
 }  // namespace pg::ops::cuda

@@ -37,27 +37,18 @@ constexpr int kMlaSpinLimit = 1 << 23;
 
 // Where a block sits: blockIdx.x = ((m-1-t) x n_splits + s) x head_groups + g, so the longest
 // contexts (the last tokens of a causal prefill) start first; heads h0 .. h0 + heads of token t,
-// split s; item = (token, head group), the counter and workspace index. kVHeads (virtual heads, with
-// kLean; p.vtok_shift > 0): t is the first token of run r (t = r x vtok, runs in the order above),
-// heads h0 .. h0 + heads / vtok of each of its tokens, item = (run, head group).
+// split s; item = (token, head group), the counter and workspace index.
 struct MlaBlockPlace {
   int64_t t = 0, h0 = 0, item = 0;
   int s = 0;
 };
 // kLean: in 32-bit arithmetic (a grid's blocks fit an unsigned; no 64-bit division subroutine).
-template <bool kLean = false, bool kVHeads = false>
+template <bool kLean = false>
 __device__ __forceinline__ MlaBlockPlace mla_block_place(const MlaAttentionParams& p, int heads) {
   if constexpr (kLean) {
     const int b = int(blockIdx.x), g = b % p.head_groups, b2 = b / p.head_groups;
     MlaBlockPlace w;
     w.s = b2 % p.n_splits;
-    if constexpr (kVHeads) {
-      const int vs = p.vtok_shift, run = int(p.m >> vs) - 1 - b2 / p.n_splits;
-      w.t = int64_t(run) << vs;
-      w.h0 = int64_t(g) * (heads >> vs);
-      w.item = int64_t(run) * p.head_groups + g;
-      return w;
-    }
     w.t = p.m - 1 - b2 / p.n_splits;
     w.h0 = int64_t(g) * heads;
     w.item = w.t * p.head_groups + g;
@@ -89,25 +80,13 @@ static __device__ __noinline__ void mla_zero_o_lat(float* o_lat, int64_t t, int6
 #pragma unroll 1
   for (int i = threadIdx.x; i < hv * R; i += kMlaThreads) o[i] = 0.0f;
 }
-// The same with virtual heads: head v is head h0 + v % hp of token t + v / hp (hp = heads >> vtok_shift).
-static __device__ __noinline__ void mla_zero_o_lat_vheads(float* o_lat, int64_t t, int64_t h0, int64_t H, int R,
-                                                          int heads, int vtok_shift) {
-  const int hs = 31 - __clz(heads) - vtok_shift;
-#pragma unroll 1
-  for (int i = threadIdx.x; i < heads * R; i += kMlaThreads) {
-    const int v = i / R;
-    const int64_t h = h0 + (v & ((1 << hs) - 1));
-    if (h < H) o_lat[((t + (v >> hs)) * H + h) * R + i % R] = 0.0f;
-  }
-}
 // mla_split_rows in 32-bit arithmetic (positions are ints on the device: mla_attention_launch.cpp).
 __device__ __forceinline__ int mla_split_rows32(int ctx, int n_splits, int chunk_rows) {
   const int per = (ctx + n_splits - 1) / n_splits;
   const int rows = (per + chunk_rows - 1) / chunk_rows * chunk_rows;
   return rows > chunk_rows ? rows : chunk_rows;
 }
-// kRows: the kernel's chunk rows (p.chunk_rows); kVHeads: the block's (mla_block_place), ctx_len its run's longest.
-template <int kRows = kMlaChunkRows, bool kLean = false, bool kVHeads = false>
+template <int kRows = kMlaChunkRows, bool kLean = false>  // kRows: the kernel's chunk rows (p.chunk_rows)
 __device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, const MlaBlockPlace& w, int heads,
                                                int64_t ctx_len, MlaSplitRows& r) {
   const int ctx = int(ctx_len < p.max_rows ? ctx_len : p.max_rows);
@@ -115,10 +94,7 @@ __device__ __forceinline__ bool mla_block_rows(const MlaAttentionParams& p, cons
   const int64_t H = p.n_heads;
   if (ctx <= 0) {
     if constexpr (kLean) {
-      if (w.s == 0) {
-        if constexpr (kVHeads) mla_zero_o_lat_vheads(p.o_lat, w.t, w.h0, H, R, heads, p.vtok_shift);
-        else mla_zero_o_lat(p.o_lat, w.t, w.h0, H, R, heads);
-      }
+      if (w.s == 0) mla_zero_o_lat(p.o_lat, w.t, w.h0, H, R, heads);
     } else {
       if (w.s == 0)
         for (int64_t i = threadIdx.x; i < int64_t(heads) * R; i += kMlaThreads)
@@ -188,17 +164,6 @@ __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* d
 
 __device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
-// Block head hh of a block of `heads` at (t, h0) as (token, head): hh itself of token t, or with
-// virtual heads (vtok_shift > 0) head h0 + hh % hp of token t + hh / hp, hp = heads >> vtok_shift.
-struct MlaHead {
-  int64_t t = 0, h = 0;
-};
-template <int kHeads>
-__device__ __forceinline__ MlaHead mla_head(int64_t t, int64_t h0, int hh, int vtok_shift) {
-  const int hs = __ffs(kHeads) - 1 - vtok_shift;  // log2(hp)
-  return {t + (hh >> hs), h0 + (hh & ((1 << hs) - 1))};
-}
-
 __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
   acc = fmaf(a.x, b.x, acc);
   acc = fmaf(a.y, b.y, acc);
@@ -209,9 +174,8 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
 // Stages Q rows [q_lat | q_pe | 0 ...] of heads h0 .. h0 + kHeads (zeros past n_heads) into
 // sQ [kHeads][dp] with cp.async; only the 4 x d4 columns the score loop reads are written.
 // kVec: the caller knows p.vec_q. kLean (with kVec): thread f stages float4 column f of every head
-// (one pass at d4 = 144 <= kMlaThreads), no division per item; kVHeads (virtual heads, with kLean):
-// row hh is head h0 + hh % hp of token t + hh / hp (mla_head).
-template <int kHeads, bool kVec = false, bool kLean = false, bool kVHeads = false>
+// (one pass at d4 = 144 <= kMlaThreads), no division per item.
+template <int kHeads, bool kVec = false, bool kLean = false>
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, int64_t t, int64_t h0) {
   const int R = p.kv_lora_rank;
   if constexpr (kLean) {
@@ -221,22 +185,11 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, i
       const bool lat = f < r4;
       const float* base = lat ? p.q_lat + t * p.q_lat_row_stride + 4 * f : p.q_pe + t * p.q_pe_row_stride + 4 * (f - r4);
       const int64_t hs = lat ? p.q_lat_head_stride : p.q_pe_head_stride;
-      if constexpr (kVHeads) {
-        const int64_t rs = lat ? p.q_lat_row_stride : p.q_pe_row_stride;
-        const int ls = __ffs(kHeads) - 1 - p.vtok_shift;  // log2 of the heads of one token
 #pragma unroll
-        for (int hh = 0; hh < kHeads; ++hh) {
-          const int64_t h = h0 + (hh & ((1 << ls) - 1));
-          const bool valid = h < p.n_heads;
-          cp_async16(sQ + hh * p.dp + 4 * f, valid ? base + (hh >> ls) * rs + h * hs : p.q_lat, valid);
-        }
-      } else {
-#pragma unroll
-        for (int hh = 0; hh < kHeads; ++hh) {
-          const int64_t h = h0 + hh;
-          const bool valid = h < p.n_heads;
-          cp_async16(sQ + hh * p.dp + 4 * f, valid ? base + h * hs : p.q_lat, valid);
-        }
+      for (int hh = 0; hh < kHeads; ++hh) {
+        const int64_t h = h0 + hh;
+        const bool valid = h < p.n_heads;
+        cp_async16(sQ + hh * p.dp + 4 * f, valid ? base + h * hs : p.q_lat, valid);
       }
     }
     return;
@@ -272,16 +225,12 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, float* sQ, i
 // Σ_s 2^(m_s - M) l_s over the n_act splits, for the k-th slice of the group's outputs. Every
 // split's partial is complete (the caller waited); they are read through L2 (ld.cg), since L1 is
 // not coherent with the other SMs' writes. sW: [n_act][kHeads] weights then [kHeads] 1 / L.
-// kVHeads (with kLean): the block's heads are virtual (mla_head); a head whose token has no row in any
-// split (outside the contract) gets zeros.
-template <int kHeads, bool kVec = false, bool kLean = false, bool kVHeads = false>  // kVec: the caller knows p.vec_out
+template <int kHeads, bool kVec = false, bool kLean = false>  // kVec: the caller knows p.vec_out
 __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, int64_t t, int64_t h0, int n_act,
                         int k, int n_comb) {
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize, R = p.kv_lora_rank;
   const int64_t H = p.n_heads;
-  const int vs = kVHeads ? p.vtok_shift : 0;
-  // Valid heads of the group: with virtual heads all (mla_vtok: the groups tile n_heads, runs tile m).
-  const int hv = kVHeads ? kHeads : int(H - h0 < kHeads ? H - h0 : kHeads);
+  const int hv = int(H - h0 < kHeads ? H - h0 : kHeads);  // valid heads of the group
   const float* ml = p.ws_ml + item * p.n_splits * kHeads * 2;
   const float* o = p.ws_o + item * p.n_splits * kHeads * R;
   float* sInv = sW + n_act * kHeads;
@@ -300,7 +249,6 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
     for (int i = 0; i < kPerLane; ++i)
       if (lane + kWarpSize * i < n_act) mx = fmaxf(mx, e[i].x);
     mx = warp_max(mx);
-    if (kVHeads && mx == -INFINITY) mx = 0.0f;  // no split holds a row of this head's token
     float l = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -312,7 +260,7 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
       }
     }
     l = warp_sum(l);
-    if (lane == 0) sInv[hh] = !kVHeads || l > 0.0f ? 1.0f / l : 0.0f;  // as the CPU: one reciprocal, then products
+    if (lane == 0) sInv[hh] = 1.0f / l;  // as the CPU: one reciprocal, then products
   }
   __syncthreads();
   const int64_t split_stride = int64_t(kHeads) * R;  // floats between two splits' partials
@@ -362,8 +310,7 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
       if (valid && sub == 0) {
         const float inv = sInv[hh];
         a.x *= inv, a.y *= inv, a.z *= inv, a.w *= inv;
-        const MlaHead th = kVHeads ? mla_head<kHeads>(t, h0, hh, vs) : MlaHead{t, h0 + hh};
-        *reinterpret_cast<float4*>(p.o_lat + (th.t * H + th.h) * R + c) = a;
+        *reinterpret_cast<float4*>(p.o_lat + (t * H + h0 + hh) * R + c) = a;
       }
     }
   } else {
@@ -384,13 +331,12 @@ __device__ void combine(const MlaAttentionParams& p, float* sW, int64_t item, in
 // outputs are already stored in ws_o: its (max, sum) per head (sM, sL, in shared memory) go to
 // ws_ml, then the counter protocol below picks the combiners, which combine the group's splits
 // (sWork: shared memory for the combine's weights, free by now). Called by every thread.
-template <int kHeads, bool kVec = false, bool kLean = false, bool kRelease = false,  // kRelease: grid_arrive's
-          bool kVHeads = false>
+template <int kHeads, bool kVec = false, bool kLean = false, bool kRelease = false>  // kRelease: grid_arrive's
 __device__ void finish_split(const MlaAttentionParams& p, const float* sM, const float* sL, int* sTicket, float* sWork,
                              int64_t item, int64_t t, int64_t h0, int s, int n_act) {
   const int tid = threadIdx.x, n_splits = p.n_splits;
   const int64_t H = p.n_heads;
-  if (tid < kHeads && mla_head<kHeads>(t, h0, tid, kVHeads ? p.vtok_shift : 0).h < H) {
+  if (tid < kHeads && h0 + tid < H) {
     float* ml = p.ws_ml + ((item * n_splits + s) * kHeads + tid) * 2;
     ml[0] = sM[tid];
     ml[1] = sL[tid];
@@ -414,7 +360,7 @@ __device__ void finish_split(const MlaAttentionParams& p, const float* sM, const
     if (atomicAdd(cnt, 1u) == unsigned(n_act + n_comb - 1)) atomicExch(cnt, 0u);
   }
   __syncthreads();
-  combine<kHeads, kVec, kLean, kVHeads>(p, sWork, item, t, h0, n_act, k, n_comb);
+  combine<kHeads, kVec, kLean>(p, sWork, item, t, h0, n_act, k, n_comb);
 }
 
 }  // namespace pg::ops::cuda::mla

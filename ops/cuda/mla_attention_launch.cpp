@@ -19,51 +19,20 @@ namespace {
 // The largest dynamic shared memory of one block on sm_90 (227 KB).
 constexpr size_t kMaxSmemBytes = 227 * 1024;
 
-MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores, int vtok = 1) {
-  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor, kMlaChunkRows,
-                  vtok);
-}
-
-// The shape fields of p the kernel choice reads: strides, block_shift, dims and the vector flags
-// (the partials at workspace + kMlaCounterSlots floats are aligned as workspace is).
-void fill_shape(const MlaAttentionArgs& a, const float* workspace, MlaAttentionParams& p) {
-  p.q_lat_row_stride = q_lat_row_stride(a), p.q_lat_head_stride = q_lat_head_stride(a);
-  p.q_pe_row_stride = q_pe_row_stride(a), p.q_pe_head_stride = q_pe_head_stride(a);
-  if ((a.block_size & (a.block_size - 1)) == 0) {  // block_size >= 1 (validated)
-    p.block_shift = 0;
-    while ((int64_t(1) << p.block_shift) < a.block_size) ++p.block_shift;
-  }
-  const int64_t d = a.kv_lora_rank + a.rope_dim;
-  p.vec_kv = d % 4 == 0 && aligned16(a.kv);
-  p.vec_q = a.kv_lora_rank % 4 == 0 && a.rope_dim % 4 == 0 && aligned16(a.q_lat) && aligned16(a.q_pe) &&
-            p.q_lat_row_stride % 4 == 0 && p.q_lat_head_stride % 4 == 0 && p.q_pe_row_stride % 4 == 0 &&
-            p.q_pe_head_stride % 4 == 0;
-  p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!workspace || aligned16(workspace));
+MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
+  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor);
 }
 
 }  // namespace
 
-int mla_attention_vtok(const MlaAttentionArgs& a, MlaCores cores, const float* workspace) {
-  if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads, a.seq_run);
-  if (cores != MlaCores::kCuda || a.seq_run <= 1) return 1;
-  MlaAttentionParams p;
-  fill_shape(a, workspace, p);
-  return mla_attention_lean_ok(p) ? mla_vtok(a.m, a.n_heads, a.seq_run) : 1;
-}
-
-MlaCores mla_cores_for(int64_t m, int64_t n_heads, int64_t seq_run) {
-  // Virtual heads count a run's tokens once: moonlight's 4-token verify step is one run of 16 heads.
-  const int vtok = attention_vec_kernel() && attention_lean_kernel() ? mla_vtok(m, n_heads, seq_run) : 1;
-  return m / vtok * n_heads > kMlaSmallHeadWork ? MlaCores::kTensor : MlaCores::kCuda;
+MlaCores mla_cores_for(int64_t m, int64_t n_heads) {
+  return m * n_heads > kMlaSmallHeadWork ? MlaCores::kTensor : MlaCores::kCuda;
 }
 
 size_t mla_attention_workspace_floats(int64_t m, int64_t n_heads, int64_t kv_lora_rank, int64_t max_ctx) {
   if (m <= 0 || n_heads <= 0 || kv_lora_rank <= 0) return 0;
   size_t n = mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kCuda), m, kv_lora_rank);
   n = std::max(n, mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kTensor), m, kv_lora_rank));
-  for (int64_t run : {2, 4})  // virtual heads: fewer items, so more splits each
-    if (const int vtok = mla_vtok(m, n_heads, run); vtok > 1)
-      n = std::max(n, mla_workspace_floats(plan_for(m, n_heads, max_ctx, MlaCores::kCuda, vtok), m, kv_lora_rank));
   if (mla_two_pass_fits(m, n_heads) && max_ctx > 0) n = std::max(n, mla_tp_workspace_floats(m, max_ctx));
   return n;
 }
@@ -78,8 +47,8 @@ Status mla_attention_workspace_init(float* workspace, size_t workspace_floats, c
 Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspace, size_t workspace_floats,
                      cudaStream_t stream, MlaCores cores, MlaPartials* defer_to) {
   if (defer_to) *defer_to = MlaPartials{};
-  if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads, a.seq_run);
-  if (cores == MlaCores::kCudaTwoPass && !mla_two_pass_fits(a.m, a.n_heads)) cores = mla_cores_for(a.m, a.n_heads, a.seq_run);
+  if (cores == MlaCores::kAuto) cores = mla_cores_for(a.m, a.n_heads);
+  if (cores == MlaCores::kCudaTwoPass && !mla_two_pass_fits(a.m, a.n_heads)) cores = mla_cores_for(a.m, a.n_heads);
   // ops::validate reads ctx_len[t] on the host; here ctx_len is device memory, so validate the
   // shape with m = 0 and check the pointers and the bound here.
   MlaAttentionArgs shape = a;
@@ -100,16 +69,19 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
     return unsupported("mla_attention (CUDA): kv_lora_rank {} > {}", a.kv_lora_rank, kMlaMaxRank);
   if (!std::isfinite(a.softmax_scale)) return invalid_argument("mla_attention: softmax_scale {}", a.softmax_scale);
 
-  if (a.seq_run < 1 || a.m % a.seq_run)
-    return invalid_argument("mla_attention: seq_run {} does not divide the {} tokens into runs", a.seq_run, a.m);
-
   const bool tc = cores == MlaCores::kTensor, two_pass = cores == MlaCores::kCudaTwoPass;
+  const MlaPlan plan = plan_for(a.m, a.n_heads, max_ctx, cores);
   MlaAttentionParams p;
   p.q_lat = a.q_lat, p.q_pe = a.q_pe, p.kv = a.kv, p.block_tables = a.block_tables;
   p.token_seq = a.token_seq, p.ctx_len = a.ctx_len, p.o_lat = a.o_lat;
-  fill_shape(a, workspace, p);
+  p.q_lat_row_stride = q_lat_row_stride(a), p.q_lat_head_stride = q_lat_head_stride(a);
+  p.q_pe_row_stride = q_pe_row_stride(a), p.q_pe_head_stride = q_pe_head_stride(a);
   p.m = a.m, p.n_heads = a.n_heads;
   p.block_size = int(a.block_size), p.max_blocks_per_seq = int(a.max_blocks_per_seq), p.max_rows = int(max_rows);
+  if ((a.block_size & (a.block_size - 1)) == 0) {  // block_size >= 1 (validated)
+    p.block_shift = 0;
+    while ((int64_t(1) << p.block_shift) < a.block_size) ++p.block_shift;
+  }
   p.kv_lora_rank = int(a.kv_lora_rank), p.rope_dim = int(a.rope_dim);
   const int64_t d = a.kv_lora_rank + a.rope_dim, d4 = (d + 3) / 4;
   p.d = int(d), p.d4 = int(d4), p.dp = int(4 * (d4 | 1));  // odd float4 stride: conflict-free row reads
@@ -118,9 +90,6 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
     if (p.dk > kMlaTcMaxDk)
       return unsupported("mla_attention (tensor cores): kv_lora_rank + rope_dim = {} > {}", d, kMlaTcMaxDk);
   }
-  const int vtok = mla_attention_vtok(a, cores, workspace);  // virtual heads: the lean CUDA-core kernel's
-  p.vtok_shift = vtok == 4 ? 2 : vtok == 2 ? 1 : 0;
-  const MlaPlan plan = plan_for(a.m, a.n_heads, max_ctx, cores, vtok);
   p.head_groups = int(plan.head_groups), p.n_splits = int(plan.n_splits), p.n_combiners = plan.n_combiners;
   p.chunk_rows = plan.chunk_rows;
   const size_t smem = (two_pass ? std::max(mla_tp_scores_smem_floats(p.dp), kMlaTpPvSmemFloats)
@@ -132,7 +101,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   if (a.m * plan.head_groups * plan.n_splits > INT_MAX || a.m * a.n_heads > INT_MAX)
     return unsupported("mla_attention (CUDA): {} tokens x {} heads is too large a grid", a.m, a.n_heads);
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
-  p.early_chunk = attention_early_chunk() && vtok == 1;
+  p.early_chunk = attention_early_chunk();
 
   // Workspace: the two passes' scores, or the split plan's partials (none for one split).
   const size_t need = two_pass            ? mla_tp_workspace_floats(a.m, max_ctx)
@@ -149,16 +118,20 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   } else if (need) {
     p.counters = reinterpret_cast<unsigned*>(workspace);
     p.ws_o = workspace + kMlaCounterSlots;
-    p.ws_ml = p.ws_o + mla_ceil_div(a.m, plan.vtok) * plan.head_groups * plan.n_splits * plan.heads * a.kv_lora_rank;
+    p.ws_ml = p.ws_o + a.m * plan.head_groups * plan.n_splits * plan.heads * a.kv_lora_rank;
   }
-  p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!p.ws_o || aligned16(p.ws_o));  // as the kernels use it
+  p.vec_kv = d % 4 == 0 && aligned16(a.kv);
+  p.vec_q = a.kv_lora_rank % 4 == 0 && a.rope_dim % 4 == 0 && aligned16(a.q_lat) && aligned16(a.q_pe) &&
+            p.q_lat_row_stride % 4 == 0 && p.q_lat_head_stride % 4 == 0 && p.q_pe_row_stride % 4 == 0 &&
+            p.q_pe_head_stride % 4 == 0;
+  p.vec_out = a.kv_lora_rank % 4 == 0 && aligned16(a.o_lat) && (!p.ws_o || aligned16(p.ws_o));
   if (defer_to && !two_pass) {
     p.defer = tc ? attention_defer_tc() && mla_attention_tc_defer_ok(p) : mla_attention_defer_ok(p);
     if (p.defer) {
       MlaPartials& d = *defer_to;
       d.deferred = true, d.ws_o = p.ws_o, d.ws_ml = p.ws_ml, d.ctx_len = p.ctx_len;
       d.n_splits = p.n_splits, d.heads = plan.heads, d.head_groups = p.head_groups, d.chunk_rows = p.chunk_rows;
-      d.max_rows = p.max_rows, d.n_heads = p.n_heads, d.kv_lora_rank = p.kv_lora_rank, d.vtok_shift = p.vtok_shift;
+      d.max_rows = p.max_rows, d.n_heads = p.n_heads, d.kv_lora_rank = p.kv_lora_rank;
     }
   }
   PG_CUDA_TRY(two_pass ? launch_mla_attention_two_pass(p, stream)

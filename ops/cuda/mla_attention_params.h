@@ -71,9 +71,8 @@ constexpr int kMlaDefaultSmCount = 132;     // H100/H200 SXM, when the device ca
 inline int64_t mla_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct MlaPlan {
-  int heads = 16;          // heads per block: 8 or 16 (virtual heads at vtok > 1)
-  int vtok = 1;            // tokens per block (virtual heads: heads / vtok of each; mla_vtok)
-  int64_t head_groups = 1;  // ceil(n_heads / (heads / vtok))
+  int heads = 16;          // heads per block: 8 or 16
+  int64_t head_groups = 1;  // ceil(n_heads / heads)
   int64_t n_splits = 1;     // splits per (token, head group); 1: no workspace, no combine
   int n_combiners = 1;      // blocks sharing a group's combine (1: the last one alone, no waiting)
   int chunk_rows = kMlaChunkRows;  // rows per chunk and the split rows' unit (16: a plan no launch takes)
@@ -87,17 +86,14 @@ struct MlaPlan {
 // blocks that never wait (and the whole split grid, <= SMs blocks, fits in one wave anyway).
 // tensor_cores: the tensor-core kernel's plan, always 16 heads per block (one mma M tile).
 // chunk_rows: 16 or 32 (kMlaChunkRows; the tensor-core kernel takes 32 only; the launcher asks 32 only).
-// vtok > 1 (mla_vtok's, CUDA cores only): 16-head blocks of vtok tokens x 16 / vtok heads, one item a
-// (run of vtok tokens, head group): the one-token grid of 16-head blocks, the run's rows read once.
 inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count, bool tensor_cores = false,
-                        int chunk_rows = kMlaChunkRows, int vtok = 1) {
+                        int chunk_rows = kMlaChunkRows) {
   MlaPlan p;
   p.chunk_rows = tensor_cores || chunk_rows != 16 ? kMlaChunkRows : 16;
   if (m <= 0 || n_heads <= 0) return p;
-  p.vtok = tensor_cores ? 1 : vtok;
-  p.heads = p.vtok > 1 ? 16 : !tensor_cores && (n_heads <= 8 || m * n_heads <= kMlaSmallHeadWork) ? 8 : 16;
-  p.head_groups = mla_ceil_div(n_heads, p.heads / p.vtok);
-  const int64_t items = mla_ceil_div(m, p.vtok) * p.head_groups;
+  p.heads = !tensor_cores && (n_heads <= 8 || m * n_heads <= kMlaSmallHeadWork) ? 8 : 16;
+  p.head_groups = mla_ceil_div(n_heads, p.heads);
+  const int64_t items = m * p.head_groups;
   const int64_t target = sm_count > 0 ? sm_count : kMlaDefaultSmCount;
   if (items * 2 > target || items > kMlaCounterSlots) return p;
   int64_t s = target / items;
@@ -127,19 +123,7 @@ __host__ __device__ inline int64_t mla_split_rows(int64_t ctx, int64_t n_splits,
 // and kHeads (max, sum) pairs. 0 when the plan has one split.
 inline size_t mla_workspace_floats(const MlaPlan& p, int64_t m, int64_t kv_lora_rank) {
   if (p.n_splits <= 1) return 0;
-  const int64_t items = mla_ceil_div(m, p.vtok) * p.head_groups;
-  return size_t(kMlaCounterSlots) + size_t(items * p.n_splits * p.heads * (kv_lora_rank + 2));
-}
-
-// Virtual heads: the tokens a block of the CUDA-core kernel takes (1, 2 or 4), for m tokens of n_heads
-// heads in runs of seq_run tokens of one sequence (MlaAttentionArgs::seq_run). More than one where a run
-// holds 2 or 4 tokens that fit 16 heads (16 / vtok heads of each) and the groups of 16 / vtok heads
-// tile n_heads, so that every virtual head of every block is a real (token, head): moonlight's 16 heads
-// at a 2-token verify step, 2 tokens x 8 heads a block. A wider run takes 16 / 4 = 4 heads of 4 tokens.
-inline int mla_vtok(int64_t m, int64_t n_heads, int64_t seq_run) {
-  if (m <= 0 || seq_run <= 1 || m % seq_run) return 1;
-  const int v = seq_run % 4 == 0 ? 4 : seq_run % 2 == 0 ? 2 : 1;
-  return v > 1 && n_heads % (16 / v) == 0 ? v : 1;
+  return size_t(kMlaCounterSlots) + size_t(m * p.head_groups * p.n_splits * p.heads * (kv_lora_rank + 2));
 }
 
 // ---- Kernel parameters -------------------------------------------------------------------------
@@ -186,11 +170,6 @@ struct MlaAttentionParams {
   // The CUDA-core kernel loads a block's first chunk before its wait where that chunk holds none of
   // the step's own rows (mla_attention.cu; attention_early_chunk, common/env.h).
   bool early_chunk = false;
-  // Virtual heads (the lean CUDA-core kernel, MlaPlan::vtok = 1 << vtok_shift > 1): a block takes the
-  // vtok consecutive tokens t .. t + vtok of one sequence, hp = heads / vtok heads of each. Its head v is
-  // head h0 + v % hp of token t + v / hp; its rows are those of the run's longest context, and each
-  // head masks the rows past its own token's. An item is a (run, head group): t = run x vtok, ws slot v.
-  int vtok_shift = 0;
 };
 
 // The split partials of a deferred launch, for the kernel that combines them (W_UV's): where they
@@ -200,18 +179,13 @@ struct MlaAttentionParams {
 // ws_o[((item x n_splits + s) x heads + slot) x R + c], ws_ml[((item x n_splits + s) x heads + slot) x 2 + {0, 1}].
 struct MlaPartials {
   bool deferred = false;  // set by mla_attention when it left the combine to W_UV
-  // Virtual heads (vtok = 1 << vtok_shift > 1): head h of token t is item (t / vtok) x head_groups +
-  // h / hp, slot (t % vtok) x hp + h % hp, hp = heads / vtok; its splits follow from the run's longest context.
   const float* ws_o = nullptr;
   const float* ws_ml = nullptr;
   const int64_t* ctx_len = nullptr;
-  int n_splits = 0, heads = 0, head_groups = 0, chunk_rows = 0, max_rows = 0, vtok_shift = 0;
+  int n_splits = 0, heads = 0, head_groups = 0, chunk_rows = 0, max_rows = 0;
   int64_t n_heads = 0, kv_lora_rank = 0;
 };
 
-// Whether p (its vector flags and block_shift: the rest does not count) takes the lean CUDA-core
-// kernel, the one with virtual heads. Defined in mla_attention.cu.
-bool mla_attention_lean_ok(const MlaAttentionParams& p);
 // Whether p (its plan, paths and workspace) can take the deferred form: the lean CUDA-core
 // kernel at 32-row chunks with more than one split. Defined in mla_attention.cu.
 bool mla_attention_defer_ok(const MlaAttentionParams& p);

@@ -342,14 +342,7 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
   for (int i = 0; i < m * nh; ++i) {
     const int t = i / nh;
     const int64_t h = h_first + i % nh;
-    // (t, h)'s block and slot; with virtual heads d.vtok tokens of a run share a block (MlaPartials).
-    int64_t item = int64_t(t) * d.head_groups + h / d.heads, slot = h % d.heads;
-    int t_run = t, n_run = 1;  // the run's tokens, whose longest context set the splits
-    if (d.vtok_shift > 0) {
-      const int vs = d.vtok_shift, hs = __ffs(d.heads) - 1 - vs;  // heads: a power of two (8, 16)
-      t_run = t >> vs << vs, n_run = 1 << vs;
-      item = int64_t(t >> vs) * d.head_groups + (h >> hs), slot = (int64_t(t - t_run) << hs) + (h & ((1 << hs) - 1));
-    }
+    const int64_t item = int64_t(t) * d.head_groups + h / d.heads, slot = h % d.heads;
     const float* o = d.ws_o + (item * n_splits * d.heads + slot) * R;
     float4 v[kHeadCombineBatch];
 #pragma unroll
@@ -357,10 +350,7 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
       if (b < n_splits && tid < q4) v[b] = __ldcg(reinterpret_cast<const float4*>(o + b * split_floats) + tid);
     if (warp == 0) {  // the weights: lanes over the splits
       const float* ml = d.ws_ml + (item * n_splits * d.heads + slot) * 2;
-      int64_t ctx_len = __ldcg(d.ctx_len + t_run);
-#pragma unroll
-      for (int j = 1; j < 4; ++j)  // runs of at most 4 (vtok_shift <= 2)
-        if (j < n_run) ctx_len = max(ctx_len, __ldcg(d.ctx_len + t_run + j));
+      const int64_t ctx_len = __ldcg(d.ctx_len + t);
       constexpr int kPerLane = kMlaMaxSplits / kWarpSize;
       float2 e[kPerLane];
 #pragma unroll
@@ -379,7 +369,6 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
       for (int j = 0; j < kPerLane; ++j)
         if (lane + kWarpSize * j < n_act) mx = fmaxf(mx, e[j].x);
       mx = warp_max(mx);
-      if (mx == -INFINITY) mx = 0.0f;  // no split holds a row of t (virtual heads past t's context): zeros
       float l = 0.0f;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
@@ -391,7 +380,7 @@ __device__ __forceinline__ void head_combine_stage(const MlaPartials& d, int64_t
         }
       }
       l = warp_sum(l);
-      if (lane == 0) *s_inv = n_act > 0 && l > 0.0f ? 1.0f / l : 0.0f, *s_nact = n_act;  // as the CPU: one reciprocal
+      if (lane == 0) *s_inv = n_act > 0 ? 1.0f / l : 0.0f, *s_nact = n_act;  // as the CPU: one reciprocal
     }
     __syncthreads();
     const int n_act = *s_nact;

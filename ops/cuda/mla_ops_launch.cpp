@@ -164,10 +164,6 @@ Status head_linear_combine(const HeadLinearArgs& a, const MlaPartials& parts, cu
   if (parts.n_heads != a.n_heads || parts.kv_lora_rank != a.k)
     return invalid_argument("head_linear_combine (CUDA): partials of {} heads x {}, W_UV of {} heads x k={}",
                             parts.n_heads, parts.kv_lora_rank, a.n_heads, a.k);
-  if (parts.vtok_shift < 0 || parts.vtok_shift > 2 || a.m % (int64_t(1) << parts.vtok_shift) ||
-      parts.heads % (1 << parts.vtok_shift))
-    return invalid_argument("head_linear_combine (CUDA): partials of 2^{} tokens a block ({} heads) for {} tokens",
-                            parts.vtok_shift, parts.heads, a.m);
   PG_ASSIGN_OR_RETURN(HeadPlan hp, head_plan(a));
   HeadCombineParams p;
   p.lin = hp.p;

@@ -457,7 +457,9 @@ TEST(QuantizeCheckpoint, GptqLowersTheHeldOutKlOfTheEmbeddedModel) {
   for (const TensorView* t : a->all()) {
     const TensorView* u = b->find(t->name);
     ASSERT_NE(u, nullptr) << t->name;
-    if (t->name.ends_with(".weight_scale_2")) EXPECT_EQ(bytes_of(*t), bytes_of(*u)) << t->name;
+    if (t->name.ends_with(".weight_scale_2")) {
+      EXPECT_EQ(bytes_of(*t), bytes_of(*u)) << t->name;
+    }
     if (t->dtype == DType::kU8) codes_differ += bytes_of(*t) != bytes_of(*u);
   }
   EXPECT_EQ(codes_differ, res->plan.n_quantized);  // every Linear saw inputs and moved some error

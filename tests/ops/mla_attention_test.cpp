@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -218,13 +217,6 @@ DeviceData upload_case(const HostData& h, int64_t max_ctx) {
   return d;
 }
 
-// validate() of a case's inputs before its output has a place (the CUDA tests write o_lat on the device).
-Status validate_inputs(MlaAttentionArgs a) {
-  float out = 0.0f;
-  if (!a.o_lat) a.o_lat = &out;
-  return validate(a);
-}
-
 std::vector<float> cpu_reference(const HostData& h) {
   std::vector<float> o(static_cast<size_t>(h.args.m * h.args.n_heads * h.args.kv_lora_rank));
   MlaAttentionArgs a = h.args;
@@ -357,8 +349,6 @@ struct DeferCase {
   HeadWeight format;
   bool deferred;     // whether the plan takes the deferred form (more than one split)
   int64_t v = 128;   // W_UV's rows a head (v_head_dim)
-  int64_t seq_run = 1;  // MlaAttentionArgs::seq_run: > 1 takes virtual heads where the CUDA-core kernel runs
-  int vtok = 1;         // the tokens a block of the CUDA-core kernel then takes (mla_attention_vtok)
 };
 void PrintTo(const DeferCase& d, std::ostream* os) { *os << d.c.name; }
 
@@ -369,9 +359,6 @@ TEST_P(MlaAttentionDeferredCuda, MatchesCpu) {
   const DeferCase& dc = GetParam();
   const MlaCase& c = dc.c;
   HostData h = make_data(c);
-  h.args.seq_run = dc.seq_run;
-  const Status inputs = validate_inputs(h.args);
-  ASSERT_TRUE(inputs.ok()) << c.name << ": seq_run " << dc.seq_run << ": " << inputs.message();
   const int64_t m = h.args.m, H = c.n_heads, R = c.r, V = dc.v;
   const uint64_t seed = seed_of(std::string(c.name) + "_w_uv");
   // W_UV [H, V, R] in the case's format, and its f32 values.
@@ -422,9 +409,6 @@ TEST_P(MlaAttentionDeferredCuda, MatchesCpu) {
     PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cores, &parts));
     ASSERT_EQ(parts.deferred, dc.deferred && defers)
         << c.name << (tc ? " (tensor cores)" : "") << ": the plan's deferred form";
-    if (parts.deferred) {
-      EXPECT_EQ(1 << parts.vtok_shift, tc ? 1 : dc.vtok) << c.name << ": tokens a block";
-    }
     PG_ASSERT_OK(dy.fill_bytes(0xff));
     PG_ASSERT_OK(parts.deferred ? cuda::head_linear_combine(uv, parts, nullptr) : cuda::head_linear(uv, nullptr));
     ASSERT_TRUE(sync_ok());
@@ -478,13 +462,6 @@ const DeferCase kDeferCases[] = {
     {{"tiny4_r64_ctx1000", 4, 64, 16, 16, {{1000, 1}}}, HeadWeight::kBF16, true, 32},
     {{"tiny4_r32_verify4", 4, 32, 8, 64, {{300, 4}}}, HeadWeight::kF32, true, 16},
     {{"tiny4_r32_batch3", 4, 32, 8, 16, {{40, 1}, {7, 1}, {129, 1}}}, HeadWeight::kFp8, true, 16},
-    // Virtual heads: W_UV's combine finds each (token, head) in its run's block and slot, its splits
-    // from the run's longest context (here one row longer than the first token's: its last split
-    // may hold none of that token's rows).
-    {{"moonlight_verify2_vheads", kMoonH, kR, kP, 64, {{1000, 2}}}, HeadWeight::kBF16, true, 128, 2, 2},
-    {{"moonlight_verify2_ctx33_vheads", kMoonH, kR, kP, 16, {{33, 2}}}, HeadWeight::kBF16, true, 128, 2, 2},
-    {{"moonlight_verify4_two_seqs_vheads", kMoonH, kR, kP, 64, {{700, 4}, {65, 4}}}, HeadWeight::kFp8, true, 128, 4, 4},
-    {{"v3_verify2_vheads", kV3H, kR, kP, 16, {{1000, 2}}}, HeadWeight::kBF16, true, 128, 2, 2},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionDeferredCuda, ::testing::ValuesIn(kDeferCases),
@@ -493,64 +470,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionDeferredCuda, ::testing::ValuesIn(kD
                                                                  : i.param.format == HeadWeight::kFp8 ? "_fp8"
                                                                                                       : "_f32");
                          });
-
-// Virtual heads (MlaAttentionArgs::seq_run, mla_vtok): the lean CUDA-core kernel takes 2 or 4 tokens
-// of a run of one sequence in a block, each head masking the rows past its own token's context;
-// against the CPU with the one-token kernel's tolerance, twice on one workspace (the combine's
-// counters left at zero), and the plan it took (1: the shapes where it does not apply).
-struct VHeadsCase {
-  MlaCase c;
-  int vtok;  // the tokens a block takes, seq_run = the case's (equal) query tokens a sequence
-};
-void PrintTo(const VHeadsCase& v, std::ostream* os) { *os << v.c.name; }
-
-class MlaAttentionVirtualHeadsCuda : public ::testing::TestWithParam<VHeadsCase> {};
-
-TEST_P(MlaAttentionVirtualHeadsCuda, MatchesCpu) {
-  PG_REQUIRE_CUDA();
-  const VHeadsCase& vc = GetParam();
-  const MlaCase& c = vc.c;
-  HostData h = make_data(c);
-  h.args.seq_run = c.seqs[0].n_query;
-  const Status inputs = validate_inputs(h.args);
-  ASSERT_TRUE(inputs.ok()) << c.name << ": " << inputs.message();
-  const std::vector<float> ref = cpu_reference(h);
-  const std::vector<double> tol = tolerances(h.args, cuda::MlaCores::kCuda);
-  DeviceData d = upload_case(h, h.max_ctx);
-  const bool lean = cuda::attention_vec_kernel() && cuda::attention_lean_kernel();
-  EXPECT_EQ(cuda::mla_attention_vtok(d.args, cuda::MlaCores::kCuda, d.ws.data()), lean ? vc.vtok : 1) << c.name;
-  for (const char* pass : {"", " (2nd launch)"}) {
-    PG_ASSERT_OK(d.o_lat.fill_bytes(0xff));
-    PG_ASSERT_OK(cuda::mla_attention(d.args, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cuda::MlaCores::kCuda));
-    ASSERT_TRUE(sync_ok());
-    const std::string what = std::string(c.name) + " vheads" + pass;
-    expect_close(what.c_str(), to_host(d.o_lat), ref, tol, c.min_cosine);
-  }
-}
-
-const VHeadsCase kVHeadsCases[] = {
-    {{"moonlight_verify2_ctx1000", kMoonH, kR, kP, 64, {{1000, 2}}}, 2},
-    {{"moonlight_verify2_ctx1024", kMoonH, kR, kP, 64, {{1024, 2}}}, 2},
-    {{"moonlight_verify2_ctx2", kMoonH, kR, kP, 16, {{2, 2}}}, 2},    // one split: token 0 masks row 1
-    {{"moonlight_verify2_ctx33", kMoonH, kR, kP, 16, {{33, 2}}}, 2},  // split 1 holds no row of token 0
-    {{"moonlight_verify2_ctx4097", kMoonH, kR, kP, 16, {{4097, 2}}}, 2},
-    {{"moonlight_verify2_two_seqs", kMoonH, kR, kP, 64, {{700, 2}, {64, 2}, {3, 2}}}, 2},
-    {{"moonlight_verify2_bound8k", kMoonH, kR, kP, 16, {{1000, 2}}, 8192}, 2},
-    {{"moonlight_verify2_peaky", kMoonH, kR, kP, 64, {{1000, 2}}, 0, 8.0f, 1.0f, 1.0 - 1e-4}, 2},
-    {{"moonlight_verify4_ctx1000", kMoonH, kR, kP, 64, {{1000, 4}}}, 4},
-    {{"moonlight_verify4_ctx65", kMoonH, kR, kP, 16, {{65, 4}}}, 4},
-    {{"moonlight_verify8_ctx500", kMoonH, kR, kP, 16, {{500, 8}}}, 4},  // two runs of 4 a sequence
-    {{"moonlight_verify2_qstride", kMoonH, kR, kP, 16, {{600, 2}}, 4096, 0.0f, 1.0f, kMinCosine, 128}, 2},
-    {{"v3_verify2_ctx1000", kV3H, kR, kP, 64, {{1000, 2}}}, 2},
-    {{"v3_verify4_ctx300", kV3H, kR, kP, 16, {{300, 4}}}, 4},
-    {{"tiny4_verify4_ctx50", 4, 32, 8, 16, {{50, 4}}}, 4},
-    // Where it does not apply: 8 heads of a token do not tile 4 heads; a run of 3 is not a power of two.
-    {{"tiny4_verify2_ctx50", 4, 32, 8, 16, {{50, 2}}}, 1},
-    {{"moonlight_verify3_ctx1000", kMoonH, kR, kP, 64, {{1000, 3}}}, 1},
-};
-
-INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionVirtualHeadsCuda, ::testing::ValuesIn(kVHeadsCases),
-                         [](const ::testing::TestParamInfo<VHeadsCase>& i) { return std::string(i.param.c.name); });
 
 // One capture with a bound, replayed with the device-side ctx_len changed: the graph stays valid.
 class MlaAttentionCudaGraph : public ::testing::TestWithParam<cuda::MlaCores> {};
@@ -644,24 +563,6 @@ TEST(MlaAttentionCudaValidate, RejectsBadArguments) {
 
 // Host only: the CPU reference reads strided queries exactly as contiguous ones (same values,
 // bitwise the same outputs), so the strided CUDA cases are checked against the same definition.
-// seq_run is a promise about token_seq, checked where token_seq is on the host.
-TEST(MlaAttentionCpu, SeqRunIsChecked) {
-  HostData h = make_data({"tiny4_two_seqs", 4, 32, 8, 16, {{50, 2}, {9, 2}}});
-  MlaAttentionArgs a = h.args;
-  std::vector<float> o(size_t(a.m * a.n_heads * a.kv_lora_rank));
-  a.o_lat = o.data();
-  for (int64_t run : {1, 2}) {
-    a.seq_run = run;
-    EXPECT_TRUE(validate(a).ok()) << run;
-  }
-  a.seq_run = 4;  // a run over two sequences
-  EXPECT_EQ(validate(a).code(), StatusCode::kInvalidArgument);
-  a.seq_run = 3;  // 4 tokens are no whole number of runs of 3
-  EXPECT_EQ(validate(a).code(), StatusCode::kInvalidArgument);
-  a.seq_run = 0;
-  EXPECT_EQ(validate(a).code(), StatusCode::kInvalidArgument);
-}
-
 TEST(MlaAttentionCpu, StridedQueriesMatchContiguous) {
   for (int64_t nope : {int64_t(128), int64_t(11)}) {
     MlaCase plain{"strides", 3, 27, 6, 16, {{40, 3}, {7, 1}}};
@@ -679,34 +580,6 @@ TEST(MlaAttentionCpu, StridedQueriesMatchContiguous) {
 // The split plan's invariants (host only): a split grid fits in one wave of one block per SM,
 // every split keeps a chunk of rows, the waiting combiners never hold more than half the SMs,
 // and the counters fit their fixed slots.
-// Virtual heads: which runs take them, and the plan they get (the one-token grid of 16-head blocks).
-TEST(MlaAttentionPlan, VirtualHeads) {
-  EXPECT_EQ(cuda::mla_vtok(2, 16, 2), 2);  // moonlight's verify step at k = 1: 2 tokens x 8 heads
-  EXPECT_EQ(cuda::mla_vtok(4, 16, 4), 4);  // k = 3: 4 x 4
-  EXPECT_EQ(cuda::mla_vtok(8, 16, 8), 4);  // k = 7: two runs of 4 a sequence
-  EXPECT_EQ(cuda::mla_vtok(6, 16, 2), 2);  // three sequences of 2
-  EXPECT_EQ(cuda::mla_vtok(2, 128, 2), 2);
-  EXPECT_EQ(cuda::mla_vtok(4, 4, 4), 4);   // 4 heads of 4 tokens
-  EXPECT_EQ(cuda::mla_vtok(2, 4, 2), 1);   // 8 heads of a token do not tile 4
-  EXPECT_EQ(cuda::mla_vtok(3, 16, 3), 1);  // a run of 3
-  EXPECT_EQ(cuda::mla_vtok(2, 16, 1), 1);  // no runs
-  EXPECT_EQ(cuda::mla_vtok(3, 16, 2), 1);  // m not a whole number of runs
-  EXPECT_EQ(cuda::mla_vtok(1, 16, 1), 1);
-  for (int64_t ctx : {1, 33, 1024, 4097, 32768}) {
-    const cuda::MlaPlan one = cuda::mla_plan(1, 16, ctx, 132), two = cuda::mla_plan(2, 16, ctx, 132, false, 32, 2);
-    EXPECT_EQ(two.vtok, 2);
-    EXPECT_EQ(two.heads, 16);
-    EXPECT_EQ(two.head_groups, one.head_groups) << ctx;  // 2 groups of 8 heads of each token
-    EXPECT_EQ(two.n_splits, one.n_splits) << ctx;
-    EXPECT_EQ(cuda::mla_workspace_floats(two, 2, 512) - (two.n_splits > 1 ? cuda::kMlaCounterSlots : 0),
-              2 * (cuda::mla_workspace_floats(one, 1, 512) - (one.n_splits > 1 ? cuda::kMlaCounterSlots : 0)));
-    const cuda::MlaPlan four = cuda::mla_plan(8, 16, ctx, 132, false, 32, 4);
-    EXPECT_EQ(four.head_groups, 4);  // 4 groups of 4 heads, 2 runs
-    EXPECT_LE(2 * four.head_groups * four.n_splits, 132);
-    EXPECT_EQ(cuda::mla_plan(2, 16, ctx, 132, /*tensor_cores=*/true, 32, 2).vtok, 1);
-  }
-}
-
 TEST(MlaAttentionPlan, Invariants) {
   for (int sms : {0, 16, 78, 132, 200}) {
     for (int64_t heads : {3, 4, 16, 128}) {
@@ -779,16 +652,6 @@ TEST(MlaAttentionPlan, Invariants) {
   EXPECT_EQ(cuda::mla_cores_for(8, 16), cuda::MlaCores::kTensor);
   EXPECT_EQ(cuda::mla_cores_for(1, 128), cuda::MlaCores::kTensor);
   EXPECT_EQ(cuda::mla_cores_for(3, 4), cuda::MlaCores::kCuda);
-  // Runs of one sequence with virtual heads (the lean kernel, on unless PEREGRINE_ATTENTION_LEAN=0 or
-  // PEREGRINE_ATTENTION_VEC=0): a run counts once.
-  const auto vh = cuda::attention_vec_kernel() && cuda::attention_lean_kernel() ? cuda::MlaCores::kCuda
-                                                                                 : cuda::MlaCores::kTensor;
-  EXPECT_EQ(cuda::mla_cores_for(4, 16, 4), vh);
-  EXPECT_EQ(cuda::mla_cores_for(8, 16, 8), vh);     // two runs of 4
-  EXPECT_EQ(cuda::mla_cores_for(8, 16, 2), cuda::MlaCores::kTensor);  // four runs of 2: 4 x 16 heads
-  EXPECT_EQ(cuda::mla_cores_for(2, 16, 2), cuda::MlaCores::kCuda);
-  EXPECT_EQ(cuda::mla_cores_for(2, 128, 2), cuda::MlaCores::kTensor);
-  EXPECT_EQ(cuda::mla_cores_for(3, 16, 3), cuda::MlaCores::kTensor);
   // Two passes: a wave of score blocks; the workspace holds the scores after the counters.
   EXPECT_EQ(cuda::mla_tp_blocks(1, 132), 132);
   EXPECT_EQ(cuda::mla_tp_blocks(4, 132), 33);
@@ -818,20 +681,14 @@ TEST(MlaAttentionCudaTiming, Decode) {
     const char* what;
     int64_t n_seqs, q;  // sequences, query tokens per sequence
   };
-  for (const Shape& sh : {Shape{"batch 1", 1, 1}, Shape{"verify 2", 1, 2}, Shape{"verify 4", 1, 4}, Shape{"batch 8", 8, 1}}) {
+  for (const Shape& sh : {Shape{"batch 1", 1, 1}, Shape{"verify 4", 1, 4}, Shape{"batch 8", 8, 1}}) {
     for (int64_t heads : {kMoonH, kV3H}) {
       for (int64_t ctx : {1024, 4096, 32768}) {
-        // vh: the CUDA cores with virtual heads (seq_run = the verify step's tokens), "cc+vh".
-        for (int variant = 0; variant < 4; ++variant) {
-          const bool vh = variant == 3;
-          const cuda::MlaCores cores = vh ? cuda::MlaCores::kCuda : std::array{cuda::MlaCores::kCuda, cuda::MlaCores::kTensor,
-                                                                              cuda::MlaCores::kCudaTwoPass}[size_t(variant)];
+        for (cuda::MlaCores cores : {cuda::MlaCores::kCuda, cuda::MlaCores::kTensor, cuda::MlaCores::kCudaTwoPass}) {
           if (cores == cuda::MlaCores::kCudaTwoPass && !cuda::mla_two_pass_fits(sh.n_seqs * sh.q, heads)) continue;
-          if (vh && sh.q == 1) continue;
           MlaCase c{"timing", heads, kR, kP, 64, std::vector<Seq>(size_t(sh.n_seqs), Seq{ctx, sh.q})};
           HostData h = make_data(c);
           DeviceData d = upload_case(h, ctx);
-          d.args.seq_run = vh ? sh.q : 1;
           const int64_t m = sh.n_seqs * sh.q;
           constexpr int kLaunches = 20;
           const int kReplays = m * ctx * heads >= 4 * 32768 * 16 ? 1 : 5;  // the long V3 batches take ms each
@@ -860,9 +717,9 @@ TEST(MlaAttentionCudaTiming, Decode) {
           cudaGraphDestroy(graph);
           const double us = 1e3 * ms / (kLaunches * kReplays), bytes = double(sh.n_seqs * ctx) * (kR + kP) * 4;
           const double flops = 2.0 * double(m * ctx) * heads * (2 * kR + kP);
-          std::printf("[ mla_attn ] timing %-8s %-5s heads=%-3lld ctx=%-6lld %8.1f us  %7.1f GB/s of KV  %6.1f TFLOP/s\n",
-                      sh.what, vh ? "cc+vh" : cores_name(cores), (long long)heads, (long long)ctx, us,
-                      bytes / us * 1e-3, flops / us * 1e-6);
+          std::printf("[ mla_attn ] timing %-8s %s heads=%-3lld ctx=%-6lld %8.1f us  %7.1f GB/s of KV  %6.1f TFLOP/s\n",
+                      sh.what, cores_name(cores), (long long)heads, (long long)ctx, us, bytes / us * 1e-3,
+                      flops / us * 1e-6);
           const std::vector<float> o = to_host(d.o_lat);
           EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](float v) { return std::isfinite(v); }));
         }

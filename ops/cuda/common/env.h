@@ -92,17 +92,6 @@ inline bool attention_early_chunk() {
   return on;
 }
 
-// PEREGRINE_ATTENTION_VHEADS=1 (off until measured): a step whose tokens fall into runs of one
-// sequence (a verify step's, model/step_layout.h seq_runs) hands the attention that promise
-// (MlaAttentionArgs::seq_run), and the lean CUDA-core kernel takes 2 or 4 tokens of a run in one block
-// as "virtual heads" (mla_vtok): moonlight's 2-token verify step on the one-token grid, 16 heads a
-// block (2 tokens x 8) instead of 8, each cache row read once for both tokens (session 36's plan, for
-// the verify step's attention: +5.6 us over one token's at k = 1, session 36). Not yet run on a GPU.
-inline bool attention_vheads() {
-  static const bool on = env_switch("PEREGRINE_ATTENTION_VHEADS", false);
-  return on;
-}
-
 // A non-negative integer from the environment, else the default (unset, empty or not a number).
 inline int env_int(const char* name, int default_value) {
   const char* v = std::getenv(name);

@@ -131,19 +131,5 @@ TEST(PadGraphStep, DecodeBucketIsTheOldPadding) {
   EXPECT_EQ(P.tables, (std::vector<int32_t>{5, 6, 0, 0, 30, 0, 0, 0}));
 }
 
-TEST(SeqRuns, VerifyStepsAndOthers) {
-  using V = std::vector<int32_t>;
-  EXPECT_EQ(seq_runs(V{}), 1);
-  EXPECT_EQ(seq_runs(V{0}), 1);
-  EXPECT_EQ(seq_runs(V{0, 0}), 2);                    // one sequence's verify step at k = 1
-  EXPECT_EQ(seq_runs(V{3, 3, 3, 3}), 4);
-  EXPECT_EQ(seq_runs(V{0, 0, 0, 1, 1, 1, 2, 2, 2}), 3);  // padded to a bucket of 3
-  EXPECT_EQ(seq_runs(V{0, 1, 2, 3}), 1);              // decode: one token a sequence
-  EXPECT_EQ(seq_runs(V{0, 0, 1, 1, 1}), 1);           // runs of different lengths
-  EXPECT_EQ(seq_runs(V{0, 0, 1, 2}), 1);
-  EXPECT_EQ(seq_runs(V{0, 0, 1, 1, 1, 1}), 2);        // sequence 1's four tokens are two runs of 2
-  EXPECT_EQ(seq_runs(V{0, 0, 0, 1, 1, 0}), 1);
-}
-
 }  // namespace
 }  // namespace pg
