@@ -267,8 +267,51 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
             for (int q = 0; q < kVec / 4; ++q) x1[u][q] = ld_act4(xh + t0 * p.x_row_stride + c * kVec + 4 * q);
         }
       }
+      // The small tile (kHeadMTileSmall, PEREGRINE_HEAD_TOKEN_LOADS=1 at 2..8 tokens; not FP8): token by
+      // token, the token's x chunks of the segment loaded together before its sums (one round trip a
+      // token, as kX1's), the chunks' weights unpacked again for each token. The large tile goes chunk
+      // by chunk with the tokens inside, each x load after the previous chunk's FMAs: kU round trips a
+      // token (H100, ncu: mla_prep 5.0 -> 6.8 / 8.5 us from 1 to 2 / 4 tokens). The same sums in the
+      // same order: the same bits.
+      constexpr bool kXTok = kMTile == kHeadMTileSmall && !kFp8;
+      if constexpr (kXTok) {
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
+        for (int i = 0; i < kMTile; ++i) {
+          if (i < mv) {
+            const float* xt = xh + (t0 + i) * p.x_row_stride;
+            float4 xc[kU][kVec / 4];
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+              const int64_t c = c0 + int64_t(u) * kL;
+              if (c < k_chunks)
+#pragma unroll
+                for (int q = 0; q < kVec / 4; ++q) xc[u][q] = ld_act4(xt + c * kVec + 4 * q);
+            }
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+              const int64_t c = c0 + int64_t(u) * kL;
+              if (c < k_chunks) {
+                float wf[kR][kVec];
+#pragma unroll
+                for (int r = 0; r < kR; ++r) unpack_chunk<F>(wv[u][r], wf[r]);
+                float xf[kVec];
+#pragma unroll
+                for (int q = 0; q < kVec / 4; ++q)
+                  xf[4 * q] = xc[u][q].x, xf[4 * q + 1] = xc[u][q].y, xf[4 * q + 2] = xc[u][q].z, xf[4 * q + 3] = xc[u][q].w;
+#pragma unroll
+                for (int r = 0; r < kR; ++r) {
+                  float d = 0.0f;  // as below: one chunk's dot product, then added into the row's sum
+#pragma unroll
+                  for (int e = 0; e < kVec; ++e) d = fmaf(wf[r][e], xf[e], d);
+                  acc[i][r] += d;
+                }
+              }
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kU && !kXTok; ++u) {
         const int64_t c = c0 + int64_t(u) * kL;
         if (c < k_chunks) {
           float wf[kR][kVec];
@@ -456,38 +499,42 @@ __global__ void __launch_bounds__(kHeadThreads) mla_prep_kernel(const __grid_con
 }
 
 template <LinearWeight F, int kL>
-cudaError_t launch_prep_l(bool m_tile_one, const MlaPrepParams& p, cudaStream_t stream) {
+cudaError_t launch_prep_l(int m_tile, const MlaPrepParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(p.uk_blocks + p.kv.m * (1 + p.rope_slices)));
-  if (m_tile_one) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, 1>, grid, dim3(kHeadThreads), 0, stream, p);
-  else PG_LAUNCH_PDL(mla_prep_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), 0, stream, p);
+  if (m_tile == 1) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, 1>, grid, dim3(kHeadThreads), 0, stream, p);
+  else if (m_tile == kHeadMTileLarge) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), 0, stream, p);
+  else if constexpr (kHeadHasSmallTile<F>) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, kHeadMTileSmall>, grid, dim3(kHeadThreads), 0, stream, p);
+  else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
 template <LinearWeight F>
-cudaError_t launch_prep_f(int lanes, bool m_tile_one, const MlaPrepParams& p, cudaStream_t stream) {
+cudaError_t launch_prep_f(int lanes, int m_tile, const MlaPrepParams& p, cudaStream_t stream) {
   switch (lanes) {
-    case 4: return launch_prep_l<F, 4>(m_tile_one, p, stream);
-    case 8: return launch_prep_l<F, 8>(m_tile_one, p, stream);
-    case 16: return launch_prep_l<F, 16>(m_tile_one, p, stream);
-    case 32: return launch_prep_l<F, 32>(m_tile_one, p, stream);
+    case 4: return launch_prep_l<F, 4>(m_tile, p, stream);
+    case 8: return launch_prep_l<F, 8>(m_tile, p, stream);
+    case 16: return launch_prep_l<F, 16>(m_tile, p, stream);
+    case 32: return launch_prep_l<F, 32>(m_tile, p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
 template <LinearWeight F, int kL>
-cudaError_t launch_head_vec_l(bool m_tile_one, const HeadLinearParams& p, dim3 grid, cudaStream_t stream) {
-  if (m_tile_one) PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, 1>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
-  else PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, kHeadMTileLarge>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
+cudaError_t launch_head_vec_l(int m_tile, const HeadLinearParams& p, dim3 grid, cudaStream_t stream) {
+  if (m_tile == 1) PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, 1>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
+  else if (m_tile == kHeadMTileLarge) PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, kHeadMTileLarge>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
+  else if constexpr (kHeadHasSmallTile<F>) PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, kHeadMTileSmall>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
+  else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
 template <LinearWeight F>
-cudaError_t launch_head_vec_f(int lanes, bool m_tile_one, const HeadLinearParams& p, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_head_vec_f(int lanes, int m_tile, const HeadLinearParams& p, dim3 grid, cudaStream_t stream) {
   switch (lanes) {
-    case 4: return launch_head_vec_l<F, 4>(m_tile_one, p, grid, stream);
-    case 8: return launch_head_vec_l<F, 8>(m_tile_one, p, grid, stream);
-    case 16: return launch_head_vec_l<F, 16>(m_tile_one, p, grid, stream);
-    case 32: return launch_head_vec_l<F, 32>(m_tile_one, p, grid, stream);
+    case 4: return launch_head_vec_l<F, 4>(m_tile, p, grid, stream);
+    case 8: return launch_head_vec_l<F, 8>(m_tile, p, grid, stream);
+    case 16: return launch_head_vec_l<F, 16>(m_tile, p, grid, stream);
+    case 32: return launch_head_vec_l<F, 32>(m_tile, p, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -562,52 +609,54 @@ cudaError_t launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream) 
   return cudaGetLastError();
 }
 
-cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, const HeadLinearParams& p, dim3 grid,
+cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, int m_tile, const HeadLinearParams& p, dim3 grid,
                                    cudaStream_t stream) {
   if (p.m <= 0) return cudaSuccess;
   switch (f) {
-    case LinearWeight::kF32: return launch_head_vec_f<LinearWeight::kF32>(lanes, m_tile_one, p, grid, stream);
-    case LinearWeight::kBF16: return launch_head_vec_f<LinearWeight::kBF16>(lanes, m_tile_one, p, grid, stream);
-    case LinearWeight::kFp8Block: return launch_head_vec_f<LinearWeight::kFp8Block>(lanes, m_tile_one, p, grid, stream);
+    case LinearWeight::kF32: return launch_head_vec_f<LinearWeight::kF32>(lanes, m_tile, p, grid, stream);
+    case LinearWeight::kBF16: return launch_head_vec_f<LinearWeight::kBF16>(lanes, m_tile, p, grid, stream);
+    case LinearWeight::kFp8Block: return launch_head_vec_f<LinearWeight::kFp8Block>(lanes, m_tile, p, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
 template <LinearWeight F, int kL>
-cudaError_t launch_head_combine_l(bool m_tile_one, const HeadCombineParams& p, dim3 grid, cudaStream_t stream) {
-  if (m_tile_one) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, 1>, grid, dim3(kHeadThreads), 0, stream, p);
-  else PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), 0, stream, p);
+cudaError_t launch_head_combine_l(int m_tile, const HeadCombineParams& p, dim3 grid, cudaStream_t stream) {
+  if (m_tile == 1) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, 1>, grid, dim3(kHeadThreads), 0, stream, p);
+  else if (m_tile == kHeadMTileLarge) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), 0, stream, p);
+  else if constexpr (kHeadHasSmallTile<F>) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileSmall>, grid, dim3(kHeadThreads), 0, stream, p);
+  else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
 template <LinearWeight F>
-cudaError_t launch_head_combine_f(int lanes, bool m_tile_one, const HeadCombineParams& p, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_head_combine_f(int lanes, int m_tile, const HeadCombineParams& p, dim3 grid, cudaStream_t stream) {
   switch (lanes) {
-    case 4: return launch_head_combine_l<F, 4>(m_tile_one, p, grid, stream);
-    case 8: return launch_head_combine_l<F, 8>(m_tile_one, p, grid, stream);
-    case 16: return launch_head_combine_l<F, 16>(m_tile_one, p, grid, stream);
-    case 32: return launch_head_combine_l<F, 32>(m_tile_one, p, grid, stream);
+    case 4: return launch_head_combine_l<F, 4>(m_tile, p, grid, stream);
+    case 8: return launch_head_combine_l<F, 8>(m_tile, p, grid, stream);
+    case 16: return launch_head_combine_l<F, 16>(m_tile, p, grid, stream);
+    case 32: return launch_head_combine_l<F, 32>(m_tile, p, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
-cudaError_t launch_head_linear_combine(LinearWeight f, int lanes, bool m_tile_one, const HeadCombineParams& p,
+cudaError_t launch_head_linear_combine(LinearWeight f, int lanes, int m_tile, const HeadCombineParams& p,
                                       dim3 grid, cudaStream_t stream) {
   if (p.lin.m <= 0) return cudaSuccess;
   switch (f) {
-    case LinearWeight::kF32: return launch_head_combine_f<LinearWeight::kF32>(lanes, m_tile_one, p, grid, stream);
-    case LinearWeight::kBF16: return launch_head_combine_f<LinearWeight::kBF16>(lanes, m_tile_one, p, grid, stream);
-    case LinearWeight::kFp8Block: return launch_head_combine_f<LinearWeight::kFp8Block>(lanes, m_tile_one, p, grid, stream);
+    case LinearWeight::kF32: return launch_head_combine_f<LinearWeight::kF32>(lanes, m_tile, p, grid, stream);
+    case LinearWeight::kBF16: return launch_head_combine_f<LinearWeight::kBF16>(lanes, m_tile, p, grid, stream);
+    case LinearWeight::kFp8Block: return launch_head_combine_f<LinearWeight::kFp8Block>(lanes, m_tile, p, grid, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
-cudaError_t launch_mla_prep(LinearWeight f, int lanes, bool m_tile_one, const MlaPrepParams& p, cudaStream_t stream) {
+cudaError_t launch_mla_prep(LinearWeight f, int lanes, int m_tile, const MlaPrepParams& p, cudaStream_t stream) {
   if (p.kv.m <= 0) return cudaSuccess;
   switch (f) {
-    case LinearWeight::kF32: return launch_prep_f<LinearWeight::kF32>(lanes, m_tile_one, p, stream);
-    case LinearWeight::kBF16: return launch_prep_f<LinearWeight::kBF16>(lanes, m_tile_one, p, stream);
-    case LinearWeight::kFp8Block: return launch_prep_f<LinearWeight::kFp8Block>(lanes, m_tile_one, p, stream);
+    case LinearWeight::kF32: return launch_prep_f<LinearWeight::kF32>(lanes, m_tile, p, stream);
+    case LinearWeight::kBF16: return launch_prep_f<LinearWeight::kBF16>(lanes, m_tile, p, stream);
+    case LinearWeight::kFp8Block: return launch_prep_f<LinearWeight::kFp8Block>(lanes, m_tile, p, stream);
     default: return cudaErrorInvalidValue;
   }
 }

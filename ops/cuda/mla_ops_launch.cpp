@@ -73,7 +73,7 @@ struct HeadPlan {
   HeadLinearParams p;
   bool vector_path = false;
   int lanes = 4;            // vector path
-  bool m_tile_one = false;  // vector path
+  int m_tile = 1;           // vector path: tokens a pass (1, kHeadMTileSmall or kHeadMTileLarge)
   dim3 grid;                // vector path: (row blocks, token blocks)
 };
 
@@ -104,8 +104,10 @@ Result<HeadPlan> head_plan(const HeadLinearArgs& a) {
   hp.lanes = head_lanes_per_row(a.k / vec);
   const int64_t row_blocks = (rows + head_rows_per_block(hp.lanes) - 1) / head_rows_per_block(hp.lanes);
   const int64_t token_blocks = head_token_blocks(a.m, row_blocks, current_device_props().sm_count);
-  hp.m_tile_one = a.m == 1;
-  const int64_t m_tile = hp.m_tile_one ? 1 : kHeadMTileLarge;
+  // 2..8 tokens under PEREGRINE_HEAD_TOKEN_LOADS=1 (not FP8): the small tile, x loaded a token at a time.
+  const bool small = head_token_loads() && a.m <= kHeadMTileLarge && hp.f != LinearWeight::kFp8Block;
+  hp.m_tile = a.m == 1 ? 1 : small ? kHeadMTileSmall : kHeadMTileLarge;
+  const int64_t m_tile = hp.m_tile;
   // Whole m tiles per block, so that only the last block has a partial tile.
   p.tokens_per_block = ((a.m + token_blocks - 1) / token_blocks + m_tile - 1) / m_tile * m_tile;
   const int64_t grid_y = (a.m + p.tokens_per_block - 1) / p.tokens_per_block;
@@ -144,7 +146,7 @@ Status head_linear(const HeadLinearArgs& a, cudaStream_t stream) {
     PG_CUDA_TRY(launch_head_linear_scalar(hp.f, hp.p, stream));
     return ok_status();
   }
-  PG_CUDA_TRY(launch_head_linear_vec(hp.f, hp.lanes, hp.m_tile_one, hp.p, hp.grid, stream));
+  PG_CUDA_TRY(launch_head_linear_vec(hp.f, hp.lanes, hp.m_tile, hp.p, hp.grid, stream));
   return ok_status();
 }
 
@@ -170,7 +172,7 @@ Status head_linear_combine(const HeadLinearArgs& a, const MlaPartials& parts, cu
   p.heads_per_block = head_combine_heads_per_block(head_rows_per_block(hp.lanes), a.n, a.n_heads * a.n);
   p.lin.x = nullptr, p.lin.x_row_stride = int64_t(p.heads_per_block) * a.k, p.lin.x_head_stride = a.k;  // the staged copy
   p.parts = parts;
-  PG_CUDA_TRY(launch_head_linear_combine(hp.f, hp.lanes, hp.m_tile_one, p, hp.grid, stream));
+  PG_CUDA_TRY(launch_head_linear_combine(hp.f, hp.lanes, hp.m_tile, p, hp.grid, stream));
   return ok_status();
 }
 
@@ -214,7 +216,7 @@ Status mla_prep(const MlaPrepArgs& a, const float* cos_sin_device, cudaStream_t 
   if (p.uk_blocks + a.kv_write.m * (1 + p.rope_slices) > INT32_MAX)
     return unsupported("mla_prep (CUDA): {} tokens of {} heads", a.kv_write.m, uk.n_heads);
   p.late_trigger = mla_prep_late_trigger();
-  PG_CUDA_TRY(launch_mla_prep(hp->f, hp->lanes, hp->m_tile_one, p, stream));
+  PG_CUDA_TRY(launch_mla_prep(hp->f, hp->lanes, hp->m_tile, p, stream));
   return ok_status();
 }
 

@@ -88,6 +88,12 @@ constexpr int kHeadWarps = kHeadThreads / 32;
 constexpr int kHeadRowsPerLane = 2;    // rows of W per lane group (the vector path needs n % 2 == 0)
 constexpr int kHeadChunksPerLane = 4;  // 16-byte chunks per row per lane per segment
 constexpr int kHeadMTileLarge = 8;     // tokens per accumulator pass (m > 1): 8 x 2 accumulators
+// 2..8 tokens under PEREGRINE_HEAD_TOKEN_LOADS=1 (head_token_loads(), off until measured on a GPU):
+// 4 tokens a pass, each token's x chunks loaded together before its sums (head_linear_vec_block's
+// kXTok); not for FP8 (16 floats a chunk), whose steps keep the large tile.
+constexpr int kHeadMTileSmall = 4;
+template <LinearWeight F>
+inline constexpr bool kHeadHasSmallTile = F != LinearWeight::kFp8Block;
 // Tokens a block keeps W for (one W read per block): a decode batch of up to 64 tokens reads W
 // from HBM once. Above that, blocks split the tokens while the grid is short of
 // kHeadMinBlocksPerSm blocks per SM, each block keeping >= kHeadMinTokensPerBlock tokens.
@@ -121,8 +127,9 @@ struct HeadLinearParams {
   int64_t m = 0, n_heads = 0, n = 0, k = 0;
   int64_t tokens_per_block = 0;  // vector path: tokens of grid.y block b are [b * tpb, (b + 1) * tpb)
 };
-// Vector path: grid (row blocks, token blocks) x kHeadThreads; `lanes` from head_lanes_per_row.
-cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, bool m_tile_one, const HeadLinearParams& p, dim3 grid,
+// Vector path: grid (row blocks, token blocks) x kHeadThreads; `lanes` from head_lanes_per_row;
+// m_tile: tokens a pass, 1, kHeadMTileLarge or (not FP8) kHeadMTileSmall (mla_ops_launch.cpp's head_plan).
+cudaError_t launch_head_linear_vec(LinearWeight f, int lanes, int m_tile, const HeadLinearParams& p, dim3 grid,
                                    cudaStream_t stream);
 // head_linear_combine (W_UV after a deferred mla_attention): the vector path's blocks with x
 // combined from the attention's split partials into shared memory per block (mla_ops.cu): one
@@ -142,7 +149,7 @@ inline int head_combine_heads_per_block(int64_t rows_per_block, int64_t n, int64
     most = std::max(most, (std::min(r0 + rows_per_block, rows) - 1) / n - r0 / n + 1);
   return int(most);
 }
-cudaError_t launch_head_linear_combine(LinearWeight f, int lanes, bool m_tile_one, const HeadCombineParams& p,
+cudaError_t launch_head_linear_combine(LinearWeight f, int lanes, int m_tile, const HeadCombineParams& p,
                                       dim3 grid, cudaStream_t stream);
 // Generic path (any k, n, strides, alignment): one warp per row of W, tokens along grid.y.
 constexpr int kHeadScalarTokensPerBlock = 64;
@@ -171,6 +178,6 @@ struct MlaPrepParams {
   bool late_trigger = false;
 };
 // grid = uk_blocks + kv.m + kv.m x rope_slices blocks; dynamic shared memory rope_dim floats.
-cudaError_t launch_mla_prep(LinearWeight f, int lanes, bool m_tile_one, const MlaPrepParams& p, cudaStream_t stream);
+cudaError_t launch_mla_prep(LinearWeight f, int lanes, int m_tile, const MlaPrepParams& p, cudaStream_t stream);
 
 }  // namespace pg::ops::cuda

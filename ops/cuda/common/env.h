@@ -110,4 +110,11 @@ inline int attention_defer_max_tokens() {
   return v;
 }
 
+// PEREGRINE_HEAD_TOKEN_LOADS=1 (off until measured): head_linear, its combine and mla_prep's W_UK at
+// 2..8 tokens (not FP8) take kHeadMTileSmall, whose x loads go out a token at a time (mla_ops_params.h).
+inline bool head_token_loads() {
+  static const bool on = env_switch("PEREGRINE_HEAD_TOKEN_LOADS", false);
+  return on;
+}
+
 }  // namespace pg::ops::cuda
