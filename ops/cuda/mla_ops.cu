@@ -273,7 +273,7 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
       // by chunk with the tokens inside, each x load after the previous chunk's FMAs: kU round trips a
       // token (H100, ncu: mla_prep 5.0 -> 6.8 / 8.5 us from 1 to 2 / 4 tokens). The same sums in the
       // same order: the same bits.
-      constexpr bool kXTok = kMTile == kHeadMTileSmall && !kFp8;
+      constexpr bool kXTok = kMTile == kHeadMTileSmall && head_has_small_tile(F);
       if constexpr (kXTok) {
 #pragma unroll
         for (int i = 0; i < kMTile; ++i) {
@@ -309,31 +309,32 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
             }
           }
         }
-      }
+      } else {
 #pragma unroll
-      for (int u = 0; u < kU && !kXTok; ++u) {
-        const int64_t c = c0 + int64_t(u) * kL;
-        if (c < k_chunks) {
-          float wf[kR][kVec];
+        for (int u = 0; u < kU; ++u) {
+          const int64_t c = c0 + int64_t(u) * kL;
+          if (c < k_chunks) {
+            float wf[kR][kVec];
 #pragma unroll
-          for (int r = 0; r < kR; ++r) unpack_chunk<F>(wv[u][r], wf[r]);
+            for (int r = 0; r < kR; ++r) unpack_chunk<F>(wv[u][r], wf[r]);
 #pragma unroll
-          for (int i = 0; i < kMTile; ++i) {
-            if (i < mv) {
-              const float* xp = xh + (t0 + i) * p.x_row_stride + c * kVec;
-              float xf[kVec];
+            for (int i = 0; i < kMTile; ++i) {
+              if (i < mv) {
+                const float* xp = xh + (t0 + i) * p.x_row_stride + c * kVec;
+                float xf[kVec];
 #pragma unroll
-              for (int q = 0; q < kVec / 4; ++q) {
-                const float4 v = kX1 ? x1[u][q] : ld_act4(xp + 4 * q);
-                xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
-              }
+                for (int q = 0; q < kVec / 4; ++q) {
+                  const float4 v = kX1 ? x1[u][q] : ld_act4(xp + 4 * q);
+                  xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
+                }
 #pragma unroll
-              for (int r = 0; r < kR; ++r) {
-                float d = 0.0f;  // one chunk's dot product, then added (FP8: scaled) into the row's sum
+                for (int r = 0; r < kR; ++r) {
+                  float d = 0.0f;  // one chunk's dot product, then added (FP8: scaled) into the row's sum
 #pragma unroll
-                for (int e = 0; e < kVec; ++e) d = fmaf(wf[r][e], xf[e], d);
-                if constexpr (kFp8) acc[i][r] = fmaf(d, sc[u][r], acc[i][r]);
-                else acc[i][r] += d;
+                  for (int e = 0; e < kVec; ++e) d = fmaf(wf[r][e], xf[e], d);
+                  if constexpr (kFp8) acc[i][r] = fmaf(d, sc[u][r], acc[i][r]);
+                  else acc[i][r] += d;
+                }
               }
             }
           }
@@ -503,7 +504,7 @@ cudaError_t launch_prep_l(int m_tile, const MlaPrepParams& p, cudaStream_t strea
   const dim3 grid(unsigned(p.uk_blocks + p.kv.m * (1 + p.rope_slices)));
   if (m_tile == 1) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, 1>, grid, dim3(kHeadThreads), 0, stream, p);
   else if (m_tile == kHeadMTileLarge) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), 0, stream, p);
-  else if constexpr (kHeadHasSmallTile<F>) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, kHeadMTileSmall>, grid, dim3(kHeadThreads), 0, stream, p);
+  else if constexpr (head_has_small_tile(F)) PG_LAUNCH_PDL(mla_prep_kernel<F, kL, kHeadMTileSmall>, grid, dim3(kHeadThreads), 0, stream, p);
   else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
@@ -523,7 +524,7 @@ template <LinearWeight F, int kL>
 cudaError_t launch_head_vec_l(int m_tile, const HeadLinearParams& p, dim3 grid, cudaStream_t stream) {
   if (m_tile == 1) PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, 1>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
   else if (m_tile == kHeadMTileLarge) PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, kHeadMTileLarge>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
-  else if constexpr (kHeadHasSmallTile<F>) PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, kHeadMTileSmall>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
+  else if constexpr (head_has_small_tile(F)) PG_LAUNCH_PDL(head_linear_vec_kernel<F, kL, kHeadMTileSmall>, dim3(grid), dim3(kHeadThreads), 0, stream, p);
   else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
@@ -624,7 +625,7 @@ template <LinearWeight F, int kL>
 cudaError_t launch_head_combine_l(int m_tile, const HeadCombineParams& p, dim3 grid, cudaStream_t stream) {
   if (m_tile == 1) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, 1>, grid, dim3(kHeadThreads), 0, stream, p);
   else if (m_tile == kHeadMTileLarge) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileLarge>, grid, dim3(kHeadThreads), 0, stream, p);
-  else if constexpr (kHeadHasSmallTile<F>) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileSmall>, grid, dim3(kHeadThreads), 0, stream, p);
+  else if constexpr (head_has_small_tile(F)) PG_LAUNCH_PDL(head_linear_combine_kernel<F, kL, kHeadMTileSmall>, grid, dim3(kHeadThreads), 0, stream, p);
   else return cudaErrorInvalidValue;
   return cudaGetLastError();
 }

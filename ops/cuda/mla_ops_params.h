@@ -92,8 +92,7 @@ constexpr int kHeadMTileLarge = 8;     // tokens per accumulator pass (m > 1): 8
 // 4 tokens a pass, each token's x chunks loaded together before its sums (head_linear_vec_block's
 // kXTok); not for FP8 (16 floats a chunk), whose steps keep the large tile.
 constexpr int kHeadMTileSmall = 4;
-template <LinearWeight F>
-inline constexpr bool kHeadHasSmallTile = F != LinearWeight::kFp8Block;
+constexpr bool head_has_small_tile(LinearWeight f) { return f != LinearWeight::kFp8Block; }
 // Tokens a block keeps W for (one W read per block): a decode batch of up to 64 tokens reads W
 // from HBM once. Above that, blocks split the tokens while the grid is short of
 // kHeadMinBlocksPerSm blocks per SM, each block keeping >= kHeadMinTokensPerBlock tokens.

@@ -148,6 +148,10 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
     std::vector<float> y, w;
     std::vector<int32_t> idx;
   };
+  // Self-routing where it is on (one token): PEREGRINE_MOE_SELF_ROUTING=0 (or, for FP8,
+  // PEREGRINE_MOE_FP8_SELF_ROUTING=0) takes moe_routing, then the experts (the fallback).
+  const bool self_on = cuda::moe_self_routing_enabled() &&
+                       (c.format != WeightFormat::kFp8Block || cuda::moe_fp8_self_routing_enabled()) && M == 1;
   auto chain = [&](bool after_router, bool self_routed, Out& out) {
     ASSERT_EQ(cudaMemsetAsync(dx.data(), 0xff, size_t(M * H) * 4, stream), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(dy.data(), 0, size_t(M * H) * 4, stream), cudaSuccess);
@@ -170,10 +174,6 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
     me.gate_up = &gate_up, me.down = &down, me.n_experts = E, me.n_shared = S, me.top_k = top_k;
     me.expert_idx = didx.data(), me.expert_weight = dw.data(), me.after_router = after_router;
     const size_t ws_bytes = cuda::moe_experts_workspace_bytes(M, top_k, S, E, I);
-    // Self-routing where it is on: PEREGRINE_MOE_SELF_ROUTING=0 (or, for FP8, PEREGRINE_MOE_FP8_SELF_ROUTING=0)
-    // takes moe_routing, then the experts (the fallback).
-    const bool self_on = cuda::moe_self_routing_enabled() &&
-                         (c.format != WeightFormat::kFp8Block || cuda::moe_fp8_self_routing_enabled()) && M == 1;
     if (self_routed) {
       ASSERT_EQ(cuda::moe_experts_self_routing(me, r), self_on)
           << "this case should take the self-routing kernels unless they are off";
@@ -202,11 +202,7 @@ TEST_P(MoeLayerPdlCuda, SameBitsAsOrdinaryLaunches) {
     ASSERT_EQ(std::memcmp(got.w.data(), ref.w.data(), ref.w.size() * 4), 0) << "expert_weight";
   }
   std::printf("[ moe pdl  ] %-16s m=%lld: %d chains %s, same bits (experts %s)\n", c.name, (long long)M, kReps,
-              !c.self_routing                   ? "under PDL"
-              : cuda::moe_self_routing_enabled() &&
-                      (c.format != WeightFormat::kFp8Block || cuda::moe_fp8_self_routing_enabled()) && M == 1
-                  ? "self-routed"
-                  : "routed before the experts",
+              !c.self_routing ? "under PDL" : self_on ? "self-routed" : "routed before the experts",
               [&] {
                 std::string e;
                 for (int32_t i : ref.idx) e += (e.empty() ? "" : " ") + std::to_string(i);
