@@ -267,7 +267,7 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
             for (int q = 0; q < kVec / 4; ++q) x1[u][q] = ld_act4(xh + t0 * p.x_row_stride + c * kVec + 4 * q);
         }
       }
-      // The small tile (kHeadMTileSmall, PEREGRINE_HEAD_TOKEN_LOADS=1 at 2..8 tokens; not FP8): token by
+      // The small tile (kHeadMTileSmall at 2..8 tokens, the default; not FP8): token by
       // token, the token's x chunks of the segment loaded together before its sums (one round trip a
       // token, as kX1's), the chunks' weights unpacked again for each token. The large tile goes chunk
       // by chunk with the tokens inside, each x load after the previous chunk's FMAs: kU round trips a

@@ -104,7 +104,7 @@ Result<HeadPlan> head_plan(const HeadLinearArgs& a) {
   hp.lanes = head_lanes_per_row(a.k / vec);
   const int64_t row_blocks = (rows + head_rows_per_block(hp.lanes) - 1) / head_rows_per_block(hp.lanes);
   const int64_t token_blocks = head_token_blocks(a.m, row_blocks, current_device_props().sm_count);
-  // 2..8 tokens under PEREGRINE_HEAD_TOKEN_LOADS=1 (not FP8): the small tile, x loaded a token at a time.
+  // 2..8 tokens (not FP8; PEREGRINE_HEAD_TOKEN_LOADS=0: the large tile): the small tile, x loaded a token at a time.
   const bool small = head_token_loads() && a.m <= kHeadMTileLarge && head_has_small_tile(hp.f);
   hp.m_tile = a.m == 1 ? 1 : small ? kHeadMTileSmall : kHeadMTileLarge;
   const int64_t m_tile = hp.m_tile;

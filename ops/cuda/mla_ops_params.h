@@ -88,7 +88,7 @@ constexpr int kHeadWarps = kHeadThreads / 32;
 constexpr int kHeadRowsPerLane = 2;    // rows of W per lane group (the vector path needs n % 2 == 0)
 constexpr int kHeadChunksPerLane = 4;  // 16-byte chunks per row per lane per segment
 constexpr int kHeadMTileLarge = 8;     // tokens per accumulator pass (m > 1): 8 x 2 accumulators
-// 2..8 tokens under PEREGRINE_HEAD_TOKEN_LOADS=1 (head_token_loads(), off until measured on a GPU):
+// 2..8 tokens (head_token_loads(); PEREGRINE_HEAD_TOKEN_LOADS=0 for the large tile there):
 // 4 tokens a pass, each token's x chunks loaded together before its sums (head_linear_vec_block's
 // kXTok); not for FP8 (16 floats a chunk), whose steps keep the large tile.
 constexpr int kHeadMTileSmall = 4;

@@ -110,10 +110,13 @@ inline int attention_defer_max_tokens() {
   return v;
 }
 
-// PEREGRINE_HEAD_TOKEN_LOADS=1 (off until measured): head_linear, its combine and mla_prep's W_UK at
-// 2..8 tokens (not FP8) take kHeadMTileSmall, whose x loads go out a token at a time (mla_ops_params.h).
+// head_linear, its combine and mla_prep's W_UK at 2..8 tokens (not FP8) take kHeadMTileSmall, whose x
+// loads go out a token at a time (mla_ops_params.h); PEREGRINE_HEAD_TOKEN_LOADS=0 keeps kHeadMTileLarge
+// there (its gated test). H100, 2026-12-05, a18f957, 2 rounds alternating in one call: moonlight nvfp4
+// verify k = 1 2.245 -> 2.194 ms (-2.3%), k = 3 3.317 -> 3.176 (-4.3%); V3 4L nvfp4 -0.5% / -1.1%;
+// decode unchanged (one token takes the 1-token tile).
 inline bool head_token_loads() {
-  static const bool on = env_switch("PEREGRINE_HEAD_TOKEN_LOADS", false);
+  static const bool on = env_switch("PEREGRINE_HEAD_TOKEN_LOADS", true);
   return on;
 }
 
