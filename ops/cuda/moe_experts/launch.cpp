@@ -164,8 +164,7 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // gate_up's warps per block: PEREGRINE_MOE_NVFP4_GATE_UP_WARPS=4|8; gate_up at 2..8 tokens with x read
 // per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; h staged from its f32 rows instead of
-// gate_up's f16 fragments: PEREGRINE_MOE_NVFP4_H_FRAGS=0; down at 2..8 tokens letting its dependents
-// launch only at its completion: PEREGRINE_MOE_NVFP4_DOWN_MULTI_TRIGGER=0; at most N staged gate_up blocks per SM:
+// gate_up's f16 fragments: PEREGRINE_MOE_NVFP4_H_FRAGS=0; at most N staged gate_up blocks per SM:
 // PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token). FP8 at decode
 // sizes on the f32-x kernels instead of the tensor cores: PEREGRINE_MOE_FP8_MMA=0; its m = 1 down with h per
 // lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0, with N 16-row tiles per warp: PEREGRINE_MOE_FP8_DOWN_TILES=N (1, 2);
@@ -186,7 +185,6 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     const char* mr = std::getenv("PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING");
     r.down_multi_ring = !(mr && mr[0] == '0');
     r.h_frags = env_switch("PEREGRINE_MOE_NVFP4_H_FRAGS", true);
-    r.down_multi_trigger = env_switch("PEREGRINE_MOE_NVFP4_DOWN_MULTI_TRIGGER", true);
     const char* bs = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM");
     r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : -1;
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
@@ -285,7 +283,6 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool h_frags = v.h_frags && ((gu_mma && dn_mma) || (gu_fp8 && dn_fp8 && p.direct));
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
-  p.down_multi_trigger = p.direct_multi && v.down_multi_trigger;
   if (h_frags && (p.direct || p.direct_multi)) p.plan.h16 = reinterpret_cast<uint4*>(ws + l.h16);
   // The routing left by the router (MoeRouterMode::kLogitsOnly): the kernels' own, or moe_routing's first.
   if (routing && self_routing_ok(a, *routing, v)) {

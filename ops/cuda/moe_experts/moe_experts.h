@@ -80,10 +80,6 @@ struct MoeNvfp4Variant {
   // stage h (prefetch, staged, the multi rings) take them with one bulk copy instead of converting h's
   // f32 rows: the same f16 values. moe_experts() sets it unless PEREGRINE_MOE_NVFP4_H_FRAGS=0.
   bool h_frags = true;
-  // down at 2..8 tokens (direct multi) lets the kernels after it launch as its blocks start
-  // (MoeExpertsParams::down_multi_trigger); moe_experts() sets it unless
-  // PEREGRINE_MOE_NVFP4_DOWN_MULTI_TRIGGER=0.
-  bool down_multi_trigger = true;
   // Staged gate_up blocks per SM at most: > 0 that many, < 0 the one-token grid's ceil(blocks / SMs)
   // (the default; no cap where the experts route themselves, so the prefetching down fits beside it),
   // 0 no cap (nvfp4_params.h; moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM).

@@ -511,7 +511,6 @@ __global__ void __launch_bounds__(kMoeDirectMaxSlots * kWarpSize)
   __shared__ uint64_t h_bar;                           // moe_h_frags_stage's (kRing)
   const unsigned tid = pinned_thread_idx();
   const int warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
-  if (p.down_multi_trigger) pdl_trigger();  // its dependents wait for this grid's completion
   const int n_routed = p.m * p.top_k, n_h = p.m * (p.top_k + p.n_shared);
   const int k_split = moe_nvfp4_down_direct_split(p.top_k + p.n_shared);
   const WarpRouting w = warp_routing(p);

@@ -107,11 +107,6 @@ struct MoeExpertsParams {
   // between). Its shared-expert blocks start at once (the router passes its own pdl_wait before it
   // triggers, so x is complete); the routed blocks wait for the routing, then trigger down.
   bool gate_up_pdl = false;
-  // Direct multi on the NVFP4 tensor-core kernels: down's blocks let the kernels after them launch as
-  // they start (as the prefetching one-token down's do), so that the next layer's first kernel is
-  // resident and waiting when down completes instead of launching then (~1.2 us a layer at one token,
-  // docs/decode-status.md session 29). Set unless PEREGRINE_MOE_NVFP4_DOWN_MULTI_TRIGGER=0.
-  bool down_multi_trigger = false;
   // Direct (m = 1) on the NVFP4 or FP8 tensor-core kernels, under gate_up_pdl: the router wrote only
   // the logits (routing.logits; moe_router's MoeRouterMode::kLogitsOnly), and the kernels route the
   // token themselves (moe_experts/block_routing.cuh): every routed gate_up block after its wait, and
