@@ -202,6 +202,25 @@ __global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __g
 // stage_x (optional): called by every thread after the wait with the lane group's head h, returns
 // where to read head h's x (head_linear_combine_kernel's o_lat, combined into shared memory) in
 // place of p.x + h x_head_stride; without it the code is head_linear's and mla_prep's as it was.
+// One chunk's x (kVec / 4 float4s) into a token's sums of the kR rows: each row's dot product from 0
+// over the chunk (FMAs in element order), then added into its sum (FP8: times the chunk's scale).
+template <bool kFp8, int kR, int kVec>
+__device__ __forceinline__ void head_chunk_sums(const float (&wf)[kR][kVec], const float4 (&xc)[kVec / 4],
+                                                const float (&sc)[kR], float (&acc)[kR]) {
+  float xf[kVec];
+#pragma unroll
+  for (int q = 0; q < kVec / 4; ++q)
+    xf[4 * q] = xc[q].x, xf[4 * q + 1] = xc[q].y, xf[4 * q + 2] = xc[q].z, xf[4 * q + 3] = xc[q].w;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    float d = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) d = fmaf(wf[r][e], xf[e], d);
+    if constexpr (kFp8) acc[r] = fmaf(d, sc[r], acc[r]);
+    else acc[r] += d;
+  }
+}
+
 template <LinearWeight F, int kL, int kMTile, class StageX = std::nullptr_t>
 __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p, int64_t bx, int64_t by,
                                                       [[maybe_unused]] StageX stage_x = nullptr) {
@@ -294,17 +313,7 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
                 float wf[kR][kVec];
 #pragma unroll
                 for (int r = 0; r < kR; ++r) unpack_chunk<F>(wv[u][r], wf[r]);
-                float xf[kVec];
-#pragma unroll
-                for (int q = 0; q < kVec / 4; ++q)
-                  xf[4 * q] = xc[u][q].x, xf[4 * q + 1] = xc[u][q].y, xf[4 * q + 2] = xc[u][q].z, xf[4 * q + 3] = xc[u][q].w;
-#pragma unroll
-                for (int r = 0; r < kR; ++r) {
-                  float d = 0.0f;  // as below: one chunk's dot product, then added into the row's sum
-#pragma unroll
-                  for (int e = 0; e < kVec; ++e) d = fmaf(wf[r][e], xf[e], d);
-                  acc[i][r] += d;
-                }
+                head_chunk_sums<kFp8>(wf, xc[u], sc[u], acc[i]);
               }
             }
           }
@@ -321,20 +330,10 @@ __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p,
             for (int i = 0; i < kMTile; ++i) {
               if (i < mv) {
                 const float* xp = xh + (t0 + i) * p.x_row_stride + c * kVec;
-                float xf[kVec];
+                float4 xc[kVec / 4];
 #pragma unroll
-                for (int q = 0; q < kVec / 4; ++q) {
-                  const float4 v = kX1 ? x1[u][q] : ld_act4(xp + 4 * q);
-                  xf[4 * q] = v.x, xf[4 * q + 1] = v.y, xf[4 * q + 2] = v.z, xf[4 * q + 3] = v.w;
-                }
-#pragma unroll
-                for (int r = 0; r < kR; ++r) {
-                  float d = 0.0f;  // one chunk's dot product, then added (FP8: scaled) into the row's sum
-#pragma unroll
-                  for (int e = 0; e < kVec; ++e) d = fmaf(wf[r][e], xf[e], d);
-                  if constexpr (kFp8) acc[i][r] = fmaf(d, sc[u][r], acc[i][r]);
-                  else acc[i][r] += d;
-                }
+                for (int q = 0; q < kVec / 4; ++q) xc[q] = kX1 ? x1[u][q] : ld_act4(xp + 4 * q);
+                head_chunk_sums<kFp8>(wf, xc, sc[u], acc[i]);
               }
             }
           }
