@@ -381,6 +381,14 @@ int run_cuda_bench(const CudaBenchOptions& o) {
       if (Status st = R.synchronize(); !st.ok()) return fail(st);
       cudaProfilerStop();
     }
+    // PEREGRINE_BENCH_VERIFY_LAST=1 (scripts/timeline_run.sh's verify mode): stop after this k's
+    // verify replays, no draft timing and no table, so that the timeline probe's newest records
+    // (written at exit) are verify steps only.
+    if (const char* e = std::getenv("PEREGRINE_BENCH_VERIFY_LAST"); e && std::string_view(e) == "1") {
+      if (Status st = R.synchronize(); !st.ok()) return fail(st);
+      std::printf("verify k=%lld %.3f ms (stopped after it: PEREGRINE_BENCH_VERIFY_LAST=1)\n", (long long)k, verify_ms);
+      return 0;
+    }
     const double bound_ms = 1.1 * (step_ms + extra_bytes / (*bw * 1e9) * 1e3);
     Json row = {{"k", k},
                 {"tokens", q},
