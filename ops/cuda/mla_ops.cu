@@ -193,15 +193,6 @@ __global__ void __launch_bounds__(kKvWriteThreads) mla_kv_write_kernel(const __g
   mla_kv_write_block<kTable>(p, blockIdx.x, scratch);
 }
 
-// ---------------------------------------------------------------------------------------------
-// head_linear, vector path (see mla_ops_params.h). Lane group g of warp w owns rows
-// row0 .. row0 + kR - 1 of W ([n_heads * n, k]); with n % kR == 0 they lie in one head. Block y
-// owns tokens [t_begin, t_end), kMTile per pass.
-// One block of (row block bx, token block by). It loads its first segment of W (weights depend
-// on no kernel) before waiting on PDL for x, so those loads overlap the kernel before.
-// stage_x (optional): called by every thread after the wait with the lane group's head h, returns
-// where to read head h's x (head_linear_combine_kernel's o_lat, combined into shared memory) in
-// place of p.x + h x_head_stride; without it the code is head_linear's and mla_prep's as it was.
 // One chunk's x (kVec / 4 float4s) into a token's sums of the kR rows: each row's dot product from 0
 // over the chunk (FMAs in element order), then added into its sum (FP8: times the chunk's scale).
 template <bool kFp8, int kR, int kVec>
@@ -221,6 +212,15 @@ __device__ __forceinline__ void head_chunk_sums(const float (&wf)[kR][kVec], con
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// head_linear, vector path (see mla_ops_params.h). Lane group g of warp w owns rows
+// row0 .. row0 + kR - 1 of W ([n_heads * n, k]); with n % kR == 0 they lie in one head. Block y
+// owns tokens [t_begin, t_end), kMTile per pass.
+// One block of (row block bx, token block by). It loads its first segment of W (weights depend
+// on no kernel) before waiting on PDL for x, so those loads overlap the kernel before.
+// stage_x (optional): called by every thread after the wait with the lane group's head h, returns
+// where to read head h's x (head_linear_combine_kernel's o_lat, combined into shared memory) in
+// place of p.x + h x_head_stride; without it the code is head_linear's and mla_prep's as it was.
 template <LinearWeight F, int kL, int kMTile, class StageX = std::nullptr_t>
 __device__ __forceinline__ void head_linear_vec_block(const HeadLinearParams& p, int64_t bx, int64_t by,
                                                       [[maybe_unused]] StageX stage_x = nullptr) {

@@ -312,7 +312,8 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     if (p.direct_multi && v.gate_up_tiles2_from > 0 && a.m >= v.gate_up_tiles2_from && !v.gate_up_tiles &&
         moe_nvfp4_gate_up_k_split(a.hidden) == 1 && v.gate_up_k_split != 2)
       t = {2, 1};
-    const bool four_ok = (t.tiles == 1 && (t.unroll == 2 || t.unroll == 4)) || (t.tiles == 2 && t.unroll == 1);  // the 4-warp instantiations
+    const bool four_ok =  // the 4-warp instantiations
+        (t.tiles == 1 && (t.unroll == 2 || t.unroll == 4)) || (t.tiles == 2 && t.unroll == 1);
     const int warps = v.gate_up_warps ? v.gate_up_warps : four_ok ? kMoeNvfp4GateUpWarps : kMoeWarps;
     const int k_split = v.gate_up_k_split ? v.gate_up_k_split : moe_nvfp4_gate_up_k_split(a.hidden);
     if (k_split == 2 && !(t.tiles == 1 && t.unroll == 2))
