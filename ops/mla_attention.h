@@ -16,6 +16,8 @@ struct MlaAttentionArgs {
   const float* q_lat = nullptr;   // [m, n_heads, kv_lora_rank] f32 at the q_lat strides
   const float* q_pe = nullptr;    // [m, n_heads, rope_dim] f32 (RoPE applied) at the q_pe strides
   const float* kv = nullptr;      // one layer's pool: [n_blocks, block_size, kv_lora_rank + rope_dim] f32
+  const uint16_t* kv_bf16 = nullptr;  // or the pool in bf16 (exactly one of kv / kv_bf16): the same
+                                      // rows, each value as core/dtype.h's f32_to_bf16 rounds it
   const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]: physical block ids
   const int32_t* token_seq = nullptr;     // [m]: which sequence (row of block_tables) token t reads
   const int64_t* ctx_len = nullptr;       // [m]: cache positions token t attends to (p_t + 1)

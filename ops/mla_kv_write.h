@@ -20,6 +20,8 @@ struct MlaKvWriteArgs {
   const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]: physical block ids
   const int32_t* token_seq = nullptr;     // [m]: the row of block_tables token t belongs to
   float* cache = nullptr;              // one layer's pool: [n_blocks, block_size, R + P] f32
+  uint16_t* cache_bf16 = nullptr;      // or the pool in bf16 (exactly one of cache / cache_bf16): the
+                                       // f32 row rounded to nearest even (core/dtype.h's f32_to_bf16)
   int64_t m = 0;
   int64_t kv_lora_rank = 0;            // R
   int64_t rope_dim = 0;                // P (qk_rope_head_dim), even

@@ -30,8 +30,11 @@ Status validate(const RopeArgs& a) {
 }
 
 Status validate(const MlaAttentionArgs& a) {
-  if (a.m && (!a.q_lat || !a.q_pe || !a.kv || !a.block_tables || !a.token_seq || !a.ctx_len || !a.o_lat))
+  if (a.m && (!a.q_lat || !a.q_pe || !a.block_tables || !a.token_seq || !a.ctx_len || !a.o_lat))
     return invalid_argument("mla_attention: null input");
+  if (a.m && !a.kv == !a.kv_bf16)
+    return invalid_argument("mla_attention: the cache pool must be given once, as kv (f32) or kv_bf16, got {}",
+                            a.kv ? "both" : "neither");
   if (a.n_heads <= 0 || a.kv_lora_rank <= 0 || a.rope_dim <= 0 || a.block_size <= 0 || a.max_blocks_per_seq <= 0)
     return invalid_argument("mla_attention: bad dims");
   // Strides: 0 or large enough that the heads of a row (and the rows) do not overlap.

@@ -25,8 +25,11 @@ Status validate(const MlaKvWriteArgs& a) {
                             a.m, a.kv_lora_rank, a.block_size, a.max_blocks_per_seq, a.n_blocks);
   const int64_t d = a.kv_lora_rank + a.rope_dim;
   if (a.kv_stride && a.kv_stride < d) return invalid_argument("mla_kv_write: kv_stride {} < row {}", a.kv_stride, d);
-  if (a.m && (!a.kv || !a.norm_weight || !a.positions || !a.block_tables || !a.token_seq || !a.cache))
+  if (a.m && (!a.kv || !a.norm_weight || !a.positions || !a.block_tables || !a.token_seq))
     return invalid_argument("mla_kv_write: null input");
+  if (a.m && !a.cache == !a.cache_bf16)
+    return invalid_argument("mla_kv_write: the cache pool must be given once, as cache (f32) or cache_bf16, got {}",
+                            a.cache ? "both" : "neither");
   return ok_status();
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "ops/cpu/simd.h"
 
 namespace pg::ops::cpu {
@@ -160,7 +161,7 @@ void mla_attention(const MlaAttentionArgs& a, ThreadPool& pool) {
   // per P·V term, in row order).
   const int64_t G = a.m >= 2 * int64_t(pool.size()) ? H : 1, groups = (H + G - 1) / G;
   pool.parallel_for(a.m * groups, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> scores, pe, weights, mx;
+    thread_local std::vector<float> scores, pe, weights, mx, widened;
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item / groups, h0 = (item % groups) * G, g = std::min(G, H - h0);
       const int64_t n = a.ctx_len[t];
@@ -171,7 +172,15 @@ void mla_attention(const MlaAttentionArgs& a, ThreadPool& pool) {
       pe.resize(static_cast<size_t>(g * bs));     // [g][bs]
       weights.resize(static_cast<size_t>(bs));
       mx.assign(static_cast<size_t>(g), -std::numeric_limits<float>::infinity());
-      auto block_rows = [&](int64_t j0) { return a.kv + int64_t(table[j0 / bs]) * bs * D; };
+      // A bf16 pool: a block's rows widened to f32 first (exact), then the f32 pool's arithmetic.
+      if (a.kv_bf16) widened.resize(size_t(bs * D));
+      auto block_rows = [&](int64_t j0) -> const float* {
+        const int64_t first = int64_t(table[j0 / bs]) * bs * D;
+        if (!a.kv_bf16) return a.kv + first;
+        const int64_t n_rows = std::min(bs, n - j0);
+        for (int64_t i = 0; i < n_rows * D; ++i) widened[size_t(i)] = bf16_to_f32(a.kv_bf16[first + i]);
+        return widened.data();
+      };
       for (int64_t j0 = 0; j0 < n; j0 += bs) {
         const int64_t rows = std::min(bs, n - j0);
         const float* blk = block_rows(j0);

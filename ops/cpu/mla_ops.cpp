@@ -29,7 +29,11 @@ void mla_kv_write(const MlaKvWriteArgs& a) {
     const int32_t blk = a.block_tables[int64_t(a.token_seq[t]) * a.max_blocks_per_seq + p / a.block_size];
     PG_CHECK(blk >= 0 && blk < a.n_blocks, "mla_kv_write: block id {} outside [0, {})", blk, a.n_blocks);
     const float* src = a.kv + t * ks;
-    float* dst = a.cache + (int64_t(blk) * a.block_size + p % a.block_size) * D;
+    const int64_t row = (int64_t(blk) * a.block_size + p % a.block_size) * D;
+    // A bf16 pool: the f32 row here first, then rounded into the pool.
+    thread_local std::vector<float> staged;
+    if (a.cache_bf16) staged.resize(size_t(D));
+    float* dst = a.cache_bf16 ? staged.data() : a.cache + row;
     // The model's sequence on the cache row itself: rmsnorm(c_kv), then k_pe copied and roped.
     RmsNormArgs n;
     n.x = src, n.weight = a.norm_weight, n.y = dst, n.m = 1, n.n = R, n.eps = a.eps;
@@ -39,6 +43,8 @@ void mla_kv_write(const MlaKvWriteArgs& a) {
     r.x = dst, r.positions = &a.positions[t], r.table = a.table, r.m = 1, r.n_heads = 1;
     r.head_stride = D, r.row_stride = D, r.offset = R, r.rope_dim = P;
     rope(r);
+    if (a.cache_bf16)
+      for (int64_t j = 0; j < D; ++j) a.cache_bf16[row + j] = f32_to_bf16(dst[j]);
   }
 }
 

@@ -21,7 +21,9 @@ using namespace mla;
 // arrival by one release atomic (release_arrive). kDefer (with kLean, p.defer): no combine here;
 // every split, the only one too, leaves its partial (ws_o, ws_ml) for W_UV's kernel to combine
 // (head_linear_combine, mla_ops.cu): no fence, ticket or waiting combiners on the critical path.
-template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false>
+// kBf16: the pool is bf16 (p.kv16), staged through registers (KvBf16Stage); no early chunk.
+template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false,
+          bool kBf16 = false>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
   using Tile = MlaTile<kHeads, kRows>;
   extern __shared__ float4 smem4[];
@@ -52,7 +54,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   int64_t ctx_len = 0;
   int32_t seq = 0;
   bool early_chunk = false;
-  if (p.early_chunk) {
+  if (!kBf16 && p.early_chunk) {
     ctx_len = ld_now(p.ctx_len + t), seq = ld_now(p.token_seq + t);
     MlaSplitRows early;  // ctx_len > 0: mla_block_rows has no side effect
     early_chunk = ctx_len > 0 && mla_block_rows<kRows, kLean>(p, place, kHeads, ctx_len, early) &&
@@ -81,7 +83,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   const bool direct = !kDefer && n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
-  if (!early_chunk) {
+  [[maybe_unused]] KvBf16Stage<kRows> stage;
+  if constexpr (kBf16) {
+    stage.template load<kVec, kLean>(p, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end, 4 * p.d4);
+    stage.store(sK, p.dp, 4 * p.d4);
+  } else if (!early_chunk) {
     load_chunk<kRows, kVec, kLean>(p, sK, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end, 4 * p.d4);
     cp_async_commit();
   }
@@ -107,7 +113,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
     const int c0 = begin + c * kRows;
     if (c + 1 < n_chunks) {
-      load_chunk<kRows, kVec, kLean>(p, sK + ((c + 1) & 1) * kRows * p.dp, next_blocks, c0 + kRows, end, 4 * p.d4);
+      if constexpr (kBf16) stage.template load<kVec, kLean>(p, next_blocks, c0 + kRows, end, 4 * p.d4);
+      else load_chunk<kRows, kVec, kLean>(p, sK + ((c + 1) & 1) * kRows * p.dp, next_blocks, c0 + kRows, end, 4 * p.d4);
       next_blocks = chunk_blocks<kRows, kLean>(p, table, c0 + 2 * kRows, end);
     }
     cp_async_commit();
@@ -192,6 +199,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
         }
       }
     }
+    // bf16: chunk c + 1 into the other buffer (left by every thread at this iteration's barrier).
+    if constexpr (kBf16)
+      if (c + 1 < n_chunks) stage.store(sK + ((c + 1) & 1) * kRows * p.dp, p.dp, 4 * p.d4);
   }
 
   pdl_trigger();  // late, as the tensor-core kernel (mla_attention_tc.cu)
@@ -254,14 +264,19 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   }
 }
 
-template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false>
-cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  constexpr auto kKernel = mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease, kDefer>;
+template <auto kKernel, int kHeads, int kRows>
+cudaError_t launch_kernel(const MlaAttentionParams& p, cudaStream_t stream) {
   const size_t smem = mla_smem_floats(kHeads, p.dp, p.n_splits, kRows) * sizeof(float);
   cudaError_t e = raise_smem_limit_once<kKernel>();
   if (e != cudaSuccess) return e;
   const int64_t blocks = p.m * p.head_groups * p.n_splits;
   return launch_pdl_if(attention_pdl(), kKernel, dim3(unsigned(blocks)), dim3(kMlaThreads), smem, stream, p);
+}
+
+template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false>
+cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
+  if (p.kv16) return launch_kernel<mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease, kDefer, true>, kHeads, kRows>(p, stream);
+  return launch_kernel<mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease, kDefer>, kHeads, kRows>(p, stream);
 }
 
 // The vector instantiations apply (attention_vec_kernel); the lean ones too where the cache's block

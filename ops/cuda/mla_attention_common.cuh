@@ -162,6 +162,70 @@ __device__ __forceinline__ void load_chunk(const MlaAttentionParams& p, float* d
   }
 }
 
+// A bf16 pool (p.kv16): a chunk's rows pass through registers, widened to f32 on their way into the
+// same shared rows load_chunk fills, so everything after the staging is the f32 pool's code on the
+// widened values (the same bits as an f32 pool holding them). load() issues every load of the lane at
+// once (rows of warp w: w, w + 8, ...; 4-value groups f = lane, lane + 32, ... of a row); store()
+// widens and writes them. The kernels call load() for chunk c + 1 right after chunk c's barrier and
+// store() after chunk c's work, so the loads are in flight while chunk c is worked on (store() writes
+// the buffer chunk c - 1 used, which every thread left before that barrier).
+// kMlaBf16MaxWidth bounds the staged columns (the launcher refuses wider rows).
+template <int kRows>
+struct KvBf16Stage {
+  static constexpr int kRowsPerWarp = (kRows + kMlaWarps - 1) / kMlaWarps;
+  static constexpr int kGroups = (kMlaBf16MaxWidth / 4 + kWarpSize - 1) / kWarpSize;  // 4-value groups a lane
+  uint2 v[kRowsPerWarp][kGroups];
+
+  // Rows [c0, c0 + kRows) (zeros at or past end, and past D), columns [0, width): width / 4 groups.
+  // kVec: p.vec_kv (D % 4 == 0, an 8-byte aligned pool): 8-byte loads, else a value at a time.
+  template <bool kVec, bool kLean = false>
+  __device__ __forceinline__ void load(const MlaAttentionParams& p, int32_t blocks, int c0, int end, int width) {
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    const int first = block_of<kLean>(p, c0);
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int j = warp + kMlaWarps * i, pos = c0 + j;
+      const bool valid = j < kRows && pos < end;
+      const int lb = block_of<kLean>(p, pos);
+      const int32_t blk = __shfl_sync(kFullMask, blocks, valid ? lb - first : 0);
+      const uint16_t* src = p.kv16 + (valid ? (int64_t(blk) * p.block_size + (pos - lb * p.block_size)) * p.d : 0);
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const int f = lane + kWarpSize * g;
+        uint2 w = make_uint2(0u, 0u);
+        if (valid && 4 * f < p.d) {
+          if (kVec || p.vec_kv) {
+            w = __ldg(reinterpret_cast<const uint2*>(src) + f);
+          } else {
+            uint16_t h[4] = {0, 0, 0, 0};
+            for (int e = 0; e < 4 && 4 * f + e < p.d; ++e) h[e] = __ldg(src + 4 * f + e);
+            w = make_uint2(uint32_t(h[0]) | uint32_t(h[1]) << 16, uint32_t(h[2]) | uint32_t(h[3]) << 16);
+          }
+        }
+        v[i][g] = w;
+      }
+    }
+    (void)width;
+  }
+  __device__ __forceinline__ void store(float* dst, int dp, int width) const {
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int j = warp + kMlaWarps * i;
+      if (j >= kRows) break;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const int f = lane + kWarpSize * g;
+        if (4 * f >= width) break;
+        const uint2 w = v[i][g];
+        *reinterpret_cast<float4*>(dst + j * dp + 4 * f) =
+            make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u), __uint_as_float(w.y << 16),
+                        __uint_as_float(w.y & 0xffff0000u));
+      }
+    }
+  }
+};
+
 __device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
 __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {

@@ -58,7 +58,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   PG_TRY(validate(shape));
   if (a.m < 0) return invalid_argument("mla_attention: m={}", a.m);
   if (a.m == 0) return ok_status();
-  if (!a.q_lat || !a.q_pe || !a.kv || !a.block_tables || !a.token_seq || !a.ctx_len || !a.o_lat)
+  if (!a.q_lat || !a.q_pe || (!a.kv && !a.kv_bf16) || !a.block_tables || !a.token_seq || !a.ctx_len || !a.o_lat)
     return invalid_argument("mla_attention: null input");
   if (a.n_blocks <= 0) return invalid_argument("mla_attention: n_blocks {}", a.n_blocks);
   const int64_t max_rows = a.block_size * a.max_blocks_per_seq;
@@ -74,7 +74,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   const bool tc = cores == MlaCores::kTensor, two_pass = cores == MlaCores::kCudaTwoPass;
   const MlaPlan plan = plan_for(a.m, a.n_heads, max_ctx, cores);
   MlaAttentionParams p;
-  p.q_lat = a.q_lat, p.q_pe = a.q_pe, p.kv = a.kv, p.block_tables = a.block_tables;
+  p.q_lat = a.q_lat, p.q_pe = a.q_pe, p.kv = a.kv, p.kv16 = a.kv_bf16, p.block_tables = a.block_tables;
   p.token_seq = a.token_seq, p.ctx_len = a.ctx_len, p.o_lat = a.o_lat;
   p.q_lat_row_stride = q_lat_row_stride(a), p.q_lat_head_stride = q_lat_head_stride(a);
   p.q_pe_row_stride = q_pe_row_stride(a), p.q_pe_head_stride = q_pe_head_stride(a);
@@ -92,6 +92,12 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
     if (p.dk > kMlaTcMaxDk)
       return unsupported("mla_attention (tensor cores): kv_lora_rank + rope_dim = {} > {}", d, kMlaTcMaxDk);
   }
+  if (a.kv_bf16) {  // KvBf16Stage's registers hold a row of at most kMlaBf16MaxWidth values
+    if (two_pass) return unsupported("mla_attention (two passes): a bf16 cache pool");
+    if ((tc ? p.dk : 4 * p.d4) > kMlaBf16MaxWidth)
+      return unsupported("mla_attention (CUDA): a bf16 cache pool with kv_lora_rank + rope_dim = {} (at most {})", d,
+                         kMlaBf16MaxWidth);
+  }
   p.head_groups = int(plan.head_groups), p.n_splits = int(plan.n_splits), p.n_combiners = plan.n_combiners;
   p.chunk_rows = plan.chunk_rows;
   const size_t smem = (two_pass ? std::max(mla_tp_scores_smem_floats(p.dp), kMlaTpPvSmemFloats)
@@ -103,7 +109,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
   if (a.m * plan.head_groups * plan.n_splits > INT_MAX || a.m * a.n_heads > INT_MAX)
     return unsupported("mla_attention (CUDA): {} tokens x {} heads is too large a grid", a.m, a.n_heads);
   p.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);  // log2(e)
-  p.early_chunk = attention_early_chunk();
+  p.early_chunk = attention_early_chunk() && !a.kv_bf16;
 
   // Workspace: the two passes' scores, or the split plan's partials (none for one split).
   const size_t need = two_pass            ? mla_tp_workspace_floats(a.m, max_ctx)
@@ -122,7 +128,7 @@ Status mla_attention(const MlaAttentionArgs& a, int64_t max_ctx, float* workspac
     p.ws_o = workspace + kMlaCounterSlots;
     p.ws_ml = p.ws_o + a.m * plan.head_groups * plan.n_splits * plan.heads * a.kv_lora_rank;
   }
-  p.vec_kv = d % 4 == 0 && aligned16(a.kv);
+  p.vec_kv = d % 4 == 0 && (a.kv ? aligned16(a.kv) : reinterpret_cast<uintptr_t>(a.kv_bf16) % 8 == 0);
   p.vec_q = a.kv_lora_rank % 4 == 0 && a.rope_dim % 4 == 0 && aligned16(a.q_lat) && aligned16(a.q_pe) &&
             p.q_lat_row_stride % 4 == 0 && p.q_lat_head_stride % 4 == 0 && p.q_pe_row_stride % 4 == 0 &&
             p.q_pe_head_stride % 4 == 0;

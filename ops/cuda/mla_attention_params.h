@@ -17,6 +17,7 @@ namespace pg::ops::cuda {
 // by every head (MQA-like).
 constexpr int kMlaThreads = 256;
 constexpr int kMlaWarps = kMlaThreads / 32;
+constexpr int kMlaBf16MaxWidth = 640;  // a bf16 pool's staged row: D (rounded up to 4, or 16 for the tensor cores)
 constexpr int kMlaChunkRows = 32;  // cache rows per chunk; the softmax gives each lane one row
 // Scores S[kHeads][32 rows] = Q·Kᵀ: a lane holds 32 / kHeads rows (2 at 16 heads, 4 at 8) and
 // one float4 column slice; per float4 step it loads its rows' K float4 (conflict-free: the row
@@ -134,6 +135,7 @@ struct MlaAttentionParams {
   const float* q_lat = nullptr;           // [m, n_heads, R] f32 at the strides below
   const float* q_pe = nullptr;            // [m, n_heads, P] f32 at the strides below
   const float* kv = nullptr;              // [n_blocks, block_size, D = R + P] f32
+  const uint16_t* kv16 = nullptr;         // or the pool in bf16 (kv null): the kernels' kBf16 instantiations
   const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]
   const int32_t* token_seq = nullptr;     // [m]
   const int64_t* ctx_len = nullptr;       // [m]
@@ -157,7 +159,8 @@ struct MlaAttentionParams {
   int dk = 0;               // tensor cores: D rounded up to 16 (the mma's k steps), zeros past D
   int head_groups = 1, n_splits = 1, n_combiners = 1;
   float scale_log2 = 0;     // softmax_scale x log2(e): scores in log2 units, exp2 in the softmax
-  bool vec_kv = false;      // D % 4 == 0 and kv 16-byte aligned: 16-byte cp.async, else 4-byte
+  bool vec_kv = false;      // D % 4 == 0 and kv 16-byte aligned: 16-byte cp.async, else 4-byte (kv16: 8-byte
+                            // aligned, 8-byte loads, else 2-byte)
   bool vec_q = false;       // R, P and the q strides % 4 == 0, q pointers 16-byte aligned
   bool vec_out = false;     // R % 4 == 0 and o_lat / ws 16-byte aligned: float4 stores
   // The two-pass kernels (mla_attention_two_pass.cu): scores [m][s_rows][kMlaTpHeads] f32 in the

@@ -64,7 +64,8 @@ __device__ __forceinline__ void store_q(const MlaAttentionParams& p, const float
 // and p.vec_out hold (attention_vec_kernel). kDefer (p.defer, PEREGRINE_ATTENTION_DEFER_TC): as the
 // lean CUDA-core kernel's deferred form, every split leaves its partial (the only split too) and its
 // heads' (max, sum) in ws_ml and exits; W_UV's kernel combines (head_linear_combine).
-template <bool kVec, bool kDefer = false>
+// kBf16: the pool is bf16 (p.kv16), staged through registers (KvBf16Stage).
+template <bool kVec, bool kDefer = false, bool kBf16 = false>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const __grid_constant__ MlaAttentionParams p) {
   extern __shared__ float4 smem4[];
   const int ksteps = p.dk / 16;
@@ -101,7 +102,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   const bool direct = !kDefer && n_act == 1;  // the only split: normalize and write o_lat here
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
-  load_chunk<kMlaChunkRows, kVec>(p, sK, chunk_blocks(p, table, begin, end), begin, end, p.dk);
+  [[maybe_unused]] KvBf16Stage<kMlaChunkRows> stage;
+  if constexpr (kBf16) {
+    stage.template load<kVec>(p, chunk_blocks(p, table, begin, end), begin, end, p.dk);
+    stage.store(sK, p.dp, p.dk);
+  } else {
+    load_chunk<kMlaChunkRows, kVec>(p, sK, chunk_blocks(p, table, begin, end), begin, end, p.dk);
+  }
   cp_async_commit();
   int32_t next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
   store_q(p, q, sQh, sQl);  // while the first chunk is in flight
@@ -122,8 +129,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
     const int c0 = begin + c * kMlaChunkRows;
     if (c + 1 < n_chunks) {
-      load_chunk<kMlaChunkRows, kVec>(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows,
-                                      end, p.dk);
+      if constexpr (kBf16)
+        stage.template load<kVec>(p, next_blocks, c0 + kMlaChunkRows, end, p.dk);
+      else
+        load_chunk<kMlaChunkRows, kVec>(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows,
+                                        end, p.dk);
       next_blocks = chunk_blocks(p, table, c0 + 2 * kMlaChunkRows, end);
     }
     cp_async_commit();
@@ -211,6 +221,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
         mma_m16n8k16_bf16(acc[i], ah0, ah1, ah2, ah3, bh0, bh1);
       }
     }
+    // bf16: chunk c + 1 into the other buffer (left by every thread at this iteration's barrier).
+    if constexpr (kBf16)
+      if (c + 1 < n_chunks) stage.store(sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, p.dp, p.dk);
   }
 
   // The next kernel may launch (its blocks wait at their pdl_wait for this grid to finish): late,
@@ -262,9 +275,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   }
 }
 
-template <bool kVec, bool kDefer = false>
+template <bool kVec, bool kDefer = false, bool kBf16 = false>
 cudaError_t launch_tc(const MlaAttentionParams& p, cudaStream_t stream) {
-  constexpr auto kKernel = mla_attention_tc_kernel<kVec, kDefer>;
+  if constexpr (!kBf16)
+    if (p.kv16) return launch_tc<kVec, kDefer, true>(p, stream);
+  constexpr auto kKernel = mla_attention_tc_kernel<kVec, kDefer, kBf16>;
   if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
   const size_t smem = mla_tc_smem_floats(p.dk, p.dp, p.n_splits) * sizeof(float);
   const int64_t blocks = p.m * p.head_groups * p.n_splits;

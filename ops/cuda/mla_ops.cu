@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "ops/cuda/common/bf16.cuh"
 #include "ops/cuda/common/sync.cuh"
 #include "ops/cuda/common/vec.cuh"
 #include "ops/cuda/common/warp.cuh"
@@ -88,12 +89,21 @@ __device__ __forceinline__ void rope_cos_sin(float inv_freq, float pos, float at
 
 // Rotates pair k of one head's rope part: (x[2k], x[2k+1]) interleaved, else (x[k], x[k+half]).
 // `in` and `out` may be the same.
+// Pair k's rotated values and their columns (i0, i1).
+__device__ __forceinline__ void rope_pair(const float* in, int64_t k, int64_t half, bool interleave, float c, float s,
+                                          int64_t& i0, int64_t& i1, float& o0, float& o1) {
+  i0 = interleave ? 2 * k : k, i1 = interleave ? 2 * k + 1 : k + half;
+  const float a0 = in[i0], a1 = in[i1];
+  o0 = __fsub_rn(__fmul_rn(a0, c), __fmul_rn(a1, s));
+  o1 = __fadd_rn(__fmul_rn(a1, c), __fmul_rn(a0, s));
+}
 __device__ __forceinline__ void rope_rotate(const float* in, float* out, int64_t k, int64_t half, bool interleave,
                                             float c, float s) {
-  const int64_t i0 = interleave ? 2 * k : k, i1 = interleave ? 2 * k + 1 : k + half;
-  const float a0 = in[i0], a1 = in[i1];
-  out[i0] = __fsub_rn(__fmul_rn(a0, c), __fmul_rn(a1, s));
-  out[i1] = __fadd_rn(__fmul_rn(a1, c), __fmul_rn(a0, s));
+  int64_t i0, i1;
+  float o0, o1;
+  rope_pair(in, k, half, interleave, c, s, i0, i1, o0, o1);
+  out[i0] = o0;
+  out[i1] = o1;
 }
 
 // The step's cos / sin: one thread per (token, pair), the values rope_cos_sin() above gives, into
@@ -166,13 +176,18 @@ __device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, in
   const int32_t blk = p.block_tables[int64_t(seq) * p.max_blocks_per_seq + pos / p.block_size];
   if (blk < 0 || blk >= p.n_blocks) return;
   const float* src = p.kv + t * p.kv_stride;
-  float* dst = p.cache + (int64_t(blk) * p.block_size + pos % p.block_size) * D;
+  const int64_t row = (int64_t(blk) * p.block_size + pos % p.block_size) * D;
+  // The f32 row's values, into an f32 pool or rounded into a bf16 one (p.cache16).
+  const auto put = [&](int64_t j, float v) {
+    if (p.cache16) p.cache16[row + j] = to_bf16_bits(v);
+    else p.cache[row + j] = v;
+  };
 
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < R; j += kKvWriteThreads) ss = fmaf(src[j], src[j], ss);
   const float ms = block_sum<kKvWriteThreads>(ss, scratch) / float(R);
   const float inv = 1.0f / sqrtf(ms + p.eps);  // IEEE sqrt and division, as the CPU's
-  for (int64_t j = threadIdx.x; j < R; j += kKvWriteThreads) dst[j] = __ldg(p.norm_weight + j) * (src[j] * inv);
+  for (int64_t j = threadIdx.x; j < R; j += kKvWriteThreads) put(j, __ldg(p.norm_weight + j) * (src[j] * inv));
 
   for (int64_t k = threadIdx.x; k < half; k += kKvWriteThreads) {
     float c, s;
@@ -181,7 +196,11 @@ __device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, in
     } else {
       rope_cos_sin(__ldg(p.inv_freq + k), float(pos), p.attention_factor, c, s);
     }
-    rope_rotate(src + R, dst + R, k, half, p.interleave, c, s);
+    int64_t i0, i1;
+    float o0, o1;
+    rope_pair(src + R, k, half, p.interleave, c, s, i0, i1, o0, o1);
+    put(R + i0, o0);
+    put(R + i1, o1);
   }
 }
 

@@ -59,7 +59,7 @@ Result<MlaKvWriteParams> kv_write_params(const MlaKvWriteArgs& a, const float* i
   MlaKvWriteParams p;
   p.kv = a.kv, p.norm_weight = a.norm_weight, p.positions = a.positions, p.inv_freq = inv_freq_device;
   p.cos_sin = cos_sin_device;
-  p.block_tables = a.block_tables, p.token_seq = a.token_seq, p.cache = a.cache;
+  p.block_tables = a.block_tables, p.token_seq = a.token_seq, p.cache = a.cache, p.cache16 = a.cache_bf16;
   p.m = a.m, p.kv_lora_rank = a.kv_lora_rank, p.rope_dim = a.rope_dim, p.block_size = a.block_size;
   p.max_blocks_per_seq = a.max_blocks_per_seq, p.n_blocks = a.n_blocks;
   p.kv_stride = a.kv_stride ? a.kv_stride : a.kv_lora_rank + a.rope_dim;

@@ -69,6 +69,7 @@ struct MlaKvWriteParams {
   const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]
   const int32_t* token_seq = nullptr;     // [m]
   float* cache = nullptr;              // [n_blocks, block_size, R + P] f32
+  uint16_t* cache16 = nullptr;         // or the pool in bf16 (cache null): the f32 values rounded to nearest even
   int64_t m = 0, kv_lora_rank = 0, rope_dim = 0, block_size = 0, max_blocks_per_seq = 0, n_blocks = 0, kv_stride = 0;
   float eps = 1e-6f, attention_factor = 1.0f;
   bool interleave = true;

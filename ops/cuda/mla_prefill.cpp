@@ -42,7 +42,8 @@ Status mla_prefill(GemmContext& ctx, const MlaAttentionArgs& a, std::span<const 
   MlaAttentionArgs shape = a;
   shape.m = 0;
   PG_TRY(validate(shape));
-  if (!a.q_lat || !a.q_pe || !a.kv || !a.block_tables || !a.o_lat) return invalid_argument("mla_prefill: null input");
+  if (!a.q_lat || !a.q_pe || (!a.kv && !a.kv_bf16) || !a.block_tables || !a.o_lat)
+    return invalid_argument("mla_prefill: null input");
   const int64_t R = a.kv_lora_rank, P = a.rope_dim, D = R + P, nh = a.n_heads;
   if (!mla_prefill_supported(R, P))
     return unsupported("mla_prefill: kv_lora_rank {} and rope_dim {}: the GEMM path needs R and R + P multiples of 8", R, P);
@@ -78,7 +79,7 @@ Status mla_prefill(GemmContext& ctx, const MlaAttentionArgs& a, std::span<const 
   for (const MlaPrefillRun& r : runs) {
     const int64_t n_tok = r.t1 - r.t0, ctx_all = r.start_pos + n_tok;
     MlaGatherParams g;
-    g.pool = a.kv, g.table = a.block_tables + r.seq * a.max_blocks_per_seq, g.kv = kv, g.vt = vt;
+    g.pool = a.kv, g.pool16 = a.kv_bf16, g.table = a.block_tables + r.seq * a.max_blocks_per_seq, g.kv = kv, g.vt = vt;
     g.ctx = ctx_all, g.C = round8(ctx_all), g.D = D, g.R = R, g.block_size = a.block_size, g.ld_vt = C;
     PG_CUDA_TRY(launch_mla_gather(g, stream));
     for (int64_t c0 = 0; c0 < n_tok; c0 += chunk_tokens) {

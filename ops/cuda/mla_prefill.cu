@@ -24,12 +24,11 @@ __global__ void __launch_bounds__(kThreads) mla_gather_kernel(const __grid_const
   const int64_t D = p.D;
   for (int64_t i = threadIdx.x; i < kGatherRows * D; i += kThreads) {
     const int64_t jj = i / D, c = i % D, j = j0 + jj;
-    float v = 0.0f;
+    uint16_t b = 0;  // bf16(0)
     if (j < p.ctx) {
-      const int64_t blk = p.table[j / p.block_size];
-      v = p.pool[(blk * p.block_size + j % p.block_size) * D + c];
+      const int64_t blk = p.table[j / p.block_size], at = (blk * p.block_size + j % p.block_size) * D + c;
+      b = p.pool16 ? p.pool16[at] : to_bf16_bits(p.pool[at]);  // a bf16 pool's value is its own rounding
     }
-    const uint16_t b = to_bf16_bits(v);
     s_tile[i] = b;
     if (j < p.C) p.kv[j * D + c] = b;
   }

@@ -9,9 +9,10 @@
 namespace pg::ops::cuda {
 
 // kv [C, D] bf16 (row j = the cache row of position j of the sequence, zeros for j >= ctx) and
-// vt [R, ld_vt] bf16 (vt[r][j] = kv[j][r], j < C) from the paged f32 pool; C >= ctx.
+// vt [R, ld_vt] bf16 (vt[r][j] = kv[j][r], j < C) from the paged f32 (or bf16) pool; C >= ctx.
 struct MlaGatherParams {
   const float* pool = nullptr;     // [n_blocks, block_size, D] f32
+  const uint16_t* pool16 = nullptr;  // or the pool in bf16 (pool null)
   const int32_t* table = nullptr;  // this sequence's block table row
   uint16_t* kv = nullptr;          // [C, D]
   uint16_t* vt = nullptr;          // [R, ld_vt]

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -469,6 +470,77 @@ INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionDeferredCuda, ::testing::ValuesIn(kD
                            return std::string(i.param.c.name) + (i.param.format == HeadWeight::kBF16  ? "_bf16"
                                                                  : i.param.format == HeadWeight::kFp8 ? "_fp8"
                                                                                                       : "_f32");
+                         });
+
+// A bf16 cache pool (MlaAttentionArgs::kv_bf16) gives the bits of the f32 pool that holds its values
+// widened: the kernels stage the same f32 rows in shared memory (KvBf16Stage) and run the same code
+// after. Both kernels, with the combine in the kernel and deferred (the partials compared), one chunk
+// a split and several (ctx 8192, the prefill), the 2-byte loads (tiny3: D = 33), verify steps and
+// batches. The two-pass kernels refuse a bf16 pool.
+class MlaAttentionBf16PoolCuda : public ::testing::TestWithParam<std::tuple<MlaCase, cuda::MlaCores>> {};
+
+TEST_P(MlaAttentionBf16PoolCuda, SameBitsAsItsF32Values) {
+  PG_REQUIRE_CUDA();
+  const auto& [c, cores] = GetParam();
+  HostData h = make_data(c);
+  std::vector<uint16_t> kv16(h.kv.size());
+  for (size_t i = 0; i < kv16.size(); ++i) h.kv[i] = bf16_to_f32(kv16[i] = f32_to_bf16(h.kv[i]));  // NaN stays NaN
+  DeviceData d = upload_case(h, h.max_ctx);
+  auto dkv16 = to_device(kv16);
+  MlaAttentionArgs b = d.args;
+  b.kv = nullptr, b.kv_bf16 = dkv16.data();
+  // o_lat and the workspace after one launch, both poisoned before it (the counters zeroed).
+  auto run = [&](const MlaAttentionArgs& a, bool defer, bool& deferred) {
+    EXPECT_TRUE(d.o_lat.fill_bytes(0xff).ok());
+    EXPECT_TRUE(d.ws.fill_bytes(0xff).ok());
+    EXPECT_TRUE(cuda::mla_attention_workspace_init(d.ws.data(), d.ws.size(), nullptr).ok());
+    cuda::MlaPartials parts;
+    EXPECT_TRUE(cuda::mla_attention(a, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cores, defer ? &parts : nullptr).ok());
+    EXPECT_TRUE(sync_ok());
+    deferred = parts.deferred;
+    return std::make_pair(to_host(d.o_lat), to_host(d.ws));
+  };
+  for (bool defer : {false, true}) {
+    bool deferred_f = false, deferred_b = false;
+    const auto [of, wf] = run(d.args, defer, deferred_f);
+    const auto [ob, wb] = run(b, defer, deferred_b);
+    ASSERT_EQ(deferred_b, deferred_f) << c.name << ": the same plan";
+    const std::string what = std::string(c.name) + " " + cores_name(cores) + (deferred_f ? " deferred" : "");
+    EXPECT_EQ(std::memcmp(ob.data(), of.data(), of.size() * sizeof(float)), 0) << what << ": o_lat differs";
+    EXPECT_EQ(std::memcmp(wb.data(), wf.data(), wf.size() * sizeof(float)), 0) << what << ": the partials differ";
+    if (!deferred_f) {  // written, and near the CPU's (a wrong row in both pools would not show above)
+      const Diff diff = compare(of.data(), cpu_reference(h).data(), int64_t(of.size()), [](int64_t) { return 1e30; });
+      EXPECT_EQ(diff.non_finite, 0) << what << ": " << diff.summary();
+      EXPECT_GE(diff.cosine, c.min_cosine) << what << ": " << diff.summary();
+    }
+    std::printf("[ mla_attn ] %-34s bf16 pool: the f32 pool's bits\n", what.c_str());
+  }
+  Status tp = cuda::mla_attention(b, h.max_ctx, d.ws.data(), d.ws.size(), nullptr, cuda::MlaCores::kCudaTwoPass);
+  if (cuda::mla_two_pass_fits(b.m, b.n_heads)) {
+    EXPECT_FALSE(tp.ok()) << c.name << ": two passes over a bf16 pool";
+  }
+}
+
+const MlaCase kBf16PoolCases[] = {
+    {"moonlight_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}},
+    {"moonlight_ctx4097", kMoonH, kR, kP, 16, {{4097, 1}}},
+    {"moonlight_ctx8192", kMoonH, kR, kP, 64, {{8192, 1}}},
+    {"v3_ctx1024", kV3H, kR, kP, 64, {{1024, 1}}},
+    {"v3_verify5", kV3H, kR, kP, 64, {{2000, 5}}},
+    {"moonlight_verify5", kMoonH, kR, kP, 16, {{1000, 5}}},
+    {"moonlight_batch5", kMoonH, kR, kP, 16, {{1, 1}, {17, 1}, {1000, 1}, {4097, 1}, {300, 1}}},
+    {"moonlight_bound32k_ctx1000", kMoonH, kR, kP, 64, {{1000, 1}}, 32768},
+    {"moonlight_prefill300", kMoonH, kR, kP, 16, {{300, 300}}},
+    {"tiny3_ctx1000", 3, 27, 6, 16, {{1000, 1}}},
+    {"tiny3_batch4", 3, 27, 6, 16, {{2, 1}, {100, 1}, {31, 1}, {64, 1}}},
+    {"tiny4_verify5", 4, 32, 8, 16, {{50, 5}}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, MlaAttentionBf16PoolCuda,
+                         ::testing::Combine(::testing::ValuesIn(kBf16PoolCases),
+                                            ::testing::Values(cuda::MlaCores::kCuda, cuda::MlaCores::kTensor)),
+                         [](const ::testing::TestParamInfo<std::tuple<MlaCase, cuda::MlaCores>>& i) {
+                           return std::string(std::get<0>(i.param).name) + "_" + cores_name(std::get<1>(i.param));
                          });
 
 // One capture with a bound, replayed with the device-side ctx_len changed: the graph stays valid.

@@ -371,6 +371,18 @@ TEST_P(KvWriteCuda, WritesOnlyItsRowsAndMatchesCpu) {
     EXPECT_EQ(over_tol, 0) << "max_rel(c_kv)=" << max_rel_norm << " max_abs(k_pe)=" << max_abs_rope;
     std::printf("[ kv_write ] %-24s m=%-4lld max_rel(c_kv)=%.3g max_abs(k_pe)=%.3g\n", c.name, (long long)m,
                 max_rel_norm, max_abs_rope);
+
+    // A bf16 pool: the f32 rows above rounded to nearest even, nothing else written.
+    auto dcache16 = poisoned<uint16_t>(cache_cpu.size());
+    MlaKvWriteArgs db = da;
+    db.cache = nullptr, db.cache_bf16 = dcache16.data();
+    PG_ASSERT_OK(cuda::mla_kv_write(db, dfreq.data(), nullptr));
+    ASSERT_TRUE(sync_ok());
+    const std::vector<uint16_t> cache16 = to_host(dcache16);
+    int64_t wrong16 = 0;
+    for (size_t i = 0; i < cache16.size(); ++i)
+      wrong16 += is_poison(cache_cpu[i]) ? cache16[i] != 0xffffu : cache16[i] != f32_to_bf16(cache_gpu[i]);
+    EXPECT_EQ(wrong16, 0) << "bf16 pool: elements that are not the f32 row's rounding (or rows no token owns written)";
   }
 }
 

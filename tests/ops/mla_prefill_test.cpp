@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -178,6 +179,18 @@ TEST_P(MlaPrefillCuda, MatchesBf16ReferenceAndF32Cosine) {
   EXPECT_EQ(touched, 0) << c.name << ": tokens outside the runs were written";
   std::printf("[ mla_prefill ] %-28s vs bf16 ref: %s | vs f32: max_abs %.3g cosine %.8f\n", c.name,
               d.summary().c_str(), df.max_abs, df.cosine);
+
+  // A bf16 pool of the same rows: the gather stages each value's own rounding, so the same bits.
+  std::vector<uint16_t> kv16(h.kv.size());
+  for (size_t i = 0; i < kv16.size(); ++i) kv16[i] = f32_to_bf16(h.kv[i]);
+  auto dkv16 = to_device(kv16);
+  MlaAttentionArgs db = da;
+  db.kv = nullptr, db.kv_bf16 = dkv16.data();
+  PG_ASSERT_OK(o->fill_bytes(0xff));
+  PG_ASSERT_OK(cuda::mla_prefill(*g, db, h.runs, ws->data(), ws->size(), nullptr));
+  ASSERT_TRUE(sync_ok());
+  const std::vector<float> got16 = to_host(*o);
+  EXPECT_EQ(std::memcmp(got16.data(), got.data(), got.size() * sizeof(float)), 0) << c.name << ": a bf16 pool's prefill";
 }
 
 const PrefillCase kCases[] = {

@@ -131,5 +131,37 @@ TEST(CpuOps, MlaAttentionOverPagedCache) {
   }
 }
 
+// A bf16 pool gives the bits of the f32 pool that holds its values widened, whatever the threads.
+TEST(CpuOps, MlaAttentionBf16PoolSameBitsAsItsF32Values) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const int64_t R = 16, P = 8, D = R + P, heads = 3, bs = 4, n_blocks = 7, m = 2;
+  std::vector<uint16_t> kv16(size_t(n_blocks * bs * D));
+  std::vector<float> kv(kv16.size());
+  for (size_t i = 0; i < kv.size(); ++i) kv16[i] = f32_to_bf16(nd(rng)), kv[i] = bf16_to_f32(kv16[i]);
+  const std::vector<int32_t> table = {6, 2, 0, 4};
+  const std::vector<int32_t> seq = {0, 0};
+  const std::vector<int64_t> len = {13, 14};
+  std::vector<float> ql(size_t(m * heads * R)), qp(size_t(m * heads * P)), o(size_t(m * heads * R)), o16(o.size());
+  for (auto& v : ql) v = nd(rng);
+  for (auto& v : qp) v = nd(rng);
+  MlaAttentionArgs a;
+  a.q_lat = ql.data(); a.q_pe = qp.data(); a.kv = kv.data(); a.block_tables = table.data(); a.token_seq = seq.data();
+  a.ctx_len = len.data(); a.o_lat = o.data(); a.m = m; a.n_heads = heads; a.kv_lora_rank = R; a.rope_dim = P;
+  a.block_size = bs; a.max_blocks_per_seq = 4; a.n_blocks = n_blocks; a.softmax_scale = 0.25f;
+  ASSERT_TRUE(validate(a).ok());
+  ThreadPool pool(2);
+  cpu::mla_attention(a, pool);
+  MlaAttentionArgs b = a;
+  b.kv = nullptr, b.kv_bf16 = kv16.data(), b.o_lat = o16.data();
+  ASSERT_TRUE(validate(b).ok());
+  cpu::mla_attention(b, pool);
+  for (size_t i = 0; i < o.size(); ++i) EXPECT_EQ(f32_to_bits(o16[i]), f32_to_bits(o[i])) << "element " << i;
+  b.kv_bf16 = nullptr;
+  EXPECT_FALSE(validate(b).ok()) << "no pool";
+  b.kv = kv.data(), b.kv_bf16 = kv16.data();
+  EXPECT_FALSE(validate(b).ok()) << "two pools";
+}
+
 }  // namespace
 }  // namespace pg::ops

@@ -161,6 +161,47 @@ TEST(MlaOpsCpu, KvWriteRealDimsLargePositions) {
   for (bool il : {true, false}) run_kv_write(c, il);
 }
 
+// A bf16 pool holds exactly what the f32 write leaves, each value rounded to nearest even; rows no
+// token owns stay untouched.
+TEST(MlaOpsCpu, KvWriteBf16PoolIsTheF32RowRounded) {
+  const int64_t R = 27, P = 6, D = R + P, bs = 4, n_blocks = 5, max_blocks = 4, m = 3;
+  std::mt19937 rng(11);
+  const RopeTable table = test_rope_table(P, true);
+  const std::vector<int32_t> tables = {3, 0, 4, 1};
+  const std::vector<int32_t> token_seq = {0, 0, 0};
+  const std::vector<int64_t> positions = {2, 5, 13};
+  const std::vector<float> kv = normal_vec(size_t(m * D), rng), w = normal_vec(size_t(R), rng);
+  std::vector<float> cache(size_t(n_blocks * bs * D), 0.0f);
+  const uint16_t kUntouched = 0x7fc1;  // a NaN no write produces
+  std::vector<uint16_t> cache16(cache.size(), kUntouched);
+  MlaKvWriteArgs a;
+  a.kv = kv.data(), a.norm_weight = w.data(), a.positions = positions.data(), a.table = &table;
+  a.block_tables = tables.data(), a.token_seq = token_seq.data(), a.cache = cache.data(), a.m = m;
+  a.kv_lora_rank = R, a.rope_dim = P, a.block_size = bs, a.max_blocks_per_seq = max_blocks, a.n_blocks = n_blocks;
+  ASSERT_TRUE(validate(a).ok());
+  cpu::mla_kv_write(a);
+  MlaKvWriteArgs b = a;
+  b.cache = nullptr, b.cache_bf16 = cache16.data();
+  ASSERT_TRUE(validate(b).ok());
+  cpu::mla_kv_write(b);
+  int64_t written = 0;
+  for (size_t i = 0; i < cache.size(); ++i) {
+    const int64_t row = int64_t(i) / D;
+    const bool owned = row == 3 * bs + 2 || row == 0 * bs + 1 || row == 1 * bs + 1;
+    if (!owned) {
+      EXPECT_EQ(cache16[i], kUntouched) << "row " << row << " belongs to no token";
+      continue;
+    }
+    ++written;
+    EXPECT_EQ(cache16[i], f32_to_bf16(cache[i])) << "row " << row << " column " << int64_t(i) % D;
+  }
+  EXPECT_EQ(written, m * D);
+  b.cache_bf16 = nullptr;
+  EXPECT_FALSE(validate(b).ok()) << "no pool";
+  b.cache = cache.data(), b.cache_bf16 = cache16.data();
+  EXPECT_FALSE(validate(b).ok()) << "two pools";
+}
+
 struct HeadCase {
   const char* name;
   HeadWeight format;
