@@ -35,6 +35,7 @@ struct BenchOptions {
   int64_t layers = 0, long_prefill = 8192;
   std::vector<int64_t> batches = {8, 16, 32, 64};
   double gpu_memory_utilization = 0.90;
+  std::string kv_cache_dtype = "auto";  // cuda: auto | f32 | bf16
   bool no_graphs = false;
   int64_t prompt_tokens = 0;  // 0: 128 on the CPU, 1024 on CUDA (benchmarks.md's 1K context)
   int64_t decode_tokens = 0;  // 0: 64 on the CPU, 256 on CUDA
@@ -83,7 +84,7 @@ int run_bench(BenchOptions o) {
       }
       s.draft_cost = c;
     }
-    s.gpu_memory_utilization = o.gpu_memory_utilization, s.graphs = !o.no_graphs;
+    s.gpu_memory_utilization = o.gpu_memory_utilization, s.graphs = !o.no_graphs, s.kv_cache_dtype = o.kv_cache_dtype;
     s.json = o.json, s.json_out = o.json_out;
     return run_spec_bench(s);
   }
@@ -106,7 +107,7 @@ int run_bench(BenchOptions o) {
   c.model_dir = o.model_dir, c.synthetic = o.synthetic, c.layers = o.layers, c.dtype = o.dtype;
   c.context = o.prompt_tokens, c.decode_tokens = o.decode_tokens, c.repeats = o.repeats, c.batches = o.batches;
   c.long_prefill = o.long_prefill, c.gpu_memory_utilization = o.gpu_memory_utilization, c.graphs = !o.no_graphs;
-  c.json_path = o.json_out, c.json = o.json;
+  c.json_path = o.json_out, c.json = o.json, c.kv_cache_dtype = o.kv_cache_dtype;
   for (const std::string& k : o.speculative_tokens) c.speculative_tokens.push_back(k[0] - '0');
   c.acceptance_rate = o.acceptance_rate;
   return run_cuda_bench(c);
@@ -200,6 +201,8 @@ Command add_bench(CLI::App& root) {
   app->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization, "cuda: share of GPU memory to use")
       ->check(CLI::Range(0.05, 0.99));
   app->add_flag("--no-graphs", opts->no_graphs, "cuda: launch kernels one by one (no CUDA graphs)");
+  app->add_option("--kv-cache-dtype", opts->kv_cache_dtype, "cuda: the latent KV cache's values (auto: f32 for now)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app->add_option("--json-out", opts->json_out, "also write the JSON report to this file (cuda, speculation)");
   app->add_option("--prompt-tokens,--context", opts->prompt_tokens, "prompt length (cuda default 1024)")
       ->check(CLI::PositiveNumber);

@@ -146,6 +146,7 @@ Result<std::unique_ptr<Engine>> make_engine(const SpecBenchOptions& o, const Mod
   ro.max_num_seqs = 1;
   ro.max_num_batched_tokens = ec.scheduler.max_num_batched_tokens;
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
+  ro.kv_cache_dtype = o.kv_cache_dtype;
   ro.cuda_graphs = o.graphs;
   ro.speculative = m.k > 0 || m.adaptive;
   PG_ASSIGN_OR_RETURN(auto runner, make_runner(std::move(model), ro));

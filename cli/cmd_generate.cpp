@@ -27,6 +27,7 @@ struct GenerateOptions {
   bool quiet = false;
   int threads = 0;
   std::string device = "auto";
+  std::string kv_cache_dtype = "auto";
   bool exact = false;
   int64_t speculative_tokens = 0;
   bool speculative_adaptive = false;
@@ -82,6 +83,7 @@ int run_generate(GenerateOptions o) {
   ro.max_num_seqs = 1;
   ro.max_num_batched_tokens = ec.scheduler.max_num_batched_tokens;
   ro.exact = o.exact;
+  ro.kv_cache_dtype = o.kv_cache_dtype;
   ro.speculative = o.speculative_tokens > 0;
   auto runner = make_runner(std::move(model).value(), ro);
   if (!runner.ok()) return fail(runner.status());
@@ -178,6 +180,8 @@ Command add_generate(CLI::App& root) {
   app->add_option("--device", o->device, "auto (cuda when a GPU is present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app->add_flag("--exact", o->exact, "cuda: f32 activations in every projection (debug; matches the CPU)");
+  app->add_option("--kv-cache-dtype", o->kv_cache_dtype, "cuda: the latent KV cache's values (auto: f32 for now)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app->add_option("--speculative-tokens", o->speculative_tokens,
                   "draft depth k of MTP speculative decoding (0: off; needs MTP weights)");
   app->add_flag("--speculative-adaptive", o->speculative_adaptive,

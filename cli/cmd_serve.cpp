@@ -49,6 +49,10 @@ Command add_serve(CLI::App& root) {
   app->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization,
                   "cuda: share of GPU memory for weights, KV cache and activations")
       ->check(CLI::Range(0.05, 0.99))->capture_default_str();
+  app->add_option("--kv-cache-dtype", opts->kv_cache_dtype,
+                  "cuda: the latent KV cache's values, f32 or bf16 (half the memory and the attention's bytes; "
+                  "auto: f32 for now)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))->capture_default_str();
   app->add_flag("!--no-cuda-graphs", opts->cuda_graphs, "cuda: launch decode steps kernel by kernel");
   app->add_option("--threads", opts->threads, "CPU threads for the engine (0: all hardware threads)")
       ->check(CLI::NonNegativeNumber);

@@ -156,6 +156,7 @@ int run_cuda_bench(const CudaBenchOptions& o) {
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.max_num_seqs = max_batch;
   ro.use_graphs = o.graphs;
+  if (o.kv_cache_dtype != "auto") ro.kv_bf16 = o.kv_cache_dtype == "bf16";
   // As the engine's runner when it drafts.
   ro.draft_head = o.speculative_tokens.empty() ? DraftHead::kModel : kEngineDraftHead;
   ro.max_tokens_per_step = std::max<int64_t>({2048, o.context, std::min<int64_t>(o.long_prefill, 8192)});

@@ -19,6 +19,7 @@ struct CudaBenchOptions {
   std::vector<int64_t> batches = {8, 16, 32, 64};
   int64_t long_prefill = 8192;  // 0: skip
   double gpu_memory_utilization = 0.90;
+  std::string kv_cache_dtype = "auto";  // auto | f32 | bf16 (CudaRunnerOptions::kv_bf16)
   bool graphs = true;
   std::string json_path;  // also write the JSON report here
   bool json = false;      // print JSON instead of the table

@@ -23,6 +23,7 @@ struct SpecBenchOptions {
   std::optional<double> draft_cost;     // EngineConfig::speculative_draft_cost (unset: the engine's)
   bool draft_cost_auto = false;         // adaptive: the cost fitted from this pass's fixed-k steps
   double gpu_memory_utilization = 0.90;
+  std::string kv_cache_dtype = "auto";  // cuda: auto | f32 | bf16
   bool graphs = true;
   bool json = false;                    // print JSON instead of the table
   std::string json_out;                 // also write the JSON report here

@@ -24,8 +24,12 @@ Result<std::unique_ptr<ModelRunner>> make_runner(std::unique_ptr<DeepseekModel> 
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
     return invalid_argument("--device must be auto, cpu or cuda, got '{}'", o.device);
   if (o.kv_block_size <= 0) return invalid_argument("the KV block size must be > 0, got {}", o.kv_block_size);
+  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "f32" && o.kv_cache_dtype != "bf16")
+    return invalid_argument("--kv-cache-dtype must be auto, f32 or bf16, got '{}'", o.kv_cache_dtype);
   const bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_usable());
   if (!cuda) {
+    if (o.kv_cache_dtype == "bf16")
+      return invalid_argument("--kv-cache-dtype bf16: the CPU runner keeps its KV cache in f32 (use f32 or auto, or --device cuda)");
     const ModelConfig& c = model->config();
     const int64_t len = o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
                                             : c.max_position_embeddings;
@@ -42,6 +46,7 @@ Result<std::unique_ptr<ModelRunner>> make_runner(std::unique_ptr<DeepseekModel> 
   co.max_tokens_per_step = o.max_num_batched_tokens;
   co.use_graphs = o.cuda_graphs;
   co.exact = o.exact;
+  if (o.kv_cache_dtype != "auto") co.kv_bf16 = o.kv_cache_dtype == "bf16";
   co.draft_head = o.speculative ? kEngineDraftHead : DraftHead::kModel;
   if (o.progress)
     co.progress = [](const std::string& what, double f) {

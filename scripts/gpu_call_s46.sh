@@ -1,34 +1,58 @@
 #!/usr/bin/env bash
 # Session 46's single device call (device time came rarely: everything in one command of < 600 s),
-# binaries of the commit in .deps/prebuilt/BUILT-less gpu-build.tar.xz (scripts/gpu_pack.sh) and the
-# timeline probe's in .deps/timeline (carry .deps/gpu-debs, .deps/prebuilt, .deps/timeline):
-#   1. scripts/gpu_tables.sh: the standard table (an H200's only) and the GEMV table, ~100-170 s;
-#   2. scripts/gpu_env_sweep.sh over the verify-step experiments: op tests under each, then the
-#      variants against the default alternating (verify k = 1, 3 and decode);
-#   3. scripts/timeline_run.sh: the verify step at k = 3 and the decode step, marks on.
-#   usage: scripts/gpu_call_s46.sh OUT     PG_S46_SWEEP: the variants (the defaults below)
+# with the binaries of .deps/prebuilt (scripts/gpu_pack.sh) and the timeline probe's of .deps/timeline
+# (carry .deps/gpu-debs, .deps/prebuilt, .deps/timeline). Each part runs while time is left:
+#   1. scripts/gpu_tables.sh: the standard table (an H200's only) and the GEMV table;
+#   2. the bf16 KV cache (PEREGRINE_KV_CACHE=bf16): its op tests, the goldens under it, then decode
+#      at 1K and 8K contexts against the f32 cache, alternating;
+#   3. scripts/gpu_env_sweep.sh over the verify-step experiments (op tests under each, then against
+#      the default: verify k = 1, 3 and decode);
+#   4. scripts/timeline_run.sh: the verify step at k = 3 and the decode step, marks on.
+#   usage: scripts/gpu_call_s46.sh OUT     PG_S46_SWEEP: part 3's variants; PG_S46_TOTAL_S (585)
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_call_s46.sh OUT}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
+left() { echo $(( ${PG_S46_TOTAL_S:-585} - ($(date +%s) - T0) )); }
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-PG_TABLES_TOTAL_S=${PG_S46_TABLES_S:-170} PG_TABLES_SUITE_S=${PG_S46_TABLES_S:-170} scripts/gpu_tables.sh "$OUT/c" >"$OUT/tables.txt" 2>&1
+B=$(pwd)/build
+
+PG_TABLES_TOTAL_S=${PG_S46_TABLES_S:-150} PG_TABLES_SUITE_S=${PG_S46_TABLES_S:-150} scripts/gpu_tables.sh "$OUT/c" >"$OUT/tables.txt" 2>&1
 echo "$(el) tables:"
-head -1 "$OUT/tables.txt"; tail -n 42 "$OUT/tables.txt" | cut -c1-170
-# shellcheck disable=SC2086  # the variants are words
-PG_ENV_TOTAL_S=${PG_S46_SWEEP_S:-300} PG_ENV_TESTS='*MlaAttention*:*MoeExperts*:*MoeLayerPdl*:-*Timing*' PG_ENV_GEMV=none \
-  PG_SWEEP_METRIC="verify1 verify3 decode" PG_ENV_BENCHES="moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4" \
-  scripts/gpu_env_sweep.sh "$OUT/s" ${PG_S46_SWEEP:-PEREGRINE_ATTENTION_MAX_SPLITS=8 PEREGRINE_MOE_NVFP4_GATE_UP_TILES2_FROM=2 \
-  PEREGRINE_ATTENTION_MAX_SPLITS=16 PEREGRINE_ATTENTION_DEFER_MAX_TOKENS=4,PEREGRINE_ATTENTION_MAX_SPLITS=8 \
-  PEREGRINE_DECODE_ATTENTION=cuda} >"$OUT/sweep.txt" 2>&1
-echo "$(el) sweep:"
-grep -vE "^\s*$" "$OUT/sweep.txt" | grep -v "^GEMV\|^  shape" | tail -40
+head -1 "$OUT/tables.txt"; tail -n 40 "$OUT/tables.txt" | cut -c1-170
 export LD_LIBRARY_PATH=/tmp/pgdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64
-xz -dc .deps/timeline/peregrine.xz >/tmp/pg-tl && chmod +x /tmp/pg-tl
-left=$(( ${PG_S46_TOTAL_S:-580} - ($(date +%s) - T0) ))
-if [ "$left" -gt 40 ]; then
-  PG_TIMELINE_BIN=/tmp/pg-tl timeout $((left - 5)) scripts/timeline_run.sh build "$OUT/tl" \
+
+if [ "$(left)" -gt 200 ]; then
+  timeout 90 "$B/tests/ops/ops_cuda_test" --gtest_filter='*Bf16Pool*:*KvWrite*:*MlaPrefill*' >"$OUT/kv_ops.log" 2>&1
+  echo "$(el) bf16 KV op tests: rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/kv_ops.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \] ' "$OUT/kv_ops.log" | head -8
+  GOLD=$(find "$B" -name cuda_golden_test -type f -perm -u+x | head -1)
+  PEREGRINE_KV_CACHE=bf16 timeout 90 "$GOLD" >"$OUT/kv_goldens.log" 2>&1
+  echo "$(el) goldens under PEREGRINE_KV_CACHE=bf16: rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/kv_goldens.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \] ' "$OUT/kv_goldens.log" | head -8
+  for ctx in 1024 8192; do
+    [ "$(left)" -gt 200 ] || break
+    PG_SWEEP_TIMEOUT=40 PG_SWEEP_ARGS="--prompt-tokens $ctx" timeout 100 scripts/bench_sweep.sh "$B/peregrine" 2 \
+      "moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4" - PEREGRINE_KV_CACHE=bf16 >"$OUT/kv_sweep_$ctx.txt" 2>&1
+    echo "$(el) bf16 KV against f32 at context $ctx: rc=$?"; cat "$OUT/kv_sweep_$ctx.txt"
+  done
+fi
+
+if [ "$(left)" -gt 200 ]; then
+  # shellcheck disable=SC2086  # the variants are words
+  PG_ENV_TOTAL_S=$(( $(left) - 80 )) PG_ENV_TESTS='*MlaAttention*:*MoeExperts*:*MoeLayerPdl*:-*Timing*' PG_ENV_GEMV=none \
+    PG_SWEEP_METRIC="verify1 verify3 decode" PG_ENV_BENCHES="moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4" \
+    scripts/gpu_env_sweep.sh "$OUT/s" ${PG_S46_SWEEP:-PEREGRINE_ATTENTION_MAX_SPLITS=8 PEREGRINE_MOE_NVFP4_GATE_UP_TILES2_FROM=2 \
+    PEREGRINE_ATTENTION_MAX_SPLITS=16} >"$OUT/sweep.txt" 2>&1
+  echo "$(el) sweep:"
+  grep -vE "^\s*$" "$OUT/sweep.txt" | grep -v "^GEMV\|^  shape" | tail -40
+fi
+
+if [ "$(left)" -gt 40 ]; then
+  xz -dc .deps/timeline/peregrine.xz >/tmp/pg-tl && chmod +x /tmp/pg-tl
+  PG_TIMELINE_BIN=/tmp/pg-tl timeout $(( $(left) - 5 )) scripts/timeline_run.sh build "$OUT/tl" \
     "${PG_S46_TIMELINE:-moonlight-16b-a3b:nvfp4:0:3 moonlight-16b-a3b:nvfp4:0}" >"$OUT/timeline.txt" 2>&1
   echo "$(el) timeline: rc=$?"
   cut -c1-160 "$OUT/timeline.txt" | head -90

@@ -130,6 +130,7 @@ int serve(ServeOptions o) {
   ro.max_num_seqs = o.max_num_seqs;
   ro.max_num_batched_tokens = o.max_num_batched_tokens;
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
+  ro.kv_cache_dtype = o.kv_cache_dtype;
   ro.cuda_graphs = o.cuda_graphs;
   ro.speculative = o.speculative_tokens > 0;
   ro.progress = true;

@@ -35,6 +35,7 @@ struct ServeOptions {
   bool prefix_caching = true;                    // reuse the KV blocks of earlier requests' leading tokens
   std::string device = "auto";                   // auto (cuda when a GPU is present) | cpu | cuda
   double gpu_memory_utilization = 0.90;          // cuda: share of GPU memory (weights + KV + activations)
+  std::string kv_cache_dtype = "auto";           // cuda: auto | f32 | bf16 (RunnerOptions::kv_cache_dtype)
   bool cuda_graphs = true;                       // cuda: replay decode steps as CUDA graphs
   int http_threads = 1;
   uint64_t max_body_bytes = 16u << 20;

@@ -93,9 +93,11 @@ struct CudaRunner::Impl {
   float* cos_sin = nullptr;   // [Tm, P] f32: the step's rope cos / sin (rope_cos_sin), read by every layer's mla_prep
   float softmax_scale = 1.0f;
 
-  // Paged latent KV cache [n_cache_layers][n_blocks + 1][block_size][D] f32; the last block is
-  // the scratch block padded rows of a graph bucket write and read.
+  // Paged latent KV cache [n_cache_layers][n_blocks + 1][block_size][D] f32 (kv), or bf16 (kv16:
+  // opt.kv_bf16); the last block is the scratch block padded rows of a graph bucket write and read.
   float* kv = nullptr;
+  uint16_t* kv16 = nullptr;
+  size_t kv_elem_bytes() const { return opt.kv_bf16 ? 2 : 4; }
   int64_t n_blocks = 0, block_size = 0, D = 0, n_cache_layers = 0, max_model_len = 0, table_stride = 0;
 
   // Activations (f32), sized for Tm tokens.
@@ -269,7 +271,7 @@ struct CudaRunner::Impl {
                 const std::function<Status(int64_t padded_T)>& before);
   // Captures what `enqueue` launches on the stream as an instantiated graph.
   Result<cudaGraphExec_t> capture(const std::function<Status()>& enqueue);
-  float* cache_layer(int64_t l) { return kv + l * (n_blocks + 1) * block_size * D; }
+  int64_t cache_layer_elems() const { return (n_blocks + 1) * block_size * D; }
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -284,6 +286,9 @@ Status CudaRunner::Impl::init_buffers() {
                                         : c.max_position_embeddings;
   block_size = opt.kv_block_size;
   if (block_size <= 0) return invalid_argument("cuda: kv block size must be > 0, got {}", block_size);
+  if (opt.kv_bf16 && opt.decode_attention == cu::MlaCores::kCudaTwoPass)
+    return invalid_argument("cuda: the two-pass decode attention (PEREGRINE_DECODE_ATTENTION=twopass) reads an f32 "
+                            "KV cache only; use --kv-cache-dtype f32 or another decode attention");
   table_stride = (max_model_len + block_size - 1) / block_size;
   max_seqs = std::max<int64_t>(1, opt.max_num_seqs);
   // A verify step carries 1 + drafts tokens per sequence; a prefill chunk max_tokens_per_step.
@@ -411,7 +416,7 @@ Status CudaRunner::Impl::init_buffers() {
 }
 
 Status CudaRunner::Impl::plan_kv() {
-  const size_t block_bytes = size_t(n_cache_layers * block_size * D) * 4;
+  const size_t block_bytes = size_t(n_cache_layers * block_size * D) * kv_elem_bytes();
   size_t free_b = 0, total_b = 0;
   PG_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
   int64_t blocks = opt.kv_blocks;
@@ -428,10 +433,12 @@ Status CudaRunner::Impl::plan_kv() {
         double(w.arena.bytes()) / 1e9, double(acts.bytes()) / 1e9, double(total_b) / 1e9,
         opt.gpu_memory_utilization);
   PG_ASSIGN_OR_RETURN(void* v, acts.alloc(block_bytes * size_t(blocks + 1)));
-  kv = static_cast<float*>(v);
-  // Zeroed once: a block never written reads as zeros, never as NaN bit patterns. On `stream`
-  // (non-blocking): a memset on the legacy stream is not ordered before the first step's writes.
-  PG_CUDA_TRY(cudaMemsetAsync(kv, 0, block_bytes * size_t(blocks + 1), stream));
+  if (opt.kv_bf16) kv16 = static_cast<uint16_t*>(v);
+  else kv = static_cast<float*>(v);
+  // Zeroed once (0 is f32's and bf16's zero): a block never written reads as zeros, never as NaN bit
+  // patterns. On `stream` (non-blocking): a memset on the legacy stream is not ordered before the
+  // first step's writes.
+  PG_CUDA_TRY(cudaMemsetAsync(v, 0, block_bytes * size_t(blocks + 1), stream));
   n_blocks = blocks;
   return ok_status();
 }
@@ -531,7 +538,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   const int64_t T = s.T, H = c.hidden_size, nh = c.num_attention_heads, R = c.kv_lora_rank, P = c.qk_rope_head_dim;
   const int64_t nope = c.qk_nope_head_dim, V = c.v_head_dim, qk = nope + P;
   const DevAttention& A = L.attn;
-  float* pool = cache_layer(cache_layer_idx);
+  const int64_t pool_at = cache_layer_idx * cache_layer_elems();  // this layer's pool in kv or kv16
 
   // fused_norms: input_norm inside the [q_a | kv_a] GEMV (a is not written).
   const bool fuse_in = A.q_kv_a.data && fuse_norm(A.q_kv_a, T) && cu::linear_norm_in_pays(T, H);
@@ -585,8 +592,10 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   ops::MlaKvWriteArgs kw;  // cache row = [rmsnorm(c_kv) | rope(k_pe)]
   kw.kv = kv_in, kw.kv_stride = kv_row, kw.norm_weight = A.kv_a_norm, kw.eps = float(c.rms_norm_eps);
   kw.positions = s.positions, kw.table = &rope, kw.block_tables = s.tables, kw.token_seq = s.token_seq;
-  kw.cache = pool, kw.m = T, kw.kv_lora_rank = R, kw.rope_dim = P, kw.block_size = block_size;
+  kw.m = T, kw.kv_lora_rank = R, kw.rope_dim = P, kw.block_size = block_size;
   kw.max_blocks_per_seq = table_stride, kw.n_blocks = n_blocks + 1;
+  if (kv16) kw.cache_bf16 = kv16 + pool_at;
+  else kw.cache = kv + pool_at;
 
   ops::RopeArgs ra;  // q_pe of every head, in place
   ra.x = qb, ra.positions = s.positions, ra.table = &rope, ra.m = T, ra.n_heads = nh, ra.head_stride = qk;
@@ -610,7 +619,7 @@ Status CudaRunner::Impl::layer(const DevLayer& L, int64_t cache_layer_idx, const
   ops::MlaAttentionArgs m;
   // q_pe read in place: column nope of every head of q [T, nh, qk].
   m.q_lat = q_lat, m.q_pe = qb + nope, m.q_pe_row_stride = q_row, m.q_pe_head_stride = qk;
-  m.kv = pool, m.block_tables = s.tables, m.token_seq = s.token_seq;
+  m.kv = kw.cache, m.kv_bf16 = kw.cache_bf16, m.block_tables = s.tables, m.token_seq = s.token_seq;
   m.ctx_len = s.ctx_len, m.o_lat = o_lat, m.m = T, m.n_heads = nh, m.kv_lora_rank = R, m.rope_dim = P;
   m.block_size = block_size, m.max_blocks_per_seq = table_stride, m.n_blocks = n_blocks + 1;
   m.softmax_scale = softmax_scale;
@@ -938,7 +947,12 @@ CudaRunnerOptions CudaRunner::effective_options(CudaRunnerOptions opt) {
     if (v == "fp8") opt.draft_head = DraftHead::kFp8;
     if (v == "nvfp4") opt.draft_head = DraftHead::kNvfp4;
   }
-  if (opt.exact) opt.draft_head = DraftHead::kModel;
+  if (const char* e = std::getenv("PEREGRINE_KV_CACHE")) {
+    const std::string_view v(e);
+    if (v == "f32") opt.kv_bf16 = false;
+    if (v == "bf16") opt.kv_bf16 = true;
+  }
+  if (opt.exact) opt.draft_head = DraftHead::kModel, opt.kv_bf16 = false;
   return opt;
 }
 
@@ -993,7 +1007,8 @@ std::string CudaRunner::describe() const {
     graphs = fmt::format("on: {} decode, {} verify, {} draft, {} draft-chain captured{}", m.counts.decode,
                          m.counts.verify, m.counts.draft, m.counts.chain,
                          m.opt.spec_graphs ? "" : ", speculative steps eager");
-  return fmt::format("cuda ({}, {} KV blocks of {}, graphs {}{}{}{}{})", p.name, n_blocks_, block_size_, graphs,
+  return fmt::format("cuda ({}, {} {} KV blocks of {}, graphs {}{}{}{}{})", p.name, n_blocks_,
+                     m.opt.kv_bf16 ? "bf16" : "f32", block_size_, graphs,
                      m.opt.exact ? ", exact" : "", m.opt.fused_norms ? ", fused norms" : "",
                      m.opt.draft_head == DraftHead::kFp8     ? ", FP8 draft head"
                      : m.opt.draft_head == DraftHead::kNvfp4 ? ", NVFP4 draft head"
@@ -1058,7 +1073,7 @@ Status CudaRunner::synchronize() {
 }
 size_t CudaRunner::weight_bytes() const { return impl_->w.arena.bytes(); }
 size_t CudaRunner::kv_cache_bytes() const {
-  return size_t(impl_->n_cache_layers * (impl_->n_blocks + 1) * impl_->block_size * impl_->D) * 4;
+  return size_t(impl_->n_cache_layers * impl_->cache_layer_elems()) * impl_->kv_elem_bytes();
 }
 
 Status CudaRunner::step_async(std::span<const SeqStep> seqs) {
@@ -1401,7 +1416,7 @@ StepBytes CudaRunner::step_bytes(int64_t batch, int64_t ctx) const {
     } else {
       b.dense_mlp += double(matrix_bytes(L.mlp.gate_up) + matrix_bytes(L.mlp.down));
     }
-    b.kv_cache += double(batch) * double(ctx) * double(m.D) * 4.0;
+    b.kv_cache += double(batch) * double(ctx) * double(m.D) * double(m.kv_elem_bytes());
   }
   b.lm_head = double(matrix_bytes(m.w.lm_head));
   b.other = double(batch) * double(c.hidden_size) * double(matrix_elem_bytes(m.w.embed));

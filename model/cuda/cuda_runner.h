@@ -34,6 +34,13 @@ struct CudaRunnerOptions {
   int64_t max_num_seqs = 64;             // sequences in one step (largest graph bucket)
   int64_t max_tokens_per_step = 2048;    // new tokens in one step (prefill chunk); activations are sized by it
   bool use_graphs = true;                // decode steps replay captured CUDA graphs
+  // The latent KV cache in bf16 (each [c_kv | k_pe] value rounded to nearest even as it is written)
+  // instead of f32: half the cache's memory, so twice the tokens in it, and half the bytes the
+  // attention reads a step (which grow with the context: moonlight's cache at 8K is ~20 MB a layer
+  // in f32). The attention's arithmetic after the staging is the f32 pool's (ops/cuda/
+  // mla_attention_common.cuh, KvBf16Stage). Off by default until its speed and quality are measured
+  // on a GPU; PEREGRINE_KV_CACHE=bf16|f32 overrides; never in exact mode.
+  bool kv_bf16 = false;
   // The MTP layers draft through a quantized copy of their head (model/cuda/device_weights.h's
   // quantize_draft_heads): lossless (verification decides), a half (FP8) or ~0.28 (NVFP4) of the
   // bf16 head's bytes a draft step, at the cost of that copy's memory and of some acceptance.
