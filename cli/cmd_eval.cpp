@@ -56,6 +56,9 @@ Command add_eval(CLI::App& root) {
                   "f32, or e4m3: the model's NVFP4 projections take e4m3 inputs with a scale per token "
                   "(a W4A8 quality probe; CPU only)")
       ->check(CLI::IsMember({"f32", "e4m3"}));
+  app->add_option("--kv-cache-dtype", o->eval.kv_cache_dtype,
+                  "the model under test's latent KV cache: f32 or bf16 (the reference's is f32)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app->add_option("--json-out", o->json_out, "write the report as JSON to this file");
   return {app, [o] { return run_eval_command(*o); }};
 }

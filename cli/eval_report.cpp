@@ -172,6 +172,7 @@ Result<nlohmann::json> run_eval(EvalOptions o) {
   ro.kv_blocks = (max_len + kBlockSize - 1) / kBlockSize;  // one sequence: both models share a GPU
   Side sm{o.model_dir, nullptr, {}}, sr{o.reference_dir, nullptr, {}};
   for (auto [side, loaded] : {std::pair{&sm, &model}, std::pair{&sr, &ref}}) {
+    ro.kv_cache_dtype = side == &sm ? o.kv_cache_dtype : "f32";
     auto runner = make_runner(std::move(*loaded).value(), ro);
     if (!runner.ok()) return runner.status().with_context(side->dir);
     side->runner = std::move(runner).value();

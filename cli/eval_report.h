@@ -27,6 +27,9 @@ struct EvalOptions {
   // with an f32 scale per token (DeepseekModel::set_e4m3_activations: a W4A8 quality probe, CPU
   // only); "f32": as loaded.
   std::string activations = "f32";
+  // The model under test's latent KV cache (auto | f32 | bf16: RunnerOptions::kv_cache_dtype); the
+  // reference's is f32.
+  std::string kv_cache_dtype = "auto";
 };
 
 // A text's teacher-forced windows, as eval and GPTQ's calibration take them: its tokens (plain text:

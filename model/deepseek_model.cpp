@@ -275,13 +275,18 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
   ra.x = kv.data(); ra.n_heads = 1; ra.head_stride = D; ra.row_stride = D; ra.offset = R;  // k_pe
   ops::cpu::rope(ra);
 
-  // Write [c_kv | k_pe] of the new tokens into the paged cache.
+  // Write [c_kv | k_pe] of the new tokens into the paged cache (a bf16 cache: rounded to nearest even).
   float* pool_kv = cache.layer(cache_layer);
+  uint16_t* pool_kv16 = cache.layer16(cache_layer);
   const int64_t bs = cache.block_size();
   for (int64_t t = 0; t < T; ++t) {
     const int64_t p = positions[t];
     const int32_t blk = block_tables[int64_t(token_seq[t]) * max_blocks + p / bs];
-    std::copy(&kv[t * D], &kv[(t + 1) * D], pool_kv + (int64_t(blk) * bs + p % bs) * D);
+    const int64_t row = (int64_t(blk) * bs + p % bs) * D;
+    if (pool_kv16)
+      for (int64_t j = 0; j < D; ++j) pool_kv16[row + j] = f32_to_bf16(kv[t * D + j]);
+    else
+      std::copy(&kv[t * D], &kv[(t + 1) * D], pool_kv + row);
   }
 
   // Absorb W_UK into the queries: q_lat[t,h] = q_nope[t,h] · W_UK[h]  -> [T, nh, R]; q_pe [T, nh, P].
@@ -303,7 +308,7 @@ void DeepseekModel::layer_forward(const LayerWeights& L, int64_t cache_layer, fl
 
   std::vector<float> o_lat(size_t(T * nh * R));  // [T, nh, R]
   ops::MlaAttentionArgs m;
-  m.q_lat = q_lat.data(); m.q_pe = q_pe.data(); m.kv = pool_kv; m.block_tables = block_tables;
+  m.q_lat = q_lat.data(); m.q_pe = q_pe.data(); m.kv = pool_kv; m.kv_bf16 = pool_kv16; m.block_tables = block_tables;
   m.token_seq = token_seq; m.ctx_len = ctx_len; m.o_lat = o_lat.data();
   m.m = T; m.n_heads = nh; m.kv_lora_rank = R; m.rope_dim = P;
   m.block_size = bs; m.max_blocks_per_seq = max_blocks; m.n_blocks = cache.n_blocks();

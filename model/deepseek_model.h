@@ -64,8 +64,8 @@ class DeepseekModel {
   // Layers that own KV cache: the main layers, then the MTP layers.
   int64_t n_cache_layers() const { return cfg_.num_hidden_layers + int64_t(w_.mtp.size()); }
 
-  KvCache make_cache(int64_t n_blocks, int64_t block_size) const {
-    return KvCache(n_cache_layers(), n_blocks, block_size, kv_row_dim());
+  KvCache make_cache(int64_t n_blocks, int64_t block_size, bool bf16 = false) const {
+    return KvCache(n_cache_layers(), n_blocks, block_size, kv_row_dim(), bf16);
   }
 
   // One forward step. Writes the new tokens' KV into `cache` and fills `out`.

@@ -112,8 +112,8 @@ class ModelRunner {
 
 class CpuRunner final : public ModelRunner {
  public:
-  CpuRunner(std::unique_ptr<DeepseekModel> model, int64_t n_blocks, int64_t block_size)
-      : model_(std::move(model)), cache_(model_->make_cache(n_blocks, block_size)) {}
+  CpuRunner(std::unique_ptr<DeepseekModel> model, int64_t n_blocks, int64_t block_size, bool kv_bf16 = false)
+      : model_(std::move(model)), cache_(model_->make_cache(n_blocks, block_size, kv_bf16)) {}
 
   const ModelConfig& config() const override { return model_->config(); }
   int64_t n_mtp_layers() const override { return model_->n_mtp_layers(); }
@@ -124,7 +124,7 @@ class CpuRunner final : public ModelRunner {
                      StepOutput& out) override {
     return model_->forward_mtp(mtp_idx, seqs, prev_hidden, cache_, out);
   }
-  std::string describe() const override { return "cpu"; }
+  std::string describe() const override { return cache_.bf16() ? "cpu (bf16 KV cache)" : "cpu"; }
   DeepseekModel* cpu_model() override { return model_.get(); }
   // The CPU is compute-bound at these sizes: a verify row costs nearly a step's arithmetic (the
   // embedded model on the 2-core development machine fits 0.63-0.92).

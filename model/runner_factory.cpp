@@ -28,13 +28,11 @@ Result<std::unique_ptr<ModelRunner>> make_runner(std::unique_ptr<DeepseekModel> 
     return invalid_argument("--kv-cache-dtype must be auto, f32 or bf16, got '{}'", o.kv_cache_dtype);
   const bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_usable());
   if (!cuda) {
-    if (o.kv_cache_dtype == "bf16")
-      return invalid_argument("--kv-cache-dtype bf16: the CPU runner keeps its KV cache in f32 (use f32 or auto, or --device cuda)");
     const ModelConfig& c = model->config();
     const int64_t len = o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
                                             : c.max_position_embeddings;
     const int64_t blocks = o.kv_blocks > 0 ? o.kv_blocks : o.max_num_seqs * ((len + o.kv_block_size - 1) / o.kv_block_size);
-    return std::unique_ptr<ModelRunner>(new CpuRunner(std::move(model), blocks, o.kv_block_size));
+    return std::unique_ptr<ModelRunner>(new CpuRunner(std::move(model), blocks, o.kv_block_size, o.kv_cache_dtype == "bf16"));
   }
 #ifdef PG_WITH_CUDA
   CudaRunnerOptions co;

@@ -52,6 +52,10 @@ constexpr double kExactTol = 1e-3;
 // routing decision (4.7 nats there, reproduced by the CPU emulation at 4.67-4.71, top-1 unchanged).
 constexpr double kTolMargin = 1.25, kTolFloor = 0.05;
 
+// Whether the runners' default options (the environment's PEREGRINE_KV_CACHE included) keep the KV
+// cache in bf16: then the CPU emulation of the default mode rounds its cache the same way.
+bool cuda_kv_bf16() { return CudaRunner::effective_options(CudaRunnerOptions{}).kv_bf16; }
+
 // Max |Δ logprob| between two runs' logits, over run a's top-10 at every row.
 double max_top10_delta(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab);
 
@@ -168,7 +172,7 @@ void derive_default_tolerance(const DeepseekModel& cpu, const std::filesystem::p
     std::iota(ct.begin(), ct.end(), 0);
     SeqStep whole{ids, 0, ct, true};
     StepOutput ref, got;
-    KvCache ca = cpu.make_cache(nb, 16), cb = (*em)->make_cache(nb, 16);
+    KvCache ca = cpu.make_cache(nb, 16), cb = (*em)->make_cache(nb, 16, cuda_kv_bf16());
     ASSERT_TRUE(cpu.forward(std::span(&whole, 1), ca, ref).ok());
     if (sched == Schedule::kWhole) {
       ASSERT_TRUE((*em)->forward(std::span(&whole, 1), cb, got).ok());
@@ -562,7 +566,7 @@ TEST(CudaGoldenDefault, EmbeddedModelLongPromptDefaultMode) {
   auto em = DeepseekModel::load(dir);
   ASSERT_TRUE(em.ok());
   (*em)->set_bf16_emulation(cuda_default_emulation());
-  KvCache ecache = (*em)->make_cache(nb, 16);
+  KvCache ecache = (*em)->make_cache(nb, 16, cuda_kv_bf16());
   StepOutput emu;
   ASSERT_TRUE((*em)->forward(std::span(&cs, 1), ecache, emu).ok());
   const double derived = max_top10_delta(ref.logits, emu.logits, vocab);
