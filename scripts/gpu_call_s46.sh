@@ -1,46 +1,54 @@
 #!/usr/bin/env bash
-# Session 46's single device call (device time came rarely: everything in one command of < 600 s),
-# with the binaries of .deps/prebuilt (scripts/gpu_pack.sh) and the timeline probe's of .deps/timeline
-# (carry .deps/gpu-debs, .deps/prebuilt, .deps/timeline). Each part runs while time is left:
-#   1. scripts/gpu_tables.sh: the standard table (an H200's only) and the GEMV table;
-#   2. the bf16 KV cache (PEREGRINE_KV_CACHE=bf16): its op tests, the goldens under it, then decode
-#      at 1K and 8K contexts against the f32 cache, alternating;
-#   3. scripts/gpu_env_sweep.sh over the verify-step experiments (op tests under each, then against
+# Session 46's single device call (device time came rarely: everything in one command), with the
+# binaries of .deps/prebuilt (scripts/gpu_pack.sh) and the timeline probe's of .deps/timeline (carry
+# .deps/gpu-debs, .deps/prebuilt, .deps/timeline). In order, each part while time is left:
+#   1. the bf16 KV cache's op tests, and the goldens under PEREGRINE_KV_CACHE=bf16;
+#   2. scripts/gpu_tables.sh: the standard table (an H200's only), the GEMV table if time allows;
+#   3. decode with the bf16 KV cache against the f32 one at 1K and 8K contexts, alternating;
+#   4. scripts/gpu_env_sweep.sh over the verify-step experiments (op tests under each, then against
 #      the default: verify k = 1, 3 and decode);
-#   4. scripts/timeline_run.sh: the verify step at k = 3 and the decode step, marks on.
-#   usage: scripts/gpu_call_s46.sh OUT     PG_S46_SWEEP: part 3's variants; PG_S46_TOTAL_S (585)
+#   5. scripts/timeline_run.sh: the verify step at k = 3 and the decode step, marks on.
+#   usage: scripts/gpu_call_s46.sh OUT     PG_S46_SWEEP: part 3's variants; PG_S46_TOTAL_S (480)
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_call_s46.sh OUT}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
-left() { echo $(( ${PG_S46_TOTAL_S:-585} - ($(date +%s) - T0) )); }
+left() { echo $(( ${PG_S46_TOTAL_S:-480} - ($(date +%s) - T0) )); }
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 B=$(pwd)/build
 
-PG_TABLES_TOTAL_S=${PG_S46_TABLES_S:-150} PG_TABLES_SUITE_S=${PG_S46_TABLES_S:-150} scripts/gpu_tables.sh "$OUT/c" >"$OUT/tables.txt" 2>&1
-echo "$(el) tables:"
-head -1 "$OUT/tables.txt"; tail -n 40 "$OUT/tables.txt" | cut -c1-170
 export LD_LIBRARY_PATH=/tmp/pgdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64
+# The .debs and the binaries unpacked (the suite runs nothing else).
+PG_SUITE_PREBUILT=.deps/prebuilt/gpu-build.tar.xz PG_SUITE_BENCHES= PG_SUITE_CTEST_R=NoSuchTestHere \
+  PG_SUITE_SKIP_MEASURES=1 PG_SUITE_SKIP_QUALITY=1 PG_SUITE_SKIP_SPEC=1 PG_SUITE_SKIP_MEMCHECK=1 \
+  PG_SUITE_SKIP_PROBES=1 PG_SUITE_SKIP_OPS_BENCH=1 PG_SUITE_SKIP_ALT=1 PG_SUITE_GATED= PG_SUITE_BUDGET_S=60 \
+  scripts/gpu_suite.sh "$OUT/unpack" >"$OUT/unpack.log" 2>&1
+echo "$(el) unpacked: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); $(grep -m1 '^prebuilt' "$OUT/unpack/summary.txt" 2>/dev/null)"
 
-if [ "$(left)" -gt 200 ]; then
-  timeout 90 "$B/tests/ops/ops_cuda_test" --gtest_filter='*Bf16Pool*:*KvWrite*:*MlaPrefill*' >"$OUT/kv_ops.log" 2>&1
-  echo "$(el) bf16 KV op tests: rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/kv_ops.log" | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \] ' "$OUT/kv_ops.log" | head -8
-  GOLD=$(find "$B" -name cuda_golden_test -type f -perm -u+x | head -1)
-  PEREGRINE_KV_CACHE=bf16 timeout 90 "$GOLD" >"$OUT/kv_goldens.log" 2>&1
-  echo "$(el) goldens under PEREGRINE_KV_CACHE=bf16: rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/kv_goldens.log" | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \] ' "$OUT/kv_goldens.log" | head -8
-  for ctx in 1024 8192; do
-    [ "$(left)" -gt 200 ] || break
-    PG_SWEEP_TIMEOUT=40 PG_SWEEP_ARGS="--prompt-tokens $ctx" timeout 100 scripts/bench_sweep.sh "$B/peregrine" 2 \
-      "moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4" - PEREGRINE_KV_CACHE=bf16 >"$OUT/kv_sweep_$ctx.txt" 2>&1
-    echo "$(el) bf16 KV against f32 at context $ctx: rc=$?"; cat "$OUT/kv_sweep_$ctx.txt"
-  done
-fi
+timeout 90 "$B/tests/ops/ops_cuda_test" --gtest_filter='*Bf16Pool*:*KvWrite*:*MlaPrefill*' >"$OUT/kv_ops.log" 2>&1
+echo "$(el) bf16 KV op tests: rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/kv_ops.log" | tr '\n' ' ')"
+grep -E '^\[  FAILED  \] ' "$OUT/kv_ops.log" | head -8
+GOLD=$(find "$B" -name cuda_golden_test -type f -perm -u+x | head -1)
+PEREGRINE_KV_CACHE=bf16 timeout 100 "$GOLD" >"$OUT/kv_goldens.log" 2>&1
+echo "$(el) goldens under PEREGRINE_KV_CACHE=bf16: rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/kv_goldens.log" | tr '\n' ' ')"
+grep -E '^\[  FAILED  \] ' "$OUT/kv_goldens.log" | head -8
 
-if [ "$(left)" -gt 200 ]; then
+# The standard table (an H200's: gpu_tables.sh runs the benches there only), the GEMV table if time is left.
+[ "$(left)" -gt 380 ] || export PG_SUITE_SKIP_OPS_BENCH=1
+PG_TABLES_TOTAL_S=${PG_S46_TABLES_S:-130} PG_TABLES_SUITE_S=${PG_S46_TABLES_S:-130} scripts/gpu_tables.sh "$OUT/c" >"$OUT/tables.txt" 2>&1
+echo "$(el) tables:"
+tail -n 30 "$OUT/tables.txt" | cut -c1-170
+
+for ctx in 1024 8192; do
+  [ "$(left)" -gt 120 ] || break
+  PG_SWEEP_TIMEOUT=40 PG_SWEEP_ARGS="--prompt-tokens $ctx" timeout 100 scripts/bench_sweep.sh "$B/peregrine" 2 \
+    "moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4" - PEREGRINE_KV_CACHE=bf16 >"$OUT/kv_sweep_$ctx.txt" 2>&1
+  echo "$(el) bf16 KV against f32 at context $ctx: rc=$?"; cat "$OUT/kv_sweep_$ctx.txt"
+done
+
+if [ "$(left)" -gt 150 ]; then
   # shellcheck disable=SC2086  # the variants are words
   PG_ENV_TOTAL_S=$(( $(left) - 80 )) PG_ENV_TESTS='*MlaAttention*:*MoeExperts*:*MoeLayerPdl*:-*Timing*' PG_ENV_GEMV=none \
     PG_SWEEP_METRIC="verify1 verify3 decode" PG_ENV_BENCHES="moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4" \
