@@ -64,7 +64,8 @@ __device__ __forceinline__ void store_q(const MlaAttentionParams& p, const float
 // and p.vec_out hold (attention_vec_kernel). kDefer (p.defer, PEREGRINE_ATTENTION_DEFER_TC): as the
 // lean CUDA-core kernel's deferred form, every split leaves its partial (the only split too) and its
 // heads' (max, sum) in ws_ml and exits; W_UV's kernel combines (head_linear_combine).
-// kBf16: the pool is bf16 (p.kv16), staged through registers (KvBf16Stage).
+// kBf16: the pool is bf16 (p.kv16), staged through registers (KvBf16Stage); its values are their own
+// bf16 hi parts, so the mmas of their lo parts (zeros) are left out: two mmas a product, same bits.
 template <bool kVec, bool kDefer = false, bool kBf16 = false>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const __grid_constant__ MlaAttentionParams p) {
   extern __shared__ float4 smem4[];
@@ -157,7 +158,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
         split_bf16x2(x0.x, x0.y, bh0, bl0);
         split_bf16x2(x1.x, x1.y, bh1, bl1);
         mma_m16n8k16_bf16(sc[2 * u], ql.x, ql.y, ql.z, ql.w, bh0, bh1);
-        mma_m16n8k16_bf16(sc[2 * u], qh.x, qh.y, qh.z, qh.w, bl0, bl1);
+        // A bf16 pool's K is its own bf16 hi part: lo is 0, its product adds exactly nothing.
+        if constexpr (!kBf16) mma_m16n8k16_bf16(sc[2 * u], qh.x, qh.y, qh.z, qh.w, bl0, bl1);
         mma_m16n8k16_bf16(sc[2 * u + 1], qh.x, qh.y, qh.z, qh.w, bh0, bh1);
       }
     }
@@ -217,7 +219,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
         split_bf16x2(v[0], v[p.dp], bh0, bl0);
         split_bf16x2(v[8 * p.dp], v[9 * p.dp], bh1, bl1);
         mma_m16n8k16_bf16(acc[i], al0_, al1_, al2, al3, bh0, bh1);
-        mma_m16n8k16_bf16(acc[i], ah0, ah1, ah2, ah3, bl0, bl1);
+        if constexpr (!kBf16) mma_m16n8k16_bf16(acc[i], ah0, ah1, ah2, ah3, bl0, bl1);  // 0 for a bf16 pool
         mma_m16n8k16_bf16(acc[i], ah0, ah1, ah2, ah3, bh0, bh1);
       }
     }
