@@ -35,18 +35,24 @@ PEREGRINE_KV_CACHE=bf16 timeout 100 "$GOLD" >"$OUT/kv_goldens.log" 2>&1
 echo "$(el) goldens under PEREGRINE_KV_CACHE=bf16: rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/kv_goldens.log" | tr '\n' ' ')"
 grep -E '^\[  FAILED  \] ' "$OUT/kv_goldens.log" | head -8
 
-# The standard table (an H200's: gpu_tables.sh runs the benches there only), the GEMV table if time is left.
-[ "$(left)" -gt 380 ] || export PG_SUITE_SKIP_OPS_BENCH=1
-PG_TABLES_TOTAL_S=${PG_S46_TABLES_S:-130} PG_TABLES_SUITE_S=${PG_S46_TABLES_S:-130} scripts/gpu_tables.sh "$OUT/c" >"$OUT/tables.txt" 2>&1
-echo "$(el) tables:"
-tail -n 30 "$OUT/tables.txt" | cut -c1-170
-
-for ctx in 1024 8192; do
-  [ "$(left)" -gt 120 ] || break
-  PG_SWEEP_TIMEOUT=40 PG_SWEEP_ARGS="--prompt-tokens $ctx" timeout 100 scripts/bench_sweep.sh "$B/peregrine" 2 \
-    "moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4" - PEREGRINE_KV_CACHE=bf16 >"$OUT/kv_sweep_$ctx.txt" 2>&1
-  echo "$(el) bf16 KV against f32 at context $ctx: rc=$?"; cat "$OUT/kv_sweep_$ctx.txt"
-done
+kv_sweep() {
+  for ctx in ${PG_S46_KV_CTX:-1024 8192}; do
+    [ "$(left)" -gt 60 ] || break
+    PG_SWEEP_TIMEOUT=40 PG_SWEEP_ARGS="--prompt-tokens $ctx" timeout $(( $(left) - 10 )) scripts/bench_sweep.sh "$B/peregrine" 2 \
+      "${PG_S46_KV_BENCHES:-moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4}" - PEREGRINE_KV_CACHE=bf16 >"$OUT/kv_sweep_$ctx.txt" 2>&1
+    echo "$(el) bf16 KV against f32 at context $ctx: rc=$?"; cat "$OUT/kv_sweep_$ctx.txt"
+  done
+}
+tables() {
+  [ "$(left)" -gt 100 ] || return 0
+  [ "$(left)" -gt 380 ] || export PG_SUITE_SKIP_OPS_BENCH=1
+  PG_TABLES_TOTAL_S=${PG_S46_TABLES_S:-130} PG_TABLES_SUITE_S=${PG_S46_TABLES_S:-130} scripts/gpu_tables.sh "$OUT/c" >"$OUT/tables.txt" 2>&1
+  echo "$(el) tables:"
+  tail -n 30 "$OUT/tables.txt" | cut -c1-170
+}
+# The standard table (an H200's: gpu_tables.sh runs the benches there only; the GEMV table if time is
+# left) and the bf16 KV cache's decode against the f32 one; PG_S46_KV_FIRST=1: the latter first.
+if [ -n "${PG_S46_KV_FIRST:-}" ]; then kv_sweep; tables; else tables; kv_sweep; fi
 
 if [ "$(left)" -gt 150 ]; then
   # shellcheck disable=SC2086  # the variants are words
