@@ -32,7 +32,8 @@ Result<std::unique_ptr<ModelRunner>> make_runner(std::unique_ptr<DeepseekModel> 
     const int64_t len = o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
                                             : c.max_position_embeddings;
     const int64_t blocks = o.kv_blocks > 0 ? o.kv_blocks : o.max_num_seqs * ((len + o.kv_block_size - 1) / o.kv_block_size);
-    return std::unique_ptr<ModelRunner>(new CpuRunner(std::move(model), blocks, o.kv_block_size, o.kv_cache_dtype == "bf16"));
+    return std::unique_ptr<ModelRunner>(
+        new CpuRunner(std::move(model), blocks, o.kv_block_size, o.kv_cache_dtype == "bf16"));
   }
 #ifdef PG_WITH_CUDA
   CudaRunnerOptions co;

@@ -20,7 +20,7 @@ struct RunnerOptions {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   double gpu_memory_utilization = 0.90;
-  std::string kv_cache_dtype = "auto";  // auto | f32 | bf16 (auto: f32 on the CPU, CudaRunnerOptions::kv_bf16's default)
+  std::string kv_cache_dtype = "auto";  // auto | f32 | bf16 (auto: the CPU's f32, CudaRunnerOptions::kv_bf16's default)
   bool cuda_graphs = true;
   bool exact = false;            // cuda debug mode: f32 activations everywhere (matches the CPU to ~1e-5)
   bool speculative = false;      // the engine drafts with the MTP layers (cuda: their FP8 draft head)

@@ -275,7 +275,9 @@ cudaError_t launch_kernel(const MlaAttentionParams& p, cudaStream_t stream) {
 
 template <int kHeads, bool kVec, int kRows, bool kLean = false, bool kRelease = false, bool kDefer = false>
 cudaError_t launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  if (p.kv16) return launch_kernel<mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease, kDefer, true>, kHeads, kRows>(p, stream);
+  if (p.kv16)
+    return launch_kernel<mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease, kDefer, true>, kHeads, kRows>(p,
+                                                                                                               stream);
   return launch_kernel<mla_attention_kernel<kHeads, kVec, kRows, kLean, kRelease, kDefer>, kHeads, kRows>(p, stream);
 }
 

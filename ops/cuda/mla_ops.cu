@@ -87,9 +87,8 @@ __device__ __forceinline__ void rope_cos_sin(float inv_freq, float pos, float at
   s = __fmul_rn(float(sd), attention_factor);
 }
 
-// Rotates pair k of one head's rope part: (x[2k], x[2k+1]) interleaved, else (x[k], x[k+half]).
-// `in` and `out` may be the same.
-// Pair k's rotated values and their columns (i0, i1).
+// Pair k of one head's rope part rotated: (x[2k], x[2k+1]) interleaved, else (x[k], x[k+half]); its
+// columns (i0, i1) and values (o0, o1).
 __device__ __forceinline__ void rope_pair(const float* in, int64_t k, int64_t half, bool interleave, float c, float s,
                                           int64_t& i0, int64_t& i1, float& o0, float& o1) {
   i0 = interleave ? 2 * k : k, i1 = interleave ? 2 * k + 1 : k + half;
@@ -101,7 +100,7 @@ __device__ __forceinline__ void rope_rotate(const float* in, float* out, int64_t
                                             float c, float s) {
   int64_t i0, i1;
   float o0, o1;
-  rope_pair(in, k, half, interleave, c, s, i0, i1, o0, o1);
+  rope_pair(in, k, half, interleave, c, s, i0, i1, o0, o1);  // `in` and `out` may be the same
   out[i0] = o0;
   out[i1] = o1;
 }
@@ -165,9 +164,10 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const __grid_constan
 // mla_kv_write: one block per token. rmsnorm as rmsnorm.cu (same per-element expression as the
 // CPU, block-order sum of squares), then the rope pairs of k_pe straight from kv to the cache.
 // One kv_write block: token t; scratch: shared [kKvWriteThreads / 32]. Returns uniformly over
-// the block. kTable: the rope's cos / sin from the step's p.cos_sin.
-template <bool kTable>
-__device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, int64_t t, float* scratch) {
+// the block. kTable: the rope's cos / sin from the step's p.cos_sin. kBf16: the row rounded to
+// nearest even into the bf16 pool p.cache16 (the same f32 values first).
+template <bool kTable, bool kBf16>
+__device__ __forceinline__ void mla_kv_write_row(const MlaKvWriteParams& p, int64_t t, float* scratch) {
   const int64_t R = p.kv_lora_rank, D = R + p.rope_dim, half = p.rope_dim / 2;
   const int64_t pos = ld_now(p.positions + t);
   const int32_t seq = ld_now(p.token_seq + t);  // with pos: one round trip (it had waited for pos's branch)
@@ -177,9 +177,8 @@ __device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, in
   if (blk < 0 || blk >= p.n_blocks) return;
   const float* src = p.kv + t * p.kv_stride;
   const int64_t row = (int64_t(blk) * p.block_size + pos % p.block_size) * D;
-  // The f32 row's values, into an f32 pool or rounded into a bf16 one (p.cache16).
   const auto put = [&](int64_t j, float v) {
-    if (p.cache16) p.cache16[row + j] = to_bf16_bits(v);
+    if constexpr (kBf16) p.cache16[row + j] = to_bf16_bits(v);
     else p.cache[row + j] = v;
   };
 
@@ -202,6 +201,16 @@ __device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, in
     put(R + i0, o0);
     put(R + i1, o1);
   }
+}
+// The bf16 pool's row out of line: the f32 pool's path (every default step's mla_prep) keeps its code.
+template <bool kTable>
+__device__ __noinline__ void mla_kv_write_row_bf16(const MlaKvWriteParams& p, int64_t t, float* scratch) {
+  mla_kv_write_row<kTable, true>(p, t, scratch);
+}
+template <bool kTable>
+__device__ __forceinline__ void mla_kv_write_block(const MlaKvWriteParams& p, int64_t t, float* scratch) {
+  if (p.cache16) mla_kv_write_row_bf16<kTable>(p, t, scratch);
+  else mla_kv_write_row<kTable, false>(p, t, scratch);
 }
 
 template <bool kTable>
