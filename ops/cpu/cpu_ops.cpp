@@ -193,17 +193,22 @@ void mla_attention(const MlaAttentionArgs& a, ThreadPool& pool) {
             mx[size_t(hh)] = std::max(mx[size_t(hh)], sc);
           }
       }
-      for (int64_t hh = 0; hh < g; ++hh) {
+      for (int64_t hh = 0; hh < g; ++hh) {  // the exponentials; mx becomes 1 / their sum
         float* sh = &scores[size_t(hh * n)];
         float sum = 0;
         for (int64_t j = 0; j < n; ++j) sum += (sh[j] = std::exp(sh[j] - mx[size_t(hh)]));
+        mx[size_t(hh)] = 1.0f / sum;
         float* o = a.o_lat + (t * H + h0 + hh) * R;
         std::fill(o, o + R, 0.0f);
-        const float inv = 1.0f / sum;
-        for (int64_t j0 = 0; j0 < n; j0 += bs) {
-          const int64_t rows = std::min(bs, n - j0);
-          for (int64_t r = 0; r < rows; ++r) weights[size_t(r)] = sh[j0 + r] * inv;
-          simd_axpys(weights.data(), block_rows(j0), D, rows, o, R);
+      }
+      // P·V a block at a time for the g heads (a bf16 block widened once), each head's sum in row order.
+      for (int64_t j0 = 0; j0 < n; j0 += bs) {
+        const int64_t rows = std::min(bs, n - j0);
+        const float* blk = block_rows(j0);
+        for (int64_t hh = 0; hh < g; ++hh) {
+          const float* sh = &scores[size_t(hh * n)];
+          for (int64_t r = 0; r < rows; ++r) weights[size_t(r)] = sh[j0 + r] * mx[size_t(hh)];
+          simd_axpys(weights.data(), blk, D, rows, a.o_lat + (t * H + h0 + hh) * R, R);
         }
       }
     }

@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
 
   [[maybe_unused]] KvBf16Stage<kRows> stage;
   if constexpr (kBf16) {
-    stage.template load<kVec, kLean>(p, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end, 4 * p.d4);
+    stage.template load<kVec, kLean>(p, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end);
     stage.store(sK, p.dp, 4 * p.d4);
   } else if (!early_chunk) {
     load_chunk<kRows, kVec, kLean>(p, sK, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end, 4 * p.d4);
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
     __syncthreads();  // chunk c (and Q) visible; chunk c - 1 (the other buffer) no longer read
     const int c0 = begin + c * kRows;
     if (c + 1 < n_chunks) {
-      if constexpr (kBf16) stage.template load<kVec, kLean>(p, next_blocks, c0 + kRows, end, 4 * p.d4);
+      if constexpr (kBf16) stage.template load<kVec, kLean>(p, next_blocks, c0 + kRows, end);
       else load_chunk<kRows, kVec, kLean>(p, sK + ((c + 1) & 1) * kRows * p.dp, next_blocks, c0 + kRows, end, 4 * p.d4);
       next_blocks = chunk_blocks<kRows, kLean>(p, table, c0 + 2 * kRows, end);
     }

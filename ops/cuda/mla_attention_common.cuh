@@ -176,10 +176,10 @@ struct KvBf16Stage {
   static constexpr int kGroups = (kMlaBf16MaxWidth / 4 + kWarpSize - 1) / kWarpSize;  // 4-value groups a lane
   uint2 v[kRowsPerWarp][kGroups];
 
-  // Rows [c0, c0 + kRows) (zeros at or past end, and past D), columns [0, width): width / 4 groups.
-  // kVec: p.vec_kv (D % 4 == 0, an 8-byte aligned pool): 8-byte loads, else a value at a time.
+  // Rows [c0, c0 + kRows) (zeros at or past end), their D values (groups past D: zeros; store() takes
+  // the width). kVec: p.vec_kv (D % 4 == 0, an 8-byte aligned pool): 8-byte loads, else a value at a time.
   template <bool kVec, bool kLean = false>
-  __device__ __forceinline__ void load(const MlaAttentionParams& p, int32_t blocks, int c0, int end, int width) {
+  __device__ __forceinline__ void load(const MlaAttentionParams& p, int32_t blocks, int c0, int end) {
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
     const int first = block_of<kLean>(p, c0);
 #pragma unroll
@@ -205,7 +205,6 @@ struct KvBf16Stage {
         v[i][g] = w;
       }
     }
-    (void)width;
   }
   __device__ __forceinline__ void store(float* dst, int dp, int width) const {
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;

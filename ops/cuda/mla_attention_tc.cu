@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
 
   [[maybe_unused]] KvBf16Stage<kMlaChunkRows> stage;
   if constexpr (kBf16) {
-    stage.template load<kVec>(p, chunk_blocks(p, table, begin, end), begin, end, p.dk);
+    stage.template load<kVec>(p, chunk_blocks(p, table, begin, end), begin, end);
     stage.store(sK, p.dp, p.dk);
   } else {
     load_chunk<kMlaChunkRows, kVec>(p, sK, chunk_blocks(p, table, begin, end), begin, end, p.dk);
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
     const int c0 = begin + c * kMlaChunkRows;
     if (c + 1 < n_chunks) {
       if constexpr (kBf16)
-        stage.template load<kVec>(p, next_blocks, c0 + kMlaChunkRows, end, p.dk);
+        stage.template load<kVec>(p, next_blocks, c0 + kMlaChunkRows, end);
       else
         load_chunk<kMlaChunkRows, kVec>(p, sK + ((c + 1) & 1) * kMlaChunkRows * p.dp, next_blocks, c0 + kMlaChunkRows,
                                         end, p.dk);
