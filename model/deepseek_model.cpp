@@ -109,13 +109,21 @@ void mla_attention_bf16(const ops::MlaAttentionArgs& m, ThreadPool& pool) {
       for (int64_t c = 0; c < P; ++c)
         q[size_t(R + c)] = round_bf16(m.softmax_scale * m.q_pe[t * q_pe_row_stride(m) + h * q_pe_head_stride(m) + c]);
       const int32_t* table = m.block_tables + int64_t(m.token_seq[t]) * m.max_blocks_per_seq;
-      auto cache_row = [&](int64_t j) { return m.kv + (int64_t(table[j / m.block_size]) * m.block_size + j % m.block_size) * D; };
+      // Row j of the sequence rounded to bf16 (a bf16 pool's values as they are, widened).
+      auto cache_row = [&](int64_t j) {
+        const int64_t at = (int64_t(table[j / m.block_size]) * m.block_size + j % m.block_size) * D;
+        if (m.kv_bf16)
+          for (int64_t c = 0; c < D; ++c) row[size_t(c)] = bf16_to_f32(m.kv_bf16[at + c]);
+        else
+          for (int64_t c = 0; c < D; ++c) row[size_t(c)] = round_bf16(m.kv[at + c]);
+        return row.data();
+      };
       w.assign(size_t(n), 0.0f);
       float mx = -INFINITY;
       for (int64_t j = 0; j < n; ++j) {
         const float* kv = cache_row(j);
         float sc = 0.0f;
-        for (int64_t c = 0; c < D; ++c) sc += q[size_t(c)] * round_bf16(kv[c]);
+        for (int64_t c = 0; c < D; ++c) sc += q[size_t(c)] * kv[c];
         w[size_t(j)] = sc;
         mx = std::max(mx, sc);
       }
@@ -124,11 +132,7 @@ void mla_attention_bf16(const ops::MlaAttentionArgs& m, ThreadPool& pool) {
       for (float& v : w) v = round_bf16(float(std::exp(double(v - mx)) / sum));
       float* o = m.o_lat + th * R;
       std::fill(o, o + R, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* kv = cache_row(j);
-        for (int64_t c = 0; c < R; ++c) row[size_t(c)] = round_bf16(kv[c]);
-        ops::cpu::axpy(w[size_t(j)], row.data(), o, R);
-      }
+      for (int64_t j = 0; j < n; ++j) ops::cpu::axpy(w[size_t(j)], cache_row(j), o, R);
     }
   });
 }
