@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Session 47's second device call (binaries of .deps/prebuilt, scripts/gpu_pack.sh; carry .deps/gpu-debs
+# and .deps/prebuilt), each part while time is left:
+#   1. the CUDA goldens under PEREGRINE_KV_CACHE=bf16 (the CPU emulation's crash fixed);
+#   2. moonlight nvfp4 decode after 7,936 prompt tokens (its context is 8,192), bf16 cache against f32;
+#   3. session 45's verify-step experiments against the default: verify k = 1, 3 (moonlight nvfp4).
+#   usage: scripts/gpu_call_s47.sh OUT     PG_S47_TOTAL_S (420)
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_call_s47.sh OUT}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+left() { echo $(( ${PG_S47_TOTAL_S:-420} - ($(date +%s) - T0) )); }
+el() { echo "[$(( $(date +%s) - T0 )) s]"; }
+B=$(pwd)/build
+export LD_LIBRARY_PATH=/tmp/pgdeps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64
+PG_SUITE_PREBUILT=.deps/prebuilt/gpu-build.tar.xz PG_SUITE_BENCHES= PG_SUITE_CTEST_R=NoSuchTestHere \
+  PG_SUITE_SKIP_MEASURES=1 PG_SUITE_SKIP_QUALITY=1 PG_SUITE_SKIP_SPEC=1 PG_SUITE_SKIP_MEMCHECK=1 \
+  PG_SUITE_SKIP_PROBES=1 PG_SUITE_SKIP_OPS_BENCH=1 PG_SUITE_SKIP_ALT=1 PG_SUITE_GATED= PG_SUITE_BUDGET_S=60 \
+  scripts/gpu_suite.sh "$OUT/unpack" >"$OUT/unpack.log" 2>&1
+echo "$(el) unpacked: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); $(grep -m1 '^prebuilt' "$OUT/unpack/summary.txt" 2>/dev/null)"
+
+GOLD=$(find "$B" -name cuda_golden_test -type f -perm -u+x | head -1)
+PEREGRINE_KV_CACHE=bf16 timeout 150 "$GOLD" >"$OUT/kv_goldens.log" 2>&1
+echo "$(el) goldens under PEREGRINE_KV_CACHE=bf16: rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/kv_goldens.log" | tr '\n' ' ')"
+grep -E '^\[  FAILED  \] |^\[ measure' "$OUT/kv_goldens.log" | head -12
+
+if [ "$(left)" -gt 80 ]; then
+  PG_SWEEP_TIMEOUT=60 PG_SWEEP_ARGS="--prompt-tokens 7936" timeout $(( $(left) - 10 )) scripts/bench_sweep.sh "$B/peregrine" 2 \
+    moonlight-16b-a3b:nvfp4:0 - PEREGRINE_KV_CACHE=bf16 >"$OUT/kv_sweep_7936.txt" 2>&1
+  echo "$(el) bf16 KV against f32 after 7,936 tokens: rc=$?"; cat "$OUT/kv_sweep_7936.txt"
+fi
+if [ "$(left)" -gt 100 ]; then
+  PG_SWEEP_METRIC="verify1 verify3" PG_SWEEP_TIMEOUT=60 timeout $(( $(left) - 5 )) scripts/bench_sweep.sh "$B/peregrine" 2 \
+    moonlight-16b-a3b:nvfp4:0 - PEREGRINE_ATTENTION_MAX_SPLITS=8 PEREGRINE_MOE_NVFP4_GATE_UP_TILES2_FROM=2 \
+    PEREGRINE_ATTENTION_MAX_SPLITS=16 >"$OUT/verify_sweep.txt" 2>&1
+  echo "$(el) verify-step experiments: rc=$?"; cat "$OUT/verify_sweep.txt"
+fi
