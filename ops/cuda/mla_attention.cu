@@ -86,12 +86,14 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_kernel(const __g
   [[maybe_unused]] KvBf16Stage<kRows> stage;
   if constexpr (kBf16) {
     stage.template load<kVec, kLean>(p, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end);
-    stage.store(sK, p.dp, 4 * p.d4);
   } else if (!early_chunk) {
     load_chunk<kRows, kVec, kLean>(p, sK, chunk_blocks<kRows, kLean>(p, table, begin, end), begin, end, 4 * p.d4);
     cp_async_commit();
   }
   int32_t next_blocks = chunk_blocks<kRows, kLean>(p, table, begin + kRows, end);  // used a chunk later
+  // bf16: the first chunk's rows widened into sK once they land (the table's load above is issued
+  // first, so its round trip overlaps the chunk's).
+  if constexpr (kBf16) stage.store(sK, p.dp, 4 * p.d4);
 
   // Softmax state of this warp's heads, identical in every lane.
   float m_run[Tile::kHeadsPerWarp], l_run[Tile::kHeadsPerWarp];

@@ -104,15 +104,16 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attention_tc_kernel(const 
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
 
   [[maybe_unused]] KvBf16Stage<kMlaChunkRows> stage;
-  if constexpr (kBf16) {
+  if constexpr (kBf16)
     stage.template load<kVec>(p, chunk_blocks(p, table, begin, end), begin, end);
-    stage.store(sK, p.dp, p.dk);
-  } else {
+  else
     load_chunk<kMlaChunkRows, kVec>(p, sK, chunk_blocks(p, table, begin, end), begin, end, p.dk);
-  }
   cp_async_commit();
   int32_t next_blocks = chunk_blocks(p, table, begin + kMlaChunkRows, end);  // used a chunk later
   store_q(p, q, sQh, sQl);  // while the first chunk is in flight
+  // bf16: the first chunk's rows widened into sK once they land (after the table's load and Q's
+  // stores are issued, so their round trips overlap the chunk's).
+  if constexpr (kBf16) stage.store(sK, p.dp, p.dk);
 
   // Softmax state of this warp's 2 heads (2w, 2w + 1), identical in every lane.
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
