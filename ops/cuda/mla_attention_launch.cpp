@@ -20,9 +20,7 @@ namespace {
 constexpr size_t kMaxSmemBytes = 227 * 1024;
 
 MlaPlan plan_for(int64_t m, int64_t n_heads, int64_t max_ctx, MlaCores cores) {
-  const int cap = attention_max_splits();
-  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor, kMlaChunkRows,
-                  cap > 0 ? cap : kMlaMaxSplits);
+  return mla_plan(m, n_heads, max_ctx, current_device_props().sm_count, cores == MlaCores::kTensor);
 }
 
 }  // namespace

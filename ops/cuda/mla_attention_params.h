@@ -87,9 +87,8 @@ struct MlaPlan {
 // blocks that never wait (and the whole split grid, <= SMs blocks, fits in one wave anyway).
 // tensor_cores: the tensor-core kernel's plan, always 16 heads per block (one mma M tile).
 // chunk_rows: 16 or 32 (kMlaChunkRows; the tensor-core kernel takes 32 only; the launcher asks 32 only).
-// max_splits: at most this many splits (the launcher's PEREGRINE_ATTENTION_MAX_SPLITS, an experiment).
 inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_count, bool tensor_cores = false,
-                        int chunk_rows = kMlaChunkRows, int64_t max_splits = kMlaMaxSplits) {
+                        int chunk_rows = kMlaChunkRows) {
   MlaPlan p;
   p.chunk_rows = tensor_cores || chunk_rows != 16 ? kMlaChunkRows : 16;
   if (m <= 0 || n_heads <= 0) return p;
@@ -102,7 +101,6 @@ inline MlaPlan mla_plan(int64_t m, int64_t n_heads, int64_t max_ctx, int sm_coun
   const int64_t by_rows = mla_ceil_div(max_ctx, p.chunk_rows);
   s = s < by_rows ? s : by_rows;
   s = s < kMlaMaxSplits ? s : kMlaMaxSplits;
-  s = s < max_splits ? s : max_splits;
   p.n_splits = s > 1 ? s : 1;
   if (p.n_splits > 1 && sm_count > 0) {
     int64_t c = int64_t(sm_count) / (2 * items);

@@ -210,7 +210,9 @@ class CudaGolden : public ::testing::TestWithParam<Case> {};
 // transformers' top-10 log-probabilities.
 // Prefill of the default mode runs bf16 tensor-core paths: its tolerance is derived from the CPU
 // (see kTolMargin); the token-by-token steps (chunks < kTensorCoreMinRows, decode) run the f32
-// kernels in both modes and are held to kExactTol.
+// kernels in both modes and are held to kExactTol, unless the cache is bf16 (PEREGRINE_KV_CACHE=bf16):
+// then every step reads rounded rows, and their tolerance is derived the same way over the same
+// schedule (the CPU emulation's cache rounded as the runner's), at least kExactTol.
 TEST_P(CudaGolden, TeacherForced) {
   PG_REQUIRE_GPU();
   const Case c = GetParam();
@@ -218,10 +220,14 @@ TEST_P(CudaGolden, TeacherForced) {
   ASSERT_TRUE(p.cpu && p.cuda);
   const int64_t vocab = p.cpu->vocab_size();
   const auto expected = load_expected(c.model);
-  double tol = kExactTol, derived = 0;
+  double tol = kExactTol, derived = 0, step_tol = kExactTol, step_derived = 0;
   if (!c.exact) {
     derive_default_tolerance(*p.cpu, model_dir(c.model), expected, derived);
     tol = std::max(kTolMargin * derived, kTolFloor);
+    if (cuda_kv_bf16()) {
+      derive_default_tolerance(*p.cpu, model_dir(c.model), expected, step_derived, Schedule::kStepwise);
+      step_tol = std::max(kTolMargin * step_derived, kExactTol);
+    }
   }
   double worst = 0, worst_hf = 0;
   int64_t seq = 0;
@@ -260,18 +266,18 @@ TEST_P(CudaGolden, TeacherForced) {
     SeqStep first{std::span(ids).first(static_cast<size_t>(chunk)), 0, t2, false};
     ASSERT_TRUE(p.cuda->forward(std::span(&first, 1), got).ok());
     worst = std::max(worst, compare_row(std::string(c.model) + " chunk", got.logits.data(),
-                                        &ref.logits[size_t((chunk - 1) * vocab)], vocab, kExactTol));
+                                        &ref.logits[size_t((chunk - 1) * vocab)], vocab, step_tol));
     for (int64_t i = chunk; i < n; ++i) {
       SeqStep d{std::span(ids).subspan(size_t(i), 1), i, t2, false};
       ASSERT_TRUE(p.cuda->forward(std::span(&d, 1), got).ok());
       worst = std::max(worst, compare_row(std::string(c.model) + " decode pos " + std::to_string(i), got.logits.data(),
-                                          &ref.logits[size_t(i * vocab)], vocab, kExactTol));
+                                          &ref.logits[size_t(i * vocab)], vocab, step_tol));
     }
     ++seq;
   }
   std::printf("[ measure  ] %s %s: max_dlogprob vs CPU %.3g, vs transformers %.3g; bf16 effect derived on the CPU "
-              "%.3g -> prefill tolerance %.3g\n",
-              c.model, c.exact ? "exact" : "default", worst, worst_hf, derived, tol);
+              "%.3g -> prefill tolerance %.3g, step tolerance %.3g\n",
+              c.model, c.exact ? "exact" : "default", worst, worst_hf, derived, tol, step_tol);
 }
 
 // Three sequences at different positions decoded together (one graph bucket of 4 with a padded
@@ -871,6 +877,9 @@ Result<std::unique_ptr<Engine>> make_spec_engine(const std::filesystem::path& di
 // (a prefill run that starts past position 0, on a fresh sequence). Greedy continuations equal an
 // engine's without the cache for at least 7 of 8 (the cached rows came from another prefill's
 // kernels: the suffix's rows may round differently, as with chunked prefill), with speculation too.
+// A bf16 cache (PEREGRINE_KV_CACHE=bf16) turns an f32 row's last-bit difference between the two
+// prefills into a bf16 step where it straddles a rounding boundary: at least 5 of 8 there (6 measured
+// on an H100); a wrong block or row would change nearly every continuation.
 TEST(CudaEngine, PrefixCachingKeepsGreedyOutputs) {
   PG_REQUIRE_GPU();
   const auto dir = model_dir("peregrine_tiny");
@@ -915,7 +924,7 @@ TEST(CudaEngine, PrefixCachingKeepsGreedyOutputs) {
     std::printf("[ measure  ] CUDA prefix cache k=%lld: %lld of %lld prompt tokens cached; identical %d of 8\n",
                 (long long)k, (long long)on_stats.prefix_cache_hits_total,
                 (long long)on_stats.prefix_cache_queries_total, identical);
-    EXPECT_GE(identical, 7) << "k=" << k;
+    EXPECT_GE(identical, cuda_kv_bf16() ? 5 : 7) << "k=" << k;
     EXPECT_GT(on_stats.prefix_cache_hits_total, 7 * 16) << "k=" << k;
     EXPECT_EQ(off_stats.prefix_cache_hits_total, 0);
   }

@@ -110,14 +110,6 @@ inline int attention_defer_max_tokens() {
   return v;
 }
 
-// PEREGRINE_ATTENTION_MAX_SPLITS=N (unset / 0: no cap; an experiment): the split-KV plan takes at most
-// N splits per (token, head group) (mla_plan's max_splits), for every step the plan serves: fewer
-// partials and a shorter combine against fewer blocks in flight.
-inline int attention_max_splits() {
-  static const int v = env_int("PEREGRINE_ATTENTION_MAX_SPLITS", 0);
-  return v;
-}
-
 // head_linear, its combine and mla_prep's W_UK at 2..8 tokens (not FP8) take kHeadMTileSmall, whose x
 // loads go out a token at a time (mla_ops_params.h); PEREGRINE_HEAD_TOKEN_LOADS=0 keeps kHeadMTileLarge
 // there (its gated test). H100, 2026-12-05, a18f957, 2 rounds alternating in one call: moonlight nvfp4

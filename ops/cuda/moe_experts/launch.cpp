@@ -187,7 +187,6 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.h_frags = env_switch("PEREGRINE_MOE_NVFP4_H_FRAGS", true);
     const char* bs = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM");
     r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : -1;
-    r.gate_up_tiles2_from = std::max(0, env_int("PEREGRINE_MOE_NVFP4_GATE_UP_TILES2_FROM", 0));
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
     r.gate_up_warps = gw ? std::atoi(gw) : 0;
     const char* fm = std::getenv("PEREGRINE_MOE_FP8_MMA");
@@ -305,15 +304,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
     MmaTile t = moe_nvfp4_gate_up_tile();
     if (v.gate_up_tiles) t.tiles = v.gate_up_tiles;
     if (v.gate_up_unroll) t.unroll = v.gate_up_unroll;
-    // From gate_up_tiles2_from tokens on the direct multi path (an experiment): two 16-row tiles a warp
-    // at one k-step a stage (the same ring bytes a warp as the 1 x 2 tile), so the grid has half the
-    // blocks: moonlight's 4-token grid of 26 slots x 44 blocks (~1,000 streaming, 1.26 waves at 6 an
-    // SM) becomes one wave.
-    if (p.direct_multi && v.gate_up_tiles2_from > 0 && a.m >= v.gate_up_tiles2_from && !v.gate_up_tiles &&
-        moe_nvfp4_gate_up_k_split(a.hidden) == 1 && v.gate_up_k_split != 2)
-      t = {2, 1};
-    const bool four_ok =  // the 4-warp instantiations
-        (t.tiles == 1 && (t.unroll == 2 || t.unroll == 4)) || (t.tiles == 2 && t.unroll == 1);
+    const bool four_ok = t.tiles == 1 && (t.unroll == 2 || t.unroll == 4);  // the 4-warp instantiations
     const int warps = v.gate_up_warps ? v.gate_up_warps : four_ok ? kMoeNvfp4GateUpWarps : kMoeWarps;
     const int k_split = v.gate_up_k_split ? v.gate_up_k_split : moe_nvfp4_gate_up_k_split(a.hidden);
     if (k_split == 2 && !(t.tiles == 1 && t.unroll == 2))

@@ -63,10 +63,6 @@ struct MoeNvfp4Variant {
   // gate_up's warps per block: 0 the default (nvfp4_params.h's kMoeNvfp4GateUpWarps), else 4 or 8
   // (moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_WARPS).
   int gate_up_warps = 0;
-  // gate_up at 2..8 tokens (direct multi) from this many tokens on with two 16-row tiles a warp at
-  // unroll 1 (half the blocks); 0: never (the default). moe_experts() reads
-  // PEREGRINE_MOE_NVFP4_GATE_UP_TILES2_FROM (an experiment).
-  int gate_up_tiles2_from = 0;
   // gate_up's K in 1 or 2 halves: 0 the default (nvfp4_params.h's moe_nvfp4_gate_up_k_split, which
   // reads PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT), else that. At 2 the kernel has one grid (4 rows' warps
   // a block), whatever gate_up_warps says. A model's steps must all use one value.

@@ -67,9 +67,7 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
 // block (moe_nvfp4_gate_up_warps). Staged at 4 warps: at least 6 blocks per SM, 80 registers (no
 // spill; at 5 blocks ptxas took 85, and three such blocks left no room in the register file for the
 // prefetching down's 512 x 64 beside them): moonlight's 2-token grid of 14 slots x 44 blocks is 616
-// blocks, one wave. At one token the launch may cap the blocks per SM (gate_up_launch). Two tiles at
-// 4 warps (PEREGRINE_MOE_NVFP4_GATE_UP_TILES2_FROM, an experiment): at least 4 blocks per SM (at 6,
-// ptxas spilled 96 bytes at 80 registers), the half-size grid's one wave.
+// blocks, one wave. At one token the launch may cap the blocks per SM (gate_up_launch).
 //
 // kKSplit = 2 (moe_nvfp4_gate_up_k_split): each row's K in two halves summed apart, then added
 // (acc = first half's + second half's). Staged: twice the warps for the same rows, warp w on rows
@@ -80,7 +78,7 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
 template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1>
 __global__ void __launch_bounds__(kWarps * kWarpSize,
                                   kStagedX && kKSplit > 1  ? 3
-                                  : kStagedX && kWarps == 4 ? (kTiles == 2 ? 4 : 6)
+                                  : kStagedX && kWarps == 4 ? 6
                                                             : kMoeMinBlocksPerSm * kMoeWarps / kWarps)
     moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
   static_assert(kKSplit == 1 || kKSplit == 2, "K in one or two halves");
@@ -842,10 +840,9 @@ cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, in
     return cudaErrorInvalidValue;
   }
   if (k_split != 1) return cudaErrorInvalidValue;
-  if (warps == 4) {  // instantiated for one tile, unroll 2 (the default) and 4; two tiles, unroll 1
+  if (warps == 4) {  // instantiated for one tile, unroll 2 (the default) and 4
     if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, multi_staged, blocks_per_sm, stream);
     if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, multi_staged, blocks_per_sm, stream);
-    if (tile.tiles == 2 && tile.unroll == 1) return gate_up_launch<2, 1, 4>(p, multi_staged, blocks_per_sm, stream);
     return cudaErrorInvalidValue;
   }
   if (warps != kMoeWarps) return cudaErrorInvalidValue;
