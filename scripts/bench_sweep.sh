@@ -39,7 +39,7 @@ for b in $BENCHES; do
   args=(bench --synthetic "$name" --dtype "$dtype" --batches 1 --long-prefill 0 ${PG_SWEEP_ARGS:-})
   [ ${#ks[@]} -gt 0 ] && args+=(--speculative-tokens "$(printf '%s\n' "${ks[@]}" | sort -n | paste -sd,)")
   [ "${layers:-0}" != 0 ] && args+=(--layers "$layers")
-  declare -A got=()
+  declare -A got=() told=()
   for _r in $(seq "$ROUNDS"); do
     for v in "$@"; do
       envs=() bin=$BIN
@@ -49,11 +49,17 @@ for b in $BENCHES; do
           if [ "${e%%=*}" = bin ]; then bin=${e#bin=}; else envs+=("$e"); fi
         done
       fi
-      run_out=$(env "${envs[@]}" timeout "${PG_SWEEP_TIMEOUT:-60}" "$bin" "${args[@]}" 2>/dev/null)
+      err=$(mktemp)
+      run_out=$(env "${envs[@]}" timeout "${PG_SWEEP_TIMEOUT:-60}" "$bin" "${args[@]}" 2>"$err")
+      rc=$?
       for metric in "${metrics[@]}"; do
         t=$(sed -n "$(metric_pattern "$metric")" <<<"$run_out" | head -1)
         got[$metric/$v]="${got[$metric/$v]:-} ${t:-?}"
+        # A run that gave no figure says why once (its exit status, its stderr's last line).
+        [ -z "$t" ] && [ -z "${told[$v]:-}" ] &&
+          told[$v]=1 && echo "sweep $name $dtype L${layers:-0} $v: no $metric figure (rc=$rc): $(tail -n 1 "$err")" >&2
       done
+      rm -f "$err"
     done
   done
   for metric in "${metrics[@]}"; do
@@ -68,5 +74,5 @@ for b in $BENCHES; do
       printf 'sweep %s %s L%s%s %-60s %s | mean %s %s\n' "$name" "$dtype" "${layers:-0}" "${label:-}" "$v" "${got[$metric/$v]}" "${mean:-?}" "$d"
     done
   done
-  unset got
+  unset got told
 done
