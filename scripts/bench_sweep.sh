@@ -57,7 +57,7 @@ for b in $BENCHES; do
         got[$metric/$v]="${got[$metric/$v]:-} ${t:-?}"
         # A run that gave no figure says why once (its exit status, its stderr's last line).
         [ -z "$t" ] && [ -z "${told[$v]:-}" ] &&
-          told[$v]=1 && echo "sweep $name $dtype L${layers:-0} $v: no $metric figure (rc=$rc): $(tail -n 1 "$err")" >&2
+          told[$v]=1 && echo "bench_sweep: $name $dtype L${layers:-0} $v: no $metric figure (rc=$rc): $(tail -n 1 "$err")" >&2
       done
       rm -f "$err"
     done

@@ -105,6 +105,7 @@ echo "decode b=1   ${{STUB_TOKS:-100.0}} tok/s (1.000 ms/token) after 1024 promp
     check(any("STUB_TOKS=110.0" in l and "| mean 110.0 +10.0%" in l for l in lines), f"env variant: {out}")
     check(any("bin=" in l and "90.0 90.0 | mean 90.0 -10.0%" in l for l in lines), f"bin variant: {out}")
     check(any("FAIL_STUB=1" in l and "? ? | mean ?" in l for l in lines), f"failed runs: {out}")
+    check(out.count("FAIL_STUB=1: no decode figure (rc=3)") == 2, f"a failed run says why, once a bench: {out}")
     check(any("deepseek-v3 fp8 L4 -" in l for l in lines), f"layers field: {out}")
     with open(counter) as f:  # 2 benches x 2 rounds x 3 variants run the stub (bin= runs the other)
         check(f.read().strip() == "12", "bench_sweep.sh: the stub ran 12 times")
