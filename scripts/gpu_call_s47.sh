@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Session 47's second device call (binaries of .deps/prebuilt, scripts/gpu_pack.sh; carry .deps/gpu-debs
+# Session 47's device call, and the next session's first (binaries of .deps/prebuilt, scripts/gpu_pack.sh; carry .deps/gpu-debs
 # and .deps/prebuilt), each part while time is left:
 #   1. the bf16 cache's op tests, the CUDA goldens under PEREGRINE_KV_CACHE=bf16 (the CPU emulation's
 #      crash fixed);
 #   2. moonlight nvfp4 decode after PG_S47_KV_CTX prompt tokens (1,024 and 7,680: its context is 8,192,
 #      the bench's decode tokens included), bf16 cache against f32;
-#   3. the goldens and the attention / MoE op tests at the default (f32 cache).
+#   3. the MoE layer's ops launched eagerly (the bench's verify report at k = 1), each cache;
+#   4. the goldens at the default (f32 cache).
 #   usage: scripts/gpu_call_s47.sh OUT     PG_S47_TOTAL_S (420)
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_call_s47.sh OUT}
@@ -36,6 +37,14 @@ for ctx in ${PG_S47_KV_CTX:-1024 7680}; do
   PG_SWEEP_TIMEOUT=60 PG_SWEEP_ARGS="--prompt-tokens $ctx" timeout $(( $(left) - 10 )) scripts/bench_sweep.sh "$B/peregrine" 2 \
     moonlight-16b-a3b:nvfp4:0 - PEREGRINE_KV_CACHE=bf16 >"$OUT/kv_sweep_$ctx.txt" 2>&1
   echo "$(el) bf16 KV against f32 after $ctx tokens: rc=$?"; cat "$OUT/kv_sweep_$ctx.txt"
+done
+# The MoE layer's ops launched eagerly at q = 1 and 2 (the bench's verify report), each cache: where the
+# bf16 cache's 1K cost goes (attention, mla_prep).
+for kv in f32 bf16; do
+  [ "$(left)" -gt 90 ] || break
+  timeout 60 "$B/peregrine" bench --synthetic moonlight-16b-a3b --dtype nvfp4 --batches 1 --long-prefill 0 \
+    --speculative-tokens 1 --kv-cache-dtype $kv >"$OUT/ops_$kv.txt" 2>&1
+  echo "$(el) $kv cache: rc=$? $(grep -m1 'moe layer' "$OUT/ops_$kv.txt")"
 done
 if [ "$(left)" -gt 60 ]; then
   timeout $(( $(left) - 5 )) "$GOLD" >"$OUT/goldens.log" 2>&1
