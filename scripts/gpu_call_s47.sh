@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 47's device call, and the next session's first (binaries of .deps/prebuilt, scripts/gpu_pack.sh; carry .deps/gpu-debs
-# and .deps/prebuilt), each part while time is left:
+# Session 47's device call, and the next session's first (binaries of .deps/prebuilt, scripts/gpu_pack.sh;
+# carry .deps/gpu-debs and .deps/prebuilt), each part while time is left:
 #   1. the bf16 cache's op tests, the CUDA goldens under PEREGRINE_KV_CACHE=bf16 (the CPU emulation's
 #      crash fixed);
 #   2. moonlight nvfp4 decode after PG_S47_KV_CTX prompt tokens (1,024 and 7,680: its context is 8,192,
