@@ -201,7 +201,7 @@ Command add_bench(CLI::App& root) {
   app->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization, "cuda: share of GPU memory to use")
       ->check(CLI::Range(0.05, 0.99));
   app->add_flag("--no-graphs", opts->no_graphs, "cuda: launch kernels one by one (no CUDA graphs)");
-  app->add_option("--kv-cache-dtype", opts->kv_cache_dtype, "cuda: the latent KV cache's values (auto: f32 for now)")
+  app->add_option("--kv-cache-dtype", opts->kv_cache_dtype, "cuda: the latent KV cache's values (auto: f32)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app->add_option("--json-out", opts->json_out, "also write the JSON report to this file (cuda, speculation)");
   app->add_option("--prompt-tokens,--context", opts->prompt_tokens, "prompt length (cuda default 1024)")

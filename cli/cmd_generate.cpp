@@ -181,7 +181,7 @@ Command add_generate(CLI::App& root) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app->add_flag("--exact", o->exact, "cuda: f32 activations in every projection (debug; matches the CPU)");
   app->add_option("--kv-cache-dtype", o->kv_cache_dtype,
-                  "the latent KV cache's values: f32, or bf16 (half the memory; auto: f32 for now)")
+                  "the latent KV cache's values: f32, or bf16 (half the memory; auto: f32)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app->add_option("--speculative-tokens", o->speculative_tokens,
                   "draft depth k of MTP speculative decoding (0: off; needs MTP weights)");

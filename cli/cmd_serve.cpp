@@ -51,7 +51,7 @@ Command add_serve(CLI::App& root) {
       ->check(CLI::Range(0.05, 0.99))->capture_default_str();
   app->add_option("--kv-cache-dtype", opts->kv_cache_dtype,
                   "the latent KV cache's values: f32, or bf16 (half the memory and the attention's bytes; "
-                  "auto: f32 for now)")
+                  "auto: f32)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}))->capture_default_str();
   app->add_flag("!--no-cuda-graphs", opts->cuda_graphs, "cuda: launch decode steps kernel by kernel");
   app->add_option("--threads", opts->threads, "CPU threads for the engine (0: all hardware threads)")

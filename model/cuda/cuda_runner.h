@@ -38,8 +38,9 @@ struct CudaRunnerOptions {
   // instead of f32: half the cache's memory, so twice the tokens in it, and half the bytes the
   // attention reads a step (which grow with the context: moonlight's cache at 8K is ~20 MB a layer
   // in f32). The attention's arithmetic after the staging is the f32 pool's (ops/cuda/
-  // mla_attention_common.cuh, KvBf16Stage). Off by default until its speed and quality are measured
-  // on a GPU; PEREGRINE_KV_CACHE=bf16|f32 overrides; never in exact mode.
+  // mla_attention_common.cuh, KvBf16Stage). Off by default: on an H100 (session 47) it cost moonlight
+  // NVFP4 1.6% at 1K context and gained V3 4L 1.4% at 8K (bench/RESULTS.md); its use is memory.
+  // PEREGRINE_KV_CACHE=bf16|f32 overrides; never in exact mode.
   bool kv_bf16 = false;
   // The MTP layers draft through a quantized copy of their head (model/cuda/device_weights.h's
   // quantize_draft_heads): lossless (verification decides), a half (FP8) or ~0.28 (NVFP4) of the
