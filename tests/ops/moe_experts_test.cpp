@@ -426,20 +426,24 @@ void run_case(const MoeCase& c) {
       }
     }
     // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block, gate_up with x read per
-    // lane instead of staged per block, and the down without its rings (h per lane) give the
-    // default's bits.
+    // lane instead of staged per block, the down without its rings (h per lane), and gate_up on its
+    // persistent grid (the resident blocks; 3 blocks, so that a block takes several units, a shared
+    // expert's and routed ones; K in halves at 2 blocks) give the default's bits.
     if (m >= 2 && m <= 8 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0 &&
         !c.accumulate) {
-      for (int variant : {0, 1, 2, 3}) {
+      for (int variant : {0, 1, 2, 3, 4, 5}) {
         SCOPED_TRACE(variant == 0   ? "gate_up 8 warps, x staged, down rings"
                      : variant == 1 ? "gate_up x per lane, down rings"
                      : variant == 2 ? "gate_up x staged, down h per lane"
-                                    : "down rings, h staged from its f32 rows");
+                     : variant == 3 ? "down rings, h staged from its f32 rows"
+                     : variant == 4 ? "gate_up persistent, resident grid"
+                                    : "gate_up persistent, 3 blocks");
         cuda::MoeNvfp4Variant v;
         v.gate_up_warps = variant == 0 ? 8 : 0;
         v.gate_up_multi_staged = variant != 1;
         v.down_multi_ring = variant != 2;
         v.h_frags = variant != 3;
+        v.gate_up_persist_blocks = variant == 4 ? -1 : variant == 5 ? 3 : 0;
         PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
         ASSERT_TRUE(sync_ok());
@@ -486,10 +490,12 @@ void run_case(const MoeCase& c) {
     // verify and batches stay bit-identical per token: x staged (the 4-rows'-warps x 2-halves
     // blocks) and x per lane (one warp, two sums), and at m = 2..8 each token run alone at m = 1.
     if (c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0 && !c.accumulate && m <= 8) {
-      auto run = [&](int64_t mm, const float* xp, const int32_t* ip, const float* wp, bool staged, float* yp) {
+      auto run = [&](int64_t mm, const float* xp, const int32_t* ip, const float* wp, bool staged, float* yp,
+                     int persist_blocks = 0) {
         cuda::MoeNvfp4Variant v;
         v.gate_up_k_split = 2;
         v.gate_up_multi_staged = staged;
+        v.gate_up_persist_blocks = persist_blocks;
         MoeExpertsArgs a = da;
         a.m = mm, a.x = xp, a.y = yp;
         a.expert_idx = c.top_k ? ip : nullptr, a.expert_weight = c.top_k ? wp : nullptr;
@@ -513,6 +519,12 @@ void run_case(const MoeCase& c) {
         const std::vector<float> y_lane = to_host(dy);
         EXPECT_EQ(0, std::memcmp(y_lane.data(), y_split.data(), y_lane.size() * sizeof(float)))
             << "K in halves: x per lane differs from x staged";
+        PG_ASSERT_OK(dy.fill_bytes(0xff));  // the persistent grid, 2 blocks: several units a block
+        PG_ASSERT_OK(run(m, dx.data(), didx.data(), dw.data(), true, dy.data(), 2));
+        ASSERT_TRUE(sync_ok());
+        const std::vector<float> y_persist = to_host(dy);
+        EXPECT_EQ(0, std::memcmp(y_persist.data(), y_split.data(), y_persist.size() * sizeof(float)))
+            << "K in halves: the persistent grid differs from a block a unit";
         int64_t differ = 0;
         for (int64_t t = 0; t < m; ++t) {
           const int64_t k0 = t * c.top_k, k1 = (t + 1) * c.top_k;

@@ -165,7 +165,9 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // per lane from L2 instead of staged: PEREGRINE_MOE_NVFP4_GATE_UP_MULTI_STAGED=0; down at 2..8 tokens
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; h staged from its f32 rows instead of
 // gate_up's f16 fragments: PEREGRINE_MOE_NVFP4_H_FRAGS=0; at most N staged gate_up blocks per SM:
-// PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token). FP8 at decode
+// PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token); the 2..8-token
+// gate_up on its persistent grid: PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1 (as many blocks as are resident) or N > 1
+// (at most N). FP8 at decode
 // sizes on the f32-x kernels instead of the tensor cores: PEREGRINE_MOE_FP8_MMA=0; its m = 1 down with h per
 // lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0, with N 16-row tiles per warp: PEREGRINE_MOE_FP8_DOWN_TILES=N (1, 2);
 // its gate_up with x per lane: PEREGRINE_MOE_FP8_GATE_UP_STAGED=0.
@@ -187,6 +189,8 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.h_frags = env_switch("PEREGRINE_MOE_NVFP4_H_FRAGS", true);
     const char* bs = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM");
     r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : -1;
+    const int persist = env_int("PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST", 0);  // 1: the resident grid
+    r.gate_up_persist_blocks = persist == 1 ? -1 : persist;
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
     r.gate_up_warps = gw ? std::atoi(gw) : 0;
     const char* fm = std::getenv("PEREGRINE_MOE_FP8_MMA");
@@ -313,7 +317,8 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
           "set PEREGRINE_MOE_NVFP4_GATE_UP_KSPLIT=1 to sweep tiles",
           t.tiles, t.unroll);
     PG_CUDA_TRY(
-        launch_moe_gate_up_nvfp4(p, t, warps, k_split, v.gate_up_multi_staged, v.gate_up_blocks_per_sm, stream));
+        launch_moe_gate_up_nvfp4(p, t, warps, k_split, v.gate_up_multi_staged, v.gate_up_blocks_per_sm,
+                                 v.gate_up_persist_blocks, stream));
   } else if (gu_fp8) {
     PG_CUDA_TRY(launch_moe_gate_up_fp8(p, v.fp8_gate_up_staged, stream));
   } else {

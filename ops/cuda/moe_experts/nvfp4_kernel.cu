@@ -54,97 +54,46 @@ __device__ __forceinline__ void down_tile_rows(const MoeExpertsParams& p, int64_
   }
 }
 
-// Grid: x = inter row tiles (kWarps x 8 x kTiles rows per block), y = expert slot (max_active
-// routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
-// Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
-// (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass. kStagedX: m = 1
-// (p.direct) or 2..8 (p.direct_multi), nvfp4_x1_ok, K % 128 == 0: the step's x rows (m of them) are staged
-// once per block as f16 B fragments (moe_nvfp4_gate_up_staged_bytes), lane g reads its pair's token
-// row, and the weights stream through each warp's shared-memory ring (nvfp4_mma_stream_ring; the
-// same f16 values in the same mma slots, the same sums in the same order as the per-lane path).
-// A slot has at most m <= 8 pairs, one pass of the mma's 8 columns. Per lane (!kStagedX), lane g
-// reads its pair's x from L2 at every k-step, in line with its weight loads. kWarps: warps per
-// block (moe_nvfp4_gate_up_warps). Staged at 4 warps: at least 6 blocks per SM, 80 registers (no
-// spill; at 5 blocks ptxas took 85, and three such blocks left no room in the register file for the
-// prefetching down's 512 x 64 beside them): moonlight's 2-token grid of 14 slots x 44 blocks is 616
-// blocks, one wave. At one token the launch may cap the blocks per SM (gate_up_launch).
-//
-// kKSplit = 2 (moe_nvfp4_gate_up_k_split): each row's K in two halves summed apart, then added
-// (acc = first half's + second half's). Staged: twice the warps for the same rows, warp w on rows
-// of row warp w % (kWarps / 2) and half w / (kWarps / 2), the halves meeting in shared memory (at
-// moonlight's one-token grid 10.7 warps an SM did not hide the unpack's dependent chains: ncu, 16%
-// occupancy, 52% of cycles with no eligible warp); per lane, one warp streams both halves into
-// two sums. The same bits on every path for a given split.
-template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1>
-__global__ void __launch_bounds__(kWarps * kWarpSize,
-                                  kStagedX && kKSplit > 1  ? 3
-                                  : kStagedX && kWarps == 4 ? 6
-                                                            : kMoeMinBlocksPerSm * kMoeWarps / kWarps)
-    moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
-  static_assert(kKSplit == 1 || kKSplit == 2, "K in one or two halves");
-  constexpr int kJ = 8 * kTiles;  // inter rows per warp
-  constexpr int kRowWarps = kStagedX ? kWarps / kKSplit : kWarps;  // warps with distinct rows
-  const unsigned tid = kStagedX ? pinned_thread_idx() : threadIdx.x;  // pinned: for the ring's loop
-  const int warp_id = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
-  constexpr bool kHalves = kStagedX && kKSplit > 1;  // warps split by K half
-  const int warp = kHalves ? warp_id % kRowWarps : warp_id, half = kHalves ? warp_id / kRowWarps : 0;
-  const int slot = blockIdx.y;
-  const bool shared = slot >= p.max_active;
-  int64_t expert;
-  int lo, hi;
+// A gate_up block's unit of work: one expert slot's inter rows at j0 (the warp's), for the slot's
+// pairs [lo, hi).
+struct GateUpUnit {
+  int64_t expert = 0;
+  int lo = 0, hi = 0;
   int64_t h_base = 0;  // shared: h row of token 0
   uint64_t pairs = 0;  // direct multi, routed: the expert's flat pair indices (bit i: pair i)
-  // kStagedX: the step's x rows, staged once per block. A routed slot issues its share's first loads
-  // right after its wait, beside the expert id's load, so that the two L2 round trips overlap (ncu,
-  // 2026-12-03, moonlight: the conversions waiting for x were 8% of the kernel's stall samples).
-  Nvfp4XStager<2> x_stager(p.x, p.hidden, p.direct ? 1 : p.m, p.hidden / 32, (p.hidden / 32 + 3) / 4);
-  pg_tl_mark(TimelineKernel::kGateUp, 0);
-  // p.self_routing: the block's routing scratch, after what the kernel's dynamic shared memory holds.
-  extern __shared__ uint4 gate_up_nvfp4_dyn[];
-  auto routing = [&] {
-    return MoeBlockRouting(reinterpret_cast<char*>(gate_up_nvfp4_dyn) + p.routing_smem, p.routing.n_experts);
-  };
-  // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch
-  // (self-routing: for the router's logits, the routing's input; down routes from them too).
-  if (!shared) {
-    if (p.self_routing) moe_block_route_stage_bias(p.routing, routing(), tid, kWarps * kWarpSize);
-    pdl_wait();
-    pg_tl_mark(TimelineKernel::kGateUp, 1);
-    if constexpr (kStagedX) x_stager.load();
-  }
-  if (p.direct || p.direct_multi) pdl_trigger();
-  if (!shared && p.direct) {
-    if (p.self_routing) {  // block_routing.cuh: the block routes the token, x's loads in flight
-      const MoeBlockRouting r = routing();
-      moe_block_route(p.routing, 0, r);
-      pg_tl_mark(TimelineKernel::kGateUp, 4);
-      if (slot == 0 && blockIdx.x == 0 && blockIdx.z == 0) moe_block_route_publish(p.routing, 0, r, tid);
-      expert = r.idx[slot];
-    } else {
-      expert = p.expert_idx[slot];
-    }
-    if (expert < 0 || expert >= p.n_experts) return;  // dropped, as the plan drops it
-    lo = slot, hi = slot + 1;
-  } else if (!shared && p.direct_multi) {  // slot: the step's slot-th distinct expert, if any
-    const WarpRouting w = warp_routing(p);
-    if (slot >= __popcll(static_cast<long long>(w.first))) return;
-    expert = slot_expert(w, slot, pairs);
-    lo = 0, hi = __popcll(static_cast<long long>(pairs));
-  } else if (!shared) {
-    if (slot >= *p.plan.n_active) return;
-    expert = p.plan.active_expert[slot];
-    lo = p.plan.seg_begin[slot], hi = p.plan.seg_begin[slot + 1];
-  } else {  // shared expert s, its pass j's pairs (shared_slots slots each; 1 on the direct paths, staged x)
-    const int slots = kStagedX ? 1 : p.shared_slots;
-    const int s = (slot - p.max_active) / slots, j = (slot - p.max_active) % slots;
-    expert = p.n_experts + s;
-    lo = slots > 1 ? j * kMmaTokens : 0, hi = slots > 1 ? min(p.m, lo + kMmaTokens) : p.m;
-    h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
-  }
-  const int64_t j0 = (int64_t(blockIdx.x) * kRowWarps + warp) * kJ;
-  // kStagedX: warps past inter stay for the block's barrier (staging x) with no k-steps, write nothing.
-  if (!kStagedX && j0 >= p.inter) return;
+  bool shared = false;
+  int64_t j0 = 0;
+};
 
+// A shared expert's unit: expert s, its pass j's pairs (`slots` passes each; 1 on the direct paths).
+__device__ __forceinline__ GateUpUnit gate_up_shared_unit(const MoeExpertsParams& p, int s, int j, int slots) {
+  GateUpUnit u;
+  u.shared = true;
+  u.expert = p.n_experts + s;
+  u.lo = slots > 1 ? j * kMmaTokens : 0, u.hi = slots > 1 ? min(p.m, u.lo + kMmaTokens) : p.m;
+  u.h_base = int64_t(p.m) * p.top_k + int64_t(s) * p.m;
+  return u;
+}
+
+// kKSplit = 2's second-half sums, one array a kernel (not one a caller of gate_up_nvfp4_unit).
+template <int kRowWarps, int kTiles>
+__device__ __forceinline__ float (&gate_up_half_sums())[kRowWarps][kTiles][4][kWarpSize] {
+  __shared__ float s_half[kRowWarps][kTiles][4][kWarpSize];
+  return s_half;
+}
+
+// The unit's work for this warp: its rows' weights streamed (kStagedX: through the warp's ring, x
+// from the block's staged rows, stage_x called once the ring's first stages are out; per lane: x
+// from L2), then h (and h16) written. wait: the ring waits for the kernel before (PDL) ahead of
+// stage_x. Warps past inter and kHalves' second-half warps return after the block's barriers.
+template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit, class StageX>
+__device__ __forceinline__ void gate_up_nvfp4_unit(const MoeExpertsParams& p, const GateUpUnit& u, int warp_id,
+                                                   int lane, StageX&& stage_x, bool wait) {
+  constexpr int kRowWarps = kStagedX ? kWarps / kKSplit : kWarps;  // warps with distinct rows
+  constexpr bool kHalves = kStagedX && kKSplit > 1;                // warps split by K half
+  const int warp = kHalves ? warp_id % kRowWarps : warp_id, half = kHalves ? warp_id / kRowWarps : 0;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t j0 = u.j0;
   const uint8_t* wrow[kTiles][2];
   const uint8_t* srow[kTiles][2];
   float s2[kTiles][2];
@@ -153,7 +102,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // gate, up
       const int64_t j = min(j0 + 8 * i + g, int64_t(p.inter) - 1);  // past inter: re-read, never written
-      const int64_t row = expert * 2 * p.inter + h * int64_t(p.inter) + j;
+      const int64_t row = u.expert * 2 * p.inter + h * int64_t(p.inter) + j;
       wrow[i][h] = codes_row(p.gate_up, row, p.hidden);
       srow[i][h] = scales_row(p.gate_up, row);
       // Raw here, times 2^14 where used (exact either way): a multiply here waited for the load
@@ -165,16 +114,16 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   // This warp's k-steps (staged: its half; per lane: all of them, in halves below).
   const int64_t s0 = kHalves ? min(k_steps, half * k_half) : 0, s1 = kHalves ? min(k_steps, s0 + k_half) : k_steps;
 
-  for (int q = lo + int(blockIdx.z) * kMmaTokens; q < hi; q += int(gridDim.z) * kMmaTokens) {
-    const int m_valid = min(kMmaTokens, hi - q);
+  for (int q = u.lo + int(blockIdx.z) * kMmaTokens; q < u.hi; q += int(gridDim.z) * kMmaTokens) {
+    const int m_valid = min(kMmaTokens, u.hi - q);
     float acc[kTiles][4];
     // Lane g's column: pair q + g's token (past the slot's pairs: token 0, a column never written).
     int64_t token = 0;
     if (g < m_valid) {
       const int pi = q + g;
       token = p.direct         ? 0
-              : shared         ? pi
-              : p.direct_multi ? nth_set_bit(pairs, pi) / p.top_k
+              : u.shared       ? pi
+              : p.direct_multi ? nth_set_bit(u.pairs, pi) / p.top_k
                                : p.plan.pair_flat[pi] / p.top_k;
     }
     if constexpr (kStagedX) {  // one pass: m <= kMoeDirectMaxTokens (the direct paths) pairs per slot
@@ -182,17 +131,13 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
       extern __shared__ uint4 gate_up_nvfp4_smem[];  // moe_nvfp4_gate_up_staged_bytes: m rows of x, then the rings
       const int rows = p.direct ? 1 : p.m;
       const int64_t row_vecs = k_steps * kNvfp4MmaXStepVecs;
-      auto stage_x = [&] {
-        if (shared) x_stager.load();  // after the ring's wait: x comes from the kernel before
-        x_stager.finish(gate_up_nvfp4_smem);
-      };
       nvfp4_mma_stream_ring<kTiles, kUnroll, /*kWholeSteps=*/true>(
           wrow, srow, stage_x, gate_up_nvfp4_smem + token * row_vecs,
           nvfp4_x1_ring<kTiles, kUnroll>(gate_up_nvfp4_smem, p.hidden, rows, warp_id), k_chunks, s0,
-          j0 < p.inter ? s1 : s0, acc, /*wait=*/!shared);
+          j0 < p.inter ? s1 : s0, acc, wait);
       pg_tl_mark(TimelineKernel::kGateUp, 2);
       if constexpr (kKSplit > 1) {  // the second half's sums to the first half's warp
-        __shared__ float s_half[kRowWarps][kTiles][4][kWarpSize];
+        auto& s_half = gate_up_half_sums<kRowWarps, kTiles>();
         if (half == 1)
 #pragma unroll
           for (int i = 0; i < kTiles; ++i)
@@ -234,7 +179,9 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
         if (pair < m_valid && j < p.inter) {
           // h row: shared pair (s, t) at h_base + t; routed: the plan's pair position, or (direct,
           // direct multi) the pair's flat index.
-          const int64_t h_row = shared ? h_base + q + pair : p.direct_multi ? nth_set_bit(pairs, q + pair) : q + pair;
+          const int64_t h_row = u.shared         ? u.h_base + q + pair
+                                : p.direct_multi ? nth_set_bit(u.pairs, q + pair)
+                                                 : q + pair;
           p.plan.h[h_row * p.inter + j] = v;
           if (p.plan.h16 && g < 4) {
             const int64_t row_words = (int64_t(p.inter) / 32 + 3) / 4 * (kNvfp4MmaXStepVecs * 4);
@@ -244,6 +191,162 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
           }
         }
       }
+  }
+}
+
+// Grid: x = inter row tiles (kWarps x 8 x kTiles rows per block), y = expert slot (max_active
+// routed, then n_shared shared), z = splits of the slot's pair passes (as moe_gate_up_kernel).
+// Tile i of a warp: mma rows g = gate rows j0 + 8i + g, rows g + 8 = the matching up rows; lane
+// (g, t) ends with gate and up of row j0 + 8i + g for pairs 2t, 2t + 1 of the pass. kStagedX: m = 1
+// (p.direct) or 2..8 (p.direct_multi), nvfp4_x1_ok, K % 128 == 0: the step's x rows (m of them) are staged
+// once per block as f16 B fragments (moe_nvfp4_gate_up_staged_bytes), lane g reads its pair's token
+// row, and the weights stream through each warp's shared-memory ring (nvfp4_mma_stream_ring; the
+// same f16 values in the same mma slots, the same sums in the same order as the per-lane path).
+// A slot has at most m <= 8 pairs, one pass of the mma's 8 columns. Per lane (!kStagedX), lane g
+// reads its pair's x from L2 at every k-step, in line with its weight loads. kWarps: warps per
+// block (moe_nvfp4_gate_up_warps). Staged at 4 warps: at least 6 blocks per SM, 80 registers (no
+// spill; at 5 blocks ptxas took 85, and three such blocks left no room in the register file for the
+// prefetching down's 512 x 64 beside them): moonlight's 2-token grid of 14 slots x 44 blocks is 616
+// blocks, one wave. At one token the launch may cap the blocks per SM (gate_up_launch).
+//
+// kKSplit = 2 (moe_nvfp4_gate_up_k_split): each row's K in two halves summed apart, then added
+// (acc = first half's + second half's). Staged: twice the warps for the same rows, warp w on rows
+// of row warp w % (kWarps / 2) and half w / (kWarps / 2), the halves meeting in shared memory (at
+// moonlight's one-token grid 10.7 warps an SM did not hide the unpack's dependent chains: ncu, 16%
+// occupancy, 52% of cycles with no eligible warp); per lane, one warp streams both halves into
+// two sums. The same bits on every path for a given split.
+//
+// kPersist (p.direct_multi, staged x; MoeNvfp4Variant::gate_up_persist_blocks): a 1-D grid of at
+// most the blocks resident at once, block b taking units b, b + gridDim.x, ... of a flat index:
+// the shared experts' (slot, row tile) units first (they need no routing), then the step's
+// distinct routed experts' (none past their count). The grid of a block a unit (routed slots up to
+// max_active, most of them past the step's distinct experts at 4 tokens) runs in more than one wave
+// at moonlight's verify sizes (~1,000 blocks against 792 resident on an H100), and the blocks of
+// its second wave pile up on a few SMs (session 47's timeline); here a block's further units stream
+// on the SM it already holds, x staged once. Each unit's sums are the one-unit grid's: the same bits.
+template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1, bool kPersist = false>
+__global__ void __launch_bounds__(kWarps * kWarpSize,
+                                  kStagedX && kKSplit > 1  ? 3
+                                  : kStagedX && kWarps == 4 ? 6
+                                                            : kMoeMinBlocksPerSm * kMoeWarps / kWarps)
+    moe_gate_up_nvfp4_kernel(const __grid_constant__ MoeExpertsParams p) {
+  static_assert(kKSplit == 1 || kKSplit == 2, "K in one or two halves");
+  static_assert(!kPersist || kStagedX, "the persistent grid stages x once per block");
+  constexpr int kJ = 8 * kTiles;  // inter rows per warp
+  constexpr int kRowWarps = kStagedX ? kWarps / kKSplit : kWarps;  // warps with distinct rows
+  const unsigned tid = kStagedX ? pinned_thread_idx() : threadIdx.x;  // pinned: for the ring's loop
+  const int warp_id = tid / kWarpSize, lane = tid % kWarpSize;
+  constexpr bool kHalves = kStagedX && kKSplit > 1;
+  const int warp = kHalves ? warp_id % kRowWarps : warp_id;  // the warp's rows in the block's
+  // kStagedX: the step's x rows, staged once per block. A routed slot issues its share's first loads
+  // right after its wait, beside the expert id's load, so that the two L2 round trips overlap (ncu,
+  // 2026-12-03, moonlight: the conversions waiting for x were 8% of the kernel's stall samples).
+  Nvfp4XStager<2> x_stager(p.x, p.hidden, p.direct ? 1 : p.m, p.hidden / 32, (p.hidden / 32 + 3) / 4);
+  pg_tl_mark(TimelineKernel::kGateUp, 0);
+  extern __shared__ uint4 gate_up_nvfp4_dyn[];
+  if constexpr (kPersist) {
+    const int64_t tiles = (int64_t(p.inter) + kRowWarps * kJ - 1) / (kRowWarps * kJ);
+    const int64_t shared_units = int64_t(p.n_shared) * tiles;
+    int64_t units = shared_units + int64_t(p.max_active) * tiles;  // at most; the routing tells how many
+    // As the one-unit grid: a block whose first unit is routed waits for the routing (PDL) and loads
+    // its x share after it; one whose first is shared loads x once its ring's first stages are out.
+    const bool routed_first = int64_t(blockIdx.x) >= shared_units;
+    bool waited = routed_first, routed = false;
+    if (routed_first) {
+      pdl_wait();
+      pg_tl_mark(TimelineKernel::kGateUp, 1);
+      x_stager.load();
+    }
+    pdl_trigger();
+    WarpRouting w;
+    // Unit u's expert, pairs and rows; false past the step's units (block-uniform: every warp reads
+    // the same routing).
+    auto unit_at = [&](int64_t u, GateUpUnit& unit) {
+      int64_t tile;
+      if (u < shared_units) {
+        unit = gate_up_shared_unit(p, int(u / tiles), 0, 1);
+        tile = u % tiles;
+      } else {
+        if (!routed) {
+          if (!waited) pdl_wait(), waited = true;
+          w = warp_routing(p);
+          routed = true;
+          units = shared_units + int64_t(__popcll(static_cast<long long>(w.first))) * tiles;
+        }
+        if (u >= units) return false;
+        const int slot = int((u - shared_units) / tiles);
+        tile = (u - shared_units) % tiles;
+        unit.expert = slot_expert(w, slot, unit.pairs);
+        unit.lo = 0, unit.hi = __popcll(static_cast<long long>(unit.pairs));
+      }
+      unit.j0 = (tile * kRowWarps + warp) * kJ;
+      return true;
+    };
+    // The first unit stages x (its own code, so that the stager's registers die with it), the rest
+    // stream on.
+    GateUpUnit unit;
+    if (!unit_at(blockIdx.x, unit)) return;
+    gate_up_nvfp4_unit<kTiles, kUnroll, kStagedX, kWarps, kKSplit>(
+        p, unit, warp_id, lane,
+        [&] {
+          if (!routed_first) x_stager.load();  // a shared first unit: x comes from the kernel before
+          x_stager.finish(gate_up_nvfp4_dyn);
+        },
+        /*wait=*/false);
+    for (int64_t u = int64_t(blockIdx.x) + gridDim.x; unit_at(u, unit); u += gridDim.x)
+      gate_up_nvfp4_unit<kTiles, kUnroll, kStagedX, kWarps, kKSplit>(p, unit, warp_id, lane, [] {}, /*wait=*/false);
+  } else {
+    // p.self_routing: the block's routing scratch, after what the kernel's dynamic shared memory holds.
+    auto routing = [&] {
+      return MoeBlockRouting(reinterpret_cast<char*>(gate_up_nvfp4_dyn) + p.routing_smem, p.routing.n_experts);
+    };
+    const int slot = blockIdx.y;
+    const bool shared = slot >= p.max_active;
+    GateUpUnit unit;
+    // As moe_gate_up_kernel: routed slots wait for the routing (PDL launch) before down may launch
+    // (self-routing: for the router's logits, the routing's input; down routes from them too).
+    if (!shared) {
+      if (p.self_routing) moe_block_route_stage_bias(p.routing, routing(), tid, kWarps * kWarpSize);
+      pdl_wait();
+      pg_tl_mark(TimelineKernel::kGateUp, 1);
+      if constexpr (kStagedX) x_stager.load();
+    }
+    if (p.direct || p.direct_multi) pdl_trigger();
+    if (!shared && p.direct) {
+      if (p.self_routing) {  // block_routing.cuh: the block routes the token, x's loads in flight
+        const MoeBlockRouting r = routing();
+        moe_block_route(p.routing, 0, r);
+        pg_tl_mark(TimelineKernel::kGateUp, 4);
+        if (slot == 0 && blockIdx.x == 0 && blockIdx.z == 0) moe_block_route_publish(p.routing, 0, r, tid);
+        unit.expert = r.idx[slot];
+      } else {
+        unit.expert = p.expert_idx[slot];
+      }
+      if (unit.expert < 0 || unit.expert >= p.n_experts) return;  // dropped, as the plan drops it
+      unit.lo = slot, unit.hi = slot + 1;
+    } else if (!shared && p.direct_multi) {  // slot: the step's slot-th distinct expert, if any
+      const WarpRouting w = warp_routing(p);
+      if (slot >= __popcll(static_cast<long long>(w.first))) return;
+      unit.expert = slot_expert(w, slot, unit.pairs);
+      unit.lo = 0, unit.hi = __popcll(static_cast<long long>(unit.pairs));
+    } else if (!shared) {
+      if (slot >= *p.plan.n_active) return;
+      unit.expert = p.plan.active_expert[slot];
+      unit.lo = p.plan.seg_begin[slot], unit.hi = p.plan.seg_begin[slot + 1];
+    } else {  // shared_slots slots a shared expert (1 on the direct paths, staged x)
+      const int slots = kStagedX ? 1 : p.shared_slots;
+      unit = gate_up_shared_unit(p, (slot - p.max_active) / slots, (slot - p.max_active) % slots, slots);
+    }
+    unit.j0 = (int64_t(blockIdx.x) * kRowWarps + warp) * kJ;
+    // kStagedX: warps past inter stay for the block's barrier (staging x) with no k-steps, write nothing.
+    if (!kStagedX && unit.j0 >= p.inter) return;
+    gate_up_nvfp4_unit<kTiles, kUnroll, kStagedX, kWarps, kKSplit>(
+        p, unit, warp_id, lane,
+        [&] {
+          if (shared) x_stager.load();  // after the ring's wait: x comes from the kernel before
+          x_stager.finish(gate_up_nvfp4_dyn);
+        },
+        /*wait=*/!shared);
   }
   pg_tl_mark(TimelineKernel::kGateUp, 3);
 }
@@ -712,8 +815,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeMinBlocksPerSm)
 
 // kKSplit = 2: the staged kernel at kWarps warps (kWarps / 2 rows' warps), the per-lane one at
 // kWarps / 2 warps streaming both halves: the same grid.
+// persist_blocks (launch_moe_gate_up_nvfp4's): the persistent grid where it applies.
 template <int kTiles, int kUnroll, int kWarps = kMoeWarps, int kKSplit = 1>
-cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int blocks_per_sm, cudaStream_t stream) {
+cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int blocks_per_sm, int persist_blocks,
+                           cudaStream_t stream) {
   MoeExpertsParams p = p_in;  // routing_smem set below
   const size_t routing_bytes = p.self_routing ? moe_block_routing_bytes(p.routing.n_experts) : 0;
   constexpr int kRowsPerBlock = kWarps / kKSplit * 8 * kTiles;
@@ -748,6 +853,29 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
     if (blocks_per_sm > 0 && per_sm > 0) smem = std::max(smem, size_t(per_sm / (blocks_per_sm + 1) - 1024 + 16));
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
+    if (p.direct_multi && persist_blocks != 0) {
+      // Instantiated for the default tiles (moonlight's 4 warps, V3's K in halves) alone.
+      if constexpr (kTiles == 1 && kUnroll == 2 && (kWarps == kMoeNvfp4GateUpWarps || kKSplit == 2)) {
+        if (p.self_routing) return cudaErrorInvalidValue;  // the one-token path's alone
+        constexpr auto kPersistKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit, true>;
+        if (cudaError_t e = raise_smem_limit_once<kPersistKernel>(); e != cudaSuccess) return e;
+        int per_sm = 0;
+        if (cudaError_t e =
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kPersistKernel, kWarps * kWarpSize, smem);
+            e != cudaSuccess)
+          return e;
+        const int64_t units = int64_t(grid.x) * grid.y;  // shared_slots is 1 on the direct paths
+        const int64_t resident = std::max<int64_t>(1, int64_t(per_sm) * current_device_props().sm_count);
+        const int64_t blocks = std::min(units, persist_blocks > 0 ? int64_t(persist_blocks) : resident);
+        if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kPersistKernel, dim3(unsigned(blocks)),
+                                          dim3(kWarps * kWarpSize), smem, stream, p);
+            e != cudaSuccess)
+          return e;
+        return cudaGetLastError();
+      } else {
+        return cudaErrorInvalidValue;
+      }
+    }
     constexpr auto kKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit>;
     if (cudaError_t e = raise_smem_limit_once<kKernel>(); e != cudaSuccess) return e;
     if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kKernel, grid, dim3(kWarps * kWarpSize), smem, stream, p);
@@ -833,25 +961,25 @@ cudaError_t down_launch(const MoeExpertsParams& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, int k_split, bool multi_staged,
-                                     int blocks_per_sm, cudaStream_t stream) {
+                                     int blocks_per_sm, int persist_blocks, cudaStream_t stream) {
   if (p.max_active + p.n_shared == 0) return cudaSuccess;  // no expert: h is never read
   if (k_split == 2) {  // instantiated for the default tile at 4 rows' warps a block (whatever `warps` says)
-    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 8, 2>(p, multi_staged, blocks_per_sm, stream);
+    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 8, 2>(p, multi_staged, blocks_per_sm, persist_blocks, stream);
     return cudaErrorInvalidValue;
   }
   if (k_split != 1) return cudaErrorInvalidValue;
   if (warps == 4) {  // instantiated for one tile, unroll 2 (the default) and 4
-    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, multi_staged, blocks_per_sm, stream);
-    if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, multi_staged, blocks_per_sm, stream);
+    if (tile.tiles == 1 && tile.unroll == 2) return gate_up_launch<1, 2, 4>(p, multi_staged, blocks_per_sm, persist_blocks, stream);
+    if (tile.tiles == 1 && tile.unroll == 4) return gate_up_launch<1, 4, 4>(p, multi_staged, blocks_per_sm, persist_blocks, stream);
     return cudaErrorInvalidValue;
   }
   if (warps != kMoeWarps) return cudaErrorInvalidValue;
   switch (tile.tiles * 16 + tile.unroll) {
-    case 16 + 1: return gate_up_launch<1, 1>(p, multi_staged, blocks_per_sm, stream);
-    case 16 + 2: return gate_up_launch<1, 2>(p, multi_staged, blocks_per_sm, stream);
-    case 16 + 4: return gate_up_launch<1, 4>(p, multi_staged, blocks_per_sm, stream);
-    case 32 + 1: return gate_up_launch<2, 1>(p, multi_staged, blocks_per_sm, stream);
-    case 32 + 2: return gate_up_launch<2, 2>(p, multi_staged, blocks_per_sm, stream);
+    case 16 + 1: return gate_up_launch<1, 1>(p, multi_staged, blocks_per_sm, persist_blocks, stream);
+    case 16 + 2: return gate_up_launch<1, 2>(p, multi_staged, blocks_per_sm, persist_blocks, stream);
+    case 16 + 4: return gate_up_launch<1, 4>(p, multi_staged, blocks_per_sm, persist_blocks, stream);
+    case 32 + 1: return gate_up_launch<2, 1>(p, multi_staged, blocks_per_sm, persist_blocks, stream);
+    case 32 + 2: return gate_up_launch<2, 2>(p, multi_staged, blocks_per_sm, persist_blocks, stream);
   }
   return cudaErrorInvalidValue;
 }
