@@ -276,6 +276,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
         if (u >= units) return false;
         const int slot = int((u - shared_units) / tiles);
         tile = (u - shared_units) % tiles;
+        unit = GateUpUnit{};  // after a shared unit: not shared, no h_base
         unit.expert = slot_expert(w, slot, unit.pairs);
         unit.lo = 0, unit.hi = __popcll(static_cast<long long>(unit.pairs));
       }
