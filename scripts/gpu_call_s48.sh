@@ -5,8 +5,8 @@
 #      halves, the resident grid, each against the default's bits);
 #   2. the goldens under PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1 (speculative decoding's 2..8-token steps);
 #   3. the persistent gate_up against the default, alternating: moonlight nvfp4's verify steps at
-#      k = 1, 2, 3 and decode, then V3 4L nvfp4's.
-#   usage: scripts/gpu_call_s48.sh OUT     PG_S48_TOTAL_S (420), PG_S48_ROUNDS (3)
+#      k = 1, 2, 3 and decode (PG_S48_BENCHES).
+#   usage: scripts/gpu_call_s48.sh OUT     PG_S48_TOTAL_S (420), PG_S48_ROUNDS (3), PG_S48_BENCHES
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_call_s48.sh OUT}
 mkdir -p "$OUT"
@@ -35,10 +35,12 @@ echo "$(el) goldens under PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1: rc=$rc $(grep -
 grep -E '^\[  FAILED  \] ' "$OUT/persist_goldens.log" | head -8
 [ $rc -eq 0 ] || { echo "the goldens failed: no timing"; exit 1; }
 
-for bench in moonlight-16b-a3b:nvfp4:0 deepseek-v3:nvfp4:4; do
+# PERSIST=1: the resident grid where a block a unit would not fit (moonlight from 3 tokens); =660: at most
+# 5 blocks an SM's worth (132 SMs), at every step size (k = 1's 616 units: the same grid, its code alone).
+for bench in ${PG_S48_BENCHES:-moonlight-16b-a3b:nvfp4:0}; do
   [ "$(left)" -gt 60 ] || break
   PG_SWEEP_TIMEOUT=60 PG_SWEEP_METRIC="verify1 verify2 verify3 decode" timeout $(( $(left) - 10 )) \
     scripts/bench_sweep.sh "$B/peregrine" "${PG_S48_ROUNDS:-3}" "$bench" - PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1 \
-    >"$OUT/sweep_${bench%%:*}.txt" 2>&1
+    PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=660 >"$OUT/sweep_${bench%%:*}.txt" 2>&1
   echo "$(el) $bench: rc=$?"; cat "$OUT/sweep_${bench%%:*}.txt"
 done
