@@ -245,12 +245,15 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   pg_tl_mark(TimelineKernel::kGateUp, 0);
   extern __shared__ uint4 gate_up_nvfp4_dyn[];
   if constexpr (kPersist) {
-    const int64_t tiles = (int64_t(p.inter) + kRowWarps * kJ - 1) / (kRowWarps * kJ);
-    const int64_t shared_units = int64_t(p.n_shared) * tiles;
-    int64_t units = shared_units + int64_t(p.max_active) * tiles;  // at most; the routing tells how many
+    // 32-bit unit indices (the launch's grid: (slots) x (row tiles) < 2^31), one 32-bit division a
+    // unit: a 64-bit one is a ~70-instruction call before the unit's first weight copy (the first build
+    // made four, and at k = 1's one unit a block it ran 3% slower than the one-unit grid).
+    const int tiles = (p.inter + kRowWarps * kJ - 1) / (kRowWarps * kJ);
+    const int shared_units = p.n_shared * tiles;
+    int units = shared_units + p.max_active * tiles;  // at most; the routing tells how many
     // As the one-unit grid: a block whose first unit is routed waits for the routing (PDL) and loads
     // its x share after it; one whose first is shared loads x once its ring's first stages are out.
-    const bool routed_first = int64_t(blockIdx.x) >= shared_units;
+    const bool routed_first = int(blockIdx.x) >= shared_units;
     bool waited = routed_first, routed = false;
     if (routed_first) {
       pdl_wait();
@@ -261,32 +264,33 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
     WarpRouting w;
     // Unit u's expert, pairs and rows; false past the step's units (block-uniform: every warp reads
     // the same routing).
-    auto unit_at = [&](int64_t u, GateUpUnit& unit) {
-      int64_t tile;
+    auto unit_at = [&](int u, GateUpUnit& unit) {
+      int tile;
       if (u < shared_units) {
-        unit = gate_up_shared_unit(p, int(u / tiles), 0, 1);
-        tile = u % tiles;
+        const int s = u / tiles;
+        unit = gate_up_shared_unit(p, s, 0, 1);
+        tile = u - s * tiles;
       } else {
         if (!routed) {
           if (!waited) pdl_wait(), waited = true;
           w = warp_routing(p);
           routed = true;
-          units = shared_units + int64_t(__popcll(static_cast<long long>(w.first))) * tiles;
+          units = shared_units + __popcll(static_cast<long long>(w.first)) * tiles;
         }
         if (u >= units) return false;
-        const int slot = int((u - shared_units) / tiles);
-        tile = (u - shared_units) % tiles;
+        const int r = u - shared_units, slot = r / tiles;
+        tile = r - slot * tiles;
         unit = GateUpUnit{};  // after a shared unit: not shared, no h_base
         unit.expert = slot_expert(w, slot, unit.pairs);
         unit.lo = 0, unit.hi = __popcll(static_cast<long long>(unit.pairs));
       }
-      unit.j0 = (tile * kRowWarps + warp) * kJ;
+      unit.j0 = (int64_t(tile) * kRowWarps + warp) * kJ;
       return true;
     };
     // The first unit stages x (its own code, so that the stager's registers die with it), the rest
     // stream on.
     GateUpUnit unit;
-    if (!unit_at(blockIdx.x, unit)) return;
+    if (!unit_at(int(blockIdx.x), unit)) return;
     gate_up_nvfp4_unit<kTiles, kUnroll, kStagedX, kWarps, kKSplit>(
         p, unit, warp_id, lane,
         [&] {
@@ -294,7 +298,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
           x_stager.finish(gate_up_nvfp4_dyn);
         },
         /*wait=*/false);
-    for (int64_t u = int64_t(blockIdx.x) + gridDim.x; unit_at(u, unit); u += gridDim.x)
+    for (int u = int(blockIdx.x + gridDim.x); unit_at(u, unit); u += int(gridDim.x))
       gate_up_nvfp4_unit<kTiles, kUnroll, kStagedX, kWarps, kKSplit>(p, unit, warp_id, lane, [] {}, /*wait=*/false);
   } else {
     // p.self_routing: the block's routing scratch, after what the kernel's dynamic shared memory holds.
