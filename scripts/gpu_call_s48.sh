@@ -35,12 +35,14 @@ echo "$(el) goldens under PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1: rc=$rc $(grep -
 grep -E '^\[  FAILED  \] ' "$OUT/persist_goldens.log" | head -8
 [ $rc -eq 0 ] || { echo "the goldens failed: no timing"; exit 1; }
 
-# PERSIST=1: the resident grid where a block a unit would not fit (moonlight from 3 tokens); =660: at most
-# 5 blocks an SM's worth (132 SMs), at every step size (k = 1's 616 units: the same grid, its code alone).
+# PERSIST=1: the resident grid where a block a unit would not fit (moonlight from 3 tokens), shared experts'
+# units first or routed first; =660: at most 5 blocks an SM's worth (132 SMs), at every step size (k = 1's
+# 616 units: the one-unit grid's blocks in its order, so the persistent kernel's code alone).
 for bench in ${PG_S48_BENCHES:-moonlight-16b-a3b:nvfp4:0}; do
   [ "$(left)" -gt 60 ] || break
   PG_SWEEP_TIMEOUT=60 PG_SWEEP_METRIC="verify1 verify2 verify3 decode" timeout $(( $(left) - 10 )) \
     scripts/bench_sweep.sh "$B/peregrine" "${PG_S48_ROUNDS:-3}" "$bench" - PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1 \
-    PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=660 >"$OUT/sweep_${bench%%:*}.txt" 2>&1
+    PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1,PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST_ROUTED_FIRST=1 \
+    PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=660,PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST_ROUTED_FIRST=1 >"$OUT/sweep_${bench%%:*}.txt" 2>&1
   echo "$(el) $bench: rc=$?"; cat "$OUT/sweep_${bench%%:*}.txt"
 done

@@ -191,6 +191,7 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : -1;
     const int persist = env_int("PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST", 0);  // 1: the resident grid
     r.gate_up_persist_blocks = persist == 1 ? -1 : persist;
+    r.gate_up_persist_routed_first = env_switch("PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST_ROUTED_FIRST", false);
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
     r.gate_up_warps = gw ? std::atoi(gw) : 0;
     const char* fm = std::getenv("PEREGRINE_MOE_FP8_MMA");
@@ -287,6 +288,7 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool h_frags = v.h_frags && ((gu_mma && dn_mma) || (gu_fp8 && dn_fp8 && p.direct));
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
+  p.persist_routed_first = v.gate_up_persist_routed_first;
   if (h_frags && (p.direct || p.direct_multi)) p.plan.h16 = reinterpret_cast<uint4*>(ws + l.h16);
   // The routing left by the router (MoeRouterMode::kLogitsOnly): the kernels' own, or moe_routing's first.
   if (routing && self_routing_ok(a, *routing, v)) {

@@ -90,6 +90,9 @@ struct MoeNvfp4Variant {
   // Same bits. moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST (1: the resident
   // grid; N > 1: at most N blocks; an experiment, off by default).
   int gate_up_persist_blocks = 0;
+  // Its unit order: routed slots first (MoeExpertsParams::persist_routed_first); moe_experts() reads
+  // PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST_ROUTED_FIRST=1.
+  bool gate_up_persist_routed_first = false;
   // FP8 stacks on the f16 tensor cores (fp8_kernel.cu; ops::fp8_experts_mma), at every step size: on
   // unless PEREGRINE_MOE_FP8_MMA=0 (an A/B switch: the CPU emulation assumes it on); the m = 1 down
   // with every slot's h staged per block unless PEREGRINE_MOE_FP8_DOWN_STAGED=0; gate_up with the

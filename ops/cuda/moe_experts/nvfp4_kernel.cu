@@ -247,13 +247,17 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
   if constexpr (kPersist) {
     // 32-bit unit indices (the launch's grid: (slots) x (row tiles) < 2^31), one 32-bit division a
     // unit: a 64-bit one is a ~70-instruction call before the unit's first weight copy (the first build
-    // made four, and at k = 1's one unit a block it ran 3% slower than the one-unit grid).
+    // made four; at k = 1's one unit a block it ran 3.0% slower than the one-unit grid, with these 2.6%).
     const int tiles = (p.inter + kRowWarps * kJ - 1) / (kRowWarps * kJ);
-    const int shared_units = p.n_shared * tiles;
-    int units = shared_units + p.max_active * tiles;  // at most; the routing tells how many
+    const int shared_units = p.n_shared * tiles, routed_units = p.max_active * tiles;
+    const bool routed_order = p.persist_routed_first;
+    // At most; shared first, the routing tells how many (the routed units compacted to the step's
+    // distinct experts); routed first, those past them are skipped.
+    int units = shared_units + routed_units, n_distinct = 0;
+    auto is_routed = [&](int u) { return routed_order ? u < routed_units : u >= shared_units; };
     // As the one-unit grid: a block whose first unit is routed waits for the routing (PDL) and loads
     // its x share after it; one whose first is shared loads x once its ring's first stages are out.
-    const bool routed_first = int(blockIdx.x) >= shared_units;
+    const bool routed_first = int(blockIdx.x) < units && is_routed(int(blockIdx.x));
     bool waited = routed_first, routed = false;
     if (routed_first) {
       pdl_wait();
@@ -262,35 +266,39 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
     }
     pdl_trigger();
     WarpRouting w;
-    // Unit u's expert, pairs and rows; false past the step's units (block-uniform: every warp reads
-    // the same routing).
-    auto unit_at = [&](int u, GateUpUnit& unit) {
-      int tile;
-      if (u < shared_units) {
-        const int s = u / tiles;
-        unit = gate_up_shared_unit(p, s, 0, 1);
-        tile = u - s * tiles;
-      } else {
+    // Unit u, or the first runnable one after it (u moving on by the grid), into `unit`; false when
+    // none is left (block-uniform: every warp reads the same routing).
+    auto next_unit = [&](int& u, GateUpUnit& unit) {
+      for (; u < units; u += int(gridDim.x)) {
+        if (!is_routed(u)) {
+          const int su = routed_order ? u - routed_units : u, s = su / tiles;
+          unit = gate_up_shared_unit(p, s, 0, 1);
+          unit.j0 = (int64_t(su - s * tiles) * kRowWarps + warp) * kJ;
+          return true;
+        }
         if (!routed) {
           if (!waited) pdl_wait(), waited = true;
           w = warp_routing(p);
           routed = true;
-          units = shared_units + __popcll(static_cast<long long>(w.first)) * tiles;
+          n_distinct = __popcll(static_cast<long long>(w.first));
+          if (!routed_order) units = shared_units + n_distinct * tiles;
+          if (u >= units) return false;
         }
-        if (u >= units) return false;
-        const int r = u - shared_units, slot = r / tiles;
-        tile = r - slot * tiles;
-        unit = GateUpUnit{};  // after a shared unit: not shared, no h_base
+        const int r = routed_order ? u : u - shared_units, slot = r / tiles;
+        if (slot >= n_distinct) continue;  // routed first: a slot past the step's distinct experts
+        unit = GateUpUnit{};               // after a shared unit: not shared, no h_base
         unit.expert = slot_expert(w, slot, unit.pairs);
         unit.lo = 0, unit.hi = __popcll(static_cast<long long>(unit.pairs));
+        unit.j0 = (int64_t(r - slot * tiles) * kRowWarps + warp) * kJ;
+        return true;
       }
-      unit.j0 = (int64_t(tile) * kRowWarps + warp) * kJ;
-      return true;
+      return false;
     };
     // The first unit stages x (its own code, so that the stager's registers die with it), the rest
     // stream on.
     GateUpUnit unit;
-    if (!unit_at(int(blockIdx.x), unit)) return;
+    int u = int(blockIdx.x);
+    if (!next_unit(u, unit)) return;
     gate_up_nvfp4_unit<kTiles, kUnroll, kStagedX, kWarps, kKSplit>(
         p, unit, warp_id, lane,
         [&] {
@@ -298,7 +306,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
           x_stager.finish(gate_up_nvfp4_dyn);
         },
         /*wait=*/false);
-    for (int u = int(blockIdx.x + gridDim.x); unit_at(u, unit); u += int(gridDim.x))
+    for (u += int(gridDim.x); next_unit(u, unit); u += int(gridDim.x))
       gate_up_nvfp4_unit<kTiles, kUnroll, kStagedX, kWarps, kKSplit>(p, unit, warp_id, lane, [] {}, /*wait=*/false);
   } else {
     // p.self_routing: the block's routing scratch, after what the kernel's dynamic shared memory holds.
