@@ -2,10 +2,10 @@
 # Session 48's device call (binaries of .deps/prebuilt, scripts/gpu_pack.sh; carry .deps/gpu-debs and
 # .deps/prebuilt), each part while time is left:
 #   1. the MoE op tests (the persistent gate_up's variants among them: 3 blocks, 2 blocks at K in
-#      halves, the resident grid, each against the default's bits);
-#   2. the goldens under PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1 (speculative decoding's 2..8-token steps);
-#   3. the persistent gate_up against the default, alternating: moonlight nvfp4's verify steps at
-#      k = 1, 2, 3 and decode (PG_S48_BENCHES).
+#      halves, a block a unit, each against the default's bits);
+#   2. the goldens (the persistent gate_up in speculative decoding's 2..8-token steps);
+#   3. the default against PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=0 (a block a unit), alternating:
+#      moonlight nvfp4's verify steps at k = 1, 2, 3 and decode (PG_S48_BENCHES).
 #   usage: scripts/gpu_call_s48.sh OUT     PG_S48_TOTAL_S (420), PG_S48_ROUNDS (3), PG_S48_BENCHES
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_call_s48.sh OUT}
@@ -29,20 +29,18 @@ echo "$(el) MoE op tests: rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/moe_
 grep -E '^\[  FAILED  \] |persistent' "$OUT/moe_ops.log" | head -12
 [ $rc -eq 0 ] || { echo "the op tests failed: no timing"; exit 1; }
 GOLD=$(find "$B" -name cuda_golden_test -type f -perm -u+x | head -1)
-PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1 timeout 120 "$GOLD" >"$OUT/persist_goldens.log" 2>&1
+timeout 120 "$GOLD" >"$OUT/persist_goldens.log" 2>&1
 rc=$?
-echo "$(el) goldens under PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1: rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/persist_goldens.log" | tr '\n' ' ')"
+echo "$(el) goldens: rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/persist_goldens.log" | tr '\n' ' ')"
 grep -E '^\[  FAILED  \] ' "$OUT/persist_goldens.log" | head -8
 [ $rc -eq 0 ] || { echo "the goldens failed: no timing"; exit 1; }
 
-# PERSIST=1: the resident grid where a block a unit would not fit (moonlight from 3 tokens), shared experts'
-# units first or routed first; =660: at most 5 blocks an SM's worth (132 SMs), at every step size (k = 1's
-# 616 units: the one-unit grid's blocks in its order, so the persistent kernel's code alone).
+# The persistent gate_up is the default (the resident grid where a block a unit would not fit: moonlight
+# from 3 tokens); PERSIST=0 is the one-unit grid.
 for bench in ${PG_S48_BENCHES:-moonlight-16b-a3b:nvfp4:0}; do
   [ "$(left)" -gt 60 ] || break
   PG_SWEEP_TIMEOUT=60 PG_SWEEP_METRIC="verify1 verify2 verify3 decode" timeout $(( $(left) - 10 )) \
-    scripts/bench_sweep.sh "$B/peregrine" "${PG_S48_ROUNDS:-3}" "$bench" - PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1 \
-    PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1,PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST_ROUTED_FIRST=1 \
-    PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=660,PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST_ROUTED_FIRST=1 >"$OUT/sweep_${bench%%:*}.txt" 2>&1
+    scripts/bench_sweep.sh "$B/peregrine" "${PG_S48_ROUNDS:-3}" "$bench" - PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=0 \
+    >"$OUT/sweep_${bench%%:*}.txt" 2>&1
   echo "$(el) $bench: rc=$?"; cat "$OUT/sweep_${bench%%:*}.txt"
 done

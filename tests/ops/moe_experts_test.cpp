@@ -426,26 +426,25 @@ void run_case(const MoeCase& c) {
       }
     }
     // NVFP4 at m = 2..8 on the tensor cores: gate_up at 8 warps per block, gate_up with x read per
-    // lane instead of staged per block, the down without its rings (h per lane), and gate_up on its
-    // persistent grid (the resident blocks; 3 blocks, so that a block takes several units, a shared
-    // expert's and routed ones, in either order; K in halves at 2 blocks) give the default's bits.
+    // lane instead of staged per block, the down without its rings (h per lane), and gate_up a block a
+    // (slot, row tile) unit or on its persistent grid of 3 blocks (a block takes several units, a shared
+    // expert's and routed ones; K in halves at 2 blocks below) give the default's bits (the resident
+    // persistent grid where a block a unit would not fit at once).
     if (m >= 2 && m <= 8 && c.format == kNvfp4Format && !c.exact && c.hidden % 32 == 0 && c.inter % 32 == 0 &&
         !c.accumulate) {
-      for (int variant : {0, 1, 2, 3, 4, 5, 6}) {
+      for (int variant : {0, 1, 2, 3, 4, 5}) {
         SCOPED_TRACE(variant == 0   ? "gate_up 8 warps, x staged, down rings"
                      : variant == 1 ? "gate_up x per lane, down rings"
                      : variant == 2 ? "gate_up x staged, down h per lane"
                      : variant == 3 ? "down rings, h staged from its f32 rows"
-                     : variant == 4 ? "gate_up persistent, resident grid"
-                     : variant == 5 ? "gate_up persistent, 3 blocks"
-                                    : "gate_up persistent, 3 blocks, routed slots first");
+                     : variant == 4 ? "gate_up a block a unit"
+                                    : "gate_up persistent, 3 blocks");
         cuda::MoeNvfp4Variant v;
         v.gate_up_warps = variant == 0 ? 8 : 0;
         v.gate_up_multi_staged = variant != 1;
         v.down_multi_ring = variant != 2;
         v.h_frags = variant != 3;
-        v.gate_up_persist_blocks = variant == 4 ? -1 : variant >= 5 ? 3 : 0;
-        v.gate_up_persist_routed_first = variant == 6;
+        v.gate_up_persist_blocks = variant == 4 ? 0 : variant == 5 ? 3 : -1;
         PG_ASSERT_OK(dy.fill_bytes(0xff));
         PG_ASSERT_OK(cuda::moe_experts_variant(da, v, ws.data(), ws.size(), nullptr));
         ASSERT_TRUE(sync_ok());

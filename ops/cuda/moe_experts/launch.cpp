@@ -166,8 +166,8 @@ size_t moe_experts_workspace_bytes(int64_t m, int64_t top_k, int64_t n_shared, i
 // without its rings: PEREGRINE_MOE_NVFP4_DOWN_MULTI_RING=0; h staged from its f32 rows instead of
 // gate_up's f16 fragments: PEREGRINE_MOE_NVFP4_H_FRAGS=0; at most N staged gate_up blocks per SM:
 // PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N (0: no cap; unset: one even wave at one token); the 2..8-token
-// gate_up on its persistent grid: PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=1 (as many blocks as are resident) or N > 1
-// (at most N). FP8 at decode
+// gate_up on a block a unit instead of its persistent grid: PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST=0 (N > 1: at
+// most N blocks, at every size). FP8 at decode
 // sizes on the f32-x kernels instead of the tensor cores: PEREGRINE_MOE_FP8_MMA=0; its m = 1 down with h per
 // lane: PEREGRINE_MOE_FP8_DOWN_STAGED=0, with N 16-row tiles per warp: PEREGRINE_MOE_FP8_DOWN_TILES=N (1, 2);
 // its gate_up with x per lane: PEREGRINE_MOE_FP8_GATE_UP_STAGED=0.
@@ -189,9 +189,8 @@ MoeNvfp4Variant moe_nvfp4_variant_from_env() {
     r.h_frags = env_switch("PEREGRINE_MOE_NVFP4_H_FRAGS", true);
     const char* bs = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM");
     r.gate_up_blocks_per_sm = bs ? std::max(0, std::atoi(bs)) : -1;
-    const int persist = env_int("PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST", 0);  // 1: the resident grid
+    const int persist = env_int("PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST", 1);  // 1: the resident grid
     r.gate_up_persist_blocks = persist == 1 ? -1 : persist;
-    r.gate_up_persist_routed_first = env_switch("PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST_ROUTED_FIRST", false);
     const char* gw = std::getenv("PEREGRINE_MOE_NVFP4_GATE_UP_WARPS");
     r.gate_up_warps = gw ? std::atoi(gw) : 0;
     const char* fm = std::getenv("PEREGRINE_MOE_FP8_MMA");
@@ -288,7 +287,6 @@ Status moe_experts_variant(const MoeExpertsArgs& a, const MoeNvfp4Variant& v, vo
   const bool h_frags = v.h_frags && ((gu_mma && dn_mma) || (gu_fp8 && dn_fp8 && p.direct));
   p.multi_groups = moe_down_multi_groups(max_active + a.n_shared);
   p.gate_up_pdl = a.after_router && a.top_k > 0 && (p.direct || p.direct_multi);
-  p.persist_routed_first = v.gate_up_persist_routed_first;
   if (h_frags && (p.direct || p.direct_multi)) p.plan.h16 = reinterpret_cast<uint4*>(ws + l.h16);
   // The routing left by the router (MoeRouterMode::kLogitsOnly): the kernels' own, or moe_routing's first.
   if (routing && self_routing_ok(a, *routing, v)) {

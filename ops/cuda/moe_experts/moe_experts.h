@@ -85,14 +85,11 @@ struct MoeNvfp4Variant {
   // 0 no cap (nvfp4_params.h; moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM).
   int gate_up_blocks_per_sm = -1;
   // gate_up at 2..8 tokens (x staged, the default tiles) on a persistent grid whose blocks take
-  // (slot, row tile) units from a flat index (nvfp4_kernel.cu's kPersist): 0 off (a block a unit), < 0
-  // as many blocks as fit the device at once, > 0 at most that many (the tests' several units a block).
-  // Same bits. moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST (1: the resident
-  // grid; N > 1: at most N blocks; an experiment, off by default).
-  int gate_up_persist_blocks = 0;
-  // Its unit order: routed slots first (MoeExpertsParams::persist_routed_first); moe_experts() reads
-  // PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST_ROUTED_FIRST=1.
-  bool gate_up_persist_routed_first = false;
+  // (slot, row tile) units from a flat index (nvfp4_kernel.cu's kPersist): < 0 (the default) as many
+  // blocks as fit the device at once, where a block a unit would not and K is whole (moonlight from 3
+  // tokens); > 0 at most that many, everywhere (the tests' several units a block); 0 a block a unit.
+  // Same bits. moe_experts() reads PEREGRINE_MOE_NVFP4_GATE_UP_PERSIST (0 off, 1 the default, N > 1).
+  int gate_up_persist_blocks = -1;
   // FP8 stacks on the f16 tensor cores (fp8_kernel.cu; ops::fp8_experts_mma), at every step size: on
   // unless PEREGRINE_MOE_FP8_MMA=0 (an A/B switch: the CPU emulation assumes it on); the m = 1 down
   // with every slot's h staged per block unless PEREGRINE_MOE_FP8_DOWN_STAGED=0; gate_up with the

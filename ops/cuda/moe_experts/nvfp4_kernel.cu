@@ -224,6 +224,7 @@ __device__ __forceinline__ void gate_up_nvfp4_unit(const MoeExpertsParams& p, co
 // at moonlight's verify sizes (~1,000 blocks against 792 resident on an H100), and the blocks of
 // its second wave pile up on a few SMs (session 47's timeline); here a block's further units stream
 // on the SM it already holds, x staged once. Each unit's sums are the one-unit grid's: the same bits.
+// The default where a block a unit would not fit at once (gate_up_launch: measured there).
 template <int kTiles, int kUnroll, bool kStagedX, int kWarps, int kKSplit = 1, bool kPersist = false>
 __global__ void __launch_bounds__(kWarps * kWarpSize,
                                   kStagedX && kKSplit > 1  ? 3
@@ -249,15 +250,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
     // unit: a 64-bit one is a ~70-instruction call before the unit's first weight copy (the first build
     // made four; at k = 1's one unit a block it ran 3.0% slower than the one-unit grid, with these 2.6%).
     const int tiles = (p.inter + kRowWarps * kJ - 1) / (kRowWarps * kJ);
-    const int shared_units = p.n_shared * tiles, routed_units = p.max_active * tiles;
-    const bool routed_order = p.persist_routed_first;
-    // At most; shared first, the routing tells how many (the routed units compacted to the step's
-    // distinct experts); routed first, those past them are skipped.
-    int units = shared_units + routed_units, n_distinct = 0;
-    auto is_routed = [&](int u) { return routed_order ? u < routed_units : u >= shared_units; };
+    const int shared_units = p.n_shared * tiles;
+    int units = shared_units + p.max_active * tiles;  // at most; the routing tells how many
     // As the one-unit grid: a block whose first unit is routed waits for the routing (PDL) and loads
     // its x share after it; one whose first is shared loads x once its ring's first stages are out.
-    const bool routed_first = int(blockIdx.x) < units && is_routed(int(blockIdx.x));
+    const bool routed_first = int(blockIdx.x) >= shared_units;
     bool waited = routed_first, routed = false;
     if (routed_first) {
       pdl_wait();
@@ -266,39 +263,34 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
     }
     pdl_trigger();
     WarpRouting w;
-    // Unit u, or the first runnable one after it (u moving on by the grid), into `unit`; false when
-    // none is left (block-uniform: every warp reads the same routing).
-    auto next_unit = [&](int& u, GateUpUnit& unit) {
-      for (; u < units; u += int(gridDim.x)) {
-        if (!is_routed(u)) {
-          const int su = routed_order ? u - routed_units : u, s = su / tiles;
-          unit = gate_up_shared_unit(p, s, 0, 1);
-          unit.j0 = (int64_t(su - s * tiles) * kRowWarps + warp) * kJ;
-          return true;
-        }
-        if (!routed) {
-          if (!waited) pdl_wait(), waited = true;
-          w = warp_routing(p);
-          routed = true;
-          n_distinct = __popcll(static_cast<long long>(w.first));
-          if (!routed_order) units = shared_units + n_distinct * tiles;
-          if (u >= units) return false;
-        }
-        const int r = routed_order ? u : u - shared_units, slot = r / tiles;
-        if (slot >= n_distinct) continue;  // routed first: a slot past the step's distinct experts
-        unit = GateUpUnit{};               // after a shared unit: not shared, no h_base
-        unit.expert = slot_expert(w, slot, unit.pairs);
-        unit.lo = 0, unit.hi = __popcll(static_cast<long long>(unit.pairs));
-        unit.j0 = (int64_t(r - slot * tiles) * kRowWarps + warp) * kJ;
+    // Unit u into `unit`; false past the step's units (block-uniform: every warp reads the same
+    // routing).
+    auto unit_at = [&](int u, GateUpUnit& unit) {
+      if (u >= units) return false;
+      if (u < shared_units) {
+        const int s = u / tiles;
+        unit = gate_up_shared_unit(p, s, 0, 1);
+        unit.j0 = (int64_t(u - s * tiles) * kRowWarps + warp) * kJ;
         return true;
       }
-      return false;
+      if (!routed) {
+        if (!waited) pdl_wait(), waited = true;
+        w = warp_routing(p);
+        routed = true;
+        units = shared_units + __popcll(static_cast<long long>(w.first)) * tiles;
+        if (u >= units) return false;
+      }
+      const int r = u - shared_units, slot = r / tiles;
+      unit = GateUpUnit{};  // after a shared unit: not shared, no h_base
+      unit.expert = slot_expert(w, slot, unit.pairs);
+      unit.lo = 0, unit.hi = __popcll(static_cast<long long>(unit.pairs));
+      unit.j0 = (int64_t(r - slot * tiles) * kRowWarps + warp) * kJ;
+      return true;
     };
     // The first unit stages x (its own code, so that the stager's registers die with it), the rest
     // stream on.
     GateUpUnit unit;
-    int u = int(blockIdx.x);
-    if (!next_unit(u, unit)) return;
+    if (!unit_at(int(blockIdx.x), unit)) return;
     gate_up_nvfp4_unit<kTiles, kUnroll, kStagedX, kWarps, kKSplit>(
         p, unit, warp_id, lane,
         [&] {
@@ -306,7 +298,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize,
           x_stager.finish(gate_up_nvfp4_dyn);
         },
         /*wait=*/false);
-    for (u += int(gridDim.x); next_unit(u, unit); u += int(gridDim.x))
+    for (int u = int(blockIdx.x + gridDim.x); unit_at(u, unit); u += int(gridDim.x))
       gate_up_nvfp4_unit<kTiles, kUnroll, kStagedX, kWarps, kKSplit>(p, unit, warp_id, lane, [] {}, /*wait=*/false);
   } else {
     // p.self_routing: the block's routing scratch, after what the kernel's dynamic shared memory holds.
@@ -867,7 +859,8 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
     static_assert(sizeof(Nvfp4RingStage<kTiles, kUnroll>) == size_t(kTiles) * kUnroll * kNvfp4RingStageBytes,
                   "moe_nvfp4_gate_up_staged_bytes counts the ring's stage size");
     if (p.direct_multi && persist_blocks != 0) {
-      // Instantiated for the default tiles (moonlight's 4 warps, V3's K in halves) alone.
+      // Instantiated for the default tiles (moonlight's 4 warps, V3's K in halves) alone: other tiles
+      // take the one-unit grid, unless a grid was asked for (persist_blocks > 0).
       if constexpr (kTiles == 1 && kUnroll == 2 && (kWarps == kMoeNvfp4GateUpWarps || kKSplit == 2)) {
         if (p.self_routing) return cudaErrorInvalidValue;  // the one-token path's alone
         constexpr auto kPersistKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit, true>;
@@ -879,10 +872,15 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
           return e;
         const int64_t units = int64_t(grid.x) * grid.y;  // shared_slots is 1 on the direct paths
         const int64_t resident = std::max<int64_t>(1, int64_t(per_sm) * current_device_props().sm_count);
-        // The resident grid (persist_blocks < 0) only where a block a unit would not fit at once, and
-        // not at K in halves: H100, 2026-12-06, ebe232b, alternating in one call, everywhere:
-        // moonlight nvfp4's verify steps k = 1 / 2 / 3 +3.1 / -0.9 / -1.7% (k = 1: 616 units, one
-        // wave either way), V3 4L nvfp4's k = 1 (1,088 units at K in halves, 396 resident) +1.6%.
+        // The resident grid (persist_blocks < 0, the default) only where a block a unit would not fit
+        // at once, and not at K in halves. Measured (H100, 2026-12-06, alternating in one call each):
+        // everywhere (ebe232b), moonlight nvfp4's verify steps k = 1 / 2 / 3 +3.1 / -0.9 / -1.7% (k = 1's
+        // 616 units fit at once either way), V3 4L nvfp4's k = 1 (1,088 units at K in halves, 396
+        // resident) +1.6%; so where it is taken now (8869b1f, 51883fe, a857589) k = 1 0.0 / 0.0 / 0.0%,
+        // k = 2 -0.7 / -0.5 / +0.1%, k = 3 -1.6 / -1.6 / -1.7%, decode 0.0%. Open: the kernel at one unit
+        // a block in the one-unit grid's order (PERSIST=660 at k = 1) is 2.6-2.8% slower a step than
+        // that grid, so a unit costs it something the one-unit kernel does not pay (not the 64-bit
+        // divisions, not the order: routed slots first lost, k = 2 / 3 +4.2 / +1.1%).
         if (persist_blocks > 0 || (units > resident && kKSplit == 1)) {
           const int64_t blocks = std::min(units, persist_blocks > 0 ? int64_t(persist_blocks) : resident);
           if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kPersistKernel, dim3(unsigned(blocks)),
@@ -891,7 +889,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
             return e;
           return cudaGetLastError();
         }
-      } else {
+      } else if (persist_blocks > 0) {
         return cudaErrorInvalidValue;
       }
     }

@@ -129,9 +129,9 @@ __host__ __device__ constexpr int moe_nvfp4_down_k_split(int64_t hidden, int64_t
 // an SM; < 0: at one token, ceil(blocks / SMs) (one even wave), else no padding; 0: none
 // (PEREGRINE_MOE_NVFP4_GATE_UP_BLOCKS_PER_SM=N sets it).
 // persist_blocks != 0: at 2..8 tokens with x staged, the persistent grid (moe_gate_up_nvfp4_kernel's
-// kPersist; the default tiles alone, else cudaErrorInvalidValue): < 0 as many blocks as fit the device
-// at once, where a block per unit would not fit at once and K is whole (else that grid); > 0 at most
-// that many blocks; 0 a block per (slot, row tile).
+// kPersist; the default tiles alone): < 0 as many blocks as fit the device at once, where a block per
+// unit would not fit at once and K is whole (else, or at other tiles, that grid); > 0 at most that
+// many blocks (cudaErrorInvalidValue at other tiles); 0 a block per (slot, row tile).
 cudaError_t launch_moe_gate_up_nvfp4(const MoeExpertsParams& p, MmaTile tile, int warps, int k_split, bool multi_staged,
                                      int blocks_per_sm, int persist_blocks, cudaStream_t stream);
 // p.direct: the m = 1 kernel (PDL, one warp per slot; not tiles 2 x unroll 2: it spilled), with h

@@ -107,10 +107,6 @@ struct MoeExpertsParams {
   // between). Its shared-expert blocks start at once (the router passes its own pdl_wait before it
   // triggers, so x is complete); the routed blocks wait for the routing, then trigger down.
   bool gate_up_pdl = false;
-  // The NVFP4 gate_up's persistent grid (nvfp4_kernel.cu's kPersist): its flat unit index takes the
-  // routed slots first (0 .. max_active - 1, those past the step's distinct experts skipped), then the
-  // shared experts, as the one-unit grid orders its blocks; else the shared experts first.
-  bool persist_routed_first = false;
   // Direct (m = 1) on the NVFP4 or FP8 tensor-core kernels, under gate_up_pdl: the router wrote only
   // the logits (routing.logits; moe_router's MoeRouterMode::kLogitsOnly), and the kernels route the
   // token themselves (moe_experts/block_routing.cuh): every routed gate_up block after its wait, and
