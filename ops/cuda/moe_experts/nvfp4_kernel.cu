@@ -877,10 +877,11 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
         // everywhere (ebe232b), moonlight nvfp4's verify steps k = 1 / 2 / 3 +3.1 / -0.9 / -1.7% (k = 1's
         // 616 units fit at once either way), V3 4L nvfp4's k = 1 (1,088 units at K in halves, 396
         // resident) +1.6%; so where it is taken now (8869b1f, 51883fe, a857589) k = 1 0.0 / 0.0 / 0.0%,
-        // k = 2 -0.7 / -0.5 / +0.1%, k = 3 -1.6 / -1.6 / -1.7%, decode 0.0%. Open: the kernel at one unit
-        // a block in the one-unit grid's order (PERSIST=660 at k = 1) is 2.6-2.8% slower a step than
-        // that grid, so a unit costs it something the one-unit kernel does not pay (not the 64-bit
-        // divisions, not the order: routed slots first lost, k = 2 / 3 +4.2 / +1.1%).
+        // k = 2 -0.7 / -0.5 / +0.1%, k = 3 -1.6 / -1.6 / -1.7%, decode 0.0%; as the default (2ab78b3,
+        // against PERSIST=0) k = 1 / 2 / 3 0.0 / -0.2 / -2.8% (3.076 vs 3.166 ms), decode 0.0%. Open: the
+        // kernel at one unit a block in the one-unit grid's order (PERSIST=660 at k = 1) was 2.6-2.8%
+        // slower a step than that grid, so a unit costs it something the one-unit kernel does not pay
+        // (not the 64-bit divisions, not the order: routed slots first lost, k = 2 / 3 +4.2 / +1.1%).
         if (persist_blocks > 0 || (units > resident && kKSplit == 1)) {
           const int64_t blocks = std::min(units, persist_blocks > 0 ? int64_t(persist_blocks) : resident);
           if (cudaError_t e = launch_pdl_if(p.gate_up_pdl, kPersistKernel, dim3(unsigned(blocks)),
