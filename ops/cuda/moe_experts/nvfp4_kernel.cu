@@ -866,9 +866,7 @@ cudaError_t gate_up_launch(const MoeExpertsParams& p_in, bool multi_staged, int 
         constexpr auto kPersistKernel = moe_gate_up_nvfp4_kernel<kTiles, kUnroll, true, kWarps, kKSplit, true>;
         if (cudaError_t e = raise_smem_limit_once<kPersistKernel>(); e != cudaSuccess) return e;
         int per_sm = 0;
-        if (cudaError_t e =
-                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kPersistKernel, kWarps * kWarpSize, smem);
-            e != cudaSuccess)
+        if (cudaError_t e = blocks_per_sm_once<kPersistKernel>(kWarps * kWarpSize, smem, per_sm); e != cudaSuccess)
           return e;
         const int64_t units = int64_t(grid.x) * grid.y;  // shared_slots is 1 on the direct paths
         const int64_t resident = std::max<int64_t>(1, int64_t(per_sm) * current_device_props().sm_count);
